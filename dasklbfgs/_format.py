@@ -1,0 +1,37 @@
+"""Human-readable rendering of sizes and dataset summaries for the command line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_description(info: dict[str, Any]) -> str:
+    """Render :meth:`ShardedDataset.describe` output as a short report."""
+    ratio = info["nbytes_in_memory"] / max(info["nbytes_stored"], 1)
+    y_shape = "x".join(map(str, info["y_shape"]))
+    lines = [
+        f"dataset   {info['path']}",
+        f"X         {info['n_samples']} x {info['n_features']} {info['dtype']}",
+        f"y         shape ({y_shape}), range [{info['y_min']:g}, {info['y_max']:g}]",
+        f"shards    {info['n_shards']} of up to {info['shard_rows']} rows",
+        f"size      {human_bytes(info['nbytes_stored'])} on disk, "
+        f"{human_bytes(info['nbytes_in_memory'])} in memory (ratio {ratio:.2f})",
+    ]
+    counts = info.get("label_counts")
+    if counts:
+        total = sum(counts.values())
+        shown = list(counts.items())[:20]
+        parts = ", ".join(f"{k}: {v} ({100 * v / total:.1f}%)" for k, v in shown)
+        more = f", ... {len(counts) - len(shown)} more" if len(counts) > len(shown) else ""
+        lines.append(f"labels    {len(counts)} distinct: {parts}{more}")
+    for key, value in info.get("attrs", {}).items():
+        lines.append(f"attr      {key} = {value!r}")
+    return "\n".join(lines)

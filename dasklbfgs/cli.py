@@ -1,0 +1,109 @@
+"""The ``dasklbfgs`` command: datasets, training and the demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dasklbfgs.errors import DaskLBFGSError
+
+__all__ = ["main"]
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from dasklbfgs._format import format_description
+    from dasklbfgs.data import ShardedDataset
+
+    path = Path(args.path)
+    if path.is_dir() and not (path / "zarr.json").exists():
+        splits = sorted(p for p in path.iterdir() if (p / "zarr.json").exists())
+    else:
+        splits = []
+    datasets = [ShardedDataset.open(p) for p in splits] or [ShardedDataset.open(path)]
+    infos = [d.describe() for d in datasets]
+    if args.json:
+        print(json.dumps(infos if len(infos) > 1 else infos[0], indent=2))
+    else:
+        print("\n\n".join(format_description(i) for i in infos))
+    return 0
+
+
+def _cmd_data_make(args: argparse.Namespace) -> int:
+    from dasklbfgs._format import format_description
+    from dasklbfgs.data import make_dataset
+
+    splits = make_dataset(
+        args.kind,
+        args.path,
+        rows=args.rows,
+        features=args.features,
+        shard_rows=args.shard_rows,
+        seed=args.seed,
+        n_classes=args.classes,
+        ill_conditioned=args.ill_conditioned,
+        test_fraction=args.test_fraction,
+        overwrite=args.overwrite,
+    )
+    if not args.quiet:
+        print("\n\n".join(format_description(d.describe()) for d in splits.values()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dasklbfgs import __version__
+    from dasklbfgs.data.recipes import RECIPES
+
+    parser = argparse.ArgumentParser(
+        prog="dasklbfgs",
+        description="Sandblaster L-BFGS and Downpour SGD on Dask over sharded Zarr datasets.",
+    )
+    parser.add_argument("--version", action="version", version=f"dasklbfgs {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    info = sub.add_parser("info", help="describe a sharded dataset (or a train/test folder)")
+    info.add_argument("path")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.set_defaults(func=_cmd_info)
+
+    data = sub.add_parser("data", help="dataset commands")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
+    make = data_sub.add_parser(
+        "make",
+        help="write a recipe's train/test datasets",
+        description="Write PATH/train and PATH/test for a synthetic or bundled recipe.",
+    )
+    make.add_argument("kind", choices=RECIPES)
+    make.add_argument("path")
+    make.add_argument("--rows", type=int, help="training rows (synthetic recipes)")
+    make.add_argument("--features", type=int, help="features (synthetic recipes)")
+    make.add_argument("--shard-rows", type=int, default=50_000)
+    make.add_argument("--seed", type=int, default=0)
+    make.add_argument("--classes", type=int, default=3, help="classes (multinomial recipe)")
+    make.add_argument("--ill-conditioned", action="store_true",
+                      help="scale features over four orders of magnitude")
+    make.add_argument("--test-fraction", type=float, default=0.2)
+    make.add_argument("--overwrite", action="store_true")
+    make.add_argument("--quiet", action="store_true")
+    make.set_defaults(func=_cmd_data_make)
+
+    from dasklbfgs._cli_train import add_train_commands
+
+    add_train_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except DaskLBFGSError as exc:
+        print(f"dasklbfgs: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from distributed import Client
+
+from dasklbfgs.errors import ConfigurationError
+
+__all__ = ["connect", "SCHEDULER_ENV"]
+
+SCHEDULER_ENV = "DASKLBFGS_SCHEDULER"
+
+
+def connect(
+    address: str | None = None,
+    *,
+    scheduler_file: str | os.PathLike[str] | None = None,
+    n_workers: int | None = None,
+    threads_per_worker: int = 1,
+    memory_limit: str | int | None = "auto",
+    security: Any = None,
+    dashboard_address: str | None = "127.0.0.1:8787",
+) -> Client:
+    """Return a Dask client set up for dasklbfgs.
+
+    Resolution order: ``address``, then ``scheduler_file``, then the environment variable
+    ``DASKLBFGS_SCHEDULER`` (an address, or a path to a scheduler file); with none of them
+    an embedded ``LocalCluster`` on 127.0.0.1 is started and is closed with the client.
+
+    The client talks to workers directly (``direct_to_workers=True``), which halves the
+    latency of actor calls (Downpour's parameter shards).
+
+    Parameters
+    ----------
+    address
+        Scheduler address such as ``"tcp://10.0.0.5:8786"``.
+    scheduler_file
+        Path to the JSON file written by ``dask scheduler --scheduler-file``.
+    n_workers, threads_per_worker, memory_limit
+        Shape of the embedded cluster (default: one single-threaded worker per core).
+    security
+        A ``distributed.security.Security`` for TLS, used for either kind of cluster.
+    dashboard_address
+        Where the embedded cluster serves its dashboard (``None`` disables it). The default
+        binds loopback only; use ``":8787"`` to expose it.
+    """
+    if address is not None and scheduler_file is not None:
+        raise ConfigurationError("pass either address or scheduler_file, not both")
+    if address is None and scheduler_file is None:
+        from_env = os.environ.get(SCHEDULER_ENV)
+        if from_env:
+            if os.path.isfile(from_env):
+                scheduler_file = from_env
+            else:
+                address = from_env
+    if threads_per_worker < 1:
+        raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
+    if n_workers is not None and n_workers < 1:
+        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}")
+    extra = {"security": security} if security is not None else {}
+    if scheduler_file is not None:
+        if not os.path.isfile(scheduler_file):
+            raise ConfigurationError(f"scheduler file {str(scheduler_file)!r} does not exist")
+        return Client(scheduler_file=os.fspath(scheduler_file), direct_to_workers=True, **extra)
+    if address is not None:
+        return Client(address, direct_to_workers=True, **extra)
+    return Client(
+        n_workers=n_workers or (os.cpu_count() or 1),
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=dashboard_address,
+        memory_limit=memory_limit,
+        direct_to_workers=True,
+        **extra,
+    )

@@ -1,0 +1,59 @@
+"""Checks applied to every block of rows before it is written to a sharded dataset."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
+
+
+def check_shard_rows(shard_rows: object) -> int:
+    """Return ``shard_rows`` as an int, or raise if it is not a positive integer."""
+    if isinstance(shard_rows, bool) or not isinstance(shard_rows, (int, np.integer)):
+        raise ConfigurationError(f"shard_rows must be a positive integer, got {shard_rows!r}")
+    if shard_rows <= 0:
+        raise ConfigurationError(f"shard_rows must be a positive integer, got {shard_rows!r}")
+    return int(shard_rows)
+
+
+def check_numeric(array: np.ndarray, name: str) -> None:
+    """Reject dtypes that are not real numbers (strings, objects, complex, datetimes)."""
+    kind = array.dtype.kind
+    if kind not in "biuf":
+        raise InvalidDataError(
+            f"{name} must hold real numbers, got dtype {array.dtype!s} "
+            "(convert or encode the column before writing)"
+        )
+
+
+def check_block_shapes(X: np.ndarray, y: np.ndarray, *, where: str) -> None:
+    """Check X is 2-D, y is 1-D or 2-D and both have the same number of rows."""
+    if X.ndim != 2:
+        raise InvalidDataError(
+            f"X must be 2-D (samples x features), got {X.ndim}-D shape {X.shape} {where}; "
+            "reshape a single feature with X.reshape(-1, 1)"
+        )
+    if y.ndim not in (1, 2):
+        raise InvalidDataError(f"y must be 1-D or 2-D, got {y.ndim}-D shape {y.shape} {where}")
+    if X.shape[0] != y.shape[0]:
+        raise InvalidDataError(
+            f"X and y have different lengths {where}: X has {X.shape[0]} rows, "
+            f"y has {y.shape[0]}"
+        )
+
+
+def check_finite(array: np.ndarray, name: str, *, first_row: int, shard: int) -> None:
+    """Raise naming the shard, row and column of the first NaN or infinity."""
+    if array.dtype.kind != "f":
+        return
+    finite = np.isfinite(array)
+    if finite.all():
+        return
+    bad = np.argwhere(~finite)[0]
+    row = first_row + int(bad[0])
+    column = f", column {int(bad[1])}" if array.ndim == 2 else ""
+    value = array[tuple(bad)]
+    raise InvalidDataError(
+        f"{name} holds a non-finite value ({value}) in shard {shard} at row {row}{column}; "
+        "drop or impute such rows before writing"
+    )

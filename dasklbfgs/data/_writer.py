@@ -1,0 +1,244 @@
+"""Write a sharded dataset shard by shard, atomically.
+
+Rows arrive in blocks of any size; the writer buffers them into whole shards, validates
+each shard (shape, dtype, finiteness) and appends it to the Zarr arrays of a temporary
+group beside the target. Only when every shard is written does the temporary group
+replace the target path, so a failed write never leaves a half-written store.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from dasklbfgs.data._validate import check_block_shapes, check_finite, check_numeric
+from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
+
+FORMAT_VERSION = 1
+ATTRS_KEY = "dasklbfgs"
+MAX_LABELS_COUNTED = 1000
+
+
+def default_compressor() -> zarr.abc.codec.BytesBytesCodec:
+    """Blosc/zstd with byte shuffle: cheap to decompress, good on float columns."""
+    return zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+
+
+def resolve_compressor(compressor: Any) -> tuple:
+    if compressor == "default":
+        return (default_compressor(),)
+    if compressor is None:
+        return ()
+    return (compressor,)
+
+
+class _LabelSummary:
+    """Running summary of y: min, max and, while labels are few integers, their counts."""
+
+    def __init__(self) -> None:
+        self.minimum = np.inf
+        self.maximum = -np.inf
+        self.counts: Counter[int] | None = Counter()
+
+    def update(self, y: np.ndarray) -> None:
+        if y.size == 0:
+            return
+        self.minimum = min(self.minimum, float(y.min()))
+        self.maximum = max(self.maximum, float(y.max()))
+        if self.counts is None:
+            return
+        if y.ndim != 1 or not np.all(np.mod(y, 1) == 0):
+            self.counts = None
+            return
+        values, counts = np.unique(y, return_counts=True)
+        self.counts.update({int(v): int(c) for v, c in zip(values, counts)})
+        if len(self.counts) > MAX_LABELS_COUNTED:
+            self.counts = None
+
+    def as_attrs(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"y_min": self.minimum, "y_max": self.maximum}
+        if self.counts is not None:
+            out["label_counts"] = {str(k): v for k, v in sorted(self.counts.items())}
+        return out
+
+
+class ShardWriter:
+    """Append validated, whole shards to the ``X`` and ``y`` arrays of a new Zarr group."""
+
+    def __init__(
+        self,
+        group: zarr.Group,
+        *,
+        shard_rows: int,
+        first_X: np.ndarray,
+        first_y: np.ndarray,
+        x_dtype: np.dtype,
+        compressors: tuple,
+    ) -> None:
+        self.shard_rows = shard_rows
+        self.n_rows = 0
+        self.n_features = first_X.shape[1]
+        self.y_tail = first_y.shape[1:]
+        self.labels = _LabelSummary()
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending_rows = 0
+        y_dims = ("sample",) if first_y.ndim == 1 else ("sample", "output")
+        self.X = group.create_array(
+            "X",
+            shape=(0, self.n_features),
+            chunks=(shard_rows, self.n_features),
+            dtype=x_dtype,
+            compressors=compressors,
+            dimension_names=("sample", "feature"),
+        )
+        self.y = group.create_array(
+            "y",
+            shape=(0, *self.y_tail),
+            chunks=(shard_rows, *self.y_tail),
+            dtype=first_y.dtype if first_y.dtype.kind in "iuf" else np.float64,
+            compressors=compressors,
+            dimension_names=y_dims,
+        )
+
+    def append(self, X: np.ndarray, y: np.ndarray) -> None:
+        where = f"in the block starting at row {self.n_rows + self._pending_rows}"
+        check_block_shapes(X, y, where=where)
+        check_numeric(X, "X")
+        check_numeric(y, "y")
+        if X.shape[1] != self.n_features:
+            raise InvalidDataError(
+                f"X has {X.shape[1]} features {where}, expected {self.n_features} "
+                "like the first block"
+            )
+        if y.shape[1:] != self.y_tail:
+            raise InvalidDataError(
+                f"y has shape {y.shape} {where}, expected (n, {', '.join(map(str, self.y_tail))}) "
+                "like the first block".replace("(n, )", "(n,)")
+            )
+        if X.shape[0] == 0:
+            return
+        self._pending.append((X, y))
+        self._pending_rows += X.shape[0]
+        while self._pending_rows >= self.shard_rows:
+            self._write_shard(self.shard_rows)
+
+    def finish(self) -> None:
+        if self._pending_rows:
+            self._write_shard(self._pending_rows)
+
+    def _write_shard(self, rows: int) -> None:
+        X_all = np.concatenate([b[0] for b in self._pending]) if len(self._pending) > 1 else self._pending[0][0]
+        y_all = np.concatenate([b[1] for b in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
+        X, y = X_all[:rows], y_all[:rows]
+        rest = (X_all[rows:], y_all[rows:])
+        self._pending = [rest] if rest[0].shape[0] else []
+        self._pending_rows = rest[0].shape[0]
+
+        shard = self.n_rows // self.shard_rows
+        check_finite(X, "X", first_row=self.n_rows, shard=shard)
+        check_finite(y, "y", first_row=self.n_rows, shard=shard)
+        start, stop = self.n_rows, self.n_rows + rows
+        self.X.resize((stop, self.n_features))
+        self.y.resize((stop, *self.y_tail))
+        self.X[start:stop] = X.astype(self.X.dtype, copy=False)
+        self.y[start:stop] = y.astype(self.y.dtype, copy=False)
+        self.labels.update(y)
+        self.n_rows = stop
+
+
+def _x_dtype(dtype: Any, first_X: np.ndarray) -> np.dtype:
+    if dtype is not None:
+        dt = np.dtype(dtype)
+        if dt.kind != "f":
+            raise ConfigurationError(f"dtype must be a floating dtype, got {dt!s}")
+        return dt
+    return first_X.dtype if first_X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+
+
+def write_dataset(
+    path: os.PathLike[str] | str,
+    blocks: Iterable[tuple[Any, Any]],
+    *,
+    shard_rows: int,
+    feature_names: list[str] | None,
+    attrs: dict[str, Any] | None,
+    overwrite: bool,
+    compressor: Any,
+    dtype: Any,
+) -> Path:
+    """Write ``blocks`` of (X, y) rows to a new dataset at ``path``; return the path."""
+    target = Path(path)
+    if target.exists() and not overwrite:
+        raise DatasetExistsError(
+            f"{str(target)!r} already exists; pass overwrite=True to replace it"
+        )
+    compressors = resolve_compressor(compressor)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
+    try:
+        iterator: Iterator[tuple[Any, Any]] = iter(blocks)
+        writer = None
+        for X, y in iterator:
+            X, y = np.asarray(X), np.asarray(y)
+            if writer is None:
+                check_block_shapes(X, y, where="in the first block")
+                check_numeric(X, "X")
+                check_numeric(y, "y")
+                group = zarr.create_group(store=str(temp), zarr_format=3)
+                writer = ShardWriter(
+                    group,
+                    shard_rows=shard_rows,
+                    first_X=X,
+                    first_y=y,
+                    x_dtype=_x_dtype(dtype, X),
+                    compressors=compressors,
+                )
+            writer.append(X, y)
+        if writer is not None:
+            writer.finish()
+        if writer is None or writer.n_rows == 0 or writer.n_features == 0:
+            shape = (0, 0) if writer is None else (writer.n_rows, writer.n_features)
+            raise InvalidDataError(
+                f"the dataset is empty (shape {shape}); give at least one row and one feature"
+            )
+        if feature_names is not None and len(feature_names) != writer.n_features:
+            raise InvalidDataError(
+                f"feature_names has {len(feature_names)} names but X has "
+                f"{writer.n_features} features"
+            )
+        meta = {
+            "format": FORMAT_VERSION,
+            "n_samples": writer.n_rows,
+            "n_features": writer.n_features,
+            "shard_rows": shard_rows,
+            "feature_names": list(map(str, feature_names)) if feature_names is not None else None,
+            **writer.labels.as_attrs(),
+        }
+        group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})
+        replace_path(temp, target)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return target
+
+
+def replace_path(temp: Path, target: Path) -> None:
+    """Move ``temp`` to ``target``; an existing target is removed only after the move."""
+    if not target.exists():
+        os.rename(temp, target)
+        return
+    old = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
+    os.rename(target, old)
+    os.rename(temp, target)
+    if old.is_dir():
+        shutil.rmtree(old)
+    else:
+        old.unlink()

@@ -1,0 +1,365 @@
+"""``ShardedDataset``: training data as a Zarr (format 3) group chunked along rows.
+
+The group holds ``X`` (n x d) and ``y`` ((n,) or (n, k)); one row chunk of both arrays is
+one *data shard*, the unit Sandblaster caches on a worker and Downpour replicas stream
+from. Schema and label statistics live in the group attribute ``"dasklbfgs"``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import zarr
+
+from dasklbfgs.data._validate import check_block_shapes, check_shard_rows
+from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
+from dasklbfgs.errors import ConfigurationError, InvalidDataError, NotADatasetError
+
+if TYPE_CHECKING:
+    import dask.array
+    import xarray
+
+__all__ = ["ShardedDataset"]
+
+
+class ShardedDataset:
+    """A dataset of ``X`` and ``y`` stored as row shards in a Zarr group.
+
+    Open an existing one with :meth:`open`; write one with :meth:`create` (numpy, dask or
+    xarray input) or :meth:`from_blocks` (an iterator of row blocks, for data larger than
+    memory). Instances are small and picklable: workers reopen the store by path.
+
+    Examples
+    --------
+    >>> ds = ShardedDataset.create("train.zarr", X, y, shard_rows=50_000)  # doctest: +SKIP
+    >>> ds.n_shards, ds.shard_bounds[0]                                    # doctest: +SKIP
+    (20, (0, 50000))
+    """
+
+    def __init__(self, path: os.PathLike[str] | str) -> None:
+        self.path = Path(path)
+        group = _open_group(self.path)
+        for name in ("X", "y"):
+            if name not in group.array_keys():
+                raise NotADatasetError(
+                    f"{str(self.path)!r} is a Zarr group but has no {name!r} array; "
+                    "write datasets with ShardedDataset.create"
+                )
+        X, y = group["X"], group["y"]
+        if X.ndim != 2 or y.shape[0] != X.shape[0]:
+            raise NotADatasetError(
+                f"{str(self.path)!r}: X has shape {X.shape} and y has shape {y.shape}; "
+                "expected X (n, d) and y with n rows"
+            )
+        self._shape = X.shape
+        self._y_shape = y.shape
+        self._chunk_rows = X.chunks[0]
+        self._dtype = X.dtype
+        self._y_dtype = y.dtype
+        self._attrs = dict(group.attrs)
+
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: os.PathLike[str] | str) -> ShardedDataset:
+        """Open the dataset stored at ``path``."""
+        return cls(path)
+
+    @classmethod
+    def create(
+        cls,
+        path: os.PathLike[str] | str,
+        X: Any,
+        y: Any = None,
+        *,
+        shard_rows: int,
+        feature_names: list[str] | None = None,
+        attrs: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        compressor: Any = "default",
+        dtype: Any = None,
+    ) -> ShardedDataset:
+        """Write ``X`` and ``y`` as a sharded dataset at ``path`` and open it.
+
+        Parameters
+        ----------
+        path
+            Target directory. Written atomically: a failure leaves no store behind.
+        X
+            numpy array, dask array, or an ``xarray.Dataset`` with data variables ``X``
+            (dims ``sample``, ``feature``) and ``y`` (then leave ``y`` as None). Feature
+            names come from the ``feature`` coordinate when present.
+        y
+            Labels or targets, ``(n,)`` or ``(n, k)``.
+        shard_rows
+            Rows per shard (the Zarr chunk length along rows).
+        feature_names
+            Optional names, one per column.
+        attrs
+            Extra JSON-serialisable group attributes (``task``, ``n_classes``, ...).
+        overwrite
+            Replace an existing dataset at ``path`` (only after the new one is complete).
+        compressor
+            A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
+            (Blosc zstd level 3 with byte shuffle).
+        dtype
+            Floating dtype of the stored ``X``; default float32 stays float32, anything
+            else becomes float64.
+
+        Raises
+        ------
+        DatasetExistsError, InvalidDataError, ConfigurationError
+        """
+        shard_rows = check_shard_rows(shard_rows)
+        X, y, feature_names = _unpack_xarray(X, y, feature_names)
+        if y is None:
+            raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
+        X, y = _as_array(X, "X"), _as_array(y, "y")
+        if getattr(X, "ndim", 2) != 2 or X.shape[0] != y.shape[0]:
+            # Report shape problems before any block is read.
+            check_block_shapes(X, y, where="in the input")
+        blocks = _row_blocks(X, y, shard_rows)
+        return cls._write(path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype)
+
+    @classmethod
+    def from_blocks(
+        cls,
+        path: os.PathLike[str] | str,
+        blocks: Iterable[tuple[Any, Any]],
+        *,
+        shard_rows: int,
+        feature_names: list[str] | None = None,
+        attrs: dict[str, Any] | None = None,
+        overwrite: bool = False,
+        compressor: Any = "default",
+        dtype: Any = None,
+    ) -> ShardedDataset:
+        """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks.
+
+        Blocks may have any number of rows; they are buffered into whole shards, so only
+        about one shard is held in memory at a time. This is how a dataset larger than
+        memory is written. Other parameters as in :meth:`create`.
+        """
+        shard_rows = check_shard_rows(shard_rows)
+        return cls._write(path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype)
+
+    @classmethod
+    def _write(cls, path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype):
+        if attrs is not None:
+            if not isinstance(attrs, dict):
+                raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
+            if ATTRS_KEY in attrs:
+                raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
+        target = write_dataset(
+            path,
+            blocks,
+            shard_rows=shard_rows,
+            feature_names=feature_names,
+            attrs=attrs,
+            overwrite=overwrite,
+            compressor=compressor,
+            dtype=dtype,
+        )
+        return cls(target)
+
+    # -- description ----------------------------------------------------------------
+
+    @property
+    def n_samples(self) -> int:
+        return int(self._shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self._shape[1])
+
+    @property
+    def shard_rows(self) -> int:
+        return int(self._chunk_rows)
+
+    @property
+    def n_shards(self) -> int:
+        return -(-self.n_samples // self.shard_rows)
+
+    @cached_property
+    def shard_bounds(self) -> list[tuple[int, int]]:
+        """Row range ``(start, stop)`` of each shard, in order."""
+        rows = self.shard_rows
+        return [(s, min(s + rows, self.n_samples)) for s in range(0, self.n_samples, rows)]
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def y_shape(self) -> tuple[int, ...]:
+        return tuple(self._y_shape)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """User attributes plus the schema under the ``"dasklbfgs"`` key."""
+        return dict(self._attrs)
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        return dict(self._attrs.get(ATTRS_KEY, {}))
+
+    @property
+    def feature_names(self) -> list[str] | None:
+        return self.schema.get("feature_names")
+
+    @property
+    def label_counts(self) -> dict[int, int] | None:
+        counts = self.schema.get("label_counts")
+        return None if counts is None else {int(k): int(v) for k, v in counts.items()}
+
+    @property
+    def label_range(self) -> tuple[float, float]:
+        """Smallest and largest value in ``y``, recorded when the dataset was written."""
+        schema = self.schema
+        if "y_min" in schema:
+            return float(schema["y_min"]), float(schema["y_max"])
+        _, y = self.load_rows(0, self.n_samples)
+        return float(y.min()), float(y.max())
+
+    def nbytes_stored(self) -> int:
+        """Bytes the store occupies on disk."""
+        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedDataset({str(self.path)!r}, n_samples={self.n_samples}, "
+            f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype})"
+        )
+
+    def __reduce__(self):
+        return (type(self), (str(self.path),))
+
+    # -- reading --------------------------------------------------------------------
+
+    def _arrays(self) -> tuple[zarr.Array, zarr.Array]:
+        group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
+        return group["X"], group["y"]
+
+    def load_rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Read rows ``[start, stop)`` of X and y; only the chunks touched are read."""
+        if not (0 <= start <= stop <= self.n_samples):
+            raise ConfigurationError(
+                f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
+            )
+        X, y = self._arrays()
+        return np.asarray(X[start:stop]), np.asarray(y[start:stop])
+
+    def load_shard(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """Read shard ``index`` (one row chunk) of X and y."""
+        if not (0 <= index < self.n_shards):
+            raise ConfigurationError(f"shard index {index} out of range [0, {self.n_shards})")
+        return self.load_rows(*self.shard_bounds[index])
+
+    def iter_shards(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for i in range(self.n_shards):
+            yield self.load_shard(i)
+
+    def to_dask(self) -> tuple[dask.array.Array, dask.array.Array]:
+        """``X`` and ``y`` as dask arrays, one dask chunk per shard."""
+        import dask.array as da
+
+        X, y = self._arrays()
+        return da.from_zarr(X), da.from_zarr(y)
+
+    def to_xarray(self) -> xarray.Dataset:
+        """A lazy ``xarray.Dataset`` with ``X`` (sample, feature) and ``y`` (sample[, output])."""
+        import xarray as xr
+
+        ds = xr.open_zarr(str(self.path), consolidated=False, zarr_format=3)
+        if self.feature_names is not None:
+            ds = ds.assign_coords(feature=self.feature_names)
+        return ds
+
+    def describe(self) -> dict[str, Any]:
+        """A summary: shape, shards, dtype, bytes on disk and in memory, labels."""
+        schema = self.schema
+        return {
+            "path": str(self.path),
+            "n_samples": self.n_samples,
+            "n_features": self.n_features,
+            "y_shape": list(self.y_shape),
+            "n_shards": self.n_shards,
+            "shard_rows": self.shard_rows,
+            "dtype": str(self.dtype),
+            "nbytes_in_memory": int(self.n_samples * self.n_features * self.dtype.itemsize),
+            "nbytes_stored": self.nbytes_stored(),
+            "y_min": schema.get("y_min"),
+            "y_max": schema.get("y_max"),
+            "label_counts": self.label_counts,
+            "attrs": {k: v for k, v in self._attrs.items() if k != ATTRS_KEY},
+        }
+
+
+def _open_group(path: Path) -> zarr.Group:
+    if not path.exists():
+        raise NotADatasetError(f"no dataset at {str(path)!r}: the path does not exist")
+    splits = sorted(p.name for p in path.iterdir() if (p / "zarr.json").exists()) if path.is_dir() else []
+    if not (path / "zarr.json").exists() and splits:
+        raise NotADatasetError(
+            f"{str(path)!r} holds the datasets {splits}, not one dataset; "
+            f"open one of them, e.g. {str(path / splits[0])!r}"
+        )
+    try:
+        node = zarr.open(str(path), mode="r", zarr_format=3)
+    except Exception as exc:  # zarr raises several types for "not zarr here"
+        raise NotADatasetError(
+            f"{str(path)!r} is not a Zarr (format 3) group: {exc}"
+        ) from exc
+    if not isinstance(node, zarr.Group):
+        raise NotADatasetError(f"{str(path)!r} is a Zarr array, not a dataset group")
+    return node
+
+
+def _unpack_xarray(X, y, feature_names):
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover - xarray is a dependency
+        return X, y, feature_names
+    if not isinstance(X, xr.Dataset):
+        return X, y, feature_names
+    if y is not None:
+        raise ConfigurationError("pass y=None when X is an xarray.Dataset (y is read from it)")
+    missing = [v for v in ("X", "y") if v not in X.data_vars]
+    if missing:
+        raise InvalidDataError(
+            f"the xarray.Dataset has no data variable(s) {missing}; "
+            f"found {sorted(map(str, X.data_vars))}"
+        )
+    xa = X["X"]
+    if "feature" in xa.coords and feature_names is None:
+        feature_names = [str(v) for v in xa.coords["feature"].values]
+    return xa.data, X["y"].data, feature_names
+
+
+def _as_array(a: Any, name: str):
+    """Keep dask arrays lazy, turn everything else into numpy."""
+    if hasattr(a, "dask") and hasattr(a, "compute"):
+        return a
+    try:
+        return np.asarray(a)
+    except Exception as exc:
+        raise InvalidDataError(f"{name} cannot be converted to an array: {exc}") from exc
+
+
+def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Yield (X, y) row blocks of one shard each; dask inputs are computed block by block."""
+    n = X.shape[0]
+    lazy = hasattr(X, "dask") or hasattr(y, "dask")
+    for start in range(0, n, shard_rows):
+        stop = min(start + shard_rows, n)
+        Xb, yb = X[start:stop], y[start:stop]
+        if lazy:
+            import dask
+
+            Xb, yb = dask.compute(Xb, yb)
+        yield np.asarray(Xb), np.asarray(yb)

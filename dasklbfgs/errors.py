@@ -1,0 +1,61 @@
+"""The one exception hierarchy of dasklbfgs.
+
+Every error raised on purpose by the package derives from :class:`DaskLBFGSError`, and
+every message names the bad value, what was expected and where it was found (file,
+array, shard or argument).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DaskLBFGSError",
+    "DatasetError",
+    "DatasetExistsError",
+    "NotADatasetError",
+    "InvalidDataError",
+    "ConfigurationError",
+    "ModelDataMismatchError",
+    "NonFiniteObjectiveError",
+    "DaskLBFGSWarning",
+    "DaskLBFGSConvergenceWarning",
+]
+
+
+class DaskLBFGSError(Exception):
+    """Base class of every error dasklbfgs raises on purpose."""
+
+
+class ConfigurationError(DaskLBFGSError, ValueError):
+    """An argument or option has a bad value (unknown name, wrong type, out of range)."""
+
+
+class DatasetError(DaskLBFGSError):
+    """A sharded dataset cannot be written or read as asked."""
+
+
+class DatasetExistsError(DatasetError, FileExistsError):
+    """The target path already exists and ``overwrite=True`` was not given."""
+
+
+class NotADatasetError(DatasetError):
+    """A path does not hold a dasklbfgs sharded dataset (missing group, ``X`` or ``y``)."""
+
+
+class InvalidDataError(DatasetError, ValueError):
+    """The data itself is unusable: NaN/inf, wrong shape, non-numeric dtype, empty."""
+
+
+class ModelDataMismatchError(DaskLBFGSError, ValueError):
+    """A model does not fit the data: feature count, label range or parameter length."""
+
+
+class DaskLBFGSWarning(UserWarning):
+    """Base class of warnings dasklbfgs emits (turned into errors in the test-suite)."""
+
+
+class NonFiniteObjectiveError(DaskLBFGSError, FloatingPointError):
+    """The objective or its gradient is NaN or infinite where a finite value is required."""
+
+
+class DaskLBFGSConvergenceWarning(DaskLBFGSWarning):
+    """An optimizer stopped before meeting its tolerances."""

@@ -1,0 +1,60 @@
+"""Per-block link functions of the generalised linear models (the hot path).
+
+Each ``*_link(z, y)`` takes margins ``z`` of one row block (in cache) and returns the loss
+*sum* of that block and ``dloss/dz``. They avoid ``np.where`` and scipy's special
+functions, which cost more than the matrix products on this path, and they never
+overflow: every ``exp`` is of a non-positive number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+CACHE_BLOCK_BYTES = 3 * 2**19  # 1.5 MiB: a row block stays in a 2 MiB L2 between products
+
+
+def block_rows(n_features: int, itemsize: int) -> int:
+    """Rows per block so that one block of X fits the cache budget."""
+    return int(np.clip(CACHE_BLOCK_BYTES // max(n_features * itemsize, 1), 64, 65_536))
+
+
+def squared_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Least squares: loss 0.5 (z - y)^2, derivative z - y."""
+    r = np.subtract(z, y, out=z)
+    return 0.5 * float(r @ r), r
+
+
+def logistic_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Logistic: loss log(1 + e^z) - y z, derivative sigmoid(z) - y.
+
+    With a = |z| and e = exp(-a): log(1 + e^z) = max(z, 0) + log(1 + e) and
+    sigmoid(z) = 1/2 + sign(z) (1 - e) / (2 (1 + e)); both are stable for any z.
+    """
+    a = np.abs(z)
+    loss = 0.5 * (float(a.sum()) + float(z.sum())) - float(y @ z)
+    np.negative(a, out=a)
+    e = np.exp(a, out=a)
+    s = np.subtract(1.0, e)
+    e += 1.0
+    s /= e
+    loss += float(np.log(e, out=e).sum())
+    np.copysign(s, z, out=s)
+    s *= 0.5
+    s += 0.5
+    s -= y
+    return loss, s
+
+
+def softmax_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Softmax cross-entropy: loss logsumexp(z) - z_y, derivative softmax(z) - onehot(y)."""
+    rows = np.arange(z.shape[0])
+    labels = y.astype(np.intp, copy=False)
+    z -= z.max(axis=1, keepdims=True)
+    # With z shifted by its row max m: loss = log(sum exp(z - m)) - (z_y - m).
+    loss = -float(z[rows, labels].sum())
+    p = np.exp(z, out=z)
+    total = p.sum(axis=1, keepdims=True)
+    loss += float(np.log(total).sum())
+    p /= total
+    p[rows, labels] -= 1.0
+    return loss, p

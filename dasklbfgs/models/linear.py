@@ -1,0 +1,248 @@
+"""Generalised linear objectives: least squares, logistic and softmax regression.
+
+Parameter layout (one flat float64 vector): coefficients first, the ``d x K`` matrix
+row-major (``K = 1`` for least squares and logistic), then the ``K`` intercepts when
+``fit_intercept``. The objective is
+
+    f(theta) = (1/n) sum_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2
+
+with intercepts not penalised. Models compute the loss and gradient *sums* over a block
+of rows (:meth:`loss_grad_sum`), so partial results from any split of the rows add up
+exactly to the full-data sums; the coordinator adds the penalty once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
+
+__all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
+
+
+def _check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_l2(l2: Any) -> float:
+    try:
+        value = float(l2)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"l2 must be a non-negative number, got {l2!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise ConfigurationError(f"l2 must be a non-negative finite number, got {l2!r}")
+    return value
+
+
+class LinearModel:
+    """Shared machinery of the linear objectives; subclasses set the link and label rules."""
+
+    name: ClassVar[str]
+    _link: ClassVar[Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]]
+
+    def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool) -> None:
+        self.n_features = _check_positive_int(n_features, "n_features")
+        self.n_outputs = n_outputs
+        self.l2 = _check_l2(l2)
+        if not isinstance(fit_intercept, (bool, np.bool_)):
+            raise ConfigurationError(f"fit_intercept must be True or False, got {fit_intercept!r}")
+        self.fit_intercept = bool(fit_intercept)
+
+    # -- layout ----------------------------------------------------------------------
+
+    @property
+    def n_coef(self) -> int:
+        return self.n_features * self.n_outputs
+
+    @property
+    def n_params(self) -> int:
+        return self.n_coef + (self.n_outputs if self.fit_intercept else 0)
+
+    def unpack(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Views ``(W, b)``: W is (d,) when K = 1 else (d, K); b is (K,) (zeros without intercept)."""
+        coef = params[: self.n_coef]
+        W = coef if self.n_outputs == 1 else coef.reshape(self.n_features, self.n_outputs)
+        b = params[self.n_coef :] if self.fit_intercept else np.zeros(self.n_outputs)
+        return W, b
+
+    def init_params(self, seed: int | None = None) -> np.ndarray:
+        """Zeros (``seed=None``) or small Gaussian weights drawn from ``seed``."""
+        if seed is None:
+            return np.zeros(self.n_params)
+        return np.random.default_rng(seed).normal(scale=0.01, size=self.n_params)
+
+    def check_params(self, params: Any, name: str = "x0") -> np.ndarray:
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (self.n_params,):
+            raise ModelDataMismatchError(
+                f"{name} must have shape ({self.n_params},) for {self!r}, got {params.shape}"
+            )
+        if not np.all(np.isfinite(params)):
+            bad = int(np.flatnonzero(~np.isfinite(params))[0])
+            raise ModelDataMismatchError(f"{name} is not finite: {name}[{bad}] = {params[bad]}")
+        return params
+
+    # -- objective pieces ---------------------------------------------------------------
+
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Sum over the rows of (loss, gradient of the loss); no penalty.
+
+        Rows are processed in cache-sized blocks: each block of X is read from memory for
+        ``X_b W`` and is still in cache for ``X_b^T dz``, so X streams from memory about
+        once per call.
+        """
+        W, b = self.unpack(params)
+        W = W.astype(X.dtype, copy=False)
+        grad = np.zeros(self.n_params)
+        gW = grad[: self.n_coef] if self.n_outputs == 1 else grad[: self.n_coef].reshape(W.shape)
+        gb = np.zeros(self.n_outputs)
+        loss = 0.0
+        step = block_rows(self.n_features * (1 if self.n_outputs == 1 else 2), X.dtype.itemsize)
+        for start in range(0, X.shape[0], step):
+            Xb = X[start : start + step]
+            z = Xb @ W
+            z += b if self.n_outputs > 1 else b[0]
+            block_loss, dz = type(self)._link(z, y[start : start + step])
+            loss += block_loss
+            gW += dz @ Xb if self.n_outputs == 1 else Xb.T @ dz
+            gb += dz.sum(axis=0)
+        if self.fit_intercept:
+            grad[self.n_coef :] = gb
+        return loss, grad
+
+    def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
+        """(l2 / 2) ||W||^2 and its gradient (zero on intercepts)."""
+        grad = np.zeros(self.n_params)
+        if self.l2 == 0.0:
+            return 0.0, grad
+        coef = params[: self.n_coef]
+        grad[: self.n_coef] = self.l2 * coef
+        return 0.5 * self.l2 * float(coef @ coef), grad
+
+    def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Mean loss plus penalty and its gradient, in one process (a reference path)."""
+        loss, grad = self.loss_grad_sum(params, X, y)
+        pen, pgrad = self.penalty(params)
+        n = X.shape[0]
+        return loss / n + pen, grad / n + pgrad
+
+    # -- prediction -----------------------------------------------------------------------
+
+    def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        W, b = self.unpack(np.asarray(params, dtype=np.float64))
+        z = np.asarray(X) @ W
+        return z + (b if self.n_outputs > 1 else b[0])
+
+    # -- data checks ----------------------------------------------------------------------
+
+    def check_data(self, data: Any) -> None:
+        """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
+        if data.n_features != self.n_features:
+            raise ModelDataMismatchError(
+                f"{self!r} expects {self.n_features} features but the dataset at "
+                f"{str(data.path)!r} has {data.n_features}"
+            )
+        if len(data.y_shape) != 1:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} needs 1-D y, but y at {str(data.path)!r} has shape {data.y_shape}"
+            )
+        self._check_labels(data)
+
+    def _check_labels(self, data: Any) -> None:
+        return None
+
+    def _check_class_labels(self, data: Any, n_classes: int) -> None:
+        low, high = data.label_range
+        counts = data.label_counts
+        integral = counts is not None
+        if not integral or low < 0 or high > n_classes - 1:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} needs integer labels in 0..{n_classes - 1}, but y at "
+                f"{str(data.path)!r} ranges over [{low:g}, {high:g}]"
+                + ("" if integral else " and is not integer-valued")
+            )
+
+    def _config(self) -> dict[str, Any]:
+        return {"n_features": self.n_features, "l2": self.l2, "fit_intercept": self.fit_intercept}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self._config() == other._config()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, tuple(self._config().items())))
+
+
+class LeastSquares(LinearModel):
+    """Linear regression: per-sample loss 0.5 (x . w + b - y)^2."""
+
+    name = "least_squares"
+    _link = staticmethod(squared_link)
+
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept)
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        return self.decision_function(params, X)
+
+
+class Logistic(LinearModel):
+    """Binary logistic regression, labels 0/1: per-sample loss log(1 + e^z) - y z."""
+
+    name = "logistic"
+    _link = staticmethod(logistic_link)
+
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept)
+
+    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Columns P(y=0), P(y=1)."""
+        z = self.decision_function(params, X)
+        p1 = np.exp(-np.logaddexp(0.0, -z))
+        return np.column_stack([1.0 - p1, p1])
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        return (self.decision_function(params, X) > 0).astype(np.int64)
+
+    def _check_labels(self, data: Any) -> None:
+        self._check_class_labels(data, 2)
+
+
+class Softmax(LinearModel):
+    """Multinomial logistic regression, labels 0..K-1: per-sample loss -log softmax(z)_y."""
+
+    name = "softmax"
+    _link = staticmethod(softmax_link)
+
+    def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
+        n_classes = _check_positive_int(n_classes, "n_classes", minimum=2)
+        super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept)
+
+    @property
+    def n_classes(self) -> int:
+        return self.n_outputs
+
+    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        z = self.decision_function(params, X)
+        z = z - z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        return np.argmax(self.decision_function(params, X), axis=1)
+
+    def _check_labels(self, data: Any) -> None:
+        self._check_class_labels(data, self.n_classes)
+
+    def _config(self) -> dict[str, Any]:
+        return {"n_features": self.n_features, "n_classes": self.n_classes, **{
+            k: v for k, v in super()._config().items() if k != "n_features"}}

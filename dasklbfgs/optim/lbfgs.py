@@ -1,0 +1,234 @@
+"""Limited-memory BFGS with an explicit state, scipy-compatible stopping and results.
+
+Pure numpy: ``evaluate(x) -> (f, g)`` is the only contact with the outside world, so the
+Sandblaster coordinator plugs in a distributed evaluation and tests plug in a function.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
+from dasklbfgs.optim.basis import LocalBasis
+from dasklbfgs.optim.linesearch import strong_wolfe
+from dasklbfgs.optim.two_loop import two_loop_coefficients
+
+__all__ = ["LBFGSOptions", "LBFGSState", "lbfgs_minimize", "Status"]
+
+Evaluate = Callable[[np.ndarray], tuple[float, np.ndarray]]
+
+
+class Status:
+    """``OptimizeResult.status`` codes (0-2 as scipy's L-BFGS-B, 99 as scipy's callbacks)."""
+
+    CONVERGED = 0
+    LIMIT = 1
+    LINE_SEARCH_FAILED = 2
+    NON_FINITE = 3
+    CALLBACK_STOP = 99
+
+
+MSG_GTOL = "CONVERGENCE: NORM OF PROJECTED GRADIENT <= GTOL"
+MSG_FTOL = "CONVERGENCE: RELATIVE REDUCTION OF F <= FTOL"
+MSG_MAXITER = "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT"
+MSG_MAXFUN = "STOP: TOTAL NO. OF F,G EVALUATIONS EXCEEDS LIMIT"
+MSG_CALLBACK = "`callback` raised `StopIteration`."
+
+
+@dataclass(frozen=True)
+class LBFGSOptions:
+    """Validated options; defaults follow ``scipy.optimize.minimize(method="L-BFGS-B")``."""
+
+    history: int = 10
+    gtol: float = 1e-5
+    ftol: float = 2.220446049250313e-09
+    maxiter: int = 15000
+    maxfun: int = 15000
+    max_line_search: int = 20
+
+    def __post_init__(self) -> None:
+        for name in ("history", "maxiter", "maxfun", "max_line_search"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("gtol", "ftol"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float, np.floating)) or not value >= 0 or not math.isfinite(value):
+                raise ConfigurationError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+@dataclass
+class LBFGSState:
+    """Everything needed to continue an L-BFGS run: iterate, gradient, history, counters."""
+
+    x: np.ndarray
+    f: float
+    g: np.ndarray
+    basis: LocalBasis
+    nit: int = 0
+    nfev: int = 0
+    previous_f: float = math.nan
+    last_step: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def lbfgs_minimize(
+    evaluate: Evaluate,
+    x0: np.ndarray,
+    options: LBFGSOptions | None = None,
+    *,
+    callback: Callable[[OptimizeResult], Any] | None = None,
+    state: LBFGSState | None = None,
+) -> tuple[OptimizeResult, LBFGSState]:
+    """Minimise ``f`` from ``x0`` (or continue from ``state``) with L-BFGS.
+
+    Parameters
+    ----------
+    evaluate
+        ``x -> (f(x), grad f(x))``.
+    x0
+        Starting point (ignored when ``state`` is given).
+    options
+        :class:`LBFGSOptions`.
+    callback
+        Called after each iteration with an ``OptimizeResult`` holding ``x`` and ``fun``
+        (scipy's ``intermediate_result``); raising ``StopIteration`` stops with status 99.
+    state
+        A state from an earlier run to continue from.
+
+    Returns
+    -------
+    (OptimizeResult, LBFGSState)
+        The result has scipy's fields ``x, fun, jac, nit, nfev, njev, status, success,
+        message`` plus ``history``, one dict per iteration.
+
+    Notes
+    -----
+    Stopping is scipy's: ``max|g| <= gtol``; ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)
+    <= ftol``; ``nit >= maxiter``; ``nfev >= maxfun``. The first step along ``-g`` has
+    length 1 (``alpha = 1 / ||g||``), later ones start at ``alpha = 1``. A pair with
+    ``s.y <= eps y.y`` is skipped. When the line search fails the history is dropped and
+    the search retried along ``-g`` once before giving up (status 2).
+    """
+    opts = options or LBFGSOptions()
+    started = time.perf_counter()
+    if state is None:
+        x = np.array(x0, dtype=np.float64)
+        f, g = evaluate(x)
+        if not (math.isfinite(f) and np.all(np.isfinite(g))):
+            raise NonFiniteObjectiveError(
+                f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
+            )
+        basis = LocalBasis(x.size, opts.history)
+        basis.set_gradient(g)
+        state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
+    status, message = _check_gradient(state, opts)
+
+    while status is None:
+        if state.nit >= opts.maxiter:
+            status, message = Status.LIMIT, MSG_MAXITER
+            break
+        if state.nfev >= opts.maxfun:
+            status, message = Status.LIMIT, MSG_MAXFUN
+            break
+        outcome = _iterate(evaluate, state, opts)
+        if outcome is not None:
+            status, message = outcome
+            break
+        state.history.append({
+            "nit": state.nit,
+            "fun": state.f,
+            "gnorm": float(np.max(np.abs(state.g))),
+            "step": state.last_step,
+            "nfev": state.nfev,
+            "time": time.perf_counter() - started,
+        })
+        if callback is not None:
+            try:
+                callback(OptimizeResult(x=state.x.copy(), fun=state.f, nit=state.nit))
+            except StopIteration:
+                status, message = Status.CALLBACK_STOP, MSG_CALLBACK
+                break
+        status, message = _check_convergence(state, opts)
+
+    result = OptimizeResult(
+        x=state.x.copy(),
+        fun=state.f,
+        jac=state.g.copy(),
+        nit=state.nit,
+        nfev=state.nfev,
+        njev=state.nfev,
+        status=status,
+        success=status == Status.CONVERGED,
+        message=message,
+        history=list(state.history),
+    )
+    return result, state
+
+
+def _check_gradient(state: LBFGSState, opts: LBFGSOptions):
+    if float(np.max(np.abs(state.g))) <= opts.gtol:
+        return Status.CONVERGED, MSG_GTOL
+    return None, ""
+
+
+def _check_convergence(state: LBFGSState, opts: LBFGSOptions):
+    f_old, f_new = state.previous_f, state.f
+    if (f_old - f_new) <= opts.ftol * max(abs(f_old), abs(f_new), 1.0):
+        return Status.CONVERGED, MSG_FTOL
+    return _check_gradient(state, opts)
+
+
+def _iterate(evaluate: Evaluate, state: LBFGSState, opts: LBFGSOptions):
+    """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
+    basis = state.basis
+    for attempt in range(2):
+        gram = basis.gram()
+        delta = two_loop_coefficients(gram, basis.k)
+        slope = float(delta @ gram[:, -1])  # g . p
+        if not slope < 0 or basis.k == 0:
+            basis.drop_pairs()
+            delta = two_loop_coefficients(basis.gram(), 0)
+            slope = -float(basis.gram()[-1, -1])
+            alpha1 = 1.0 / math.sqrt(-slope)
+        else:
+            alpha1 = 1.0
+        p = basis.combine(delta)
+        trials: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
+
+        def phi(alpha: float) -> tuple[float, float]:
+            x_trial = state.x + alpha * p
+            f_trial, g_trial = evaluate(x_trial)
+            state.nfev += 1
+            trials[alpha] = (x_trial, f_trial, g_trial)
+            return float(f_trial), float(g_trial @ p)
+
+        budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
+        search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, max_evals=budget)
+        if search.success:
+            break
+        if basis.k == 0 or state.nfev >= opts.maxfun:
+            if search.saw_non_finite:
+                return Status.NON_FINITE, (
+                    "ABNORMAL: the objective became non-finite along the search direction; "
+                    "x is the last finite iterate"
+                )
+            return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
+        basis.drop_pairs()
+    x_new, f_new, g_new = trials[search.alpha]
+    s, y = x_new - state.x, g_new - state.g
+    if float(s @ y) > np.finfo(float).eps * float(y @ y):
+        basis.push_pair(s, y)
+    basis.set_gradient(g_new)
+    state.previous_f = state.f
+    state.last_step = search.alpha
+    state.x, state.f, state.g = x_new, float(f_new), g_new
+    state.nit += 1
+    return None
