@@ -64,16 +64,32 @@ def connect(
     if scheduler_file is not None:
         if not os.path.isfile(scheduler_file):
             raise ConfigurationError(f"scheduler file {str(scheduler_file)!r} does not exist")
-        return Client(scheduler_file=os.fspath(scheduler_file), direct_to_workers=True, **extra)
+        return _low_latency(Client(scheduler_file=os.fspath(scheduler_file), direct_to_workers=True, **extra))
     if address is not None:
-        return Client(address, direct_to_workers=True, **extra)
-    return Client(
+        return _low_latency(Client(address, direct_to_workers=True, **extra))
+    return _low_latency(Client(
         n_workers=n_workers or (os.cpu_count() or 1),
         threads_per_worker=threads_per_worker,
         processes=True,
         host="127.0.0.1",
         dashboard_address=dashboard_address,
+        # Without a dashboard the scheduler still serves HTTP (health, metrics): keep it
+        # on loopback and on a free port rather than the default 8787.
+        scheduler_kwargs=None if dashboard_address else {"dashboard_address": "127.0.0.1:0"},
         memory_limit=memory_limit,
         direct_to_workers=True,
         **extra,
-    )
+    ))
+
+
+def _low_latency(client: Client) -> Client:
+    """Send the client's messages to the scheduler in 1 ms batches instead of 10 ms.
+
+    Sandblaster sends a few messages per evaluation (tasks, releases); with the default
+    batching each waits up to 10 ms, which measured as about a third of an evaluation's
+    fixed cost on a 2-worker cluster.
+    """
+    comm = getattr(client, "scheduler_comm", None)
+    if comm is not None and hasattr(comm, "interval"):
+        comm.interval = 0.001
+    return client

@@ -123,6 +123,10 @@ class ShardedDataset:
         if getattr(X, "ndim", 2) != 2 or X.shape[0] != y.shape[0]:
             # Report shape problems before any block is read.
             check_block_shapes(X, y, where="in the input")
+        if 0 in X.shape:
+            raise InvalidDataError(
+                f"the dataset is empty (shape {tuple(X.shape)}); give at least one row and one feature"
+            )
         blocks = _row_blocks(X, y, shard_rows)
         return cls._write(path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype)
 

@@ -214,7 +214,9 @@ def _iterate(evaluate: Evaluate, state: LBFGSState, opts: LBFGSOptions):
         search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, max_evals=budget)
         if search.success:
             break
-        if basis.k == 0 or state.nfev >= opts.maxfun:
+        if state.nfev >= opts.maxfun:
+            return Status.LIMIT, MSG_MAXFUN
+        if basis.k == 0:
             if search.saw_non_finite:
                 return Status.NON_FINITE, (
                     "ABNORMAL: the objective became non-finite along the search direction; "

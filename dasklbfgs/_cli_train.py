@@ -1,0 +1,174 @@
+"""``dasklbfgs train`` and ``dasklbfgs demo``: Sandblaster L-BFGS from the command line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from distributed import Client
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="use a running Dask scheduler (default: $DASKLBFGS_SCHEDULER, "
+                            "else an embedded LocalCluster)")
+    where.add_argument("--scheduler-file", metavar="FILE", help="scheduler file of a running cluster")
+    group.add_argument("--workers", type=int, default=None,
+                       help="workers of the embedded cluster (default: one per core)")
+
+
+@contextlib.contextmanager
+def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
+    from dasklbfgs.cluster import connect
+
+    client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def dashboard_line(client: Client) -> str:
+    link = client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
+    return f"dashboard  {link}" if link else "dashboard  (not running)"
+
+
+def _train(client: Client, model_name: str, train_path: Path, *, l2: float, fit_intercept: bool,
+           standardize: bool, maxiter: int, gtol: float, backup_tasks: bool) -> tuple[Any, Any, Any]:
+    from dasklbfgs.data import ShardedDataset
+    from dasklbfgs.models import model_for_dataset
+    from dasklbfgs.sandblaster import sandblaster_lbfgs
+
+    data = ShardedDataset.open(train_path)
+    model = model_for_dataset(model_name, data, l2=l2, fit_intercept=fit_intercept)
+    result = sandblaster_lbfgs(model, data, client=client, maxiter=maxiter, gtol=gtol,
+                               standardize=standardize, backup_tasks=backup_tasks)
+    return model, data, result
+
+
+def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
+    from dasklbfgs.models.metrics import evaluate_model
+
+    report: dict[str, Any] = {
+        "model": repr(model),
+        "n_params": model.n_params,
+        "objective": result.fun,
+        "iterations": result.nit,
+        "evaluations": result.nfev,
+        "success": bool(result.success),
+        "message": result.message,
+        "seconds": result.timing["total_seconds"],
+        "seconds_per_evaluation": result.timing["eval_seconds_median"],
+        "backup_tasks": {"launched": result.timing["backups_launched"], "won": result.timing["backups_won"]},
+        "train": evaluate_model(model, result.x, data),
+    }
+    if test is not None:
+        report["test"] = evaluate_model(model, result.x, test)
+    return report
+
+
+def _format_report(report: dict[str, Any]) -> str:
+    lines = [
+        f"model      {report['model']} ({report['n_params']} parameters)",
+        f"objective  {report['objective']:.10g}",
+        f"stopped    {report['message']} (success={report['success']})",
+        f"work       {report['iterations']} iterations, {report['evaluations']} evaluations, "
+        f"{report['seconds']:.2f} s ({1e3 * report['seconds_per_evaluation']:.1f} ms per evaluation)",
+        f"backups    {report['backup_tasks']['launched']} launched, {report['backup_tasks']['won']} won",
+    ]
+    for split in ("train", "test"):
+        if split in report:
+            m = report[split]
+            score = (f"accuracy {m['accuracy']:.4f}" if "accuracy" in m
+                     else f"rmse {m['rmse']:.4g}, r2 {m['r2']:.4f}")
+            lines.append(f"{split:<10} {m['n_samples']} rows: {score}, objective {m['objective']:.6g}")
+    return "\n".join(lines)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from dasklbfgs.data import ShardedDataset
+    from dasklbfgs.models.persist import save_params
+
+    with cluster_from_args(args) as client:
+        model, data, result = _train(
+            client, args.model, Path(args.data), l2=args.l2, fit_intercept=not args.no_intercept,
+            standardize=args.standardize, maxiter=args.maxiter, gtol=args.gtol,
+            backup_tasks=not args.no_backup_tasks,
+        )
+        test = ShardedDataset.open(args.test) if args.test else None
+        report = _report(model, result, data, test)
+        report["dataset"] = str(data.path)
+        save_params(args.output, model, result.x, report)
+        report["output"] = str(args.output)
+        if args.json:
+            print(json.dumps(report, indent=2, default=float))
+        else:
+            print(_format_report(report))
+            print(f"saved      {args.output}")
+    return 0 if result.success else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from dasklbfgs.cluster import connect
+    from dasklbfgs.data import make_dataset
+
+    with contextlib.ExitStack() as stack:
+        folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        started = time.perf_counter()
+        splits = make_dataset(
+            "logistic", folder / "demo-data", rows=args.rows, features=args.features,
+            shard_rows=args.shard_rows, seed=0, ill_conditioned=True, overwrite=True,
+        )
+        train = splits["train"]
+        print(f"data       {train.n_samples} x {train.n_features} logistic rows "
+              f"(features scaled over 4 decades) in {train.n_shards} Zarr shards, "
+              f"{splits['test'].n_samples} held out; written in {time.perf_counter() - started:.1f} s")
+        client = connect(n_workers=args.workers, dashboard_address=args.dashboard_address)
+        stack.callback(client.close)
+        n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        print(f"cluster    embedded LocalCluster, {n_workers} workers x 1 thread")
+        print(dashboard_line(client))
+        model, data, result = _train(client, "logistic", train.path, l2=args.l2, fit_intercept=True,
+                                     standardize=True, maxiter=200, gtol=1e-6, backup_tasks=True)
+        print(_format_report(_report(model, result, data, splits["test"])))
+        if args.keep:
+            print(f"kept       {folder / 'demo-data'}")
+    return 0 if result.success else 1
+
+
+def add_train_commands(sub: Any) -> None:
+    from dasklbfgs.models import MODELS
+
+    train = sub.add_parser("train", help="train a model on a sharded dataset with Sandblaster L-BFGS")
+    train.add_argument("--data", required=True, help="training dataset (a ShardedDataset path)")
+    train.add_argument("--test", help="held-out dataset to score")
+    train.add_argument("--model", choices=MODELS, default="logistic")
+    train.add_argument("--l2", type=float, default=0.0, help="l2 penalty strength (default 0)")
+    train.add_argument("--no-intercept", action="store_true")
+    train.add_argument("--standardize", action="store_true",
+                       help="optimise in standardised coordinates (same optimum, fewer iterations)")
+    train.add_argument("--maxiter", type=int, default=100)
+    train.add_argument("--gtol", type=float, default=1e-5)
+    train.add_argument("--no-backup-tasks", action="store_true")
+    train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
+    train.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_cluster_arguments(train)
+    train.set_defaults(func=_cmd_train)
+
+    demo = sub.add_parser("demo", help="build a sample dataset and train on an embedded cluster")
+    demo.add_argument("--rows", type=int, default=200_000)
+    demo.add_argument("--features", type=int, default=50)
+    demo.add_argument("--shard-rows", type=int, default=25_000)
+    demo.add_argument("--l2", type=float, default=1e-4)
+    demo.add_argument("--workers", type=int, default=None)
+    demo.add_argument("--dashboard-address", default="127.0.0.1:8787")
+    demo.add_argument("--keep", metavar="DIR", help="keep the sample dataset under DIR")
+    demo.set_defaults(func=_cmd_demo)

@@ -1,0 +1,192 @@
+"""``sandblaster_lbfgs``: the coordinator loop of Sandblaster L-BFGS (ALGORITHMS.md §1).
+
+The coordinator is this function in the client process: it runs the pure L-BFGS of
+:mod:`dasklbfgs.optim` and asks a :class:`MegaBatchEvaluator` for each loss and gradient;
+the evaluator's portions run as Dask futures on the workers next to their cached shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+from distributed import Client
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.data import ShardedDataset
+from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
+from dasklbfgs.optim import LBFGSOptions, lbfgs_minimize
+from dasklbfgs.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.sandblaster.standardize import Standardizer, combine_moments
+
+__all__ = ["sandblaster_lbfgs"]
+
+logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def resolve_client(client: Client | None) -> Iterator[Client]:
+    """``client``, else the default client, else an embedded cluster closed afterwards."""
+    if client is not None:
+        yield client
+        return
+    from distributed import default_client
+
+    try:
+        yield default_client()
+        return
+    except ValueError:
+        pass
+    from dasklbfgs.cluster import connect
+
+    logger.info("no Dask client given or active: starting an embedded LocalCluster")
+    embedded = connect(dashboard_address=None)
+    try:
+        yield embedded
+    finally:
+        embedded.close()
+
+
+def _resolve_data(data: Any) -> ShardedDataset:
+    if isinstance(data, ShardedDataset):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return ShardedDataset.open(data)
+    raise ConfigurationError(
+        f"data must be a ShardedDataset or a path to one, got {type(data).__name__}"
+    )
+
+
+def sandblaster_lbfgs(
+    model: Any,
+    data: ShardedDataset | str | os.PathLike[str],
+    *,
+    client: Client | None = None,
+    x0: np.ndarray | None = None,
+    maxiter: int = 100,
+    gtol: float = 1e-5,
+    ftol: float = 2.220446049250313e-09,
+    maxfun: int = 15000,
+    history: int = 10,
+    portion_rows: int | None = None,
+    backup_tasks: bool = True,
+    standardize: bool = False,
+    callback: Callable[[OptimizeResult], Any] | None = None,
+) -> OptimizeResult:
+    """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS on Dask.
+
+    Parameters
+    ----------
+    model
+        A model from :mod:`dasklbfgs.models` (``LeastSquares``, ``Logistic``, ``Softmax``).
+    data
+        A :class:`ShardedDataset` or a path to one. Workers read it by path, so on a real
+        cluster it must be on storage every worker can reach.
+    client
+        Dask client; default: the active client, else an embedded ``LocalCluster`` that
+        is closed on return.
+    x0
+        Starting parameters (default zeros), length ``model.n_params``.
+    maxiter, gtol, ftol, maxfun, history
+        L-BFGS limits and memory, with scipy's ``L-BFGS-B`` meanings and defaults
+        (``maxiter`` excepted). With ``standardize=True``, ``gtol`` applies to the
+        gradient in standardised coordinates.
+    portion_rows
+        Rows per portion (default: about four portions per worker thread, at most one
+        shard each).
+    backup_tasks
+        Copy straggling portions to other workers and take the first result.
+    standardize
+        Optimise in standardised feature coordinates (one pass of column statistics);
+        the objective and its minimiser are unchanged.
+    callback
+        Called after each iteration with ``intermediate_result`` (``x``, ``fun``, ``nit``);
+        raising ``StopIteration`` stops the run cleanly (status 99).
+
+    Returns
+    -------
+    scipy.optimize.OptimizeResult
+        ``x, fun, jac, nit, nfev, njev, status, success, message`` (``success=False`` with
+        a message when a limit was hit), ``history`` (per iteration: ``nit, fun, gnorm,
+        step, nfev, time``), ``timing`` and ``evaluator`` statistics.
+
+    Raises
+    ------
+    ModelDataMismatchError
+        The model does not fit the data (features, labels) or ``x0`` has the wrong length
+        or is not finite.
+    NonFiniteObjectiveError
+        The objective is not finite at ``x0``.
+    ConfigurationError
+        A bad option value.
+    """
+    started = time.perf_counter()
+    options = LBFGSOptions(history=history, gtol=gtol, ftol=ftol, maxiter=maxiter, maxfun=maxfun)
+    if not isinstance(backup_tasks, bool):
+        raise ConfigurationError(f"backup_tasks must be True or False, got {backup_tasks!r}")
+    if not isinstance(standardize, bool):
+        raise ConfigurationError(f"standardize must be True or False, got {standardize!r}")
+    if callback is not None and not callable(callback):
+        raise ConfigurationError(f"callback must be callable, got {callback!r}")
+    dataset = _resolve_data(data)
+    model.check_data(dataset)
+    x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
+    n = dataset.n_samples
+
+    with resolve_client(client) as active:
+        evaluator = MegaBatchEvaluator(
+            active, model, dataset, portion_rows=portion_rows, backup_tasks=backup_tasks
+        )
+        try:
+            transform = None
+            if standardize:
+                moments = combine_moments(evaluator.column_moments())
+                transform = Standardizer.from_moments(
+                    *moments, n_outputs=model.n_outputs, fit_intercept=model.fit_intercept,
+                    l2=model.l2,
+                )
+
+            def objective(params: np.ndarray) -> tuple[float, np.ndarray]:
+                loss, grad = evaluator.evaluate(params)
+                penalty, penalty_grad = model.penalty(params)
+                return loss / n + penalty, grad / n + penalty_grad
+
+            if transform is None:
+                evaluate, theta0 = objective, x_start
+            else:
+                def evaluate(theta: np.ndarray) -> tuple[float, np.ndarray]:
+                    f, g = objective(transform.to_params(theta))
+                    return f, transform.gradient_to_theta(g)
+
+                theta0 = transform.to_theta(x_start)
+
+            user_callback = callback
+            if transform is not None and user_callback is not None:
+                def wrapped(intermediate: OptimizeResult) -> Any:
+                    intermediate.x = transform.to_params(intermediate.x)
+                    return user_callback(intermediate)
+                user_callback = wrapped
+
+            try:
+                result, _ = lbfgs_minimize(evaluate, theta0, options, callback=user_callback)
+            except NonFiniteObjectiveError as exc:
+                raise NonFiniteObjectiveError(f"{exc} (dataset {str(dataset.path)!r})") from None
+            if transform is not None:
+                result.x = transform.to_params(result.x)
+                result.jac = transform.gradient_to_params(result.jac)
+        finally:
+            evaluator.close()
+
+    result.timing = {
+        "total_seconds": time.perf_counter() - started,
+        **evaluator.stats.as_dict(),
+    }
+    result.n_portions = len(evaluator.portions)
+    if not result.success:
+        logger.info("Sandblaster L-BFGS stopped early: %s", result.message)
+    return result

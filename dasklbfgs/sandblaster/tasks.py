@@ -1,0 +1,34 @@
+"""Functions that run on the workers: load a shard, evaluate a portion, column statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+Shard = tuple[np.ndarray, np.ndarray]
+
+
+def load_shard(data: Any, index: int) -> Shard:
+    """Read shard ``index`` from Zarr; the result stays in the worker's memory (affinity)."""
+    return data.load_shard(index)
+
+
+def portion_loss_grad(shard: Shard, local: slice, *, model: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
+    """Loss and gradient sums of one portion of a cached shard."""
+    X, y = shard
+    return model.loss_grad_sum(x, X[local], y[local])
+
+
+def portion_loss_grad_from_store(model: Any, data: Any, x: np.ndarray, start: int, stop: int) -> tuple[float, np.ndarray]:
+    """The same sums, reading the rows from Zarr: a backup copy on a worker without the shard."""
+    X, y = data.load_rows(start, stop)
+    return model.loss_grad_sum(x, X, y)
+
+
+def column_moments(shard: Shard) -> tuple[int, np.ndarray, np.ndarray]:
+    """Row count, column means and column sums of squared deviations of one shard."""
+    X = shard[0]
+    mean = X.mean(axis=0, dtype=np.float64)
+    centered = X - mean
+    return X.shape[0], mean, np.einsum("ij,ij->j", centered, centered)

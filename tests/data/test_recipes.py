@@ -1,0 +1,89 @@
+"""Dataset recipes: synthetic planted models and scikit-learn's bundled datasets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_wine
+
+from dasklbfgs import ShardedDataset, make_dataset
+from dasklbfgs.data.synthetic import SyntheticProblem
+from dasklbfgs.errors import ConfigurationError, DatasetExistsError, NotADatasetError
+
+
+def test_logistic_recipe_writes_train_and_test(tmp_path) -> None:
+    splits = make_dataset("logistic", tmp_path / "d", rows=1000, features=6, shard_rows=300, seed=3)
+    train, test = splits["train"], splits["test"]
+    assert (train.n_samples, train.n_features, train.n_shards) == (1000, 6, 4)
+    assert test.n_samples == 200
+    assert set(train.label_counts) == {0, 1}
+    assert train.attrs["task"] == "binary" and train.attrs["n_classes"] == 2
+    # Held-out rows are new draws, not copies of training rows.
+    assert not np.isin(test.load_rows(0, 5)[0][:, 0], train.load_rows(0, 1000)[0][:, 0]).any()
+
+
+def test_synthetic_rows_do_not_depend_on_shard_size(tmp_path) -> None:
+    a = make_dataset("regression", tmp_path / "a", rows=500, features=3, shard_rows=64, seed=1)["train"]
+    b = make_dataset("regression", tmp_path / "b", rows=500, features=3, shard_rows=500, seed=1)["train"]
+    np.testing.assert_array_equal(a.load_rows(0, 500)[1], b.load_rows(0, 500)[1])
+    c = make_dataset("regression", tmp_path / "c", rows=500, features=3, shard_rows=500, seed=2)["train"]
+    assert not np.array_equal(a.load_rows(0, 500)[1], c.load_rows(0, 500)[1])
+
+
+def test_planted_model_is_recoverable_from_regression_data() -> None:
+    problem = SyntheticProblem("regression", n_features=4, seed=0, noise=0.01)
+    X, y = next(problem.blocks(5000))
+    coef, intercept = problem.planted()
+    A = np.column_stack([X, np.ones(len(X))])
+    fit = np.linalg.lstsq(A, y, rcond=None)[0]
+    np.testing.assert_allclose(fit, np.r_[coef[:, 0], intercept], atol=0.01)
+
+
+def test_ill_conditioned_features_span_four_decades(tmp_path) -> None:
+    train = make_dataset("multinomial", tmp_path / "d", rows=4000, features=5, shard_rows=4000,
+                         n_classes=4, ill_conditioned=True, test_fraction=0)["train"]
+    std = train.load_rows(0, 4000)[0].std(axis=0)
+    assert std.max() / std.min() == pytest.approx(1e4, rel=0.1)
+    assert set(train.label_counts) == {0, 1, 2, 3}
+
+
+def test_bundled_wine_is_split_stratified(tmp_path) -> None:
+    splits = make_dataset("wine", tmp_path / "wine", shard_rows=50, seed=0)
+    train, test = splits["train"], splits["test"]
+    X, y = load_wine(return_X_y=True)
+    assert train.n_samples + test.n_samples == len(y)
+    assert train.feature_names[0] == "alcohol"
+    assert train.attrs["n_classes"] == 3
+    both = np.vstack([train.load_rows(0, train.n_samples)[0], test.load_rows(0, test.n_samples)[0]])
+    np.testing.assert_allclose(np.sort(both.sum(axis=1)), np.sort(X.sum(axis=1)))
+
+
+def test_opening_the_folder_points_at_its_splits(tmp_path) -> None:
+    make_dataset("breast_cancer", tmp_path / "bc", shard_rows=100)
+    with pytest.raises(NotADatasetError, match=r"holds the datasets \['test', 'train'\], not one dataset"):
+        ShardedDataset.open(tmp_path / "bc")
+
+
+@pytest.mark.parametrize(
+    ("kind", "kwargs", "match"),
+    [
+        ("nope", {}, r"dataset kind must be one of .* got 'nope'"),
+        ("logistic", {"rows": 10}, r"the 'logistic' recipe needs rows and features"),
+        ("logistic", {"rows": 0, "features": 2}, r"rows must be >= 1, got 0"),
+        ("digits", {"rows": 10}, r"the 'digits' dataset has a fixed size"),
+        ("wine", {"test_fraction": 1.0}, r"test_fraction must be in \[0, 1\), got 1.0"),
+        ("multinomial", {"rows": 10, "features": 2, "n_classes": 1}, r"n_classes must be >= 2, got 1"),
+    ],
+)
+def test_recipe_errors(tmp_path, kind, kwargs, match) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        make_dataset(kind, tmp_path / "d", **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recipe_refuses_existing_folder(tmp_path) -> None:
+    make_dataset("wine", tmp_path / "d")
+    with pytest.raises(DatasetExistsError, match=r"already exists"):
+        make_dataset("wine", tmp_path / "d")
+    make_dataset("wine", tmp_path / "d", overwrite=True, test_fraction=0)
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["train"]

@@ -1,0 +1,223 @@
+"""ShardedDataset: round trips for every input type, views, and every error path."""
+
+from __future__ import annotations
+
+import json
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+import zarr
+
+from dasklbfgs import ShardedDataset
+from dasklbfgs.errors import (
+    ConfigurationError,
+    DatasetExistsError,
+    InvalidDataError,
+    NotADatasetError,
+)
+
+
+@pytest.fixture
+def Xy() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(103, 4)), rng.integers(0, 3, size=103)
+
+
+def test_create_from_numpy_round_trips(tmp_path, Xy) -> None:
+    X, y = Xy
+    ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=25, feature_names=list("abcd"),
+                               attrs={"task": "multiclass"})
+    assert (ds.n_samples, ds.n_features, ds.n_shards) == (103, 4, 5)
+    assert ds.shard_bounds == [(0, 25), (25, 50), (50, 75), (75, 100), (100, 103)]
+    assert ds.dtype == np.float64
+    assert ds.attrs["task"] == "multiclass"
+    assert ds.feature_names == ["a", "b", "c", "d"]
+    assert ds.label_counts == {k: int(v) for k, v in zip(*np.unique(y, return_counts=True))}
+    Xr, yr = ds.load_rows(0, 103)
+    np.testing.assert_array_equal(Xr, X)
+    np.testing.assert_array_equal(yr, y)
+    reopened = ShardedDataset.open(tmp_path / "d")
+    np.testing.assert_array_equal(reopened.load_shard(4)[0], X[100:])
+
+
+def test_create_keeps_float32_and_converts_ints(tmp_path, Xy) -> None:
+    X, y = Xy
+    assert ShardedDataset.create(tmp_path / "a", X.astype(np.float32), y, shard_rows=50).dtype == np.float32
+    ints = ShardedDataset.create(tmp_path / "b", (X * 10).astype(np.int32), y, shard_rows=50)
+    assert ints.dtype == np.float64
+    np.testing.assert_array_equal(ints.load_rows(0, 3)[0], (X[:3] * 10).astype(np.int32))
+
+
+def test_create_from_dask_arrays(tmp_path, Xy) -> None:
+    X, y = Xy
+    ds = ShardedDataset.create(tmp_path / "d", da.from_array(X, chunks=(17, 4)),
+                               da.from_array(y, chunks=31), shard_rows=40)
+    np.testing.assert_array_equal(ds.load_rows(0, 103)[0], X)
+    assert ds.shard_rows == 40
+
+
+def test_create_from_xarray_dataset_takes_feature_names(tmp_path, Xy) -> None:
+    X, y = Xy
+    source = xr.Dataset(
+        {"X": (("sample", "feature"), X), "y": (("sample",), y)},
+        coords={"feature": ["f0", "f1", "f2", "f3"]},
+    )
+    ds = ShardedDataset.create(tmp_path / "d", source, shard_rows=30)
+    assert ds.feature_names == ["f0", "f1", "f2", "f3"]
+    view = ds.to_xarray()
+    assert view["X"].dims == ("sample", "feature")
+    assert list(view["feature"].values) == ["f0", "f1", "f2", "f3"]
+    xr.testing.assert_equal(view["X"].reset_coords(drop=True).compute(),
+                            source["X"].reset_coords(drop=True))
+    np.testing.assert_array_equal(view["y"].values, y)
+
+
+def test_from_blocks_of_uneven_sizes(tmp_path, Xy) -> None:
+    X, y = Xy
+    cuts = [0, 7, 8, 60, 61, 103]
+    blocks = ((X[a:b], y[a:b]) for a, b in zip(cuts[:-1], cuts[1:]))
+    ds = ShardedDataset.from_blocks(tmp_path / "d", blocks, shard_rows=20)
+    assert ds.n_shards == 6
+    np.testing.assert_array_equal(ds.load_rows(0, 103)[0], X)
+    np.testing.assert_array_equal(ds.load_rows(0, 103)[1], y)
+
+
+def test_to_dask_has_one_chunk_per_shard(tmp_path, Xy) -> None:
+    X, y = Xy
+    ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=50)
+    dX, dy = ds.to_dask()
+    assert dX.chunks[0] == (50, 50, 3)
+    np.testing.assert_allclose(dX.sum(axis=0).compute(), X.sum(axis=0))
+    np.testing.assert_array_equal(dy.compute(), y)
+
+
+def test_load_rows_reads_only_the_chunks_touched(tmp_path, Xy) -> None:
+    X, y = Xy
+    ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=25, compressor=None)
+    for chunk in (tmp_path / "d" / "X" / "c").iterdir():
+        if chunk.name != "1":  # keep only the second row chunk of X
+            for f in chunk.rglob("*"):
+                f.unlink() if f.is_file() else None
+    Xr, _ = ds.load_rows(30, 45)
+    np.testing.assert_array_equal(Xr, X[30:45])
+    # A range needing a deleted chunk reads the fill value instead: proof we read chunks lazily.
+    assert not np.array_equal(ds.load_rows(0, 5)[0], X[:5])
+
+
+def test_two_dimensional_y(tmp_path) -> None:
+    X, Y = np.ones((10, 2)), np.arange(20.0).reshape(10, 2)
+    ds = ShardedDataset.create(tmp_path / "d", X, Y, shard_rows=4)
+    assert ds.y_shape == (10, 2)
+    np.testing.assert_array_equal(ds.load_rows(2, 6)[1], Y[2:6])
+    assert ds.label_counts is None
+
+
+def test_describe_reports_sizes_and_labels(tmp_path, Xy) -> None:
+    X, y = Xy
+    info = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=50).describe()
+    assert info["nbytes_in_memory"] == X.nbytes
+    assert 0 < info["nbytes_stored"]
+    assert sum(info["label_counts"].values()) == 103
+    json.dumps(info)
+
+
+def test_pickles_by_path(tmp_path, Xy) -> None:
+    import pickle
+
+    ds = ShardedDataset.create(tmp_path / "d", *Xy, shard_rows=50)
+    clone = pickle.loads(pickle.dumps(ds))
+    assert clone.path == ds.path and clone.n_shards == ds.n_shards
+
+
+def test_overwrite_replaces_only_after_success(tmp_path, Xy) -> None:
+    X, y = Xy
+    ShardedDataset.create(tmp_path / "d", X, y, shard_rows=50)
+    bad = X.copy()
+    bad[70, 2] = np.nan
+    with pytest.raises(InvalidDataError, match=r"shard 1 at row 70, column 2"):
+        ShardedDataset.create(tmp_path / "d", bad, y, shard_rows=50, overwrite=True)
+    # The old dataset is intact and nothing else was left behind.
+    np.testing.assert_array_equal(ShardedDataset.open(tmp_path / "d").load_rows(0, 103)[0], X)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    ShardedDataset.create(tmp_path / "d", X[:10], y[:10], shard_rows=5, overwrite=True)
+    assert ShardedDataset.open(tmp_path / "d").n_samples == 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+@pytest.mark.parametrize(
+    ("X", "y", "kwargs", "error", "match"),
+    [
+        (np.ones(10), np.ones(10), {}, InvalidDataError, r"X must be 2-D .* got 1-D"),
+        (np.ones((10, 2)), np.ones(9), {}, InvalidDataError, r"X has 10 rows, y has 9"),
+        (np.array([["a", "b"]] * 3), np.ones(3), {}, InvalidDataError, r"X must hold real numbers, got dtype <U1"),
+        (np.ones((3, 2)), np.array(["x", "y", "z"]), {}, InvalidDataError, r"y must hold real numbers"),
+        (np.ones((0, 2)), np.ones(0), {}, InvalidDataError, r"the dataset is empty \(shape \(0, 2\)\)"),
+        (np.ones((4, 2)), np.array([0, 1, np.inf, 0]), {}, InvalidDataError, r"y holds a non-finite value \(inf\) in shard 1 at row 2"),
+        (np.ones((4, 2)), np.ones(4), {"shard_rows": 0}, ConfigurationError, r"shard_rows must be a positive integer, got 0"),
+        (np.ones((4, 2)), np.ones(4), {"shard_rows": 2.5}, ConfigurationError, r"shard_rows must be a positive integer, got 2.5"),
+        (np.ones((4, 2)), np.ones(4), {"feature_names": ["a"]}, InvalidDataError, r"feature_names has 1 names but X has 2"),
+        (np.ones((4, 2)), np.ones(4), {"attrs": {"dasklbfgs": 1}}, ConfigurationError, r"reserved"),
+        (np.ones((4, 2)), np.ones(4), {"dtype": "int32"}, ConfigurationError, r"dtype must be a floating dtype, got int32"),
+        (np.ones((4, 2)), np.ones((4, 1, 1)), {}, InvalidDataError, r"y must be 1-D or 2-D, got 3-D"),
+    ],
+)
+def test_bad_input_raises_and_leaves_nothing(tmp_path, X, y, kwargs, error, match) -> None:
+    kwargs = {"shard_rows": 2, **kwargs}
+    with pytest.raises(error, match=match):
+        ShardedDataset.create(tmp_path / "d", X, y, **kwargs)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_nan_in_a_later_block_names_its_shard(tmp_path) -> None:
+    def blocks():
+        yield np.ones((5, 2)), np.zeros(5)
+        yield np.array([[1.0, np.nan]]), np.zeros(1)
+
+    with pytest.raises(InvalidDataError, match=r"X holds a non-finite value \(nan\) in shard 1 at row 5, column 1"):
+        ShardedDataset.from_blocks(tmp_path / "d", blocks(), shard_rows=4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_blocks_with_changing_width_are_refused(tmp_path) -> None:
+    blocks = [(np.ones((3, 2)), np.zeros(3)), (np.ones((3, 3)), np.zeros(3))]
+    with pytest.raises(InvalidDataError, match=r"X has 3 features in the block starting at row 3, expected 2"):
+        ShardedDataset.from_blocks(tmp_path / "d", blocks, shard_rows=4)
+
+
+def test_existing_path_needs_overwrite(tmp_path, Xy) -> None:
+    (tmp_path / "d").mkdir()
+    with pytest.raises(DatasetExistsError, match=r"already exists; pass overwrite=True"):
+        ShardedDataset.create(tmp_path / "d", *Xy, shard_rows=10)
+
+
+def test_xarray_without_y_is_refused(tmp_path) -> None:
+    source = xr.Dataset({"X": (("sample", "feature"), np.ones((3, 2)))})
+    with pytest.raises(InvalidDataError, match=r"no data variable\(s\) \['y'\]"):
+        ShardedDataset.create(tmp_path / "d", source, shard_rows=2)
+    with pytest.raises(ConfigurationError, match=r"pass y=None"):
+        ShardedDataset.create(tmp_path / "d", source, np.ones(3), shard_rows=2)
+
+
+def test_open_errors(tmp_path, Xy) -> None:
+    with pytest.raises(NotADatasetError, match=r"the path does not exist"):
+        ShardedDataset.open(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(NotADatasetError, match=r"is not a Zarr \(format 3\) group"):
+        ShardedDataset.open(tmp_path / "plain")
+    group = zarr.create_group(store=str(tmp_path / "noy"), zarr_format=3)
+    group.create_array("X", shape=(3, 2), dtype="f8")
+    with pytest.raises(NotADatasetError, match=r"has no 'y' array"):
+        ShardedDataset.open(tmp_path / "noy")
+    zarr.create_array(store=str(tmp_path / "arr"), shape=(3,), dtype="f8", zarr_format=3)
+    with pytest.raises(NotADatasetError, match=r"is a Zarr array, not a dataset group"):
+        ShardedDataset.open(tmp_path / "arr")
+
+
+def test_row_range_errors(tmp_path, Xy) -> None:
+    ds = ShardedDataset.create(tmp_path / "d", *Xy, shard_rows=50)
+    with pytest.raises(ConfigurationError, match=r"row range \[100, 104\) is outside the dataset's 103 rows"):
+        ds.load_rows(100, 104)
+    with pytest.raises(ConfigurationError, match=r"shard index 3 out of range \[0, 3\)"):
+        ds.load_shard(3)

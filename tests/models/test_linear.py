@@ -1,0 +1,173 @@
+"""Linear objectives: gradients against finite differences, exact block sums, stability."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.optimize import approx_fprime
+from scipy.special import expit, logsumexp
+
+from dasklbfgs import ShardedDataset
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.models import LeastSquares, Logistic, Softmax, model_for_dataset
+from dasklbfgs.models._kernels import block_rows
+from dasklbfgs.models.persist import load_params, save_params
+
+rng = np.random.default_rng(0)
+N, D, K = 3000, 6, 4
+X = rng.normal(size=(N, D)) * np.array([1, 10, 0.1, 1, 3, 1])
+Y = {
+    "least_squares": rng.normal(size=N),
+    "logistic": (rng.random(N) < 0.4).astype(np.int64),
+    "softmax": rng.integers(0, K, N),
+}
+
+
+def make(name: str, **kw):
+    return {"least_squares": LeastSquares(D, **kw), "logistic": Logistic(D, **kw),
+            "softmax": Softmax(D, K, **kw)}[name]
+
+
+def reference_objective(name: str, model, params: np.ndarray) -> float:
+    """Straightforward per-sample formulas from the spec, for comparison."""
+    W, b = model.unpack(params)
+    z = X @ W + (b if name == "softmax" else b[0])
+    y = Y[name]
+    if name == "least_squares":
+        losses = 0.5 * (z - y) ** 2
+    elif name == "logistic":
+        losses = np.logaddexp(0, z) - y * z
+    else:
+        losses = logsumexp(z, axis=1) - z[np.arange(N), y]
+    return losses.mean() + 0.5 * model.l2 * np.sum(params[: model.n_coef] ** 2)
+
+
+@pytest.mark.parametrize("name", ["least_squares", "logistic", "softmax"])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_objective_and_gradient_match_references(name, fit_intercept) -> None:
+    model = make(name, l2=0.3, fit_intercept=fit_intercept)
+    params = rng.normal(scale=0.2, size=model.n_params)
+    f, g = model.objective(params, X, Y[name])
+    assert f == pytest.approx(reference_objective(name, model, params), rel=1e-12)
+    fd = approx_fprime(params, lambda p: reference_objective(name, model, p), 1e-7)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["least_squares", "logistic", "softmax"])
+def test_block_sums_add_up_to_the_whole(name) -> None:
+    model = make(name)
+    params = rng.normal(size=model.n_params)
+    whole = model.loss_grad_sum(params, X, Y[name])
+    cuts = [0, 1, 700, 701, 2999, N]
+    parts = [model.loss_grad_sum(params, X[a:b], Y[name][a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+    assert sum(p[0] for p in parts) == pytest.approx(whole[0], rel=1e-12)
+    np.testing.assert_allclose(sum(p[1] for p in parts), whole[1], rtol=1e-11, atol=1e-9)
+
+
+def test_blocks_are_cache_sized_and_the_kernel_crosses_them() -> None:
+    assert block_rows(100, 8) == 1966
+    assert block_rows(10**7, 8) == 64
+    wide = np.random.default_rng(1).normal(size=(5000, 300))  # several blocks
+    y = (wide[:, 0] > 0).astype(float)
+    model = Logistic(300)
+    params = np.random.default_rng(2).normal(scale=0.1, size=model.n_params)
+    z = wide @ params[:300] + params[300]
+    loss, grad = model.loss_grad_sum(params, wide, y)
+    assert loss == pytest.approx(float(np.sum(np.logaddexp(0, z) - y * z)), rel=1e-12)
+    np.testing.assert_allclose(grad[:300], wide.T @ (expit(z) - y), rtol=1e-10, atol=1e-10)
+
+
+def test_huge_margins_do_not_overflow() -> None:
+    Xh = np.array([[1e4], [-1e4], [800.0], [-800.0]])
+    with np.errstate(over="raise", invalid="raise", divide="raise"):
+        loss, grad = Logistic(1, fit_intercept=False).loss_grad_sum(np.array([1.0]), Xh, np.array([0, 1, 1, 0]))
+        assert loss == pytest.approx(2e4)
+        np.testing.assert_allclose(grad, [1e4 + 1e4 + 0 + 0])
+        sm = Softmax(1, 2, fit_intercept=False)
+        loss, grad = sm.loss_grad_sum(np.array([1.0, -1.0]), Xh, np.array([1, 0, 0, 1]))
+        assert np.isfinite(loss) and np.all(np.isfinite(grad))
+        assert loss == pytest.approx(2 * 2e4, rel=1e-12)
+
+
+def test_float32_data_matches_float64() -> None:
+    model = Softmax(D, K, l2=0.1)
+    params = rng.normal(scale=0.1, size=model.n_params)
+    f64 = model.objective(params, X, Y["softmax"])
+    f32 = model.objective(params, X.astype(np.float32), Y["softmax"])
+    assert f32[0] == pytest.approx(f64[0], rel=1e-5)
+    np.testing.assert_allclose(f32[1], f64[1], rtol=1e-3, atol=1e-4)
+
+
+def test_predictions() -> None:
+    model = Softmax(D, K)
+    params = rng.normal(size=model.n_params)
+    proba = model.predict_proba(params, X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    np.testing.assert_array_equal(model.predict(params, X), proba.argmax(axis=1))
+    logistic = Logistic(D)
+    p = logistic.predict_proba(params[: D + 1], X)
+    np.testing.assert_allclose(p[:, 1], expit(X @ params[:D] + params[D]))
+    np.testing.assert_array_equal(logistic.predict(params[: D + 1], X), (p[:, 1] > 0.5).astype(int))
+    ls = LeastSquares(D, fit_intercept=False)
+    np.testing.assert_allclose(ls.predict(params[:D], X), X @ params[:D])
+
+
+def test_layout_and_init() -> None:
+    model = Softmax(3, 2)
+    params = np.arange(8.0)
+    W, b = model.unpack(params)
+    np.testing.assert_array_equal(W, [[0, 1], [2, 3], [4, 5]])
+    np.testing.assert_array_equal(b, [6, 7])
+    assert model.init_params(None).tolist() == [0.0] * 8
+    np.testing.assert_array_equal(model.init_params(5), model.init_params(5))
+    assert model == Softmax(3, 2) and model != Softmax(3, 2, l2=1.0)
+
+
+def test_save_and_load_params(tmp_path) -> None:
+    model = Softmax(3, 2, l2=0.5, fit_intercept=False)
+    params = np.arange(6.0)
+    save_params(tmp_path / "m.npz", model, params, {"note": "x"})
+    loaded, p, info = load_params(tmp_path / "m.npz")
+    assert loaded == model and info == {"note": "x"}
+    np.testing.assert_array_equal(p, params)
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    from dasklbfgs.errors import DaskLBFGSError
+
+    with pytest.raises(DaskLBFGSError, match=r"is not a dasklbfgs parameter file"):
+        load_params(tmp_path / "junk.npz")
+
+
+@pytest.mark.parametrize(
+    ("factory", "match"),
+    [
+        (lambda: Logistic(0), r"n_features must be an integer >= 1, got 0"),
+        (lambda: Logistic(3, l2=-1), r"l2 must be a non-negative finite number, got -1"),
+        (lambda: Logistic(3, l2="big"), r"l2 must be a non-negative number, got 'big'"),
+        (lambda: Softmax(3, 1), r"n_classes must be an integer >= 2, got 1"),
+        (lambda: LeastSquares(3, fit_intercept="yes"), r"fit_intercept must be True or False, got 'yes'"),
+    ],
+)
+def test_configuration_errors(factory, match) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        factory()
+
+
+def test_model_data_mismatch(tmp_path) -> None:
+    data = ShardedDataset.create(tmp_path / "d", X, Y["softmax"], shard_rows=1000)
+    with pytest.raises(ModelDataMismatchError, match=r"expects 5 features but the dataset at .* has 6"):
+        Logistic(5).check_data(data)
+    with pytest.raises(ModelDataMismatchError, match=r"Logistic needs integer labels in 0..1, but y at .* ranges over \[0, 3\]"):
+        Logistic(D).check_data(data)
+    with pytest.raises(ModelDataMismatchError, match=r"Softmax needs integer labels in 0..2"):
+        Softmax(D, 3).check_data(data)
+    Softmax(D, 4).check_data(data)
+    real = ShardedDataset.create(tmp_path / "r", X, Y["least_squares"], shard_rows=1000)
+    with pytest.raises(ModelDataMismatchError, match=r"and is not integer-valued"):
+        Softmax(D, 4).check_data(real)
+    with pytest.raises(ModelDataMismatchError, match=r"x0 must have shape \(7,\)"):
+        Logistic(D).check_params(np.zeros(3))
+    with pytest.raises(ModelDataMismatchError, match=r"x0 is not finite: x0\[2\] = nan"):
+        Logistic(D).check_params(np.array([0, 0, np.nan, 0, 0, 0, 0]))
+    assert model_for_dataset("softmax", data).n_classes == 4
+    with pytest.raises(ConfigurationError, match=r"model must be one of .* got 'svm'"):
+        model_for_dataset("svm", data)

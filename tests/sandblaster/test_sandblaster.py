@@ -1,0 +1,194 @@
+"""Sandblaster L-BFGS on a real LocalCluster, against scipy's L-BFGS-B in one process."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+from distributed import get_worker
+from scipy.optimize import minimize
+
+from dasklbfgs import ShardedDataset, connect
+from dasklbfgs.errors import (
+    ConfigurationError,
+    ModelDataMismatchError,
+    NonFiniteObjectiveError,
+)
+from dasklbfgs.models import LeastSquares, Logistic, Softmax
+from dasklbfgs.sandblaster import sandblaster_lbfgs
+from tests.sandblaster.conftest import load_all
+
+# Test-only model subclasses below travel to the workers by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+MODELS = {
+    "logistic": lambda d: Logistic(d, l2=1e-3),
+    "multinomial": lambda d: Softmax(d, 3, l2=1e-3),
+    "regression": lambda d: LeastSquares(d, l2=1e-3),
+}
+TIGHT = {"gtol": 1e-9, "ftol": 1e-14}
+
+
+def scipy_reference(model, data, **options):
+    X, y = load_all(data)
+    return minimize(lambda p: model.objective(p, X, y), np.zeros(model.n_params), jac=True,
+                    method="L-BFGS-B", options={"maxiter": 5000, **options})
+
+
+@pytest.mark.parametrize("kind", ["logistic", "multinomial", "regression"])
+@pytest.mark.parametrize("conditioning", ["", "-ill"])
+def test_same_optimum_as_scipy(client, datasets, kind, conditioning) -> None:
+    data = datasets[kind + conditioning]
+    model = MODELS[kind](data.n_features)
+    ours = sandblaster_lbfgs(model, data, client=client, maxiter=5000, **TIGHT)
+    ref = scipy_reference(model, data, gtol=TIGHT["gtol"], ftol=TIGHT["ftol"])
+    assert ours.success, ours.message
+    assert ours.fun == pytest.approx(ref.fun, rel=1e-8)
+    assert ours.nit <= 1.2 * ref.nit + 1
+    X, y = load_all(data)
+    np.testing.assert_allclose(ours.jac, model.objective(ours.x, X, y)[1], rtol=1e-10, atol=1e-14)
+
+
+def test_standardize_cuts_iterations_and_keeps_the_optimum(client, datasets) -> None:
+    data = datasets["logistic-very-ill"]
+    model = Logistic(data.n_features, l2=1e-3)
+    plain = sandblaster_lbfgs(model, data, client=client, maxiter=5000, **TIGHT)
+    scaled = sandblaster_lbfgs(model, data, client=client, maxiter=5000, standardize=True, **TIGHT)
+    ref = scipy_reference(model, data, **TIGHT)
+    assert scaled.success
+    assert scaled.fun == pytest.approx(ref.fun, rel=1e-8)
+    assert plain.nit >= 5 * scaled.nit
+    np.testing.assert_allclose(scaled.x, plain.x, rtol=1e-4, atol=1e-6)
+
+
+def test_bitwise_identical_with_one_or_two_workers_and_with_backups(client, datasets) -> None:
+    data = datasets["multinomial"]
+    model = Softmax(data.n_features, 3, l2=1e-2)
+    kwargs = {"maxiter": 15, "portion_rows": 700}
+    two = sandblaster_lbfgs(model, data, client=client, **kwargs)
+    no_backup = sandblaster_lbfgs(model, data, client=client, backup_tasks=False, **kwargs)
+    with connect(n_workers=1, dashboard_address=None) as single:
+        one = sandblaster_lbfgs(model, data, client=single, **kwargs)
+    assert two.n_portions == 12  # 6 shards of 1000 rows, two portions each
+    for other in (no_backup, one):
+        assert other.nit == two.nit
+        np.testing.assert_array_equal(other.x, two.x)
+        assert other.fun == two.fun
+
+
+def wait_until_quiet(client, timeout=10.0) -> None:
+    """Wait for tasks a test cancelled but a worker thread is still running to end."""
+    deadline = time.monotonic() + timeout
+    while any(client.run(lambda dask_worker: dask_worker.state.executing_count).values()):
+        assert time.monotonic() < deadline, "workers still busy"
+        time.sleep(0.05)
+
+
+class SlowOnOneWorker(Logistic):
+    """A Logistic model whose portions sleep on one chosen worker (a straggler)."""
+
+    def __init__(self, n_features, slow_worker, delay, **kw):
+        super().__init__(n_features, **kw)
+        self.slow_worker, self.delay = slow_worker, delay
+
+    def loss_grad_sum(self, params, X, y):
+        try:
+            here = get_worker().address
+        except ValueError:  # not on a worker (the coordinator's own checks)
+            here = None
+        if here == self.slow_worker:
+            time.sleep(self.delay)
+        return super().loss_grad_sum(params, X, y)
+
+
+def test_backup_tasks_beat_a_straggler_with_identical_results(client, datasets) -> None:
+    data = datasets["logistic"]
+    slow = sorted(client.scheduler_info()["workers"])[1]
+    fast_model = Logistic(data.n_features, l2=1e-3)
+    slow_model = SlowOnOneWorker(data.n_features, slow, 0.25, l2=1e-3)
+    reference = sandblaster_lbfgs(fast_model, data, client=client, maxiter=6)
+    with_backups = sandblaster_lbfgs(slow_model, data, client=client, maxiter=6)
+    assert with_backups.timing["backups_won"] > 0
+    np.testing.assert_array_equal(with_backups.x, reference.x)
+    without = sandblaster_lbfgs(slow_model, data, client=client, maxiter=3, backup_tasks=False)
+    assert without.timing["backups_launched"] == 0
+    per_eval_with = with_backups.timing["eval_seconds_median"]
+    assert without.timing["eval_seconds_median"] > 0.25 > per_eval_with
+    wait_until_quiet(client)
+
+
+def test_shards_load_once_and_never_move(client, datasets) -> None:
+    data = datasets["regression"]
+    wait_until_quiet(client)
+    client.run(lambda dask_worker: dask_worker.transfer_incoming_log.clear())
+    result = sandblaster_lbfgs(LeastSquares(data.n_features), data, client=client, maxiter=20,
+                               backup_tasks=False)
+    assert result.nfev >= 5
+    moved = client.run(lambda dask_worker: [k for t in dask_worker.transfer_incoming_log
+                                            for k in t["keys"] if "sandblaster-shard" in str(k)])
+    assert moved == {w: [] for w in moved}
+    prefixes = client.run_on_scheduler(
+        lambda dask_scheduler: {k: v.states.get("memory", 0) + v.states.get("released", 0) + v.states.get("forgotten", 0)
+                                for k, v in dask_scheduler.task_prefixes.items()})
+    assert "sandblaster-gradient" in prefixes and "sandblaster-shard" in prefixes
+
+
+def test_callback_and_limits(client, datasets) -> None:
+    data = datasets["logistic"]
+    model = Logistic(data.n_features)
+    seen = []
+
+    def stop_after_two(intermediate_result):
+        seen.append(intermediate_result.fun)
+        if len(seen) == 2:
+            raise StopIteration
+
+    stopped = sandblaster_lbfgs(model, data, client=client, callback=stop_after_two)
+    assert (stopped.nit, stopped.status, stopped.success) == (2, 99, False)
+    limited = sandblaster_lbfgs(model, data, client=client, maxiter=1)
+    assert not limited.success and "ITERATIONS REACHED LIMIT" in limited.message
+    assert limited.history[0]["nit"] == 1 and "time" in limited.history[0]
+
+
+def test_accepts_a_path_and_x0(client, datasets) -> None:
+    data = datasets["logistic"]
+    model = Logistic(data.n_features)
+    first = sandblaster_lbfgs(model, str(data.path), client=client, maxiter=3)
+    warm = sandblaster_lbfgs(model, data, client=client, x0=first.x)
+    cold = sandblaster_lbfgs(model, data, client=client)
+    assert warm.fun == pytest.approx(cold.fun, rel=1e-8)
+    assert warm.nit < cold.nit
+
+
+def test_default_client_is_used_when_none_given(client, datasets) -> None:
+    data = datasets["logistic"]
+    result = sandblaster_lbfgs(Logistic(data.n_features), data, maxiter=2)
+    assert result.nit == 2
+
+
+def test_errors(client, datasets, tmp_path) -> None:
+    data = datasets["multinomial"]
+    with pytest.raises(ModelDataMismatchError, match=r"expects 9 features but the dataset at .* has 8"):
+        sandblaster_lbfgs(Logistic(9), data, client=client)
+    with pytest.raises(ModelDataMismatchError, match=r"Logistic needs integer labels in 0..1"):
+        sandblaster_lbfgs(Logistic(8), data, client=client)
+    with pytest.raises(ModelDataMismatchError, match=r"x0 must have shape \(27,\) .* got \(3,\)"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, x0=np.zeros(3))
+    with pytest.raises(ModelDataMismatchError, match=r"x0 is not finite: x0\[0\] = inf"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, x0=np.r_[np.inf, np.zeros(26)])
+    with pytest.raises(ConfigurationError, match=r"l2 must be a non-negative finite number, got -0.1"):
+        Softmax(8, 3, l2=-0.1)
+    with pytest.raises(ConfigurationError, match=r"portion_rows must be a positive integer, got 0"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, portion_rows=0)
+    with pytest.raises(ConfigurationError, match=r"maxiter must be an integer >= 1, got 0"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, maxiter=0)
+    with pytest.raises(ConfigurationError, match=r"data must be a ShardedDataset or a path to one, got ndarray"):
+        sandblaster_lbfgs(Softmax(8, 3), np.zeros((3, 8)), client=client)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'max_iter'"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, max_iter=3)
+    huge = ShardedDataset.create(tmp_path / "huge", np.ones((20, 2)), np.full(20, 1e200), shard_rows=10)
+    with pytest.raises(NonFiniteObjectiveError, match=r"the objective at x0 is not finite \(f = inf\).*huge"):
+        sandblaster_lbfgs(LeastSquares(2), huge, client=client)

@@ -1,0 +1,87 @@
+"""The dasklbfgs command, run as a user runs it: in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset
+from dasklbfgs.models.persist import load_params
+
+
+def run(*args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "dasklbfgs.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+    return proc
+
+
+def test_data_make_and_info(tmp_path) -> None:
+    out = run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "3000", "--features", "5",
+              "--shard-rows", "1000", "--classes", "4", "--seed", "0").stdout
+    assert "3000 x 5 float64" in out and "shards    3 of up to 1000 rows" in out
+    train = ShardedDataset.open(tmp_path / "mn" / "train")
+    assert train.n_samples == 3000 and set(train.label_counts) == {0, 1, 2, 3}
+    info = run("info", str(tmp_path / "mn" / "train")).stdout
+    assert "labels    4 distinct" in info and "on disk" in info
+    both = json.loads(run("info", str(tmp_path / "mn"), "--json").stdout)
+    assert [d["n_samples"] for d in both] == [600, 3000]
+
+
+def test_train_saves_parameters_and_scores(tmp_path) -> None:
+    run("data", "make", "breast_cancer", str(tmp_path / "bc"), "--shard-rows", "100")
+    out = tmp_path / "model.npz"
+    proc = run("train", "--data", str(tmp_path / "bc" / "train"), "--test", str(tmp_path / "bc" / "test"),
+               "--model", "logistic", "--l2", "0.01", "--standardize", "--maxiter", "2000", "--workers", "2",
+               "--output", str(out), "--json")
+    report = json.loads(proc.stdout)
+    assert report["success"] and report["test"]["accuracy"] > 0.9
+    model, params, info = load_params(out)
+    assert model.n_features == 30 and model.l2 == 0.01
+    assert info["objective"] == pytest.approx(report["objective"])
+    assert params.shape == (31,)
+
+
+def test_demo_trains_on_an_embedded_cluster() -> None:
+    out = run("demo", "--rows", "20000", "--features", "10", "--shard-rows", "5000",
+              "--dashboard-address", "127.0.0.1:0").stdout
+    assert "embedded LocalCluster, 2 workers" in out
+    assert "CONVERGENCE" in out and "success=True" in out
+    test_accuracy = float(out.split("test")[-1].split("accuracy")[1].split(",")[0])
+    assert test_accuracy > 0.7
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["info", "/nonexistent/x"], "no dataset at '/nonexistent/x': the path does not exist"),
+        (["data", "make", "logistic", "{tmp}/d", "--rows", "10"], "the 'logistic' recipe needs rows and features"),
+        (["data", "make", "logistic", "{tmp}/d", "--rows", "10", "--features", "2", "--shard-rows", "0"],
+         "shard_rows must be a positive integer, got 0"),
+        (["train", "--data", "/nonexistent/x", "--workers", "1"], "no dataset at '/nonexistent/x'"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(tmp_path, args, message) -> None:
+    proc = run(*[a.replace("{tmp}", str(tmp_path)) for a in args], check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith(message) or message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "d").exists()
+
+
+def test_model_label_mismatch_from_cli(tmp_path) -> None:
+    run("data", "make", "wine", str(tmp_path / "wine"))
+    proc = run("train", "--data", str(tmp_path / "wine" / "train"), "--model", "logistic",
+               "--workers", "1", "--output", str(tmp_path / "m.npz"), check=False)
+    assert proc.returncode == 2
+    assert "Logistic needs integer labels in 0..1" in proc.stderr
+    assert not (tmp_path / "m.npz").exists()

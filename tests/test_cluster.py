@@ -1,0 +1,56 @@
+"""connect(): embedded clusters, existing schedulers by address, file or environment."""
+
+from __future__ import annotations
+
+import pytest
+from distributed import Client, LocalCluster
+
+from dasklbfgs import connect
+from dasklbfgs.cluster import SCHEDULER_ENV
+from dasklbfgs.errors import ConfigurationError
+
+
+def test_embedded_cluster_is_closed_with_the_client() -> None:
+    client = connect(n_workers=1, dashboard_address=None)
+    try:
+        assert len(client.scheduler_info()["workers"]) == 1
+        assert client.direct_to_workers is True
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        cluster = client.cluster
+        assert client.submit(sum, [1, 2]).result() == 3
+    finally:
+        client.close()
+    assert cluster.status.name == "closed"
+
+
+def test_address_scheduler_file_and_environment(tmp_path, monkeypatch) -> None:
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=None, host="127.0.0.1") as cluster:
+        with connect(cluster.scheduler_address) as c:
+            assert c.scheduler.address == cluster.scheduler_address
+            assert c.direct_to_workers is True
+        scheduler_file = tmp_path / "scheduler.json"
+        with Client(cluster) as admin:
+            admin.write_scheduler_file(str(scheduler_file))
+        with connect(scheduler_file=scheduler_file) as c:
+            assert c.scheduler.address == cluster.scheduler_address
+        monkeypatch.setenv(SCHEDULER_ENV, cluster.scheduler_address)
+        with connect() as c:
+            assert c.scheduler.address == cluster.scheduler_address
+        monkeypatch.setenv(SCHEDULER_ENV, str(scheduler_file))
+        with connect() as c:
+            assert c.scheduler.address == cluster.scheduler_address
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"address": "tcp://a:1", "scheduler_file": "f"}, r"either address or scheduler_file, not both"),
+        ({"scheduler_file": "/nonexistent/s.json"}, r"scheduler file '/nonexistent/s.json' does not exist"),
+        ({"threads_per_worker": 0}, r"threads_per_worker must be >= 1, got 0"),
+        ({"n_workers": 0}, r"n_workers must be >= 1, got 0"),
+    ],
+)
+def test_connect_errors(kwargs, match, monkeypatch) -> None:
+    monkeypatch.delenv(SCHEDULER_ENV, raising=False)
+    with pytest.raises(ConfigurationError, match=match):
+        connect(**kwargs)
