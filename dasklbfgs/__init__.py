@@ -7,6 +7,17 @@ the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`
 from dasklbfgs import errors
 from dasklbfgs.cluster import connect
 from dasklbfgs.data import ShardedDataset, make_dataset
+from dasklbfgs.models import LeastSquares, Logistic, Softmax
+from dasklbfgs.sandblaster import sandblaster_lbfgs
 
-__all__ = ["ShardedDataset", "connect", "errors", "make_dataset"]
+__all__ = [
+    "LeastSquares",
+    "Logistic",
+    "ShardedDataset",
+    "Softmax",
+    "connect",
+    "errors",
+    "make_dataset",
+    "sandblaster_lbfgs",
+]
 __version__ = "0.1.0"

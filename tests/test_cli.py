@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -16,8 +17,10 @@ from dasklbfgs.models.persist import load_params
 
 def run(*args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    # The installed console script, as a user types it; the module when not on PATH.
+    command = [shutil.which("dasklbfgs")] if shutil.which("dasklbfgs") else [sys.executable, "-m", "dasklbfgs.cli"]
     proc = subprocess.run(
-        [sys.executable, "-m", "dasklbfgs.cli", *args],
+        [*command, *args],
         capture_output=True, text=True, timeout=timeout, env=env,
     )
     if check and proc.returncode != 0:
