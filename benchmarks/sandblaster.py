@@ -66,7 +66,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     parser.add_argument("--skip-dask-glm", action="store_true")
     args = parser.parse_args(argv)
-    command = "python -m benchmarks.sandblaster " + " ".join(map(shlex.quote, argv if argv is not None else sys.argv[1:]))
+    command = " ".join(["python -m benchmarks.sandblaster", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
 
     data = dataset(args.data_dir / f"logistic-{args.rows}x{args.features}", args.rows, args.features, args.shard_rows, False)
     X, y = data.load_rows(0, data.n_samples)
