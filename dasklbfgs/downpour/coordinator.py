@@ -1,0 +1,337 @@
+"""``downpour_sgd``: asynchronous SGD with sharded parameter servers (ALGORITHMS.md §3).
+
+P :class:`ParameterShard` actors own contiguous slices of the parameters and apply the
+update rule (Adagrad by default); R replica tasks, one per training subset, fetch, compute
+and push without ever waiting for each other. The coordinator, in the client process, only
+launches them, watches progress (history, held-out evaluation, checkpoints) and tells the
+shards when to stop.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from distributed import Client, Future
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.downpour.checkpoint import read_checkpoint, write_checkpoint
+from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
+from dasklbfgs.downpour.shard import ParameterShard
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.models.persist import model_config
+from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.sandblaster.coordinator import _resolve_data, resolve_client
+
+__all__ = ["downpour_sgd", "param_bounds"]
+
+
+def param_bounds(n_params: int, n_shards: int) -> list[tuple[int, int]]:
+    """Contiguous slices of nearly equal size, one per parameter shard."""
+    edges = [n_params * i // n_shards for i in range(n_shards + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def downpour_sgd(
+    model: Any,
+    data: Any,
+    *,
+    client: Client | None = None,
+    n_replicas: int = 2,
+    n_param_shards: int = 2,
+    batch_size: int = 128,
+    n_fetch: int = 1,
+    n_push: int = 1,
+    learning_rate: float = 0.1,
+    optimizer: str = "adagrad",
+    local_learning_rate: float | None = None,
+    epochs: int = 1,
+    max_steps: int | None = None,
+    warmstart_steps: int = 0,
+    x0: np.ndarray | None = None,
+    seed: int = 0,
+    eval_data: Any = None,
+    eval_every: int | None = None,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    checkpoint_every: int | None = None,
+    resume: bool = False,
+    callback: Callable[[OptimizeResult], Any] | None = None,
+    poll_interval: float = 0.05,
+) -> OptimizeResult:
+    """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
+
+    Parameters
+    ----------
+    model, data
+        A model from :mod:`dasklbfgs.models`; a :class:`ShardedDataset` or its path.
+    client
+        Dask client (default: the active one, else an embedded cluster closed on return).
+    n_replicas
+        Model replicas; replica r trains on the r-th contiguous block of rows.
+    n_param_shards
+        Parameter-shard actors, spread over the workers.
+    batch_size, n_fetch, n_push
+        Mini-batch rows; fetch every ``n_fetch`` steps, push every ``n_push`` steps.
+    learning_rate, optimizer
+        The shards' update rule: ``"adagrad"`` (default; gamma, usually ~10x the best
+        fixed SGD rate), ``"sgd"`` or ``"momentum"``.
+    local_learning_rate
+        Rate of the replica's local step on its own copy between fetches; default
+        ``learning_rate`` for sgd/momentum and 0 (no local step) for Adagrad, whose
+        per-parameter rates live on the shards.
+    epochs, max_steps
+        Each replica passes over its rows ``epochs`` times; ``max_steps`` stops the run once
+        the global step (mini-batch steps summed over replicas) reaches it (replicas finish
+        the step they are on, so a few more may be applied).
+    warmstart_steps
+        Train one replica alone for this many steps before releasing the others (paper).
+    x0, seed
+        Starting parameters (default zeros) and the seed of the batch order.
+    eval_data, eval_every
+        Held-out dataset scored every ``eval_every`` global steps and at the end.
+    checkpoint_path, checkpoint_every, resume
+        Write every shard's slice and optimizer state to this Zarr path every
+        ``checkpoint_every`` global steps and at the end (atomically); ``resume=True``
+        starts from the checkpoint there.
+    callback
+        Called with each history entry (an ``OptimizeResult`` with ``time``, ``step``,
+        ``train_loss`` and held-out metrics when scored); ``StopIteration`` stops the run.
+
+    Returns
+    -------
+    OptimizeResult
+        ``x``, ``nit`` (global steps), ``status``/``success``/``message``, ``history`` and
+        ``stats`` (updates/s, examples/s, staleness histogram, bytes moved, pushes per
+        shard and steps per replica).
+    """
+    dataset = _resolve_data(data)
+    model.check_data(dataset)
+    n_replicas = _positive_int(n_replicas, "n_replicas")
+    n_param_shards = _positive_int(n_param_shards, "n_param_shards")
+    batch_size = _positive_int(batch_size, "batch_size")
+    n_fetch, n_push = _positive_int(n_fetch, "n_fetch"), _positive_int(n_push, "n_push")
+    epochs = _positive_int(epochs, "epochs")
+    if max_steps is not None:
+        max_steps = _positive_int(max_steps, "max_steps")
+    if n_param_shards > model.n_params:
+        raise ConfigurationError(
+            f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
+        )
+    rows = replica_rows(dataset.n_samples, n_replicas)
+    smallest = min(b - a for a, b in rows)
+    if batch_size > smallest:
+        raise ConfigurationError(
+            f"batch_size ({batch_size}) is larger than a replica's data ({smallest} rows with "
+            f"{n_replicas} replicas over {dataset.n_samples} rows)"
+        )
+    rule = make_rule(optimizer, learning_rate=learning_rate)
+    if local_learning_rate is None:
+        local_learning_rate = 0.0 if optimizer == "adagrad" else rule.hyper["learning_rate"]
+    if eval_every is not None:
+        eval_every = _positive_int(eval_every, "eval_every")
+        if eval_data is None:
+            raise ConfigurationError("eval_every needs eval_data")
+    eval_set = _resolve_data(eval_data) if eval_data is not None else None
+    if eval_set is not None:
+        model.check_data(eval_set)
+    if checkpoint_every is not None:
+        checkpoint_every = _positive_int(checkpoint_every, "checkpoint_every")
+    if (checkpoint_every is not None or resume) and checkpoint_path is None:
+        raise ConfigurationError("checkpoint_every and resume need checkpoint_path")
+    if not isinstance(warmstart_steps, (int, np.integer)) or warmstart_steps < 0:
+        raise ConfigurationError(f"warmstart_steps must be an integer >= 0, got {warmstart_steps!r}")
+    x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
+    bounds = param_bounds(model.n_params, n_param_shards)
+    config = model_config(model)
+
+    states = None
+    if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
+        states, _ = read_checkpoint(checkpoint_path, model_config=config, rule=rule.name)
+        if [(s["start"], s["stop"]) for s in states] != bounds:
+            raise ConfigurationError(
+                f"checkpoint {str(checkpoint_path)!r} has {len(states)} parameter shards "
+                f"{[(s['start'], s['stop']) for s in states]}; this run asks for {bounds}"
+            )
+
+    with resolve_client(client) as active:
+        run = _DownpourRun(active, model, dataset, rows, bounds, rule, x_start, states, eval_set)
+        try:
+            return run.train(
+                ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed),
+                max_steps=max_steps, warmstart_steps=int(warmstart_steps), eval_every=eval_every,
+                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
+                callback=callback, poll_interval=poll_interval, model_config=config,
+            )
+        finally:
+            run.close()
+
+
+class _DownpourRun:
+    """The actors and tasks of one run, and the coordinator's bookkeeping."""
+
+    def __init__(self, client, model, data, rows, bounds, rule, x_start, states, eval_set) -> None:
+        self.client, self.model, self.data, self.rows = client, model, data, rows
+        self.bounds, self.rule, self.eval_set = bounds, rule, eval_set
+        self.token = uuid.uuid4().hex[:8]
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
+        self.workers = workers
+        self.shard_futures: list[Future] = [
+            client.submit(
+                ParameterShard, i, a, b, x_start[a:b], rule.name, rule.hyper,
+                actor=True, key=f"downpour-shard-{self.token}-{i}",
+                workers=None if workers[0] is None else [workers[i % len(workers)]],
+                pure=False,
+            )
+            for i, (a, b) in enumerate(bounds)
+        ]
+        self.shards = [f.result() for f in self.shard_futures]
+        self.start_steps = 0
+        if states is not None:
+            for shard, state in zip(self.shards, states):
+                shard.set_state(state).result()
+            self.start_steps = int(states[0]["steps"])
+        self.replica_futures: dict[int, Future] = {}
+
+    def fetch_params(self) -> np.ndarray:
+        calls = [s.fetch() for s in self.shards]
+        return np.concatenate([c.result()[0] for c in calls])
+
+    def stop(self, reason: str) -> None:
+        for call in [s.request_stop(reason) for s in self.shards]:
+            call.result()
+
+    def launch(self, replicas: range, config: ReplicaConfig, first_epoch: int) -> None:
+        for r in replicas:
+            worker = self.workers[r % len(self.workers)]
+            self.replica_futures[r] = self.client.submit(
+                run_replica, r, model=self.model, data=self.data, rows=self.rows[r],
+                shards=self.shards, bounds=self.bounds, config=config, first_epoch=first_epoch,
+                key=f"downpour-replica-{self.token}-{r}",
+                workers=None if worker is None else [worker], allow_other_workers=True,
+                pure=False,
+            )
+
+    def train(self, config: ReplicaConfig, *, max_steps, warmstart_steps, eval_every,
+              checkpoint_path, checkpoint_every, callback, poll_interval, model_config) -> OptimizeResult:
+        started = time.perf_counter()
+        n_replicas = len(self.rows)
+        steps_per_epoch = sum(math.ceil((b - a) / config.batch_size) for a, b in self.rows)
+        first_epoch = self.start_steps // steps_per_epoch
+        if max_steps is not None:
+            for call in [s.stop_at(max_steps) for s in self.shards]:
+                call.result()
+            if self.start_steps >= max_steps:
+                self.stop(f"max_steps ({max_steps}) reached")
+        released = warmstart_steps == 0 or n_replicas == 1
+        self.launch(range(n_replicas) if released else range(1), config, first_epoch)
+
+        history: list[dict[str, Any]] = []
+        status, message = 0, "all replicas finished their epochs"
+        last_loss = (0.0, 0)
+        next_eval = None if eval_every is None else self.start_steps + eval_every
+        next_checkpoint = None if checkpoint_every is None else self.start_steps + checkpoint_every
+        stop_reason = None
+        while True:
+            time.sleep(poll_interval)
+            finished = all(f.done() for f in self.replica_futures.values())
+            for f in self.replica_futures.values():
+                if f.status == "error":
+                    self.stop("a replica failed")
+                    f.result()
+            stats = self.shards[0].stats().result()
+            steps = stats["steps"]
+            if not released and steps >= warmstart_steps:
+                self.launch(range(1, n_replicas), config, first_epoch)
+                released, finished = True, False
+            loss_sum, loss_count = stats["loss_sum"] - last_loss[0], stats["loss_count"] - last_loss[1]
+            last_loss = (stats["loss_sum"], stats["loss_count"])
+            entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
+            if loss_count:
+                entry["train_loss"] = loss_sum / loss_count
+            if next_eval is not None and (steps >= next_eval or finished):
+                entry.update(_held_out(self.model, self.fetch_params(), self.eval_set))
+                while next_eval <= steps:
+                    next_eval += eval_every
+            if next_checkpoint is not None and steps >= next_checkpoint:
+                self.checkpoint(checkpoint_path, model_config, steps)
+                while next_checkpoint <= steps:
+                    next_checkpoint += checkpoint_every
+            if loss_count or len(entry) > 2:
+                history.append(entry)
+                if callback is not None and stop_reason is None:
+                    try:
+                        callback(OptimizeResult(**entry))
+                    except StopIteration:
+                        stop_reason = "`callback` raised `StopIteration`."
+                        status, message = 99, stop_reason
+                        self.stop(stop_reason)
+            reason = stats["stop_reason"]
+            if reason and "non-finite" in reason:
+                status, message = 3, reason
+            elif reason and reason.startswith("max_steps") and stop_reason is None:
+                status, message = 0, reason
+            if finished:
+                break
+
+        replica_stats = [f.result() for f in self.replica_futures.values()]
+        shard_stats = [s.stats().result() for s in self.shards]
+        x = self.fetch_params()
+        wall = time.perf_counter() - started
+        steps = shard_stats[0]["steps"]
+        if checkpoint_path is not None and status != 3:
+            self.checkpoint(checkpoint_path, model_config, steps)
+        final: dict[str, Any] = {"time": wall, "step": steps}
+        if self.eval_set is not None:
+            final.update(_held_out(self.model, x, self.eval_set))
+            history.append(final)
+        staleness: Counter[int] = Counter()
+        for s in shard_stats:
+            staleness.update({int(k): v for k, v in s["staleness"].items()})
+        pushes = sum(s["version"] for s in shard_stats)
+        examples = sum(r["examples"] for r in replica_stats)
+        stats_out = {
+            "wall_seconds": wall,
+            "global_steps": steps,
+            "steps_this_run": steps - self.start_steps,
+            "updates_per_second": pushes / wall,
+            "examples_per_second": examples / wall,
+            "staleness": {str(k): v for k, v in sorted(staleness.items())},  # str keys: JSON, repr
+            "bytes_in": sum(s["bytes_in"] for s in shard_stats),
+            "bytes_out": sum(s["bytes_out"] for s in shard_stats),
+            "pushes_per_shard": [s["version"] for s in shard_stats],
+            "steps_per_replica": [r["steps"] for r in replica_stats],
+        }
+        return OptimizeResult(
+            x=x, nit=steps, status=status, success=status == 0, message=message,
+            history=history, stats=stats_out, final=final,
+        )
+
+    def checkpoint(self, path, model_config, steps) -> None:
+        states = [c.result() for c in [s.get_state() for s in self.shards]]
+        write_checkpoint(path, states, model_config=model_config, rule=self.rule.name,
+                         hyper=self.rule.hyper, extra={"steps": int(steps)})
+
+    def close(self) -> None:
+        for f in self.replica_futures.values():
+            f.cancel()
+        for f in self.shard_futures:
+            f.release()
+        self.shards = []
+
+
+def _held_out(model: Any, x: np.ndarray, eval_set: Any) -> dict[str, float]:
+    metrics = evaluate_model(model, x, eval_set)
+    return {f"eval_{k}": v for k, v in metrics.items() if k != "n_samples"}

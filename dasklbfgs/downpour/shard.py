@@ -1,0 +1,110 @@
+"""``ParameterShard``: a Dask actor that owns one contiguous slice of the parameters.
+
+Each shard stores its slice and the optimizer state for it, and applies the update rule
+itself when a replica pushes an accrued gradient (ALGORITHMS.md §3). Shards never talk to
+each other. Methods are ``async`` so that several shards hosted by one worker interleave on
+its event loop instead of queueing behind one actor thread (DASK-NOTES.md, Actors).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs.optim.updates import make_rule
+
+__all__ = ["ParameterShard"]
+
+
+class ParameterShard:
+    """Slice ``[start, stop)`` of the flat parameter vector and its optimizer state."""
+
+    index: int = 0
+    start: int = 0
+    stop: int = 0
+
+    def __init__(self, index: int, start: int, stop: int, values: np.ndarray, rule: str,
+                 hyper: dict[str, Any]) -> None:
+        self.index, self.start, self.stop = index, start, stop
+        self.rule_name, self.hyper = rule, dict(hyper)
+        self._rule = make_rule(rule, **hyper)
+        self.values = np.array(values, dtype=np.float64)
+        self.state = self._rule.init(self.values)
+        self.version = 0          # pushes applied
+        self.steps = 0            # mini-batch steps those pushes accrued
+        self.loss_sum = 0.0       # replica-reported mini-batch losses, summed
+        self.loss_count = 0
+        self.staleness: Counter[int] = Counter()
+        self.pushes_by_replica: Counter[int] = Counter()
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.stop_reason: str | None = None
+        self.max_steps: int | None = None
+
+    async def fetch(self) -> tuple[np.ndarray, int, str | None]:
+        """The current slice, its version and, if the run is stopping, why."""
+        self.bytes_out += self.values.nbytes
+        return self.values.copy(), self.version, self.stop_reason
+
+    async def push(self, gradient: np.ndarray, seen_version: int, replica: int, steps: int,
+                   loss_sum: float) -> tuple[int, str | None]:
+        """Apply one accrued gradient; ``seen_version`` is the version it was computed from."""
+        gradient = np.asarray(gradient, dtype=np.float64)
+        self.bytes_in += gradient.nbytes
+        delta, self.state = self._rule.update(gradient, self.state)
+        self.values += delta
+        self.staleness[self.version - seen_version] += 1
+        self.pushes_by_replica[replica] += 1
+        self.version += 1
+        self.steps += steps
+        self.loss_sum += loss_sum
+        self.loss_count += steps
+        if self.max_steps is not None and self.steps >= self.max_steps and self.stop_reason is None:
+            self.stop_reason = f"max_steps ({self.max_steps}) reached"
+        return self.version, self.stop_reason
+
+    async def request_stop(self, reason: str) -> None:
+        """Ask every replica to stop at its next fetch or push (first reason wins)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    async def stop_at(self, max_steps: int) -> None:
+        """Stop the run once the pushes applied here have accrued ``max_steps`` steps.
+
+        Checked on every push, so replicas overshoot by at most the steps already in flight.
+        """
+        self.max_steps = int(max_steps)
+
+    async def stats(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "version": self.version,
+            "steps": self.steps,
+            "loss_sum": self.loss_sum,
+            "loss_count": self.loss_count,
+            "staleness": dict(self.staleness),
+            "pushes_by_replica": dict(self.pushes_by_replica),
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "stop_reason": self.stop_reason,
+        }
+
+    async def get_state(self) -> dict[str, Any]:
+        """Everything a checkpoint needs to re-create this shard."""
+        return {
+            "index": self.index, "start": self.start, "stop": self.stop,
+            "values": self.values.copy(), "optimizer_state": {k: v.copy() for k, v in self.state.items()},
+            "version": self.version, "steps": self.steps,
+        }
+
+    async def set_state(self, state: dict[str, Any]) -> None:
+        if (state["start"], state["stop"]) != (self.start, self.stop):
+            raise ValueError(
+                f"state for slice [{state['start']}, {state['stop']}) given to shard "
+                f"{self.index} owning [{self.start}, {self.stop})"
+            )
+        self.values = np.array(state["values"], dtype=np.float64)
+        self.state = {k: np.array(v, dtype=np.float64) for k, v in state["optimizer_state"].items()}
+        self.version, self.steps = int(state["version"]), int(state["steps"])

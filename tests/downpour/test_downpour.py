@@ -1,0 +1,159 @@
+"""Downpour SGD with real parameter-shard actors and replica tasks on a LocalCluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset, make_dataset
+from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
+from dasklbfgs.downpour.replica import batch_gradient, epoch_order, replica_rows
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.models import Logistic, Softmax
+from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.optim.updates import sgd
+from dasklbfgs.sandblaster import sandblaster_lbfgs
+
+
+@pytest.fixture(scope="module")
+def softmax_data(tmp_path_factory):
+    return make_dataset("multinomial", tmp_path_factory.mktemp("dp") / "mn", rows=12000, features=10,
+                        n_classes=3, shard_rows=3000, seed=1)
+
+
+def test_shard_round_trip_without_a_cluster() -> None:
+    async def scenario():
+        shard = ParameterShard(0, 2, 5, np.array([1.0, 2.0, 3.0]), "sgd", {"learning_rate": 0.5})
+        values, version, stop = await shard.fetch()
+        version, _ = await shard.push(np.array([2.0, 0.0, -2.0]), version, replica=3, steps=2, loss_sum=1.5)
+        state = await shard.get_state()
+        clone = ParameterShard(0, 2, 5, np.zeros(3), "sgd", {"learning_rate": 0.5})
+        await clone.set_state(state)
+        return values, version, await clone.fetch(), await shard.stats()
+
+    values, version, (cloned, cloned_version, _), stats = asyncio.run(scenario())
+    np.testing.assert_array_equal(values, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(cloned, [0.0, 2.0, 4.0])
+    assert version == cloned_version == 1
+    assert stats["steps"] == 2 and stats["pushes_by_replica"] == {3: 1} and stats["staleness"] == {0: 1}
+
+
+def test_one_replica_matches_sequential_sgd_exactly(client, softmax_data) -> None:
+    train = softmax_data["train"]
+    model = Softmax(10, 3, l2=1e-3)
+    result = downpour_sgd(model, train, client=client, n_replicas=1, n_param_shards=3, batch_size=100,
+                          optimizer="sgd", learning_rate=0.2, local_learning_rate=0.0, epochs=2, seed=7)
+    # The same loop in this process: same batches, same rule, same arithmetic.
+    X, y = train.load_rows(0, train.n_samples)
+    rule, w = sgd(0.2), np.zeros(model.n_params)
+    state = rule.init(w)
+    for epoch in range(2):
+        order = epoch_order(train.n_samples, 7, 0, epoch)
+        for start in range(0, train.n_samples, 100):
+            index = np.sort(order[start:start + 100])
+            _, g = batch_gradient(model, w, X[index], y[index])
+            delta, state = rule.update(g, state)
+            w = w + delta
+    assert result.nit == 2 * 120
+    np.testing.assert_array_equal(result.x, w)
+
+
+def test_two_replicas_reach_sandblaster_accuracy(client, softmax_data) -> None:
+    train, test = softmax_data["train"], softmax_data["test"]
+    model = Softmax(10, 3, l2=1e-4)
+    result = downpour_sgd(model, train, client=client, n_replicas=2, n_param_shards=2, batch_size=64,
+                          learning_rate=0.2, epochs=3, eval_data=test, eval_every=100)
+    reference = sandblaster_lbfgs(model, train, client=client)
+    target = evaluate_model(model, reference.x, test)["accuracy"]
+    assert result.success, result.message
+    assert result.final["eval_accuracy"] >= target - 0.02
+    assert sum(result.stats["steps_per_replica"]) == result.nit
+    assert all(s > 0 for s in result.stats["steps_per_replica"])
+    assert result.stats["pushes_per_shard"] == [result.nit, result.nit]
+    assert sum(result.stats["staleness"].values()) == 2 * result.nit
+    assert max(map(int, result.stats["staleness"])) >= 1  # two replicas really did overlap
+    assert result.stats["bytes_in"] == result.nit * model.n_params * 8
+    assert [h for h in result.history if "eval_accuracy" in h]
+    assert result.history[-1]["step"] == result.nit
+
+
+def test_max_steps_callback_and_warmstart(client, softmax_data) -> None:
+    train = softmax_data["train"]
+    model = Softmax(10, 3)
+    capped = downpour_sgd(model, train, client=client, epochs=50, max_steps=120, batch_size=50,
+                          warmstart_steps=40)
+    assert capped.success and "max_steps (120) reached" in capped.message
+    assert 120 <= capped.nit <= 130
+    seen = []
+
+    def stop_early(intermediate_result):
+        seen.append(intermediate_result.step)
+        if intermediate_result.step > 30:
+            raise StopIteration
+
+    stopped = downpour_sgd(model, train, client=client, epochs=50, batch_size=50, callback=stop_early,
+                           optimizer="sgd", learning_rate=0.05)
+    assert stopped.status == 99 and not stopped.success and stopped.nit < 2000
+
+
+def test_checkpoint_and_resume(client, softmax_data, tmp_path) -> None:
+    train = softmax_data["train"]
+    model = Softmax(10, 3)
+    path = tmp_path / "ckpt"
+    first = downpour_sgd(model, train, client=client, n_replicas=1, epochs=1, batch_size=100,
+                         checkpoint_path=path, checkpoint_every=20, optimizer="adagrad")
+    assert first.nit == 120 and path.exists()
+    resumed = downpour_sgd(model, train, client=client, n_replicas=1, epochs=2, batch_size=100,
+                           checkpoint_path=path, resume=True)
+    assert resumed.stats["steps_this_run"] == 120 and resumed.nit == 240
+    straight = downpour_sgd(model, train, client=client, n_replicas=1, epochs=2, batch_size=100)
+    np.testing.assert_allclose(resumed.x, straight.x, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ModelDataMismatchError, match=r"checkpoint .* is of model"):
+        downpour_sgd(Softmax(10, 3, l2=1.0), train, client=client, n_replicas=1, checkpoint_path=path, resume=True)
+    with pytest.raises(ModelDataMismatchError, match=r"was trained with optimizer 'adagrad', not 'sgd'"):
+        downpour_sgd(model, train, client=client, n_replicas=1, optimizer="sgd", checkpoint_path=path, resume=True)
+
+
+def test_non_finite_loss_stops_the_run(client, tmp_path) -> None:
+    X = np.ones((400, 2))
+    data = ShardedDataset.create(tmp_path / "d", X, np.full(400, 1e200), shard_rows=200)
+    from dasklbfgs.models import LeastSquares
+
+    result = downpour_sgd(LeastSquares(2), data, client=client, n_replicas=2, batch_size=10, optimizer="sgd")
+    assert result.status == 3 and not result.success
+    assert "non-finite loss" in result.message
+    assert np.all(np.isfinite(result.x)) and result.nit == 0
+
+
+def test_helpers() -> None:
+    assert param_bounds(10, 3) == [(0, 3), (3, 6), (6, 10)]
+    assert replica_rows(10, 4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    a, b = epoch_order(50, 1, 0, 0), epoch_order(50, 1, 0, 1)
+    assert sorted(a) == list(range(50)) and not np.array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"n_param_shards": 40}, ConfigurationError, r"n_param_shards \(40\) is larger than the model's 33 parameters"),
+        ({"n_replicas": 0}, ConfigurationError, r"n_replicas must be an integer >= 1, got 0"),
+        ({"batch_size": 7000}, ConfigurationError, r"batch_size \(7000\) is larger than a replica.s data \(6000 rows"),
+        ({"n_fetch": 0}, ConfigurationError, r"n_fetch must be an integer >= 1, got 0"),
+        ({"n_push": -1}, ConfigurationError, r"n_push must be an integer >= 1, got -1"),
+        ({"learning_rate": 0}, ConfigurationError, r"learning_rate must be a positive number, got 0"),
+        ({"optimizer": "adam"}, ConfigurationError, r"optimizer must be one of"),
+        ({"eval_every": 10}, ConfigurationError, r"eval_every needs eval_data"),
+        ({"resume": True}, ConfigurationError, r"checkpoint_every and resume need checkpoint_path"),
+        ({"x0": np.zeros(2)}, ModelDataMismatchError, r"x0 must have shape \(33,\)"),
+    ],
+)
+def test_errors(client, softmax_data, kwargs, error, match) -> None:
+    with pytest.raises(error, match=match):
+        downpour_sgd(Softmax(10, 3), softmax_data["train"], client=client, **kwargs)
+
+
+def test_label_mismatch(client, softmax_data) -> None:
+    with pytest.raises(ModelDataMismatchError, match=r"Logistic needs integer labels in 0..1"):
+        downpour_sgd(Logistic(10), softmax_data["train"], client=client)
