@@ -41,16 +41,31 @@ def dashboard_line(client: Client) -> str:
     return f"dashboard  {link}" if link else "dashboard  (not running)"
 
 
-def _train(client: Client, model_name: str, train_path: Path, *, l2: float, fit_intercept: bool,
-           standardize: bool, maxiter: int, gtol: float, backup_tasks: bool) -> tuple[Any, Any, Any]:
+def _train(client: Client, args: argparse.Namespace, train_path: Path, *, eval_data: Any = None
+           ) -> tuple[Any, Any, Any]:
+    """Build the model for the dataset and run the chosen solver with the command's options."""
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
-    from dasklbfgs.sandblaster import sandblaster_lbfgs
 
     data = ShardedDataset.open(train_path)
-    model = model_for_dataset(model_name, data, l2=l2, fit_intercept=fit_intercept)
-    result = sandblaster_lbfgs(model, data, client=client, maxiter=maxiter, gtol=gtol,
-                               standardize=standardize, backup_tasks=backup_tasks)
+    model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept)
+    if args.solver == "downpour":
+        from dasklbfgs.downpour import downpour_sgd
+
+        result = downpour_sgd(
+            model, data, client=client, n_replicas=args.replicas, n_param_shards=args.param_shards,
+            batch_size=args.batch_size, n_fetch=args.n_fetch, n_push=args.n_push,
+            learning_rate=args.learning_rate, optimizer=args.optimizer, epochs=args.epochs,
+            max_steps=args.max_steps, warmstart_steps=args.warmstart_steps, seed=args.seed,
+            eval_data=eval_data, eval_every=args.eval_every if eval_data is not None else None,
+            checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
+            resume=args.resume,
+        )
+    else:
+        from dasklbfgs.sandblaster import sandblaster_lbfgs
+
+        result = sandblaster_lbfgs(model, data, client=client, maxiter=args.maxiter, gtol=args.gtol,
+                                   standardize=args.standardize, backup_tasks=not args.no_backup_tasks)
     return model, data, result
 
 
@@ -60,16 +75,33 @@ def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,
-        "objective": result.fun,
-        "iterations": result.nit,
-        "evaluations": result.nfev,
         "success": bool(result.success),
         "message": result.message,
-        "seconds": result.timing["total_seconds"],
-        "seconds_per_evaluation": result.timing["eval_seconds_median"],
-        "backup_tasks": {"launched": result.timing["backups_launched"], "won": result.timing["backups_won"]},
         "train": evaluate_model(model, result.x, data),
     }
+    if "timing" in result:  # Sandblaster
+        report.update({
+            "solver": "sandblaster",
+            "objective": result.fun,
+            "iterations": result.nit,
+            "evaluations": result.nfev,
+            "seconds": result.timing["total_seconds"],
+            "seconds_per_evaluation": result.timing["eval_seconds_median"],
+            "backup_tasks": {"launched": result.timing["backups_launched"],
+                             "won": result.timing["backups_won"]},
+        })
+    else:  # Downpour
+        stats = result.stats
+        report.update({
+            "solver": "downpour",
+            "objective": report["train"]["objective"],
+            "steps": result.nit,
+            "seconds": stats["wall_seconds"],
+            "updates_per_second": stats["updates_per_second"],
+            "examples_per_second": stats["examples_per_second"],
+            "staleness": stats["staleness"],
+            "steps_per_replica": stats["steps_per_replica"],
+        })
     if test is not None:
         report["test"] = evaluate_model(model, result.x, test)
     return report
@@ -80,10 +112,20 @@ def _format_report(report: dict[str, Any]) -> str:
         f"model      {report['model']} ({report['n_params']} parameters)",
         f"objective  {report['objective']:.10g}",
         f"stopped    {report['message']} (success={report['success']})",
-        f"work       {report['iterations']} iterations, {report['evaluations']} evaluations, "
-        f"{report['seconds']:.2f} s ({1e3 * report['seconds_per_evaluation']:.1f} ms per evaluation)",
-        f"backups    {report['backup_tasks']['launched']} launched, {report['backup_tasks']['won']} won",
     ]
+    if report["solver"] == "sandblaster":
+        lines += [
+            f"work       {report['iterations']} iterations, {report['evaluations']} evaluations, "
+            f"{report['seconds']:.2f} s ({1e3 * report['seconds_per_evaluation']:.1f} ms per evaluation)",
+            f"backups    {report['backup_tasks']['launched']} launched, {report['backup_tasks']['won']} won",
+        ]
+    else:
+        lines += [
+            f"work       {report['steps']} steps over replicas {report['steps_per_replica']} in "
+            f"{report['seconds']:.2f} s ({report['updates_per_second']:.0f} updates/s, "
+            f"{report['examples_per_second']:.0f} examples/s)",
+            f"staleness  {report['staleness']} (pushes by how many updates they lagged)",
+        ]
     for split in ("train", "test"):
         if split in report:
             m = report[split]
@@ -98,12 +140,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from dasklbfgs.models.persist import save_params
 
     with cluster_from_args(args) as client:
-        model, data, result = _train(
-            client, args.model, Path(args.data), l2=args.l2, fit_intercept=not args.no_intercept,
-            standardize=args.standardize, maxiter=args.maxiter, gtol=args.gtol,
-            backup_tasks=not args.no_backup_tasks,
-        )
         test = ShardedDataset.open(args.test) if args.test else None
+        model, data, result = _train(client, args, Path(args.data), eval_data=test)
         report = _report(model, result, data, test)
         report["dataset"] = str(data.path)
         save_params(args.output, model, result.x, report)
@@ -136,8 +174,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         print(f"cluster    embedded LocalCluster, {n_workers} workers x 1 thread")
         print(dashboard_line(client))
-        model, data, result = _train(client, "logistic", train.path, l2=args.l2, fit_intercept=True,
-                                     standardize=True, maxiter=200, gtol=1e-6, backup_tasks=True)
+        settings = argparse.Namespace(
+            solver="sandblaster", model="logistic", l2=args.l2, no_intercept=False, standardize=True,
+            maxiter=200, gtol=1e-6, no_backup_tasks=False,
+        )
+        model, data, result = _train(client, settings, train.path)
         print(_format_report(_report(model, result, data, splits["test"])))
         if args.keep:
             print(f"kept       {folder / 'demo-data'}")
@@ -147,17 +188,35 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def add_train_commands(sub: Any) -> None:
     from dasklbfgs.models import MODELS
 
-    train = sub.add_parser("train", help="train a model on a sharded dataset with Sandblaster L-BFGS")
+    train = sub.add_parser("train", help="train a model on a sharded dataset (Sandblaster L-BFGS or Downpour SGD)")
     train.add_argument("--data", required=True, help="training dataset (a ShardedDataset path)")
     train.add_argument("--test", help="held-out dataset to score")
     train.add_argument("--model", choices=MODELS, default="logistic")
     train.add_argument("--l2", type=float, default=0.0, help="l2 penalty strength (default 0)")
     train.add_argument("--no-intercept", action="store_true")
-    train.add_argument("--standardize", action="store_true",
-                       help="optimise in standardised coordinates (same optimum, fewer iterations)")
-    train.add_argument("--maxiter", type=int, default=100)
-    train.add_argument("--gtol", type=float, default=1e-5)
-    train.add_argument("--no-backup-tasks", action="store_true")
+    train.add_argument("--solver", choices=("sandblaster", "downpour"), default="sandblaster")
+    sandblaster = train.add_argument_group("Sandblaster L-BFGS")
+    sandblaster.add_argument("--maxiter", type=int, default=100)
+    sandblaster.add_argument("--gtol", type=float, default=1e-5)
+    sandblaster.add_argument("--standardize", action="store_true",
+                             help="optimise in standardised coordinates (same optimum, fewer iterations)")
+    sandblaster.add_argument("--no-backup-tasks", action="store_true")
+    downpour = train.add_argument_group("Downpour SGD")
+    downpour.add_argument("--replicas", type=int, default=2)
+    downpour.add_argument("--param-shards", type=int, default=2)
+    downpour.add_argument("--batch-size", type=int, default=128)
+    downpour.add_argument("--learning-rate", type=float, default=0.1)
+    downpour.add_argument("--optimizer", choices=("adagrad", "sgd", "momentum"), default="adagrad")
+    downpour.add_argument("--epochs", type=int, default=1)
+    downpour.add_argument("--max-steps", type=int, default=None)
+    downpour.add_argument("--n-fetch", type=int, default=1)
+    downpour.add_argument("--n-push", type=int, default=1)
+    downpour.add_argument("--warmstart-steps", type=int, default=0)
+    downpour.add_argument("--eval-every", type=int, default=None, help="score --test every N global steps")
+    downpour.add_argument("--checkpoint", metavar="PATH", help="Zarr checkpoint of the parameter shards")
+    downpour.add_argument("--checkpoint-every", type=int, default=None)
+    downpour.add_argument("--resume", action="store_true", help="continue from --checkpoint")
+    downpour.add_argument("--seed", type=int, default=0)
     train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
     add_cluster_arguments(train)

@@ -88,3 +88,21 @@ def test_model_label_mismatch_from_cli(tmp_path) -> None:
     assert proc.returncode == 2
     assert "Logistic needs integer labels in 0..1" in proc.stderr
     assert not (tmp_path / "m.npz").exists()
+
+
+def test_train_with_downpour(tmp_path) -> None:
+    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
+        "--classes", "3", "--shard-rows", "2000")
+    out = tmp_path / "dp.npz"
+    report = json.loads(run(
+        "train", "--solver", "downpour", "--data", str(tmp_path / "mn" / "train"),
+        "--test", str(tmp_path / "mn" / "test"), "--model", "softmax", "--replicas", "2",
+        "--param-shards", "2", "--batch-size", "64", "--learning-rate", "0.2", "--epochs", "2",
+        "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "50", "--workers", "2",
+        "--output", str(out), "--json").stdout)
+    assert report["solver"] == "downpour" and report["success"]
+    assert report["steps"] == 2 * 2 * 47  # 2 replicas x 2 epochs x ceil(3000 / 64) batches
+    assert report["test"]["accuracy"] > 0.6
+    assert (tmp_path / "ckpt" / "zarr.json").exists()
+    model, params, _ = load_params(out)
+    assert model.n_classes == 3 and params.shape == (21,)
