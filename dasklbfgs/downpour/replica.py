@@ -25,6 +25,7 @@ class ReplicaConfig:
     epochs: int
     local_learning_rate: float
     seed: int
+    wire_dtype: str = "float64"
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
@@ -46,21 +47,27 @@ def batch_gradient(model: Any, params: np.ndarray, X: np.ndarray, y: np.ndarray)
     return loss / n + penalty, grad / n + penalty_grad
 
 
-def _fetch(shards: list[Any]) -> tuple[np.ndarray, list[int], str | None]:
-    calls = [s.fetch() for s in shards]  # all in flight before the first wait
+def _fetch(shards: list[Any], dtype: str) -> tuple[np.ndarray, list[int], str | None]:
+    calls = [s.fetch(dtype) for s in shards]  # all in flight before the first wait
     replies = [c.result() for c in calls]
-    params = np.concatenate([r[0] for r in replies])
+    params = np.concatenate([r[0] for r in replies]).astype(np.float64)
     stop = next((r[2] for r in replies if r[2]), None)
     return params, [r[1] for r in replies], stop
 
 
-def _push(shards, bounds, accrued, versions, replica, steps, loss_sum) -> str | None:
+def _push(shards, bounds, accrued, versions, replica, steps, loss_sum, *, dtype: str, fetch: bool):
+    """Push to every shard in parallel; with ``fetch`` also return the updated parameters."""
+    wire = accrued.astype(dtype, copy=False)
     calls = [
-        s.push(accrued[a:b], v, replica, steps, loss_sum)
+        s.push(wire[a:b], v, replica, steps, loss_sum, fetch)
         for s, (a, b), v in zip(shards, bounds, versions)
     ]
     replies = [c.result() for c in calls]
-    return next((r[1] for r in replies if r[1]), None)
+    stop = next((r[1] for r in replies if r[1]), None)
+    if not fetch:
+        return stop, None
+    params = np.concatenate([r[2] for r in replies]).astype(np.float64)
+    return stop, (params, [r[0] for r in replies])
 
 
 def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any],
@@ -78,13 +85,14 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     accrued_steps, accrued_loss = 0, 0.0
     steps = fetches = pushes = examples = 0
     stop: str | None = None
-    params: np.ndarray | None = None
+    params = np.zeros(model.n_params)
     versions: list[int] = []
+    need_fetch = True
     for epoch in range(first_epoch, config.epochs):
         order = epoch_order(n, config.seed, replica, epoch)
         for start in range(0, n, config.batch_size):
-            if steps % config.n_fetch == 0 or params is None:
-                params, versions, stop = _fetch(shards)
+            if need_fetch:
+                params, versions, stop = _fetch(shards, config.wire_dtype)
                 fetches += 1
                 if stop:
                     break
@@ -104,9 +112,15 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
             if config.local_learning_rate:
                 params -= config.local_learning_rate * grad
             steps += 1
+            need_fetch = steps % config.n_fetch == 0
             if steps % config.n_push == 0:
-                stop = _push(shards, bounds, accrued, versions, replica, accrued_steps, accrued_loss)
+                stop, fetched = _push(shards, bounds, accrued, versions, replica, accrued_steps,
+                                      accrued_loss, dtype=config.wire_dtype, fetch=need_fetch)
                 pushes += 1
+                if fetched is not None:
+                    params, versions = fetched
+                    fetches += 1
+                    need_fetch = False
                 accrued[:] = 0.0
                 accrued_steps, accrued_loss = 0, 0.0
                 if stop:
@@ -114,7 +128,8 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
         if stop:
             break
     if accrued_steps and not stop:
-        _push(shards, bounds, accrued, versions, replica, accrued_steps, accrued_loss)
+        _push(shards, bounds, accrued, versions, replica, accrued_steps, accrued_loss,
+              dtype=config.wire_dtype, fetch=False)
         pushes += 1
     return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes,
             "examples": examples, "stopped_by": stop}

@@ -43,16 +43,27 @@ class ParameterShard:
         self.stop_reason: str | None = None
         self.max_steps: int | None = None
 
-    async def fetch(self) -> tuple[np.ndarray, int, str | None]:
-        """The current slice, its version and, if the run is stopping, why."""
-        self.bytes_out += self.values.nbytes
-        return self.values.copy(), self.version, self.stop_reason
+    def _values(self, dtype: Any) -> np.ndarray:
+        out = self.values.astype(dtype, copy=True)
+        self.bytes_out += out.nbytes
+        return out
+
+    async def fetch(self, dtype: str = "float64") -> tuple[np.ndarray, int, str | None]:
+        """The current slice (as ``dtype`` on the wire), its version and, if the run is
+        stopping, why."""
+        return self._values(dtype), self.version, self.stop_reason
 
     async def push(self, gradient: np.ndarray, seen_version: int, replica: int, steps: int,
-                   loss_sum: float) -> tuple[int, str | None]:
-        """Apply one accrued gradient; ``seen_version`` is the version it was computed from."""
-        gradient = np.asarray(gradient, dtype=np.float64)
+                   loss_sum: float, fetch: bool = False) -> tuple[int, str | None, np.ndarray | None]:
+        """Apply one accrued gradient; ``seen_version`` is the version it was computed from.
+
+        With ``fetch=True`` the reply also carries the updated slice (in the gradient's
+        dtype): a replica due to fetch right after pushing saves a round trip, and sees
+        exactly what a separate fetch would have returned.
+        """
         self.bytes_in += gradient.nbytes
+        gradient_dtype = gradient.dtype
+        gradient = np.asarray(gradient, dtype=np.float64)
         delta, self.state = self._rule.update(gradient, self.state)
         self.values += delta
         self.staleness[self.version - seen_version] += 1
@@ -63,7 +74,8 @@ class ParameterShard:
         self.loss_count += steps
         if self.max_steps is not None and self.steps >= self.max_steps and self.stop_reason is None:
             self.stop_reason = f"max_steps ({self.max_steps}) reached"
-        return self.version, self.stop_reason
+        values = self._values(gradient_dtype) if fetch else None
+        return self.version, self.stop_reason, values
 
     async def request_stop(self, reason: str) -> None:
         """Ask every replica to stop at its next fetch or push (first reason wins)."""

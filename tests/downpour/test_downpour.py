@@ -27,7 +27,11 @@ def test_shard_round_trip_without_a_cluster() -> None:
     async def scenario():
         shard = ParameterShard(0, 2, 5, np.array([1.0, 2.0, 3.0]), "sgd", {"learning_rate": 0.5})
         values, version, stop = await shard.fetch()
-        version, _ = await shard.push(np.array([2.0, 0.0, -2.0]), version, replica=3, steps=2, loss_sum=1.5)
+        version, _, fetched = await shard.push(np.array([2.0, 0.0, -2.0]), version, replica=3, steps=2,
+                                               loss_sum=1.5, fetch=True)
+        np.testing.assert_array_equal(fetched, [0.0, 2.0, 4.0])
+        as32, _, _ = await shard.fetch("float32")
+        assert as32.dtype == np.float32
         state = await shard.get_state()
         clone = ParameterShard(0, 2, 5, np.zeros(3), "sgd", {"learning_rate": 0.5})
         await clone.set_state(state)
