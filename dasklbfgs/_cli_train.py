@@ -185,6 +185,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.success else 1
 
 
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
 def add_train_commands(sub: Any) -> None:
     from dasklbfgs.models import MODELS
 
@@ -223,7 +232,7 @@ def add_train_commands(sub: Any) -> None:
     train.set_defaults(func=_cmd_train)
 
     demo = sub.add_parser("demo", help="build a sample dataset and train on an embedded cluster")
-    demo.add_argument("--rows", type=int, default=200_000)
+    demo.add_argument("--rows", type=_at_least(100), default=200_000)
     demo.add_argument("--features", type=int, default=50)
     demo.add_argument("--shard-rows", type=int, default=25_000)
     demo.add_argument("--l2", type=float, default=1e-4)

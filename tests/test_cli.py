@@ -106,3 +106,8 @@ def test_train_with_downpour(tmp_path) -> None:
     assert (tmp_path / "ckpt" / "zarr.json").exists()
     model, params, _ = load_params(out)
     assert model.n_classes == 3 and params.shape == (21,)
+
+
+def test_demo_rejects_too_few_rows() -> None:
+    proc = run("demo", "--rows", "2", check=False)
+    assert proc.returncode == 2 and "must be at least 100, got 2" in proc.stderr

@@ -28,6 +28,8 @@ def check_numeric(array: np.ndarray, name: str) -> None:
 
 def check_block_shapes(X: np.ndarray, y: np.ndarray, *, where: str) -> None:
     """Check X is 2-D, y is 1-D or 2-D and both have the same number of rows."""
+    if y.ndim == 0:
+        raise InvalidDataError(f"y must be 1-D or 2-D, got a scalar {where}")
     if X.ndim != 2:
         raise InvalidDataError(
             f"X must be 2-D (samples x features), got {X.ndim}-D shape {X.shape} {where}; "
@@ -56,4 +58,23 @@ def check_finite(array: np.ndarray, name: str, *, first_row: int, shard: int) ->
     raise InvalidDataError(
         f"{name} holds a non-finite value ({value}) in shard {shard} at row {row}{column}; "
         "drop or impute such rows before writing"
+    )
+
+
+def check_cast(given: np.ndarray, stored: np.ndarray, name: str, *, first_row: int, shard: int) -> None:
+    """Raise when casting to the stored dtype changed a value (overflow, truncation)."""
+    if given.dtype == stored.dtype:
+        return
+    if stored.dtype.kind == "f":
+        changed = ~np.isfinite(stored)
+    else:
+        changed = stored != given
+    if not changed.any():
+        return
+    bad = np.argwhere(changed)[0]
+    row = first_row + int(bad[0])
+    column = f", column {int(bad[1])}" if given.ndim == 2 else ""
+    raise InvalidDataError(
+        f"{name} value {given[tuple(bad)].item()!r} in shard {shard} at row {row}{column} does not fit the "
+        f"stored dtype {stored.dtype} (fixed by the first block or the dtype argument)"
     )

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from dasklbfgs.data._validate import check_block_shapes, check_finite, check_numeric
+from dasklbfgs.data._validate import check_block_shapes, check_cast, check_finite, check_numeric
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
 FORMAT_VERSION = 1
@@ -47,15 +47,17 @@ class _LabelSummary:
         self.minimum = np.inf
         self.maximum = -np.inf
         self.counts: Counter[int] | None = Counter()
+        self.integral = True
 
     def update(self, y: np.ndarray) -> None:
         if y.size == 0:
             return
         self.minimum = min(self.minimum, float(y.min()))
         self.maximum = max(self.maximum, float(y.max()))
+        self.integral = self.integral and y.ndim == 1 and bool(np.all(np.mod(y, 1) == 0))
         if self.counts is None:
             return
-        if y.ndim != 1 or not np.all(np.mod(y, 1) == 0):
+        if not self.integral:
             self.counts = None
             return
         values, counts = np.unique(y, return_counts=True)
@@ -64,7 +66,7 @@ class _LabelSummary:
             self.counts = None
 
     def as_attrs(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"y_min": self.minimum, "y_max": self.maximum}
+        out: dict[str, Any] = {"y_min": self.minimum, "y_max": self.maximum, "y_integral": self.integral}
         if self.counts is not None:
             out["label_counts"] = {str(k): v for k, v in sorted(self.counts.items())}
         return out
@@ -145,11 +147,17 @@ class ShardWriter:
         shard = self.n_rows // self.shard_rows
         check_finite(X, "X", first_row=self.n_rows, shard=shard)
         check_finite(y, "y", first_row=self.n_rows, shard=shard)
+        with np.errstate(over="ignore", invalid="ignore"):
+            X_stored = X.astype(self.X.dtype, copy=False)
+            y_stored = y.astype(self.y.dtype, copy=False)
+        # Validate what is stored, not only what was given: a cast can overflow or truncate.
+        check_cast(X, X_stored, "X", first_row=self.n_rows, shard=shard)
+        check_cast(y, y_stored, "y", first_row=self.n_rows, shard=shard)
         start, stop = self.n_rows, self.n_rows + rows
         self.X.resize((stop, self.n_features))
         self.y.resize((stop, *self.y_tail))
-        self.X[start:stop] = X.astype(self.X.dtype, copy=False)
-        self.y[start:stop] = y.astype(self.y.dtype, copy=False)
+        self.X[start:stop] = X_stored
+        self.y[start:stop] = y_stored
         self.labels.update(y)
         self.n_rows = stop
 
@@ -161,6 +169,28 @@ def _x_dtype(dtype: Any, first_X: np.ndarray) -> np.dtype:
             raise ConfigurationError(f"dtype must be a floating dtype, got {dt!s}")
         return dt
     return first_X.dtype if first_X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+
+
+def is_replaceable(path: Path) -> bool:
+    """Whether ``overwrite=True`` may replace ``path``: a Zarr store, or a folder of them."""
+    if (path / "zarr.json").is_file():
+        return True
+    if not path.is_dir():
+        return False
+    entries = list(path.iterdir())
+    return bool(entries) and all((e / "zarr.json").is_file() for e in entries)
+
+
+def check_target(target: Path, overwrite: bool) -> None:
+    """Refuse an existing target without ``overwrite``, and anything but our own stores with it."""
+    if not target.exists():
+        return
+    if not overwrite:
+        raise DatasetExistsError(f"{str(target)!r} already exists; pass overwrite=True to replace it")
+    if not is_replaceable(target):
+        raise DatasetExistsError(
+            f"refusing to overwrite {str(target)!r}: it is not a Zarr store or a folder of them"
+        )
 
 
 def write_dataset(
@@ -176,10 +206,7 @@ def write_dataset(
 ) -> Path:
     """Write ``blocks`` of (X, y) rows to a new dataset at ``path``; return the path."""
     target = Path(path)
-    if target.exists() and not overwrite:
-        raise DatasetExistsError(
-            f"{str(target)!r} already exists; pass overwrite=True to replace it"
-        )
+    check_target(target, overwrite)
     compressors = resolve_compressor(compressor)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
@@ -237,7 +264,11 @@ def replace_path(temp: Path, target: Path) -> None:
         return
     old = target.parent / f".{target.name}.replaced-{uuid.uuid4().hex[:8]}"
     os.rename(target, old)
-    os.rename(temp, target)
+    try:
+        os.rename(temp, target)
+    except BaseException:
+        os.rename(old, target)  # put the previous store back
+        raise
     if old.is_dir():
         shutil.rmtree(old)
     else:

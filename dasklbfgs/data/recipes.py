@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.data._validate import check_shard_rows
-from dasklbfgs.data._writer import replace_path
+from dasklbfgs.data._writer import check_target, replace_path
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
-from dasklbfgs.errors import ConfigurationError, DatasetExistsError
+from dasklbfgs.errors import ConfigurationError
 
 SYNTHETIC = {"logistic": "binary", "multinomial": "multiclass", "regression": "regression"}
 BUNDLED = {"digits": "multiclass", "breast_cancer": "binary", "wine": "multiclass"}
@@ -74,8 +74,7 @@ def make_dataset(
     if not (0.0 <= test_fraction < 1.0):
         raise ConfigurationError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     target = Path(path)
-    if target.exists() and not overwrite:
-        raise DatasetExistsError(f"{str(target)!r} already exists; pass overwrite=True to replace it")
+    check_target(target, overwrite)
     if kind in SYNTHETIC:
         splits = _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction)
     else:

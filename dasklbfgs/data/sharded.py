@@ -120,9 +120,7 @@ class ShardedDataset:
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
         X, y = _as_array(X, "X"), _as_array(y, "y")
-        if getattr(X, "ndim", 2) != 2 or X.shape[0] != y.shape[0]:
-            # Report shape problems before any block is read.
-            check_block_shapes(X, y, where="in the input")
+        check_block_shapes(X, y, where="in the input")  # before any block is read
         if 0 in X.shape:
             raise InvalidDataError(
                 f"the dataset is empty (shape {tuple(X.shape)}); give at least one row and one feature"
@@ -340,6 +338,8 @@ def _unpack_xarray(X, y, feature_names):
             f"found {sorted(map(str, X.data_vars))}"
         )
     xa = X["X"]
+    if set(xa.dims) == {"sample", "feature"}:
+        xa = xa.transpose("sample", "feature")
     if "feature" in xa.coords and feature_names is None:
         feature_names = [str(v) for v in xa.coords["feature"].values]
     return xa.data, X["y"].data, feature_names

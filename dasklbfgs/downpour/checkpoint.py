@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from dasklbfgs.data._writer import replace_path
+from dasklbfgs.data._writer import check_target, replace_path
 from dasklbfgs.errors import DaskLBFGSError, ModelDataMismatchError
 
 __all__ = ["write_checkpoint", "read_checkpoint", "CheckpointError"]
@@ -31,6 +31,7 @@ def write_checkpoint(path: os.PathLike[str] | str, states: list[dict[str, Any]],
                      rule: str, hyper: dict[str, Any], extra: dict[str, Any]) -> Path:
     """Write the shard ``states`` (from ``ParameterShard.get_state``) to ``path`` atomically."""
     target = Path(path)
+    check_target(target, overwrite=True)  # replaces an older checkpoint, never anything else
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
     try:

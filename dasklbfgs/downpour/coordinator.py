@@ -69,6 +69,7 @@ def downpour_sgd(
     checkpoint_every: int | None = None,
     resume: bool = False,
     callback: Callable[[OptimizeResult], Any] | None = None,
+    wire_dtype: str = "float64",
     poll_interval: float = 0.05,
 ) -> OptimizeResult:
     """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
@@ -106,6 +107,9 @@ def downpour_sgd(
         Write every shard's slice and optimizer state to this Zarr path every
         ``checkpoint_every`` global steps and at the end (atomically); ``resume=True``
         starts from the checkpoint there.
+    wire_dtype
+        dtype of parameters and gradients in transit (``"float32"`` halves the bytes;
+        shards keep float64 values and optimizer state).
     callback
         Called with each history entry (an ``OptimizeResult`` with ``time``, ``step``,
         ``train_loss`` and held-out metrics when scored); ``StopIteration`` stops the run.
@@ -138,6 +142,8 @@ def downpour_sgd(
             f"{n_replicas} replicas over {dataset.n_samples} rows)"
         )
     rule = make_rule(optimizer, learning_rate=learning_rate)
+    if wire_dtype not in ("float64", "float32"):
+        raise ConfigurationError(f"wire_dtype must be 'float64' or 'float32', got {wire_dtype!r}")
     if local_learning_rate is None:
         local_learning_rate = 0.0 if optimizer == "adagrad" else rule.hyper["learning_rate"]
     if eval_every is not None:
@@ -170,7 +176,8 @@ def downpour_sgd(
         run = _DownpourRun(active, model, dataset, rows, bounds, rule, x_start, states, eval_set)
         try:
             return run.train(
-                ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed),
+                ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed,
+                              wire_dtype),
                 max_steps=max_steps, warmstart_steps=int(warmstart_steps), eval_every=eval_every,
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 callback=callback, poll_interval=poll_interval, model_config=config,

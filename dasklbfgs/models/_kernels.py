@@ -18,10 +18,21 @@ def block_rows(n_features: int, itemsize: int) -> int:
     return int(np.clip(CACHE_BLOCK_BYTES // max(n_features * itemsize, 1), 64, 65_536))
 
 
+def _sum(a: np.ndarray) -> float:
+    """Sum in float64 whatever the block's dtype: float32 sums are too noisy for ftol."""
+    return float(a.sum(dtype=np.float64))
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    if a.dtype == np.float64 and b.dtype == np.float64:
+        return float(a @ b)
+    return float(np.dot(a.astype(np.float64), b.astype(np.float64)))
+
+
 def squared_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     """Least squares: loss 0.5 (z - y)^2, derivative z - y."""
     r = np.subtract(z, y, out=z)
-    return 0.5 * float(r @ r), r
+    return 0.5 * _dot(r, r), r
 
 
 def logistic_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -31,13 +42,13 @@ def logistic_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     sigmoid(z) = 1/2 + sign(z) (1 - e) / (2 (1 + e)); both are stable for any z.
     """
     a = np.abs(z)
-    loss = 0.5 * (float(a.sum()) + float(z.sum())) - float(y @ z)
+    loss = 0.5 * (_sum(a) + _sum(z)) - _dot(y, z)
     np.negative(a, out=a)
     e = np.exp(a, out=a)
     s = np.subtract(1.0, e)
     e += 1.0
     s /= e
-    loss += float(np.log(e, out=e).sum())
+    loss += _sum(np.log(e, out=e))
     np.copysign(s, z, out=s)
     s *= 0.5
     s += 0.5
@@ -51,10 +62,10 @@ def softmax_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     labels = y.astype(np.intp, copy=False)
     z -= z.max(axis=1, keepdims=True)
     # With z shifted by its row max m: loss = log(sum exp(z - m)) - (z_y - m).
-    loss = -float(z[rows, labels].sum())
+    loss = -_sum(z[rows, labels])
     p = np.exp(z, out=z)
     total = p.sum(axis=1, keepdims=True)
-    loss += float(np.log(total).sum())
+    loss += _sum(np.log(total))
     p /= total
     p[rows, labels] -= 1.0
     return loss, p

@@ -159,8 +159,7 @@ class LinearModel:
 
     def _check_class_labels(self, data: Any, n_classes: int) -> None:
         low, high = data.label_range
-        counts = data.label_counts
-        integral = counts is not None
+        integral = data.schema.get("y_integral", data.label_counts is not None)
         if not integral or low < 0 or high > n_classes - 1:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} needs integer labels in 0..{n_classes - 1}, but y at "

@@ -132,7 +132,7 @@ def strong_wolfe(
 def _zoom(phi, f0, d0, lo, f_lo, d_lo, hi, f_hi, d_hi, c1, c2, evals, max_evals, saw_non_finite):
     """Shrink the bracket [lo, hi] (lo: the best point with sufficient decrease)."""
     while evals < max_evals:
-        if abs(hi - lo) <= 1e-15 * max(1.0, abs(lo), abs(hi)):
+        if abs(hi - lo) <= 1e-15 * max(abs(lo), abs(hi)):  # relative: tiny steps are fine
             break
         alpha = _interpolate(lo, f_lo, d_lo, hi, f_hi, d_hi)
         f, d = phi(alpha)

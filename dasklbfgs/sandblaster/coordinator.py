@@ -38,10 +38,12 @@ def resolve_client(client: Client | None) -> Iterator[Client]:
     from distributed import default_client
 
     try:
-        yield default_client()
+        existing = default_client()
+    except ValueError:  # no client in this process
+        existing = None
+    if existing is not None:
+        yield existing
         return
-    except ValueError:
-        pass
     from dasklbfgs.cluster import connect
 
     logger.info("no Dask client given or active: starting an embedded LocalCluster")

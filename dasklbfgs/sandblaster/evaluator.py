@@ -34,6 +34,7 @@ from dasklbfgs.sandblaster.tasks import (
 )
 
 BACKUP_FLOOR_SECONDS = 0.02
+RESCUE_CHECK_SECONDS = 1.0  # without backup tasks: how often to look for lost workers
 
 
 @dataclass
@@ -78,6 +79,7 @@ class MegaBatchEvaluator:
         self.token = uuid.uuid4().hex[:8]
         self.stats = EvaluatorStats()
         self._recent: deque[float] = deque(maxlen=5)
+        self._next_key = 0
 
         workers = self._workers()
         n_threads = sum(w["nthreads"] for w in workers.values())
@@ -116,15 +118,14 @@ class MegaBatchEvaluator:
 
     def evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         """Loss and gradient sums over all rows at parameters ``x``."""
-        client, e = self.client, self.stats.evaluations
+        client, e = self.client, self._next_key
+        self._next_key += 1  # fresh task keys even if this evaluation fails and is retried
         started = time.perf_counter()
         [x_future] = client.scatter([x], hash=False)
-        primaries = self._submit_primaries(x_future, e)
-        if self.backup_tasks:
-            winners, launched = self._race(primaries, x_future, e, started)
-        else:
-            winners, launched = primaries, False
-        results = client.gather(winners)
+        primaries, pinned = self._submit_primaries(x_future, e)
+        with client.as_current():  # distributed.wait resolves the current client
+            winners, launched = self._collect(primaries, pinned, x_future, e, started)
+            results = client.gather(winners)
         duration = time.perf_counter() - started
         self.stats.evaluations += 1
         self.stats.eval_seconds.append(duration)
@@ -138,12 +139,14 @@ class MegaBatchEvaluator:
             grad += part_grad
         return loss, grad
 
-    def _submit_primaries(self, x_future: Future, e: int) -> list[Future]:
+    def _submit_primaries(self, x_future: Future, e: int) -> tuple[list[Future], list[str | None]]:
         """One task per portion, pinned to the worker holding its shard (data affinity).
 
         Pinning also keeps Dask's work stealing from copying shards between workers;
         balancing across workers is the backup tasks' job, as in the paper. A shard lost
-        with its worker is reloaded from Zarr by Dask, and the next evaluation follows it.
+        with its worker is reloaded from Zarr by Dask and the next evaluation follows it;
+        portions pinned to a worker that dies mid-evaluation are rescued by
+        :meth:`_collect`. Returns the futures and the worker each is pinned to.
         """
         holders = self.client.who_has(self.shards)
         groups: dict[str | None, list[Portion]] = {}
@@ -151,6 +154,7 @@ class MegaBatchEvaluator:
             where = holders.get(self.shards[p.shard].key) or (None,)
             groups.setdefault(sorted(where)[0], []).append(p)
         futures: dict[int, Future] = {}
+        pinned: dict[int, str | None] = {}
         for worker, portions in groups.items():
             # One client.map per worker is one message to the scheduler.
             mapped = self.client.map(
@@ -165,40 +169,54 @@ class MegaBatchEvaluator:
                 pure=False,
             )
             futures.update(zip((p.index for p in portions), mapped))
-        return [futures[p.index] for p in self.portions]
+            pinned.update((p.index, worker) for p in portions)
+        return [futures[p.index] for p in self.portions], [pinned[p.index] for p in self.portions]
 
-    def _race(self, primaries: list[Future], x_future: Future, e: int, started: float):
-        """Wait for one copy of every portion, launching backups for the ones past due.
+    def _collect(self, primaries: list[Future], pinned: list[str | None], x_future: Future, e: int,
+                 started: float) -> tuple[list[Future], bool]:
+        """Wait for one finished copy of every portion; returns them and whether backups ran.
 
-        Until the deadline one ``wait`` call covers everything (no per-task overhead in
-        the common case). Past it, portions still outstanding get one backup each on a
-        worker that is not busy with outstanding work, and the deadline moves on by one
-        period so portions that fall behind later (a task stolen by the slow worker, say)
-        are backed up too.
+        Until the next deadline a single ``wait`` covers everything (no per-task overhead
+        in the common case). At each deadline:
+
+        * with backup tasks, portions still outstanding get one backup each on a worker
+          that is not busy with outstanding work, and the deadline moves on by one period,
+          so portions that fall behind later are backed up too;
+        * portions pinned to a worker that has left the cluster (or whose copies were all
+          lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
         """
         n = len(primaries)
         winners: list[Future | None] = [None] * n
+        copies = [1] * n          # copies of each portion still pending
         backed_up: set[int] = set()
+        rescued: set[int] = set()
         pending = set(primaries)
         typical = statistics.median(self._recent) if self._recent else None
-        period = None if typical is None else max(BACKUP_FLOOR_SECONDS, self.backup_slack * typical)
+        if self.backup_tasks:
+            period = None if typical is None else max(BACKUP_FLOOR_SECONDS, self.backup_slack * typical)
+        else:
+            period = RESCUE_CHECK_SECONDS
         deadline = None if period is None else started + period
         launched = False
         n_done = 0
         while n_done < n:
             now = time.perf_counter()
             timeout = None if deadline is None else max(0.0, deadline - now)
-            mode = "ALL_COMPLETED" if (deadline is not None and not launched) else "FIRST_COMPLETED"
+            mode = "FIRST_COMPLETED" if (launched or (self.backup_tasks and period is None)) else "ALL_COMPLETED"
             try:
                 done, pending = wait(pending, timeout=timeout, return_when=mode)
             except TimeoutError:
-                done = set()
+                done = {f for f in pending if f.done()}
+                pending -= done
             for f in done:
                 i = portion_index(f.key)
+                copies[i] -= 1
                 if winners[i] is not None:
                     continue
                 if f.status == "error":
                     f.result()  # re-raise the task's exception
+                if f.status != "finished":  # lost with its worker, or cancelled
+                    continue
                 winners[i] = f
                 n_done += 1
                 if f.key.startswith("sandblaster-backup"):
@@ -214,14 +232,38 @@ class MegaBatchEvaluator:
                 # First evaluation, no history: expect about twice the time to half done.
                 period = max(BACKUP_FLOOR_SECONDS, self.backup_slack * 2 * (now - started))
                 deadline = started + period
-            if deadline is not None and now >= deadline:
-                late = [p for p in self.portions if winners[p.index] is None and p.index not in backed_up]
-                backups = self._launch_backups(late, pending, x_future, e)
-                backed_up.update(portion_index(b.key) for b in backups)
-                pending.update(backups)
-                launched = launched or bool(backups)
-                deadline = now + period
+            orphans = [i for i in range(n) if winners[i] is None and copies[i] == 0]
+            if (deadline is not None and now >= deadline) or orphans:
+                alive = set(self._workers())
+                stranded = [p for p in self.portions
+                            if winners[p.index] is None and p.index not in rescued
+                            and (copies[p.index] == 0 or (pinned[p.index] is not None and pinned[p.index] not in alive))]
+                for p, future in zip(stranded, self._rescue(stranded, x_future, e)):
+                    rescued.add(p.index)
+                    copies[p.index] += 1
+                    pending.add(future)
+                if self.backup_tasks and deadline is not None and now >= deadline:
+                    late = [p for p in self.portions
+                            if winners[p.index] is None and p.index not in backed_up | rescued]
+                    backups = self._launch_backups(late, pending, x_future, e)
+                    for b in backups:
+                        backed_up.add(portion_index(b.key))
+                        copies[portion_index(b.key)] += 1
+                    pending.update(backups)
+                    launched = launched or bool(backups)
+                if deadline is not None and now >= deadline:
+                    deadline = now + period
         return winners, launched
+
+    def _rescue(self, portions: list[Portion], x_future: Future, e: int) -> list[Future]:
+        """Re-run portions whose worker is gone, from Zarr, on any worker."""
+        return [
+            self.client.submit(
+                portion_loss_grad_from_store, self.model, self.data, x_future, p.start, p.stop,
+                key=f"sandblaster-rescue-{self.token}-{e}-{p.index}", pure=False,
+            )
+            for p in portions
+        ]
 
     def _launch_backups(self, late: list[Portion], pending: set[Future], x_future: Future, e: int) -> list[Future]:
         """Copy ``late`` portions to workers not busy with this evaluation's outstanding tasks."""

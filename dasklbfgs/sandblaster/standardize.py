@@ -51,6 +51,10 @@ class Standardizer:
         about one whether the data term (``var_j``) or the penalty (``l2``) dominates a
         coordinate; a plain ``std_j`` would leave the penalty scaled by ``1/var_j``."""
         variance = m2 / n if fit_intercept else (m2 / n + mean**2)
+        # A constant column leaves rounding noise (~1e-26) in M2, not zero: treat variance
+        # below (1e-8 of the column's magnitude)^2 as none.
+        noise = (1e-8 * np.maximum(1.0, np.abs(mean))) ** 2
+        variance = np.where(variance > noise, variance, 0.0)
         return cls(mean, np.sqrt(variance + l2), n_outputs=n_outputs, fit_intercept=fit_intercept)
 
     def _split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -221,3 +221,44 @@ def test_row_range_errors(tmp_path, Xy) -> None:
         ds.load_rows(100, 104)
     with pytest.raises(ConfigurationError, match=r"shard index 3 out of range \[0, 3\)"):
         ds.load_shard(3)
+
+
+def test_values_that_do_not_survive_the_stored_dtype_are_refused(tmp_path) -> None:
+    X = np.ones((4, 2))
+    X[3, 1] = 1e39
+    with pytest.raises(InvalidDataError, match=r"X value 1e\+39 in shard 1 at row 3, column 1 does not fit the stored dtype float32"):
+        ShardedDataset.create(tmp_path / "a", X, np.zeros(4), shard_rows=2, dtype="float32")
+    blocks = [(np.ones((2, 2)), np.array([0, 1])), (np.ones((2, 2)), np.array([0.5, 2.0]))]
+    with pytest.raises(InvalidDataError, match=r"y value 0.5 in shard 1 at row 2 does not fit the stored dtype int64"):
+        ShardedDataset.from_blocks(tmp_path / "b", blocks, shard_rows=2)
+    blocks = [(np.ones((2, 2), dtype=np.float32), np.zeros(2)), (np.full((2, 2), 1e300), np.zeros(2))]
+    with pytest.raises(InvalidDataError, match=r"X value 1e\+300 in shard 1 at row 2, column 0 does not fit"):
+        ShardedDataset.from_blocks(tmp_path / "c", blocks, shard_rows=2)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overwrite_never_deletes_what_is_not_a_store(tmp_path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("precious")
+    with pytest.raises(DatasetExistsError, match=r"refusing to overwrite .*notes.*not a Zarr store"):
+        ShardedDataset.create(folder, np.ones((3, 2)), np.zeros(3), shard_rows=2, overwrite=True)
+    assert (folder / "keep.txt").read_text() == "precious"
+
+
+def test_scalar_y_and_transposed_xarray(tmp_path) -> None:
+    with pytest.raises(InvalidDataError, match=r"y must be 1-D or 2-D, got a scalar"):
+        ShardedDataset.create(tmp_path / "s", np.ones((3, 2)), 1.0, shard_rows=2)
+    X = np.arange(6.0).reshape(3, 2)
+    source = xr.Dataset({"X": (("feature", "sample"), X.T), "y": (("sample",), np.zeros(3))})
+    ds = ShardedDataset.create(tmp_path / "t", source, shard_rows=2)
+    np.testing.assert_array_equal(ds.load_rows(0, 3)[0], X)
+
+
+def test_many_integer_labels_stay_integral(tmp_path) -> None:
+    y = np.arange(1500) % 1200
+    ds = ShardedDataset.create(tmp_path / "d", np.ones((1500, 2)), y, shard_rows=500)
+    assert ds.label_counts is None and ds.schema["y_integral"] is True
+    from dasklbfgs.models import Softmax
+
+    Softmax(2, 1200).check_data(ds)

@@ -53,3 +53,14 @@ def test_failure_is_reported_not_raised() -> None:
 def test_rejects_ascent_direction() -> None:
     with pytest.raises(ValueError, match=r"d0 must be negative for a descent direction, got 1.0"):
         strong_wolfe(lambda a: (0.0, 0.0), 0.0, 1.0)
+
+
+def test_tiny_steps_on_huge_gradients() -> None:
+    """First steps of ~1e-17 must not look like an empty bracket."""
+    from dasklbfgs.optim import lbfgs_minimize
+
+    scale = 1e16
+    res, _ = lbfgs_minimize(lambda x: (scale * float(x @ x), 2 * scale * x), np.array([3.0, -4.0]))
+    # It gets to the optimum to machine precision (here f ~ 1e-16 after starting at 2.5e17);
+    # the line search may then report it can do no better, which is honest.
+    assert res.nit >= 1 and res.fun < 1e-6

@@ -192,3 +192,32 @@ def test_errors(client, datasets, tmp_path) -> None:
     huge = ShardedDataset.create(tmp_path / "huge", np.ones((20, 2)), np.full(20, 1e200), shard_rows=10)
     with pytest.raises(NonFiniteObjectiveError, match=r"the objective at x0 is not finite \(f = inf\).*huge"):
         sandblaster_lbfgs(LeastSquares(2), huge, client=client)
+
+
+def test_constant_column_with_standardize(client, tmp_path) -> None:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(2000, 3))
+    X[:, 1] = 0.1  # constant: its rounding-noise variance must not become a scale of 1e-15
+    y = (X[:, 0] + 0.3 * rng.normal(size=2000) > 0).astype(np.int64)
+    data = ShardedDataset.create(tmp_path / "c", X, y, shard_rows=500)
+    model = Logistic(3, l2=1e-3)
+    result = sandblaster_lbfgs(model, data, client=client, standardize=True, **TIGHT)
+    ref = scipy_reference(model, data, **TIGHT)
+    assert result.success and result.fun == pytest.approx(ref.fun, rel=1e-8)
+
+
+def test_float32_data_converges(client, tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(6000, 5)).astype(np.float32)
+    y = (X @ np.arange(1.0, 6.0) + rng.normal(size=6000) > 0).astype(np.int64)
+    data = ShardedDataset.create(tmp_path / "f32", X, y, shard_rows=1500)
+    model = Logistic(5, l2=1e-3)
+    result = sandblaster_lbfgs(model, data, client=client)
+    ref = scipy_reference(model, data)
+    assert result.status == 0, result.message
+    assert result.fun == pytest.approx(ref.fun, rel=1e-6)
+
+
+def test_errors_propagate_with_the_default_client(client, datasets) -> None:
+    with pytest.raises(ConfigurationError, match=r"portion_rows must be a positive integer, got 0"):
+        sandblaster_lbfgs(Logistic(8), datasets["logistic"], portion_rows=0)

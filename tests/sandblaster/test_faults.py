@@ -1,0 +1,50 @@
+"""A worker killed (SIGKILL) in the middle of a Sandblaster evaluation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset, connect
+from dasklbfgs.models import Logistic
+from dasklbfgs.sandblaster import MegaBatchEvaluator
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class SlowLogistic(Logistic):
+    """Each portion takes at least 0.3 s, so a kill lands mid-evaluation."""
+
+    def loss_grad_sum(self, params, X, y):
+        time.sleep(0.3)
+        return super().loss_grad_sum(params, X, y)
+
+
+@pytest.mark.parametrize("backup_tasks", [True, False])
+def test_evaluation_survives_a_killed_worker_bitwise(tmp_path, backup_tasks) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(800, 3))
+    data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=100)
+    x = np.array([0.1, -0.2, 0.3, 0.05])
+    with connect(n_workers=2, dashboard_address=None) as client:
+        evaluator = MegaBatchEvaluator(client, SlowLogistic(3), data, portion_rows=100, backup_tasks=backup_tasks)
+        undisturbed = evaluator.evaluate(x)
+        out = {}
+        thread = threading.Thread(target=lambda: out.setdefault("r", evaluator.evaluate(x)), daemon=True)
+        thread.start()
+        time.sleep(0.5)
+        victim = sorted(client.scheduler_info()["workers"])[0]
+        os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+        thread.join(60)
+        assert not thread.is_alive(), "evaluation hung after the worker was killed"
+        loss, grad = out["r"]
+        assert loss == undisturbed[0]
+        np.testing.assert_array_equal(grad, undisturbed[1])
+        evaluator.close()
