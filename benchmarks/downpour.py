@@ -30,17 +30,20 @@ from dasklbfgs.optim.updates import adagrad
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 
 
-def fetch_push_seconds(shards, bounds, n_params, repeats):
-    """Median time of one fetch of every shard plus one push to every shard, from a worker."""
+def fetch_push_seconds(shards, bounds, n_params, repeats, dtype):
+    """Median time of one replica step's communication, measured inside a replica task:
+    a push to every shard whose reply carries the updated slice (the fetch)."""
     from distributed import secede
+
+    from dasklbfgs.downpour.replica import _fetch, _push
 
     secede()
     grad = np.full(n_params, 1e-6)
+    _, versions, _ = _fetch(shards, dtype)
     times = []
     for _ in range(repeats + 2):
         t0 = time.perf_counter()
-        replies = [c.result() for c in [s.fetch() for s in shards]]
-        [c.result() for c in [s.push(grad[a:b], r[1], 0, 1, 0.0) for s, (a, b), r in zip(shards, bounds, replies)]]
+        _, (_, versions) = _push(shards, bounds, grad, versions, 0, 1, 0.0, dtype=dtype, fetch=True)
         times.append(time.perf_counter() - t0)
     return statistics.median(times[2:])
 
@@ -100,11 +103,12 @@ def main(argv=None) -> None:
         futures = [client.submit(ParameterShard, i, a, b, np.zeros(b - a), "adagrad", {"learning_rate": 0.1},
                                  actor=True, workers=[workers[i]]) for i, (a, b) in enumerate(bounds)]
         shards = [f.result() for f in futures]
-        per_step = client.submit(fetch_push_seconds, shards, bounds, args.params, args.repeats,
-                                 workers=[workers[0]], pure=False).result()
+        out["fetch_push"] = {"params": args.params, "shards": 2}
+        for dtype in ("float64", "float32"):
+            out["fetch_push"][dtype] = client.submit(
+                fetch_push_seconds, shards, bounds, args.params, args.repeats, dtype,
+                workers=[workers[0]], pure=False).result()
         del shards, futures
-        out["fetch_push"] = {"params": args.params, "shards": 2, "bytes_each_way": args.params * 8,
-                             "seconds": per_step}
 
         # 2. Time to a held-out accuracy: 1 vs 2 replicas, and one process.
         root = args.data_dir / f"multinomial-{args.rows}x{args.features}x{args.classes}"
@@ -162,8 +166,9 @@ def render(out, args) -> str:
         f"Command: `{out['command']}`", "",
         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
         + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
-        f"Fetch + push of {fp['params']:,} float64 parameters over {fp['shards']} shards, from a replica task "
-        f"(median of {args.repeats}): **{1e3 * fp['seconds']:.1f} ms** ({fp['bytes_each_way'] / 2**20:.1f} MiB each way).", "",
+        f"One step's communication for {fp['params']:,} parameters over {fp['shards']} Adagrad shards, from a "
+        f"replica task (push, with the updated slice in the reply; median of {args.repeats}): "
+        f"**{1e3 * fp['float32']:.1f} ms** with float32 on the wire, {1e3 * fp['float64']:.1f} ms with float64.", "",
         f"Time to {t['target_accuracy']:.3f} held-out accuracy (Sandblaster's optimum {t['sandblaster_accuracy']:.3f} "
         f"minus 0.02) on softmax {args.rows:,} x {args.features}, {args.classes} classes; batch {args.batch_size}, "
         f"Adagrad rate {args.learning_rate}, held-out scored every {args.eval_every} global steps:", "",

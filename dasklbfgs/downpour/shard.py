@@ -63,7 +63,7 @@ class ParameterShard:
         """
         self.bytes_in += gradient.nbytes
         gradient_dtype = gradient.dtype
-        gradient = np.asarray(gradient, dtype=np.float64)
+        gradient = gradient.astype(np.float64, copy=False)
         delta, self.state = self._rule.update(gradient, self.state)
         self.values += delta
         self.staleness[self.version - seen_version] += 1
