@@ -1,0 +1,272 @@
+"""scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
+
+``LogisticRegression`` and ``LinearRegression`` follow scikit-learn's parameter names and
+objectives, so they drop into ``Pipeline``, ``GridSearchCV`` and ``clone``. ``fit`` accepts
+numpy arrays, dask arrays, an ``xarray.Dataset`` with ``X``/``y`` variables, or a
+:class:`ShardedDataset`; in-memory inputs are written to a temporary sharded Zarr store for
+the duration of the fit (workers read it by path, so on a multi-machine cluster pass a
+``ShardedDataset`` on shared storage instead).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from dasklbfgs.data import ShardedDataset
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
+from dasklbfgs.models import LeastSquares, Logistic, Softmax
+
+__all__ = ["LogisticRegression", "LinearRegression"]
+
+SOLVERS = ("sandblaster", "downpour")
+
+
+class _ShardedEstimator(BaseEstimator):
+    """What both estimators share: input handling, solvers, fitted bookkeeping."""
+
+    def _check_params(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ConfigurationError(f"solver must be one of {SOLVERS!r}, got {self.solver!r}")
+        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
+            raise ConfigurationError(f"max_iter must be an integer >= 1, got {self.max_iter!r}")
+        if not (isinstance(self.tol, (int, float, np.floating)) and self.tol >= 0):
+            raise ConfigurationError(f"tol must be a number >= 0, got {self.tol!r}")
+
+    def _solve(self, model: Any, data: ShardedDataset) -> Any:
+        if self.solver == "sandblaster":
+            from dasklbfgs.sandblaster import sandblaster_lbfgs
+
+            # ftol as scikit-learn's lbfgs solvers set it, so tol alone decides convergence.
+            result = sandblaster_lbfgs(model, data, client=self.client, maxiter=self.max_iter,
+                                       gtol=self.tol, ftol=64 * np.finfo(float).eps,
+                                       standardize=self.standardize)
+            self.n_iter_ = np.array([result.nit], dtype=np.int32)
+            self.loss_curve_ = [h["fun"] for h in result.history]
+        else:
+            from dasklbfgs.downpour import downpour_sgd
+
+            result = downpour_sgd(model, data, client=self.client, epochs=self.max_iter,
+                                  learning_rate=self.learning_rate, batch_size=min(self.batch_size, data.n_samples),
+                                  n_replicas=1 if data.n_samples < 2 * self.batch_size else self.n_replicas,
+                                  n_param_shards=min(2, model.n_params),
+                                  seed=self.random_state if self.random_state is not None else 0)
+            self.n_iter_ = np.array([self.max_iter], dtype=np.int32)
+            self.loss_curve_ = [h["train_loss"] for h in result.history if "train_loss" in h]
+        if not result.success:
+            advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
+                      "below the precision of the data (float32?)" if result.status == 2
+                      else "increase max_iter or scale the features (standardize=True)")
+            warnings.warn(
+                f"{type(self).__name__} did not converge: {result.message}; {advice}.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return result
+
+    def _fit_data(self, X: Any, y: Any, *, classifier: bool) -> tuple[ShardedDataset, Path | None, np.ndarray | None]:
+        """A ShardedDataset for ``X, y``; the temporary folder to delete; the classes."""
+        if isinstance(X, ShardedDataset):
+            if y is not None:
+                raise ConfigurationError("pass y=None when X is a ShardedDataset (y is read from it)")
+            self.n_features_in_ = X.n_features
+            if X.feature_names is not None:
+                self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+            classes = None
+            if classifier:
+                counts = X.label_counts
+                if counts is None:
+                    raise InvalidDataError(f"y in {str(X.path)!r} is not a set of integer class labels")
+                classes = np.array(sorted(counts))
+                if not np.array_equal(classes, np.arange(len(classes))):
+                    raise InvalidDataError(
+                        f"class labels in {str(X.path)!r} must be 0..K-1 to fit from a ShardedDataset, "
+                        f"got {classes.tolist()[:10]}; fit from arrays to map any labels"
+                    )
+            return X, None, classes
+        X, y = _unpack_xarray(X, y)
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier)
+        classes = None
+        if classifier:
+            check_classification_targets(y)
+            classes, y = np.unique(y, return_inverse=True)
+        folder = Path(tempfile.mkdtemp(prefix="dasklbfgs-fit-"))
+        try:
+            shard_rows = self.shard_rows or max(1, -(-X.shape[0] // 8))
+            data = ShardedDataset.create(folder / "data", X, y, shard_rows=shard_rows, compressor=None)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return data, folder, classes
+
+    def _decision(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return X @ self.coef_.T + self.intercept_
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = self.solver == "downpour"
+        return tags
+
+
+class LogisticRegression(ClassifierMixin, _ShardedEstimator):
+    """L2-regularised logistic regression (binary or multinomial) trained on Dask.
+
+    Minimises ``C * sum_i loss_i + ||w||^2 / 2`` like scikit-learn's, here solved as the
+    equivalent ``mean_i loss_i + ||w||^2 / (2 C n)``. Binary problems use
+    :class:`~dasklbfgs.models.Logistic`, more classes :class:`~dasklbfgs.models.Softmax`.
+
+    Parameters
+    ----------
+    C
+        Inverse regularisation strength (``np.inf``: none).
+    fit_intercept, max_iter, tol
+        As in scikit-learn (``tol`` is the gradient tolerance; for Downpour ``max_iter``
+        counts epochs).
+    solver
+        ``"sandblaster"`` (L-BFGS over data shards) or ``"downpour"`` (asynchronous Adagrad).
+    standardize
+        Sandblaster only: optimise in standardised coordinates (same optimum).
+    learning_rate, batch_size, n_replicas
+        Downpour only.
+    shard_rows
+        Rows per shard of the temporary store for in-memory input (default: 8 shards).
+    random_state
+        Seeds Downpour's batch order.
+    client
+        Dask client; default: the active client, else an embedded cluster per fit.
+    """
+
+    def __init__(self, *, C: float = 1.0, fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4,
+                 solver: str = "sandblaster", standardize: bool = True, learning_rate: float = 0.1,
+                 batch_size: int = 128, n_replicas: int = 2, shard_rows: int | None = None,
+                 random_state: int | None = None, client: Any = None) -> None:
+        self.C = C
+        self.fit_intercept = fit_intercept
+        self.max_iter = max_iter
+        self.tol = tol
+        self.solver = solver
+        self.standardize = standardize
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_replicas = n_replicas
+        self.shard_rows = shard_rows
+        self.random_state = random_state
+        self.client = client
+
+    def fit(self, X: Any, y: Any = None) -> LogisticRegression:
+        self._check_params()
+        if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0):
+            raise ConfigurationError(f"C must be a positive number, got {self.C!r}")
+        data, folder, classes = self._fit_data(X, y, classifier=True)
+        try:
+            if len(classes) < 2:
+                raise InvalidDataError(
+                    f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
+                )
+            l2 = 0.0 if np.isinf(self.C) else 1.0 / (self.C * data.n_samples)
+            d = data.n_features
+            if len(classes) == 2:
+                model = Logistic(d, l2=l2, fit_intercept=self.fit_intercept)
+            else:
+                model = Softmax(d, len(classes), l2=l2, fit_intercept=self.fit_intercept)
+            result = self._solve(model, data)
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        W, b = model.unpack(result.x)
+        self.classes_ = classes
+        self.coef_ = np.atleast_2d(np.asarray(W).T).copy()
+        self.intercept_ = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
+        return self
+
+    def decision_function(self, X: Any) -> np.ndarray:
+        scores = self._decision(X)
+        return scores[:, 0] if scores.shape[1] == 1 else scores
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        scores = self._decision(X)
+        if scores.shape[1] == 1:
+            p1 = np.exp(-np.logaddexp(0.0, -scores[:, 0]))
+            return np.column_stack([1.0 - p1, p1])
+        scores = scores - scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        return np.log(self.predict_proba(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        scores = self._decision(X)
+        index = (scores[:, 0] > 0).astype(int) if scores.shape[1] == 1 else scores.argmax(axis=1)
+        return self.classes_[index]
+
+
+class LinearRegression(RegressorMixin, _ShardedEstimator):
+    """Least squares with an optional l2 penalty (``alpha``, as scikit-learn's ``Ridge``).
+
+    Minimises ``||y - X w - b||^2 + alpha ||w||^2``, solved as the equivalent
+    ``mean_i (x_i w + b - y_i)^2 / 2 + (alpha / n) ||w||^2 / 2``.
+    """
+
+    def __init__(self, *, alpha: float = 0.0, fit_intercept: bool = True, max_iter: int = 200,
+                 tol: float = 1e-6, solver: str = "sandblaster", standardize: bool = True,
+                 learning_rate: float = 0.1, batch_size: int = 128, n_replicas: int = 2,
+                 shard_rows: int | None = None, random_state: int | None = None, client: Any = None) -> None:
+        self.alpha = alpha
+        self.fit_intercept = fit_intercept
+        self.max_iter = max_iter
+        self.tol = tol
+        self.solver = solver
+        self.standardize = standardize
+        self.learning_rate = learning_rate
+        self.batch_size = batch_size
+        self.n_replicas = n_replicas
+        self.shard_rows = shard_rows
+        self.random_state = random_state
+        self.client = client
+
+    def fit(self, X: Any, y: Any = None) -> LinearRegression:
+        self._check_params()
+        if not (isinstance(self.alpha, (int, float, np.floating)) and self.alpha >= 0):
+            raise ConfigurationError(f"alpha must be a number >= 0, got {self.alpha!r}")
+        data, folder, _ = self._fit_data(X, y, classifier=False)
+        try:
+            if len(data.y_shape) != 1:
+                raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
+            model = LeastSquares(data.n_features, l2=self.alpha / data.n_samples, fit_intercept=self.fit_intercept)
+            result = self._solve(model, data)
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        W, b = model.unpack(result.x)
+        self.coef_ = np.asarray(W, dtype=np.float64).copy()
+        self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
+        return self
+
+    def predict(self, X: Any) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return X @ self.coef_ + self.intercept_
+
+
+def _unpack_xarray(X: Any, y: Any) -> tuple[Any, Any]:
+    try:
+        import xarray as xr
+    except ImportError:  # pragma: no cover
+        return X, y
+    if isinstance(X, xr.Dataset):
+        if y is not None:
+            raise ConfigurationError("pass y=None when X is an xarray.Dataset holding 'y'")
+        return X["X"].transpose("sample", ...).values, X["y"].values
+    return X, y

@@ -1,0 +1,129 @@
+"""scikit-learn estimators: reference agreement, input types, composition and checks."""
+
+from __future__ import annotations
+
+import dask.array as da
+import numpy as np
+import pytest
+import xarray as xr
+from sklearn.base import clone
+from sklearn.datasets import load_breast_cancer, load_wine
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression as SkLogisticRegression
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import GridSearchCV
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from dasklbfgs import ShardedDataset
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
+from dasklbfgs.estimators import LinearRegression, LogisticRegression
+
+
+@parametrize_with_checks([LogisticRegression(), LinearRegression()])
+def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
+    check(estimator)
+
+
+@pytest.mark.parametrize("loader", [load_wine, load_breast_cancer])
+def test_same_coefficients_as_scikit_learn(client, loader) -> None:
+    X, y = loader(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    ours = LogisticRegression(C=0.5, tol=1e-9, max_iter=2000).fit(X, y)
+    ref = SkLogisticRegression(C=0.5, tol=1e-10, max_iter=10000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=2e-5)
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=2e-5)
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-5)
+    assert ours.coef_.shape == ref.coef_.shape
+    assert ours.n_iter_.shape == (1,) and len(ours.loss_curve_) == ours.n_iter_[0]
+
+
+def test_linear_regression_matches_ridge(client) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    target = X @ np.linspace(-1, 1, X.shape[1]) + 0.1 * np.random.default_rng(0).normal(size=len(X))
+    ours = LinearRegression(alpha=3.0, tol=1e-10, max_iter=2000).fit(X, target)
+    ref = Ridge(alpha=3.0).fit(X, target)
+    # Ridge solves exactly; L-BFGS stops when f stops decreasing (max|g| ~ 2e-8 here, with
+    # the smallest Hessian eigenvalue ~ 5e-3 on these collinear features): ~5e-6 in coef.
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=2e-5)
+    assert ours.intercept_ == pytest.approx(ref.intercept_, abs=1e-6)
+    assert ours.score(X, target) == pytest.approx(ref.score(X, target), abs=1e-9)
+
+
+def test_any_labels_dask_and_xarray_inputs(client) -> None:
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    names = np.array(["barolo", "grignolino", "barbera"])[y]
+    numpy_fit = LogisticRegression(tol=1e-8).fit(X, names)
+    assert list(numpy_fit.classes_) == ["barbera", "barolo", "grignolino"]
+    assert set(numpy_fit.predict(X)) <= set(names)
+    dask_fit = LogisticRegression(tol=1e-8).fit(da.from_array(X, chunks=50), da.from_array(names, chunks=50))
+    np.testing.assert_allclose(dask_fit.coef_, numpy_fit.coef_, atol=1e-6)
+    dataset = xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
+    xr_fit = LogisticRegression(tol=1e-8).fit(dataset)
+    assert xr_fit.score(X, y) == pytest.approx(numpy_fit.score(X, names))
+
+
+def test_sharded_dataset_input(client, tmp_path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    data = ShardedDataset.create(tmp_path / "bc", X, y, shard_rows=100)
+    fitted = LogisticRegression(tol=1e-8).fit(data)
+    reference = LogisticRegression(tol=1e-8).fit(X, y)
+    np.testing.assert_allclose(fitted.coef_, reference.coef_, atol=1e-6)
+    shifted = ShardedDataset.create(tmp_path / "shifted", X, y + 1, shard_rows=100)
+    with pytest.raises(InvalidDataError, match=r"class labels in .* must be 0..K-1 .* got \[1, 2\]"):
+        LogisticRegression().fit(shifted)
+    with pytest.raises(ConfigurationError, match=r"pass y=None when X is a ShardedDataset"):
+        LogisticRegression().fit(data, y)
+
+
+def test_pipeline_clone_and_grid_search(client) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    pipe = make_pipeline(StandardScaler(), LogisticRegression())
+    search = GridSearchCV(pipe, {"logisticregression__C": [0.01, 1.0]}, cv=3).fit(X, y)
+    assert search.best_score_ > 0.9
+    copy = clone(LogisticRegression(C=3.0, solver="downpour"))
+    assert copy.get_params()["C"] == 3.0 and copy.get_params()["solver"] == "downpour"
+
+
+def test_downpour_solver(client) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    fitted = LogisticRegression(solver="downpour", max_iter=5, batch_size=32, random_state=0).fit(X, y)
+    assert fitted.score(X, y) > 0.9
+    assert fitted.loss_curve_ and fitted.n_iter_[0] == 5
+
+
+def test_not_converging_warns(client) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    with pytest.warns(ConvergenceWarning, match=r"LogisticRegression did not converge: STOP: TOTAL NO. OF ITERATIONS"):
+        LogisticRegression(max_iter=2, standardize=False).fit(X, y)
+
+
+@pytest.mark.parametrize(
+    ("estimator", "match"),
+    [
+        (LogisticRegression(solver="lbfgs"), r"solver must be one of \('sandblaster', 'downpour'\), got 'lbfgs'"),
+        (LogisticRegression(C=0), r"C must be a positive number, got 0"),
+        (LogisticRegression(max_iter=0), r"max_iter must be an integer >= 1, got 0"),
+        (LinearRegression(alpha=-1), r"alpha must be a number >= 0, got -1"),
+    ],
+)
+def test_parameter_errors(client, estimator, match) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    with pytest.raises(ConfigurationError, match=match):
+        estimator.fit(X[:50], y[:50])
+
+
+def test_bad_data(client) -> None:
+    X = np.ones((10, 2))
+    with pytest.raises(InvalidDataError, match=r"only one class: \[1.0\]"):
+        LogisticRegression().fit(X, np.ones(10))
+    with pytest.raises(ValueError, match=r"Found input variables with inconsistent numbers of samples: \[10, 9\]"):
+        LogisticRegression().fit(X, np.arange(9) % 2)
+    X[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"Input X contains NaN"):
+        LogisticRegression().fit(X, np.arange(10) % 2)
