@@ -21,7 +21,7 @@ import numpy as np
 from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs.downpour.checkpoint import read_checkpoint, write_checkpoint
+from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
 from dasklbfgs.downpour.shard import ParameterShard
 from dasklbfgs.errors import ConfigurationError
@@ -165,7 +165,7 @@ def downpour_sgd(
 
     states = None
     if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
-        states, _ = read_checkpoint(checkpoint_path, model_config=config, rule=rule.name)
+        states, _ = read_shard_states(checkpoint_path, model_config=config, rule=rule.name)
         if [(s["start"], s["stop"]) for s in states] != bounds:
             raise ConfigurationError(
                 f"checkpoint {str(checkpoint_path)!r} has {len(states)} parameter shards "
@@ -328,7 +328,7 @@ class _DownpourRun:
 
     def checkpoint(self, path, model_config, steps) -> None:
         states = [c.result() for c in [s.get_state() for s in self.shards]]
-        write_checkpoint(path, states, model_config=model_config, rule=self.rule.name,
+        write_shard_states(path, states, model_config=model_config, rule=self.rule.name,
                          hyper=self.rule.hyper, extra={"steps": int(steps)})
 
     def close(self) -> None:

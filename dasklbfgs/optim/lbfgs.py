@@ -86,6 +86,7 @@ def lbfgs_minimize(
     *,
     callback: Callable[[OptimizeResult], Any] | None = None,
     state: LBFGSState | None = None,
+    on_iteration: Callable[[LBFGSState], None] | None = None,
 ) -> tuple[OptimizeResult, LBFGSState]:
     """Minimise ``f`` from ``x0`` (or continue from ``state``) with L-BFGS.
 
@@ -102,6 +103,8 @@ def lbfgs_minimize(
         (scipy's ``intermediate_result``); raising ``StopIteration`` stops with status 99.
     state
         A state from an earlier run to continue from.
+    on_iteration
+        Called with the state after each completed iteration (for checkpoints).
 
     Returns
     -------
@@ -150,6 +153,8 @@ def lbfgs_minimize(
             "nfev": state.nfev,
             "time": time.perf_counter() - started,
         })
+        if on_iteration is not None:
+            on_iteration(state)
         if callback is not None:
             try:
                 callback(OptimizeResult(x=state.x.copy(), fun=state.f, nit=state.nit))

@@ -20,7 +20,9 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
-from dasklbfgs.optim import LBFGSOptions, lbfgs_minimize
+from dasklbfgs.models.persist import model_config
+from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
+from dasklbfgs.sandblaster.checkpoint import load_state, save_state
 from dasklbfgs.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.sandblaster.standardize import Standardizer, combine_moments
 
@@ -79,6 +81,9 @@ def sandblaster_lbfgs(
     backup_tasks: bool = True,
     standardize: bool = False,
     callback: Callable[[OptimizeResult], Any] | None = None,
+    checkpoint_path: str | os.PathLike[str] | None = None,
+    checkpoint_every: int = 1,
+    resume: bool = False,
 ) -> OptimizeResult:
     """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS on Dask.
 
@@ -109,6 +114,13 @@ def sandblaster_lbfgs(
     callback
         Called after each iteration with ``intermediate_result`` (``x``, ``fun``, ``nit``);
         raising ``StopIteration`` stops the run cleanly (status 99).
+    checkpoint_path, checkpoint_every
+        Save the whole L-BFGS state (iterate, gradient, curvature pairs, counters, history)
+        to this Zarr path every ``checkpoint_every`` iterations, atomically.
+    resume
+        Continue from the checkpoint at ``checkpoint_path`` if there is one: a restarted
+        coordinator reaches the same final result as an uninterrupted run. A checkpoint of
+        another model or other settings is refused.
 
     Returns
     -------
@@ -139,6 +151,19 @@ def sandblaster_lbfgs(
     model.check_data(dataset)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     n = dataset.n_samples
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ConfigurationError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    if resume and checkpoint_path is None:
+        raise ConfigurationError("resume=True needs checkpoint_path")
+    config = model_config(model)
+    settings = {"standardize": standardize, "history_size": history, "n_samples": n}
+    state = None
+    if resume and os.path.exists(checkpoint_path):
+        state = load_state(checkpoint_path, model_config=config, settings=settings)
+
+    def save(current: LBFGSState) -> None:
+        if current.nit % checkpoint_every == 0:
+            save_state(checkpoint_path, current, model_config=config, settings=settings)
 
     with resolve_client(client) as active:
         evaluator = MegaBatchEvaluator(
@@ -175,7 +200,13 @@ def sandblaster_lbfgs(
                 user_callback = wrapped
 
             try:
-                result, _ = lbfgs_minimize(evaluate, theta0, options, callback=user_callback)
+                result, final = lbfgs_minimize(
+                    evaluate, theta0, options, callback=user_callback, state=state,
+                    on_iteration=save if checkpoint_path is not None else None,
+                )
+                if checkpoint_path is not None and final.nit % checkpoint_every:
+                    # The last iterations since a checkpoint: save the state the run ended in.
+                    save_state(checkpoint_path, final, model_config=config, settings=settings)
             except NonFiniteObjectiveError as exc:
                 raise NonFiniteObjectiveError(f"{exc} (dataset {str(dataset.path)!r})") from None
             if transform is not None:
