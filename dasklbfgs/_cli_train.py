@@ -23,13 +23,16 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--scheduler-file", metavar="FILE", help="scheduler file of a running cluster")
     group.add_argument("--workers", type=int, default=None,
                        help="workers of the embedded cluster (default: one per core)")
+    group.add_argument("--timeout", type=float, default=30.0,
+                       help="seconds to wait for a running scheduler (default 30)")
 
 
 @contextlib.contextmanager
 def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
     from dasklbfgs.cluster import connect
 
-    client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers)
+    client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
+                     timeout=args.timeout)
     try:
         yield client
     finally:

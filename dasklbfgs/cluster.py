@@ -7,7 +7,7 @@ from typing import Any
 
 from distributed import Client
 
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ClusterConnectionError, ConfigurationError
 
 __all__ = ["connect", "SCHEDULER_ENV"]
 
@@ -23,6 +23,7 @@ def connect(
     memory_limit: str | int | None = "auto",
     security: Any = None,
     dashboard_address: str | None = "127.0.0.1:8787",
+    timeout: float = 30.0,
 ) -> Client:
     """Return a Dask client set up for dasklbfgs.
 
@@ -43,6 +44,9 @@ def connect(
         Shape of the embedded cluster (default: one single-threaded worker per core).
     security
         A ``distributed.security.Security`` for TLS, used for either kind of cluster.
+    timeout
+        Seconds to wait for an existing scheduler before raising
+        :class:`~dasklbfgs.errors.ClusterConnectionError`.
     dashboard_address
         Where the embedded cluster serves its dashboard (``None`` disables it). The default
         binds loopback only; use ``":8787"`` to expose it.
@@ -64,9 +68,10 @@ def connect(
     if scheduler_file is not None:
         if not os.path.isfile(scheduler_file):
             raise ConfigurationError(f"scheduler file {str(scheduler_file)!r} does not exist")
-        return _low_latency(Client(scheduler_file=os.fspath(scheduler_file), direct_to_workers=True, **extra))
+        return _reach(f"the scheduler in {os.fspath(scheduler_file)!r}", timeout,
+                      scheduler_file=os.fspath(scheduler_file), **extra)
     if address is not None:
-        return _low_latency(Client(address, direct_to_workers=True, **extra))
+        return _reach(f"the Dask scheduler at {address!r}", timeout, address=address, **extra)
     return _low_latency(Client(
         n_workers=n_workers or (os.cpu_count() or 1),
         threads_per_worker=threads_per_worker,
@@ -80,6 +85,18 @@ def connect(
         direct_to_workers=True,
         **extra,
     ))
+
+
+def _reach(what: str, timeout: float, **kwargs: Any) -> Client:
+    """Connect to an existing scheduler, or fail within ``timeout`` with a clear error."""
+    try:
+        client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterConnectionError(
+            f"could not reach {what} within {timeout:g} s ({type(exc).__name__}: {exc}); "
+            "is it running, and is the address right?"
+        ) from exc
+    return _low_latency(client)
 
 
 def _low_latency(client: Client) -> Client:

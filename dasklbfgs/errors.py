@@ -13,6 +13,7 @@ __all__ = [
     "DatasetExistsError",
     "NotADatasetError",
     "InvalidDataError",
+    "ClusterConnectionError",
     "ConfigurationError",
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
@@ -27,6 +28,10 @@ class DaskLBFGSError(Exception):
 
 class ConfigurationError(DaskLBFGSError, ValueError):
     """An argument or option has a bad value (unknown name, wrong type, out of range)."""
+
+
+class ClusterConnectionError(DaskLBFGSError, ConnectionError):
+    """A Dask scheduler given by address or scheduler file did not answer in time."""
 
 
 class DatasetError(DaskLBFGSError):

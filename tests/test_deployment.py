@@ -1,0 +1,101 @@
+"""A real deployment: `dask scheduler` and `dask worker` processes on loopback, trained
+against from the dasklbfgs command line and from Python."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from dasklbfgs import Logistic, connect, make_dataset, sandblaster_lbfgs
+
+
+def _dask() -> list[str]:
+    exe = shutil.which("dask")
+    return [exe] if exe else [sys.executable, "-m", "dask"]
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory):
+    """One scheduler and two single-threaded worker processes; SIGTERM stops them."""
+    root = tmp_path_factory.mktemp("deploy")
+    scheduler_file = root / "scheduler.json"
+    env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    scheduler = subprocess.Popen(
+        [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+         "--scheduler-file", str(scheduler_file)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )
+    workers = None
+    try:
+        deadline = time.monotonic() + 30
+        while not scheduler_file.exists():
+            assert time.monotonic() < deadline, "the scheduler did not write its file"
+            assert scheduler.poll() is None, "the scheduler exited"
+            time.sleep(0.1)
+        workers = subprocess.Popen(
+            [*_dask(), "worker", "--scheduler-file", str(scheduler_file), "--host", "127.0.0.1",
+             "--nworkers", "2", "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        )
+        with connect(scheduler_file=scheduler_file) as client:
+            client.wait_for_workers(2, timeout=60)
+        yield scheduler_file, root
+    finally:
+        for proc in (workers, scheduler):
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in (workers, scheduler):
+            if proc is not None:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def test_cli_trains_against_the_scheduler_file(deployment) -> None:
+    scheduler_file, root = deployment
+    make_dataset("logistic", root / "logit", rows=20_000, features=8, shard_rows=2_500, overwrite=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler-file", str(scheduler_file),
+         "--data", str(root / "logit" / "train"), "--test", str(root / "logit" / "test"),
+         "--model", "logistic", "--l2", "1e-3", "--output", str(root / "m.npz"), "--json"],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["success"] and report["test"]["accuracy"] > 0.6
+
+
+def test_python_api_and_environment_variable(deployment, monkeypatch) -> None:
+    scheduler_file, root = deployment
+    splits = make_dataset("logistic", root / "api", rows=8_000, features=5, shard_rows=1_000, overwrite=True)
+    monkeypatch.setenv("DASKLBFGS_SCHEDULER", str(scheduler_file))
+    with connect() as client:
+        pids = client.run(os.getpid)
+        assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+        result = sandblaster_lbfgs(Logistic(5, l2=1e-3), splits["train"], client=client)
+        assert result.success
+        # Same iterates as on an embedded cluster: the deployment does not change the math.
+    with connect(n_workers=1, dashboard_address=None) as embedded:
+        local = sandblaster_lbfgs(Logistic(5, l2=1e-3), splits["train"], client=embedded)
+    np.testing.assert_array_equal(result.x, local.x)
+
+
+def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
+    from dasklbfgs.errors import ClusterConnectionError
+
+    started = time.monotonic()
+    with pytest.raises(ClusterConnectionError, match=r"could not reach the Dask scheduler at 'tcp://127.0.0.1:9' within 3 s"):
+        connect("tcp://127.0.0.1:9", timeout=3)
+    assert time.monotonic() - started < 15
+    proc = subprocess.run([sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler", "tcp://127.0.0.1:9",
+                           "--timeout", "3", "--data", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "could not reach the Dask scheduler" in proc.stderr
