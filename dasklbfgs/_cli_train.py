@@ -25,14 +25,23 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                        help="workers of the embedded cluster (default: one per core)")
     group.add_argument("--timeout", type=float, default=30.0,
                        help="seconds to wait for a running scheduler (default 30)")
+    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate of a TLS cluster")
+    group.add_argument("--tls-cert", metavar="PEM", help="client certificate for a TLS cluster")
+    group.add_argument("--tls-key", metavar="PEM", help="client private key for a TLS cluster")
 
 
 @contextlib.contextmanager
 def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
     from dasklbfgs.cluster import connect
 
+    security = None
+    if args.tls_ca_file or args.tls_cert or args.tls_key:
+        from distributed.security import Security
+
+        security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
+                            tls_client_key=args.tls_key, require_encryption=True)
     client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
-                     timeout=args.timeout)
+                     timeout=args.timeout, security=security)
     try:
         yield client
     finally:

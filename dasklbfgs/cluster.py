@@ -72,7 +72,7 @@ def connect(
                       scheduler_file=os.fspath(scheduler_file), **extra)
     if address is not None:
         return _reach(f"the Dask scheduler at {address!r}", timeout, address=address, **extra)
-    return _low_latency(Client(
+    cluster_kwargs = dict(
         n_workers=n_workers or (os.cpu_count() or 1),
         threads_per_worker=threads_per_worker,
         processes=True,
@@ -82,15 +82,33 @@ def connect(
         # on loopback and on a free port rather than the default 8787.
         scheduler_kwargs=None if dashboard_address else {"dashboard_address": "127.0.0.1:0"},
         memory_limit=memory_limit,
-        direct_to_workers=True,
-        **extra,
-    ))
+    )
+    if security is None:
+        return _low_latency(Client(direct_to_workers=True, **cluster_kwargs))
+    # Client(security=...) secures only the client; the cluster needs the same credentials.
+    from distributed import LocalCluster
+
+    cluster = LocalCluster(
+        security=security,
+        protocol="tls://" if getattr(security, "require_encryption", False) else None,
+        **cluster_kwargs,
+    )
+    client = Client(cluster, security=security, direct_to_workers=True)
+    client._start_arg = None  # the client owns this cluster: close it with the client
+    return _low_latency(client)
 
 
 def _reach(what: str, timeout: float, **kwargs: Any) -> Client:
     """Connect to an existing scheduler, or fail within ``timeout`` with a clear error."""
     try:
         client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
+    except TypeError as exc:
+        if "TLS" not in str(exc):
+            raise
+        raise ClusterConnectionError(
+            f"{what} speaks TLS: pass security=Security(tls_ca_file=..., tls_client_cert=..., "
+            "tls_client_key=...) (CLI: --tls-ca-file, --tls-cert, --tls-key)"
+        ) from exc
     except (OSError, TimeoutError) as exc:
         raise ClusterConnectionError(
             f"could not reach {what} within {timeout:g} s ({type(exc).__name__}: {exc}); "

@@ -54,3 +54,27 @@ def test_connect_errors(kwargs, match, monkeypatch) -> None:
     monkeypatch.delenv(SCHEDULER_ENV, raising=False)
     with pytest.raises(ConfigurationError, match=match):
         connect(**kwargs)
+
+
+def test_mutual_tls_cluster_refuses_clients_without_credentials() -> None:
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    from dasklbfgs.errors import ClusterConnectionError
+
+    security = Security.temporary()
+    client = connect(n_workers=1, security=security, dashboard_address=None)
+    try:
+        address = client.scheduler.address
+        assert address.startswith("tls://127.0.0.1:")
+        assert client.submit(sum, [1, 2]).result() == 3
+        with pytest.raises(ClusterConnectionError, match=r"speaks TLS: pass security="):
+            connect(address, timeout=3)
+        with pytest.raises(ClusterConnectionError, match=r"could not reach the Dask scheduler at 'tls://"):
+            connect(address, timeout=3, security=Security.temporary())  # credentials of another CA
+        with connect(address, security=security) as trusted:
+            assert trusted.submit(sum, [3, 4]).result() == 7
+        cluster = client.cluster
+    finally:
+        client.close()
+    assert cluster.status.name == "closed"

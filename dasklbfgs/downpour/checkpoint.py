@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dasklbfgs.checkpoints import check_same_model, read_checkpoint, write_checkpoint
+from dasklbfgs.errors import ModelDataMismatchError
 
 __all__ = ["write_shard_states", "read_shard_states"]
 
@@ -40,8 +41,6 @@ def read_shard_states(path: os.PathLike[str] | str, *, model_config: dict[str, A
     arrays, attrs = read_checkpoint(path, kind=KIND)
     check_same_model(path, attrs, model_config)
     if attrs["rule"] != rule:
-        from dasklbfgs.errors import ModelDataMismatchError
-
         raise ModelDataMismatchError(
             f"checkpoint {str(path)!r} was trained with optimizer {attrs['rule']!r}, not {rule!r}"
         )
