@@ -6,6 +6,7 @@ import pytest
 from distributed import Client
 
 from dasklbfgs import connect
+from tests._datasets import datasets  # noqa: F401  (session fixture)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
 from dasklbfgs.downpour.shard import ParameterShard
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.updates import make_rule
@@ -211,6 +212,7 @@ class _DownpourRun:
                 shard.set_state(state).result()
             self.start_steps = int(states[0]["steps"])
         self.replica_futures: dict[int, Future] = {}
+        self.metrics = MetricsStream(client, "downpour")
 
     def fetch_params(self) -> np.ndarray:
         calls = [s.fetch() for s in self.shards]
@@ -278,6 +280,8 @@ class _DownpourRun:
                     next_checkpoint += checkpoint_every
             if loss_count or len(entry) > 2:
                 history.append(entry)
+                self.metrics.send(**entry, pushes=stats["version"], staleness=stats["staleness"],
+                                  replicas_running=sum(not f.done() for f in self.replica_futures.values()))
                 if callback is not None and stop_reason is None:
                     try:
                         callback(OptimizeResult(**entry))
@@ -321,9 +325,10 @@ class _DownpourRun:
             "pushes_per_shard": [s["version"] for s in shard_stats],
             "steps_per_replica": [r["steps"] for r in replica_stats],
         }
+        self.metrics.send(**final, pushes_per_shard=stats_out["pushes_per_shard"], finished=True)
         return OptimizeResult(
             x=x, nit=steps, status=status, success=status == 0, message=message,
-            history=history, stats=stats_out, final=final,
+            history=history, stats=stats_out, final=final, run_id=self.metrics.run,
         )
 
     def checkpoint(self, path, model_config, steps) -> None:

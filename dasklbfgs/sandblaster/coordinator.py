@@ -20,6 +20,7 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
+from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
 from dasklbfgs.sandblaster.checkpoint import load_state, save_state
@@ -162,13 +163,14 @@ def sandblaster_lbfgs(
         state = load_state(checkpoint_path, model_config=config, settings=settings)
 
     def save(current: LBFGSState) -> None:
-        if current.nit % checkpoint_every == 0:
+        if checkpoint_path is not None and current.nit % checkpoint_every == 0:
             save_state(checkpoint_path, current, model_config=config, settings=settings)
 
     with resolve_client(client) as active:
         evaluator = MegaBatchEvaluator(
             active, model, dataset, portion_rows=portion_rows, backup_tasks=backup_tasks
         )
+        metrics = MetricsStream(active, "sandblaster")
         try:
             transform = None
             if standardize:
@@ -200,9 +202,14 @@ def sandblaster_lbfgs(
                 user_callback = wrapped
 
             try:
+                def on_iteration(current: LBFGSState) -> None:
+                    metrics.send(**current.history[-1], n_portions=len(evaluator.portions),
+                                 backups_won=evaluator.stats.backups_won)
+                    save(current)
+
                 result, final = lbfgs_minimize(
                     evaluate, theta0, options, callback=user_callback, state=state,
-                    on_iteration=save if checkpoint_path is not None else None,
+                    on_iteration=on_iteration,
                 )
                 if checkpoint_path is not None and final.nit % checkpoint_every:
                     # The last iterations since a checkpoint: save the state the run ended in.
@@ -220,6 +227,7 @@ def sandblaster_lbfgs(
         **evaluator.stats.as_dict(),
     }
     result.n_portions = len(evaluator.portions)
+    result.run_id = metrics.run
     if not result.success:
         logger.info("Sandblaster L-BFGS stopped early: %s", result.message)
     return result
