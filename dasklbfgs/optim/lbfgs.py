@@ -194,7 +194,7 @@ def _check_convergence(state: LBFGSState, opts: LBFGSOptions):
 def _iterate(evaluate: Evaluate, state: LBFGSState, opts: LBFGSOptions):
     """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
     basis = state.basis
-    for attempt in range(2):
+    for _attempt in range(2):  # the second try starts over from steepest descent
         gram = basis.gram()
         delta = two_loop_coefficients(gram, basis.k)
         slope = float(delta @ gram[:, -1])  # g . p
