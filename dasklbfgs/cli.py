@@ -89,9 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--quiet", action="store_true")
     make.set_defaults(func=_cmd_data_make)
 
+    from dasklbfgs._cli_run import add_run_command
     from dasklbfgs._cli_train import add_train_commands
 
     add_train_commands(sub)
+    add_run_command(sub)
     return parser
 
 

@@ -195,11 +195,10 @@ def sandblaster_lbfgs(
                 theta0 = transform.to_theta(x_start)
 
             user_callback = callback
-            if transform is not None and user_callback is not None:
-                def wrapped(intermediate: OptimizeResult) -> Any:
-                    intermediate.x = transform.to_params(intermediate.x)
-                    return user_callback(intermediate)
-                user_callback = wrapped
+            if transform is not None and callback is not None:
+                def user_callback(intermediate: OptimizeResult) -> Any:
+                    intermediate.x = transform.to_params(intermediate.x)  # the model's coordinates
+                    return callback(intermediate)
 
             try:
                 def on_iteration(current: LBFGSState) -> None:

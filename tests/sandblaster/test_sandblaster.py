@@ -221,3 +221,15 @@ def test_float32_data_converges(client, tmp_path) -> None:
 def test_errors_propagate_with_the_default_client(client, datasets) -> None:
     with pytest.raises(ConfigurationError, match=r"portion_rows must be a positive integer, got 0"):
         sandblaster_lbfgs(Logistic(8), datasets["logistic"], portion_rows=0)
+
+
+def test_callback_sees_model_coordinates_with_standardize(client, datasets) -> None:
+    data = datasets["logistic-very-ill"]
+    model = Logistic(data.n_features, l2=1e-3)
+    X, y = load_all(data)
+    seen = []
+    result = sandblaster_lbfgs(model, data, client=client, standardize=True,
+                               callback=lambda intermediate_result: seen.append(intermediate_result))
+    assert len(seen) == result.nit
+    np.testing.assert_array_equal(seen[-1].x, result.x)
+    assert seen[-1].fun == pytest.approx(model.objective(seen[-1].x, X, y)[0], rel=1e-10)

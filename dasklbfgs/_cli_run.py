@@ -1,0 +1,40 @@
+"""``dasklbfgs run CONFIG.yaml``: one end-to-end pipeline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from typing import Any
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from dasklbfgs._cli_train import cluster_from_args
+    from dasklbfgs.pipeline import load_config, run_pipeline
+
+    config = load_config(args.config, args.set or ())
+    if args.workers is None:
+        args.workers = config["cluster"]["workers"]
+    if not args.quiet:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    with cluster_from_args(args) as client:
+        metrics = run_pipeline(config, args.output, client=client)
+    if not args.quiet:
+        print(json.dumps({k: metrics[k] for k in ("pipeline", "solver", "success", "message", "seconds")
+                          if k in metrics} | {s: metrics[s] for s in ("train", "test") if s in metrics},
+                         indent=2, default=float))
+        print(f"report in {args.output}/{metrics['pipeline']}/ (metrics.json, curves.json, curves.png, model.npz)")
+    return 0 if metrics["success"] else 1
+
+
+def add_run_command(sub: Any) -> None:
+    from dasklbfgs._cli_train import add_cluster_arguments
+
+    run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
+    run.add_argument("config", help="YAML pipeline config")
+    run.add_argument("--output", default="pipeline-output", help="report folder (default ./pipeline-output)")
+    run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
+                     help="override a config value, e.g. --set data.rows=5000 (repeatable)")
+    run.add_argument("--quiet", action="store_true", help="no log lines or summary")
+    add_cluster_arguments(run)
+    run.set_defaults(func=_cmd_run)

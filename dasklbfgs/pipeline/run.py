@@ -1,0 +1,136 @@
+"""Run a validated pipeline config: build or open the data, train, evaluate, report.
+
+The report folder holds ``metrics.json`` (final train/held-out metrics and run facts),
+``curves.json`` (objective and held-out metric per iteration or step, with wall time),
+``curves.png`` (both against iteration and against wall time) and ``model.npz``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from distributed import Client
+
+from dasklbfgs.data import ShardedDataset, make_dataset
+from dasklbfgs.models import model_for_dataset
+from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.models.persist import save_params
+
+__all__ = ["run_pipeline"]
+
+logger = logging.getLogger(__name__)
+
+
+def _datasets(config: dict[str, Any], out: Path) -> tuple[ShardedDataset, ShardedDataset | None]:
+    data = config["data"]
+    if data["recipe"] is not None:
+        splits = make_dataset(
+            data["recipe"], out / "data", rows=data["rows"], features=data["features"],
+            shard_rows=data["shard_rows"], seed=data["seed"], n_classes=data["classes"],
+            ill_conditioned=data["ill_conditioned"], test_fraction=float(data["test_fraction"]),
+            overwrite=True,
+        )
+        return splits["train"], splits.get("test")
+    test = ShardedDataset.open(data["test"]) if data["test"] else None
+    return ShardedDataset.open(data["train"]), test
+
+
+def _heldout_key(metrics: dict[str, float]) -> str:
+    return "accuracy" if "accuracy" in metrics else "rmse"
+
+
+def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) -> dict[str, Any]:
+    """Run ``config`` (from :func:`load_config`) on ``client``; write the report under
+    ``output/<pipeline.name>`` and return the metrics."""
+    name = config["pipeline"]["name"]
+    out = Path(output) / name
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    train, test = _datasets(config, out)
+    logger.info("data ready: %r (test: %r)", train, test)
+    spec, options = config["model"], config["train"]
+    model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"])
+    curve: list[dict[str, Any]] = []
+
+    if options["solver"] == "sandblaster":
+        from dasklbfgs.sandblaster import sandblaster_lbfgs
+
+        t0 = time.perf_counter()
+
+        def record(intermediate):
+            point = {"iteration": intermediate.nit, "time": time.perf_counter() - t0, "objective": intermediate.fun}
+            if test is not None:
+                held = evaluate_model(model, intermediate.x, test)
+                point["heldout"] = held[_heldout_key(held)]
+            curve.append(point)
+
+        result = sandblaster_lbfgs(model, train, client=client, maxiter=options["maxiter"],
+                                   gtol=float(options["gtol"]), standardize=options["standardize"],
+                                   backup_tasks=options["backup_tasks"], callback=record)
+        facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
+    else:
+        from dasklbfgs.downpour import downpour_sgd
+
+        result = downpour_sgd(
+            model, train, client=client, n_replicas=options["replicas"], n_param_shards=options["param_shards"],
+            batch_size=options["batch_size"], learning_rate=float(options["learning_rate"]),
+            optimizer=options["optimizer"], epochs=options["epochs"], max_steps=options["max_steps"],
+            eval_data=test, eval_every=options["eval_every"] if test is not None else None, seed=options["seed"],
+        )
+        for entry in result.history:
+            point = {"iteration": entry["step"], "time": entry["time"]}
+            if "train_loss" in entry:
+                point["objective"] = entry["train_loss"]
+            held = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_")}
+            if held:
+                point["heldout"] = held[_heldout_key(held)]
+            curve.append(point)
+        facts = {"steps": result.nit, **result.stats}
+
+    metrics: dict[str, Any] = {
+        "pipeline": name,
+        "solver": options["solver"],
+        "model": repr(model),
+        "success": bool(result.success),
+        "message": result.message,
+        "train": evaluate_model(model, result.x, train),
+        "run": facts,
+        "seconds": time.perf_counter() - started,
+    }
+    if test is not None:
+        metrics["test"] = evaluate_model(model, result.x, test)
+    save_params(out / "model.npz", model, result.x, {"pipeline": name})
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    (out / "curves.json").write_text(json.dumps(curve, indent=2, default=float) + "\n")
+    held_label = "held-out " + (_heldout_key(metrics["test"]) if test is not None else "metric")
+    plot_curves(curve, out / "curves.png", title=f"{name} ({options['solver']})", heldout_label=held_label)
+    return metrics
+
+
+def plot_curves(curve: list[dict[str, Any]], path: Path, *, title: str, heldout_label: str) -> Path:
+    """Objective and held-out metric against iteration and against wall time, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    for row, (key, label) in enumerate((("objective", "objective"), ("heldout", heldout_label))):
+        points = [p for p in curve if key in p]
+        for col, (x_key, x_label) in enumerate((("iteration", "iteration / global step"), ("time", "wall time (s)"))):
+            ax = axes[row][col]
+            if points:
+                ax.plot([p[x_key] for p in points], [p[key] for p in points], marker=".")
+            else:
+                ax.text(0.5, 0.5, "no held-out data", ha="center", va="center", transform=ax.transAxes)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
