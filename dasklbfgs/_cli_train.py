@@ -50,7 +50,9 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
 
 def dashboard_line(client: Client) -> str:
     link = client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
-    return f"dashboard  {link}" if link else "dashboard  (not running)"
+    if not link:
+        return "dashboard  (not running)"
+    return f"dashboard  {link} (training curves: {link.rsplit('/', 1)[0]}/training)"
 
 
 def _train(client: Client, args: argparse.Namespace, train_path: Path, *, eval_data: Any = None

@@ -72,6 +72,10 @@ def connect(
                       scheduler_file=os.fspath(scheduler_file), **extra)
     if address is not None:
         return _reach(f"the Dask scheduler at {address!r}", timeout, address=address, **extra)
+    if dashboard_address:
+        from dasklbfgs.monitor.dashboard import register
+
+        register()  # the "Training" page, before the scheduler builds its dashboard
     cluster_kwargs = dict(
         n_workers=n_workers or (os.cpu_count() or 1),
         threads_per_worker=threads_per_worker,

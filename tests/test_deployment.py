@@ -30,7 +30,7 @@ def deployment(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
     scheduler = subprocess.Popen(
         [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
-         "--scheduler-file", str(scheduler_file)],
+         "--scheduler-file", str(scheduler_file), "--preload", "dasklbfgs.monitor.dashboard"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     workers = None
@@ -99,3 +99,12 @@ def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
     proc = subprocess.run([sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler", "tcp://127.0.0.1:9",
                            "--timeout", "3", "--data", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "could not reach the Dask scheduler" in proc.stderr
+
+
+def test_preloaded_training_page(deployment) -> None:
+    import urllib.request
+
+    scheduler_file, _ = deployment
+    port = json.loads(scheduler_file.read_text())["services"]["dashboard"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/training", timeout=30) as response:
+        assert response.status == 200 and "dasklbfgs: Training" in response.read().decode()
