@@ -181,7 +181,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
         train = splits["train"]
         print(f"data       {train.n_samples} x {train.n_features} logistic rows "
-              f"(features scaled over 4 decades) in {train.n_shards} Zarr shards, "
+              f"(features scaled over 4 decades) in {train.n_shards} Zarr shard{'' if train.n_shards == 1 else 's'}, "
               f"{splits['test'].n_samples} held out; written in {time.perf_counter() - started:.1f} s")
         client = connect(n_workers=args.workers, dashboard_address=args.dashboard_address)
         stack.callback(client.close)
