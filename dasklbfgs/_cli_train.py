@@ -60,27 +60,46 @@ def _train(client: Client, args: argparse.Namespace, train_path: Path, *, eval_d
     """Build the model for the dataset and run the chosen solver with the command's options."""
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
+    from dasklbfgs.monitor.progress import Progress
 
     data = ShardedDataset.open(train_path)
     model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept)
+    quiet = getattr(args, "quiet", False) or getattr(args, "json", False)
+    if args.solver == "downpour":
+        progress = Progress(args.max_steps, "downpour", enabled=False if quiet else None)
+
+        def show(entry):
+            progress.update(entry.step, **{k: getattr(entry, k) for k in ("train_loss", "eval_accuracy") if k in entry})
+    else:
+        progress = Progress(args.maxiter, "sandblaster", enabled=False if quiet else None)
+
+        def show(intermediate):
+            progress.update(intermediate.nit, objective=intermediate.fun)
+    try:
+        result = _solve(client, args, model, data, eval_data, show)
+    finally:
+        progress.close()
+    return model, data, result
+
+
+def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval_data: Any, show: Any) -> Any:
     if args.solver == "downpour":
         from dasklbfgs.downpour import downpour_sgd
 
-        result = downpour_sgd(
+        return downpour_sgd(
             model, data, client=client, n_replicas=args.replicas, n_param_shards=args.param_shards,
             batch_size=args.batch_size, n_fetch=args.n_fetch, n_push=args.n_push,
             learning_rate=args.learning_rate, optimizer=args.optimizer, epochs=args.epochs,
             max_steps=args.max_steps, warmstart_steps=args.warmstart_steps, seed=args.seed,
             eval_data=eval_data, eval_every=args.eval_every if eval_data is not None else None,
             checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
-            resume=args.resume,
+            resume=args.resume, callback=show,
         )
-    else:
-        from dasklbfgs.sandblaster import sandblaster_lbfgs
+    from dasklbfgs.sandblaster import sandblaster_lbfgs
 
-        result = sandblaster_lbfgs(model, data, client=client, maxiter=args.maxiter, gtol=args.gtol,
-                                   standardize=args.standardize, backup_tasks=not args.no_backup_tasks)
-    return model, data, result
+    return sandblaster_lbfgs(model, data, client=client, maxiter=args.maxiter, gtol=args.gtol,
+                             standardize=args.standardize, backup_tasks=not args.no_backup_tasks,
+                             callback=show)
 
 
 def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
@@ -242,6 +261,7 @@ def add_train_commands(sub: Any) -> None:
     downpour.add_argument("--seed", type=int, default=0)
     train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
+    train.add_argument("--quiet", action="store_true", help="no progress line (it only shows on a terminal)")
     add_cluster_arguments(train)
     train.set_defaults(func=_cmd_train)
 

@@ -47,6 +47,7 @@ def test_train_saves_parameters_and_scores(tmp_path) -> None:
                "--output", str(out), "--json")
     report = json.loads(proc.stdout)
     assert report["success"] and report["test"]["accuracy"] > 0.9
+    assert "\r" not in proc.stderr  # no progress line when stderr is not a terminal
     model, params, info = load_params(out)
     assert model.n_features == 30 and model.l2 == 0.01
     assert info["objective"] == pytest.approx(report["objective"])
