@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
 
-from dasklbfgs.data._writer import check_target, replace_path
+from dasklbfgs.data._writer import written_aside
 from dasklbfgs.errors import DaskLBFGSError, ModelDataMismatchError
 
 __all__ = ["CheckpointError", "write_checkpoint", "read_checkpoint"]
@@ -39,10 +37,8 @@ def write_checkpoint(path: os.PathLike[str] | str, arrays: dict[str, np.ndarray]
                      attrs: dict[str, Any]) -> Path:
     """Write ``arrays`` (names may contain ``/`` for groups) and ``attrs`` to ``path``."""
     target = Path(path)
-    check_target(target, overwrite=True)  # replaces an older checkpoint, never anything else
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
-    try:
+    # Replaces an older checkpoint, never anything else.
+    with written_aside(target, overwrite=True) as temp:
         group = zarr.create_group(store=str(temp), zarr_format=3)
         digests = {}
         for name, value in arrays.items():
@@ -50,10 +46,6 @@ def write_checkpoint(path: os.PathLike[str] | str, arrays: dict[str, np.ndarray]
             group.create_array(name, data=value, compressors=None)
             digests[name] = [_digest(value), str(value.dtype), list(value.shape)]
         group.attrs.update({KEY: {"format": FORMAT, "kind": kind, "arrays": digests}, **attrs})
-        replace_path(temp, target)
-    except BaseException:
-        shutil.rmtree(temp, ignore_errors=True)
-        raise
     return target
 
 

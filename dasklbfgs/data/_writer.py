@@ -8,6 +8,7 @@ replace the target path, so a failed write never leaves a half-written store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -206,11 +207,8 @@ def write_dataset(
 ) -> Path:
     """Write ``blocks`` of (X, y) rows to a new dataset at ``path``; return the path."""
     target = Path(path)
-    check_target(target, overwrite)
     compressors = resolve_compressor(compressor)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
-    try:
+    with written_aside(target, overwrite=overwrite) as temp:
         iterator: Iterator[tuple[Any, Any]] = iter(blocks)
         writer = None
         for X, y in iterator:
@@ -250,11 +248,23 @@ def write_dataset(
             **writer.labels.as_attrs(),
         }
         group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})
+    return target
+
+
+@contextlib.contextmanager
+def written_aside(target: Path, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path beside ``target`` to write into; on success it replaces
+    ``target`` (see :func:`replace_path`), on any failure it is removed. So readers find the
+    old store or the complete new one, never a half-written one."""
+    check_target(target, overwrite)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
+    try:
+        yield temp
         replace_path(temp, target)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
-    return target
 
 
 def replace_path(temp: Path, target: Path) -> None:

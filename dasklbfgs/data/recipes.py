@@ -7,15 +7,13 @@ Every recipe writes a *dataset folder* holding two sharded datasets, ``train`` a
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dasklbfgs.data._validate import check_shard_rows
-from dasklbfgs.data._writer import check_target, replace_path
+from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.errors import ConfigurationError
@@ -74,7 +72,7 @@ def make_dataset(
     if not (0.0 <= test_fraction < 1.0):
         raise ConfigurationError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     target = Path(path)
-    check_target(target, overwrite)
+    check_target(target, overwrite)  # before generating any data
     if kind in SYNTHETIC:
         splits = _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction)
     else:
@@ -84,18 +82,12 @@ def make_dataset(
             )
         splits = _bundled_splits(kind, seed, test_fraction)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
-    try:
+    with written_aside(target, overwrite=overwrite) as staging:
         for name, (blocks, attrs, feature_names) in splits.items():
             ShardedDataset.from_blocks(
                 staging / name, blocks, shard_rows=shard_rows, attrs=attrs,
                 feature_names=feature_names,
             )
-        replace_path(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return {name: ShardedDataset.open(target / name) for name in splits}
 
 
