@@ -22,6 +22,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from dasklbfgs._checks import check_int
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
@@ -37,8 +38,7 @@ class _ShardedEstimator(BaseEstimator):
     def _check_params(self) -> None:
         if self.solver not in SOLVERS:
             raise ConfigurationError(f"solver must be one of {SOLVERS!r}, got {self.solver!r}")
-        if isinstance(self.max_iter, bool) or not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise ConfigurationError(f"max_iter must be an integer >= 1, got {self.max_iter!r}")
+        check_int(self.max_iter, "max_iter")
         if not (isinstance(self.tol, (int, float, np.floating)) and self.tol >= 0):
             raise ConfigurationError(f"tol must be a number >= 0, got {self.tol!r}")
 

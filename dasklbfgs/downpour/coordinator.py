@@ -21,6 +21,7 @@ import numpy as np
 from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._checks import check_int
 from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
 from dasklbfgs.downpour.shard import ParameterShard
@@ -38,12 +39,6 @@ def param_bounds(n_params: int, n_shards: int) -> list[tuple[int, int]]:
     """Contiguous slices of nearly equal size, one per parameter shard."""
     edges = [n_params * i // n_shards for i in range(n_shards + 1)]
     return list(zip(edges[:-1], edges[1:]))
-
-
-def _positive_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
 
 
 def downpour_sgd(
@@ -124,13 +119,13 @@ def downpour_sgd(
     """
     dataset = _resolve_data(data)
     model.check_data(dataset)
-    n_replicas = _positive_int(n_replicas, "n_replicas")
-    n_param_shards = _positive_int(n_param_shards, "n_param_shards")
-    batch_size = _positive_int(batch_size, "batch_size")
-    n_fetch, n_push = _positive_int(n_fetch, "n_fetch"), _positive_int(n_push, "n_push")
-    epochs = _positive_int(epochs, "epochs")
+    n_replicas = check_int(n_replicas, "n_replicas")
+    n_param_shards = check_int(n_param_shards, "n_param_shards")
+    batch_size = check_int(batch_size, "batch_size")
+    n_fetch, n_push = check_int(n_fetch, "n_fetch"), check_int(n_push, "n_push")
+    epochs = check_int(epochs, "epochs")
     if max_steps is not None:
-        max_steps = _positive_int(max_steps, "max_steps")
+        max_steps = check_int(max_steps, "max_steps")
     if n_param_shards > model.n_params:
         raise ConfigurationError(
             f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
@@ -148,18 +143,17 @@ def downpour_sgd(
     if local_learning_rate is None:
         local_learning_rate = 0.0 if optimizer == "adagrad" else rule.hyper["learning_rate"]
     if eval_every is not None:
-        eval_every = _positive_int(eval_every, "eval_every")
+        eval_every = check_int(eval_every, "eval_every")
         if eval_data is None:
             raise ConfigurationError("eval_every needs eval_data")
     eval_set = _resolve_data(eval_data) if eval_data is not None else None
     if eval_set is not None:
         model.check_data(eval_set)
     if checkpoint_every is not None:
-        checkpoint_every = _positive_int(checkpoint_every, "checkpoint_every")
+        checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
     if (checkpoint_every is not None or resume) and checkpoint_path is None:
         raise ConfigurationError("checkpoint_every and resume need checkpoint_path")
-    if not isinstance(warmstart_steps, (int, np.integer)) or warmstart_steps < 0:
-        raise ConfigurationError(f"warmstart_steps must be an integer >= 0, got {warmstart_steps!r}")
+    warmstart_steps = check_int(warmstart_steps, "warmstart_steps", minimum=0)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     bounds = param_bounds(model.n_params, n_param_shards)
     config = model_config(model)
@@ -179,7 +173,7 @@ def downpour_sgd(
             return run.train(
                 ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed,
                               wire_dtype),
-                max_steps=max_steps, warmstart_steps=int(warmstart_steps), eval_every=eval_every,
+                max_steps=max_steps, warmstart_steps=warmstart_steps, eval_every=eval_every,
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 callback=callback, poll_interval=poll_interval, model_config=config,
             )

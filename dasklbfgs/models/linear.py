@@ -18,16 +18,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
 
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
-
-
-def _check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ConfigurationError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _check_l2(l2: Any) -> float:
@@ -47,7 +42,7 @@ class LinearModel:
     _link: ClassVar[Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]]
 
     def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool) -> None:
-        self.n_features = _check_positive_int(n_features, "n_features")
+        self.n_features = check_int(n_features, "n_features")
         self.n_outputs = n_outputs
         self.l2 = _check_l2(l2)
         if not isinstance(fit_intercept, (bool, np.bool_)):
@@ -223,7 +218,7 @@ class Softmax(LinearModel):
     _link = staticmethod(softmax_link)
 
     def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
-        n_classes = _check_positive_int(n_classes, "n_classes", minimum=2)
+        n_classes = check_int(n_classes, "n_classes", minimum=2)
         super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept)
 
     @property

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.optim.basis import LocalBasis
 from dasklbfgs.optim.linesearch import strong_wolfe
@@ -55,9 +56,7 @@ class LBFGSOptions:
 
     def __post_init__(self) -> None:
         for name in ("history", "maxiter", "maxfun", "max_line_search"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ConfigurationError(f"{name} must be an integer >= 1, got {value!r}")
+            check_int(getattr(self, name), name)
         for name in ("gtol", "ftol"):
             value = getattr(self, name)
             if not isinstance(value, (int, float, np.floating)) or not value >= 0 or not math.isfinite(value):

@@ -18,6 +18,7 @@ import numpy as np
 from distributed import Client
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._checks import check_int
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.events import MetricsStream
@@ -152,8 +153,7 @@ def sandblaster_lbfgs(
     model.check_data(dataset)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     n = dataset.n_samples
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ConfigurationError(f"checkpoint_every must be an integer >= 1, got {checkpoint_every!r}")
+    checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
     if resume and checkpoint_path is None:
         raise ConfigurationError("resume=True needs checkpoint_path")
     config = model_config(model)
