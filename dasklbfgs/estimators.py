@@ -24,6 +24,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.data import ShardedDataset
+from dasklbfgs.data.sharded import unpack_xarray
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 
@@ -93,7 +94,7 @@ class _ShardedEstimator(BaseEstimator):
                         f"got {classes.tolist()[:10]}; fit from arrays to map any labels"
                     )
             return X, None, classes
-        X, y = _unpack_xarray(X, y)
+        X, y, _ = unpack_xarray(X, y)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier)
         classes = None
         if classifier:
@@ -258,15 +259,3 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return X @ self.coef_ + self.intercept_
-
-
-def _unpack_xarray(X: Any, y: Any) -> tuple[Any, Any]:
-    try:
-        import xarray as xr
-    except ImportError:  # pragma: no cover
-        return X, y
-    if isinstance(X, xr.Dataset):
-        if y is not None:
-            raise ConfigurationError("pass y=None when X is an xarray.Dataset holding 'y'")
-        return X["X"].transpose("sample", ...).values, X["y"].values
-    return X, y

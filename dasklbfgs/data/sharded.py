@@ -116,7 +116,7 @@ class ShardedDataset:
         DatasetExistsError, InvalidDataError, ConfigurationError
         """
         shard_rows = check_shard_rows(shard_rows)
-        X, y, feature_names = _unpack_xarray(X, y, feature_names)
+        X, y, feature_names = unpack_xarray(X, y, feature_names)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
         X, y = _as_array(X, "X"), _as_array(y, "y")
@@ -322,7 +322,9 @@ def _open_group(path: Path) -> zarr.Group:
     return node
 
 
-def _unpack_xarray(X, y, feature_names):
+def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None):
+    """``(X, y, feature_names)`` from an ``xarray.Dataset`` with ``X`` and ``y`` variables
+    (``X`` as (sample, feature)); other inputs pass through unchanged."""
     try:
         import xarray as xr
     except ImportError:  # pragma: no cover - xarray is a dependency

@@ -255,15 +255,20 @@ class MegaBatchEvaluator:
                     deadline = now + period
         return winners, launched
 
+    def _from_store(self, kind: str, p: Portion, x_future: Future, e: int, worker: str | None = None) -> Future:
+        """A copy of portion ``p`` that reads its rows from Zarr (a backup or a rescue),
+        on ``worker`` only, or anywhere when None."""
+        return self.client.submit(
+            portion_loss_grad_from_store, self.model, self.data, x_future, p.start, p.stop,
+            key=f"sandblaster-{kind}-{self.token}-{e}-{p.index}",
+            workers=None if worker is None else [worker],
+            allow_other_workers=False,
+            pure=False,
+        )
+
     def _rescue(self, portions: list[Portion], x_future: Future, e: int) -> list[Future]:
         """Re-run portions whose worker is gone, from Zarr, on any worker."""
-        return [
-            self.client.submit(
-                portion_loss_grad_from_store, self.model, self.data, x_future, p.start, p.stop,
-                key=f"sandblaster-rescue-{self.token}-{e}-{p.index}", pure=False,
-            )
-            for p in portions
-        ]
+        return [self._from_store("rescue", p, x_future, e) for p in portions]
 
     def _launch_backups(self, late: list[Portion], pending: set[Future], x_future: Future, e: int) -> list[Future]:
         """Copy ``late`` portions to workers not busy with this evaluation's outstanding tasks."""
@@ -275,16 +280,7 @@ class MegaBatchEvaluator:
         idle = sorted((w for w in processing if w not in busy), key=lambda w: len(processing[w]))
         if not idle:
             return []
-        backups = [
-            self.client.submit(
-                portion_loss_grad_from_store, self.model, self.data, x_future, p.start, p.stop,
-                key=f"sandblaster-backup-{self.token}-{e}-{p.index}",
-                workers=[idle[j % len(idle)]],
-                allow_other_workers=False,
-                pure=False,
-            )
-            for j, p in enumerate(late)
-        ]
+        backups = [self._from_store("backup", p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
         self.stats.backups_launched += len(backups)
         return backups
 
