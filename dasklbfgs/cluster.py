@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from distributed import Client
 
 from dasklbfgs.errors import ClusterConnectionError, ConfigurationError
 
-__all__ = ["connect", "SCHEDULER_ENV"]
+__all__ = ["connect", "resolve_client", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "DASKLBFGS_SCHEDULER"
+logger = logging.getLogger(__name__)
 
 
 def connect(
@@ -132,3 +136,26 @@ def _low_latency(client: Client) -> Client:
     if comm is not None and hasattr(comm, "interval"):
         comm.interval = 0.001
     return client
+
+
+@contextlib.contextmanager
+def resolve_client(client: Client | None) -> Iterator[Client]:
+    """``client``, else the default client, else an embedded cluster closed afterwards."""
+    if client is not None:
+        yield client
+        return
+    from distributed import default_client
+
+    try:
+        existing = default_client()
+    except ValueError:  # no client in this process
+        existing = None
+    if existing is not None:
+        yield existing
+        return
+    logger.info("no Dask client given or active: starting an embedded LocalCluster")
+    embedded = connect(dashboard_address=None)
+    try:
+        yield embedded
+    finally:
+        embedded.close()

@@ -369,3 +369,14 @@ def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]
 
             Xb, yb = dask.compute(Xb, yb)
         yield np.asarray(Xb), np.asarray(yb)
+
+
+def as_dataset(data: Any) -> ShardedDataset:
+    """``data`` if it is a ShardedDataset, else the dataset at that path."""
+    if isinstance(data, ShardedDataset):
+        return data
+    if isinstance(data, (str, os.PathLike)):
+        return ShardedDataset.open(data)
+    raise ConfigurationError(
+        f"data must be a ShardedDataset or a path to one, got {type(data).__name__}"
+    )

@@ -22,6 +22,8 @@ from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs._checks import check_int
+from dasklbfgs.cluster import resolve_client
+from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
 from dasklbfgs.downpour.shard import ParameterShard
@@ -30,7 +32,6 @@ from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.updates import make_rule
-from dasklbfgs.sandblaster.coordinator import _resolve_data, resolve_client
 
 __all__ = ["downpour_sgd", "param_bounds"]
 
@@ -117,7 +118,7 @@ def downpour_sgd(
         ``stats`` (updates/s, examples/s, staleness histogram, bytes moved, pushes per
         shard and steps per replica).
     """
-    dataset = _resolve_data(data)
+    dataset = as_dataset(data)
     model.check_data(dataset)
     n_replicas = check_int(n_replicas, "n_replicas")
     n_param_shards = check_int(n_param_shards, "n_param_shards")
@@ -146,7 +147,7 @@ def downpour_sgd(
         eval_every = check_int(eval_every, "eval_every")
         if eval_data is None:
             raise ConfigurationError("eval_every needs eval_data")
-    eval_set = _resolve_data(eval_data) if eval_data is not None else None
+    eval_set = as_dataset(eval_data) if eval_data is not None else None
     if eval_set is not None:
         model.check_data(eval_set)
     if checkpoint_every is not None:

@@ -7,11 +7,10 @@ the evaluator's portions run as Dask futures on the workers next to their cached
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,9 @@ from distributed import Client
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs._checks import check_int
+from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data import ShardedDataset
+from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.persist import model_config
@@ -31,41 +32,6 @@ from dasklbfgs.sandblaster.standardize import Standardizer, combine_moments
 __all__ = ["sandblaster_lbfgs"]
 
 logger = logging.getLogger(__name__)
-
-
-@contextlib.contextmanager
-def resolve_client(client: Client | None) -> Iterator[Client]:
-    """``client``, else the default client, else an embedded cluster closed afterwards."""
-    if client is not None:
-        yield client
-        return
-    from distributed import default_client
-
-    try:
-        existing = default_client()
-    except ValueError:  # no client in this process
-        existing = None
-    if existing is not None:
-        yield existing
-        return
-    from dasklbfgs.cluster import connect
-
-    logger.info("no Dask client given or active: starting an embedded LocalCluster")
-    embedded = connect(dashboard_address=None)
-    try:
-        yield embedded
-    finally:
-        embedded.close()
-
-
-def _resolve_data(data: Any) -> ShardedDataset:
-    if isinstance(data, ShardedDataset):
-        return data
-    if isinstance(data, (str, os.PathLike)):
-        return ShardedDataset.open(data)
-    raise ConfigurationError(
-        f"data must be a ShardedDataset or a path to one, got {type(data).__name__}"
-    )
 
 
 def sandblaster_lbfgs(
@@ -149,7 +115,7 @@ def sandblaster_lbfgs(
         raise ConfigurationError(f"standardize must be True or False, got {standardize!r}")
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
-    dataset = _resolve_data(data)
+    dataset = as_dataset(data)
     model.check_data(dataset)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     n = dataset.n_samples
