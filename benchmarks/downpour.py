@@ -23,7 +23,7 @@ from benchmarks._common import HERE, machine, write_result
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.downpour.replica import batch_gradient, epoch_order
+from dasklbfgs.downpour.replica import epoch_order
 from dasklbfgs.models import Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import adagrad
@@ -60,7 +60,7 @@ def in_process_sgd(model, train, test, *, batch_size, learning_rate, epochs, eva
             order = epoch_order(train.n_samples, seed, 0, epoch)
             for start in range(0, train.n_samples, batch_size):
                 index = np.sort(order[start:start + batch_size])
-                _, g = batch_gradient(model, w, X[index], y[index])
+                _, g = model.objective(w, X[index], y[index])
                 delta, state = rule.update(g, state)
                 w += delta
                 step += 1

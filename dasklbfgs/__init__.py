@@ -7,12 +7,17 @@ the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`
 from dasklbfgs import errors
 from dasklbfgs.cluster import connect
 from dasklbfgs.data import ShardedDataset, make_dataset
-from dasklbfgs.models import LeastSquares, Logistic, Softmax
+from dasklbfgs.downpour import downpour_sgd
+from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 
 __all__ = [
+    "EmbeddingLM",
     "LeastSquares",
     "Logistic",
+    "MLP",
+    "SparseAutoencoder",
+    "downpour_sgd",
     "ShardedDataset",
     "Softmax",
     "connect",

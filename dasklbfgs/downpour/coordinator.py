@@ -27,6 +27,7 @@ from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
 from dasklbfgs.downpour.shard import ParameterShard
+from dasklbfgs.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.metrics import evaluate_model
@@ -34,12 +35,6 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.updates import make_rule
 
 __all__ = ["downpour_sgd", "param_bounds"]
-
-
-def param_bounds(n_params: int, n_shards: int) -> list[tuple[int, int]]:
-    """Contiguous slices of nearly equal size, one per parameter shard."""
-    edges = [n_params * i // n_shards for i in range(n_shards + 1)]
-    return list(zip(edges[:-1], edges[1:]))
 
 
 def downpour_sgd(
@@ -67,6 +62,7 @@ def downpour_sgd(
     resume: bool = False,
     callback: Callable[[OptimizeResult], Any] | None = None,
     wire_dtype: str = "float64",
+    sparse: bool | None = None,
     poll_interval: float = 0.05,
 ) -> OptimizeResult:
     """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
@@ -107,6 +103,10 @@ def downpour_sgd(
     wire_dtype
         dtype of parameters and gradients in transit (``"float32"`` halves the bytes;
         shards keep float64 values and optimizer state).
+    sparse
+        Push and fetch only the rows of the model's row table (word embeddings) that
+        batches touch, plus the dense rest; default: on when the model has a row table
+        and the update rule allows it exactly (Adagrad, SGD; not momentum).
     callback
         Called with each history entry (an ``OptimizeResult`` with ``time``, ``step``,
         ``train_loss`` and held-out metrics when scored); ``StopIteration`` stops the run.
@@ -156,7 +156,16 @@ def downpour_sgd(
         raise ConfigurationError("checkpoint_every and resume need checkpoint_path")
     warmstart_steps = check_int(warmstart_steps, "warmstart_steps", minimum=0)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
-    bounds = param_bounds(model.n_params, n_param_shards)
+    table = getattr(model, "row_table", None)
+    if sparse is None:
+        sparse = table is not None and rule.sparse_exact
+    elif sparse and table is None:
+        raise ConfigurationError(f"sparse=True needs a model with a row table (e.g. EmbeddingLM); {model!r} has none")
+    elif sparse and not rule.sparse_exact:
+        raise ConfigurationError(
+            f"sparse=True needs an update rule where a zero gradient is a zero step; {optimizer!r} is not one"
+        )
+    bounds = param_bounds(model.n_params, n_param_shards, table)
     config = model_config(model)
 
     states = None
@@ -169,11 +178,12 @@ def downpour_sgd(
             )
 
     with resolve_client(client) as active:
-        run = _DownpourRun(active, model, dataset, rows, bounds, rule, x_start, states, eval_set)
+        run = _DownpourRun(active, model, dataset, rows, bounds, rule, x_start, states, eval_set,
+                           table if sparse else None)
         try:
             return run.train(
                 ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed,
-                              wire_dtype),
+                              wire_dtype, bool(sparse)),
                 max_steps=max_steps, warmstart_steps=warmstart_steps, eval_every=eval_every,
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 callback=callback, poll_interval=poll_interval, model_config=config,
@@ -185,15 +195,15 @@ def downpour_sgd(
 class _DownpourRun:
     """The actors and tasks of one run, and the coordinator's bookkeeping."""
 
-    def __init__(self, client, model, data, rows, bounds, rule, x_start, states, eval_set) -> None:
+    def __init__(self, client, model, data, rows, bounds, rule, x_start, states, eval_set, table) -> None:
         self.client, self.model, self.data, self.rows = client, model, data, rows
-        self.bounds, self.rule, self.eval_set = bounds, rule, eval_set
+        self.bounds, self.rule, self.eval_set, self.table = bounds, rule, eval_set, table
         self.token = uuid.uuid4().hex[:8]
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self.workers = workers
         self.shard_futures: list[Future] = [
             client.submit(
-                ParameterShard, i, a, b, x_start[a:b], rule.name, rule.hyper,
+                ParameterShard, i, a, b, x_start[a:b], rule.name, rule.hyper, table,
                 actor=True, key=f"downpour-shard-{self.token}-{i}",
                 workers=None if workers[0] is None else [workers[i % len(workers)]],
                 pure=False,
@@ -317,6 +327,9 @@ class _DownpourRun:
             "staleness": {str(k): v for k, v in sorted(staleness.items())},  # str keys: JSON, repr
             "bytes_in": sum(s["bytes_in"] for s in shard_stats),
             "bytes_out": sum(s["bytes_out"] for s in shard_stats),
+            "dense_bytes_in": sum(s["dense_bytes_in"] for s in shard_stats),
+            "dense_bytes_out": sum(s["dense_bytes_out"] for s in shard_stats),
+            "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
             "steps_per_replica": [r["steps"] for r in replica_stats],
         }

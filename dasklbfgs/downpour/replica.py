@@ -3,7 +3,9 @@
 The loop is the paper's (ALGORITHMS.md §3): fetch the parameters every ``n_fetch`` steps,
 compute a mini-batch gradient, accrue it (and optionally take a local step), and push the
 accrued gradient to the shards every ``n_push`` steps. Fetches and pushes go to all
-shards at once and run in parallel.
+shards at once and run in parallel. With a row-sparse wire (:mod:`.wire`), pushes carry
+only the table rows touched since the last push, and fetches only the rows the batches
+up to the next fetch will read.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from dasklbfgs.downpour.wire import Wire
 
 __all__ = ["ReplicaConfig", "epoch_order", "replica_rows", "run_replica"]
 
@@ -26,6 +30,7 @@ class ReplicaConfig:
     local_learning_rate: float
     seed: int
     wire_dtype: str = "float64"
+    sparse: bool = False
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
@@ -39,35 +44,27 @@ def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, replica, epoch]).permutation(n_rows)
 
 
-def batch_gradient(model: Any, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean loss plus penalty over one mini-batch, and its gradient."""
-    loss, grad = model.loss_grad_sum(params, X, y)
-    penalty, penalty_grad = model.penalty(params)
-    n = X.shape[0]
-    return loss / n + penalty, grad / n + penalty_grad
+class _Batches:
+    """The replica's mini-batches in order, step after step across epochs (with lookahead)."""
+
+    def __init__(self, n_rows: int, config: ReplicaConfig, replica: int, first_epoch: int) -> None:
+        self.n_rows, self.config, self.replica = n_rows, config, replica
+        self.per_epoch = math.ceil(n_rows / config.batch_size)
+        self.first_epoch = first_epoch
+        self.total = (config.epochs - first_epoch) * self.per_epoch
+        self._orders: dict[int, np.ndarray] = {}
+
+    def __getitem__(self, step: int) -> tuple[int, np.ndarray]:
+        epoch = self.first_epoch + step // self.per_epoch
+        if epoch not in self._orders:
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = epoch_order(self.n_rows, self.config.seed, self.replica, epoch)
+        start = (step % self.per_epoch) * self.config.batch_size
+        return epoch, np.sort(self._orders[epoch][start : start + self.config.batch_size])
 
 
-def _fetch(shards: list[Any], dtype: str) -> tuple[np.ndarray, list[int], str | None]:
-    calls = [s.fetch(dtype) for s in shards]  # all in flight before the first wait
-    replies = [c.result() for c in calls]
-    params = np.concatenate([r[0] for r in replies]).astype(np.float64)
-    stop = next((r[2] for r in replies if r[2]), None)
-    return params, [r[1] for r in replies], stop
-
-
-def _push(shards, bounds, accrued, versions, replica, steps, loss_sum, *, dtype: str, fetch: bool):
-    """Push to every shard in parallel; with ``fetch`` also return the updated parameters."""
-    wire = accrued.astype(dtype, copy=False)
-    calls = [
-        s.push(wire[a:b], v, replica, steps, loss_sum, fetch)
-        for s, (a, b), v in zip(shards, bounds, versions)
-    ]
-    replies = [c.result() for c in calls]
-    stop = next((r[1] for r in replies if r[1]), None)
-    if not fetch:
-        return stop, None
-    params = np.concatenate([r[2] for r in replies]).astype(np.float64)
-    return stop, (params, [r[0] for r in replies])
+def _stop_reason(replies: list[Any], position: int) -> str | None:
+    return next((r[position] for r in replies if r[position]), None)
 
 
 def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any],
@@ -80,56 +77,85 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     except ValueError:  # not inside a Dask task (unit tests call this directly)
         pass
     X, y = data.load_rows(*rows)
-    n = X.shape[0]
+    batches = _Batches(X.shape[0], config, replica, first_epoch)
+    wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None)
     accrued = np.zeros(model.n_params)
+    touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
     accrued_steps, accrued_loss = 0, 0.0
     steps = fetches = pushes = examples = 0
     stop: str | None = None
     params = np.zeros(model.n_params)
-    versions: list[int] = []
+    versions: list[int] = [0] * len(shards)
+
+    def rows_ahead(step: int) -> np.ndarray | None:
+        """Table rows the batches from ``step`` up to the next fetch read."""
+        if not config.sparse:
+            return None
+        ahead = range(step, min(step + config.n_fetch, batches.total))
+        return np.unique(np.concatenate([model.touched_rows(X[batches[t][1]]) for t in ahead]))
+
+    def fetch(step: int) -> str | None:
+        nonlocal versions
+        calls = [s.fetch(config.wire_dtype, r) for s, r in zip(shards, wire.split_rows(rows_ahead(step)))]
+        replies = [c.result() for c in calls]  # all in flight before the first wait
+        wire.apply_fetched(params, [r[0] for r in replies])
+        versions = [r[1] for r in replies]
+        return _stop_reason(replies, 2)
+
+    def push(with_fetch_from: int | None) -> str | None:
+        nonlocal versions
+        touched_rows = np.flatnonzero(touched) if touched is not None else None
+        fetch_rows = wire.split_rows(rows_ahead(with_fetch_from)) if with_fetch_from is not None else [None] * len(shards)
+        calls = [
+            s.push(payload, v, replica, accrued_steps, accrued_loss, with_fetch_from is not None, f)
+            for s, payload, v, f in zip(shards, wire.payloads(accrued, touched_rows), versions, fetch_rows)
+        ]
+        replies = [c.result() for c in calls]
+        if with_fetch_from is not None:
+            wire.apply_fetched(params, [r[2] for r in replies])
+            versions = [r[0] for r in replies]
+        return _stop_reason(replies, 1)
+
     need_fetch = True
-    for epoch in range(first_epoch, config.epochs):
-        order = epoch_order(n, config.seed, replica, epoch)
-        for start in range(0, n, config.batch_size):
-            if need_fetch:
-                params, versions, stop = _fetch(shards, config.wire_dtype)
-                fetches += 1
-                if stop:
-                    break
-            index = np.sort(order[start : start + config.batch_size])
-            loss, grad = batch_gradient(model, params, X[index], y[index])
-            if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-                reason = (f"replica {replica} computed a non-finite loss ({loss}) at its step {steps} "
-                          f"(epoch {epoch}); the gradient was not pushed")
-                for s in shards:
-                    s.request_stop(reason).result()
-                stop = reason
+    for step in range(batches.total):
+        epoch, index = batches[step]
+        if need_fetch:
+            stop = fetch(step)
+            fetches += 1
+            if stop:
                 break
-            accrued += grad
-            accrued_steps += 1
-            accrued_loss += loss
-            examples += index.size
-            if config.local_learning_rate:
-                params -= config.local_learning_rate * grad
-            steps += 1
-            need_fetch = steps % config.n_fetch == 0
-            if steps % config.n_push == 0:
-                stop, fetched = _push(shards, bounds, accrued, versions, replica, accrued_steps,
-                                      accrued_loss, dtype=config.wire_dtype, fetch=need_fetch)
-                pushes += 1
-                if fetched is not None:
-                    params, versions = fetched
-                    fetches += 1
-                    need_fetch = False
-                accrued[:] = 0.0
-                accrued_steps, accrued_loss = 0, 0.0
-                if stop:
-                    break
-        if stop:
+        Xb = X[index]
+        loss, grad = model.objective(params, Xb, y[index])
+        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
+            stop = (f"replica {replica} computed a non-finite loss ({loss}) at its step {steps} "
+                    f"(epoch {epoch}); the gradient was not pushed")
+            for s in shards:
+                s.request_stop(stop).result()
             break
+        accrued += grad
+        if touched is not None:
+            touched[model.touched_rows(Xb)] = True
+        accrued_steps += 1
+        accrued_loss += loss
+        examples += index.size
+        if config.local_learning_rate:
+            params -= config.local_learning_rate * grad
+        steps += 1
+        need_fetch = steps % config.n_fetch == 0 and steps < batches.total
+        if steps % config.n_push == 0:
+            stop = push(steps if need_fetch else None)
+            pushes += 1
+            if need_fetch:
+                fetches += 1
+                need_fetch = False
+            accrued[:] = 0.0
+            if touched is not None:
+                touched[:] = False
+            accrued_steps, accrued_loss = 0, 0.0
+            if stop:
+                break
     if accrued_steps and not stop:
-        _push(shards, bounds, accrued, versions, replica, accrued_steps, accrued_loss,
-              dtype=config.wire_dtype, fetch=False)
+        push(None)
         pushes += 1
     return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes,
             "examples": examples, "stopped_by": stop}

@@ -2,7 +2,9 @@
 
 Each shard stores its slice and the optimizer state for it, and applies the update rule
 itself when a replica pushes an accrued gradient (ALGORITHMS.md §3). Shards never talk to
-each other. Methods are ``async`` so that several shards hosted by one worker interleave on
+each other. A shard of a model with a row table also takes row-sparse pushes and fetches
+(:mod:`dasklbfgs.downpour.wire`) and updates only the rows a push carries, which is
+exact for rules where a zero gradient is a zero step (Adagrad, SGD). Methods are ``async`` so that several shards hosted by one worker interleave on
 its event loop instead of queueing behind one actor thread (DASK-NOTES.md, Actors).
 """
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.optim.updates import make_rule
 
 __all__ = ["ParameterShard"]
@@ -26,8 +29,9 @@ class ParameterShard:
     stop: int = 0
 
     def __init__(self, index: int, start: int, stop: int, values: np.ndarray, rule: str,
-                 hyper: dict[str, Any]) -> None:
+                 hyper: dict[str, Any], table: Any = None) -> None:
         self.index, self.start, self.stop = index, start, stop
+        self.layout = ShardLayout(start, stop, table)
         self.rule_name, self.hyper = rule, dict(hyper)
         self._rule = make_rule(rule, **hyper)
         self.values = np.array(values, dtype=np.float64)
@@ -40,32 +44,53 @@ class ParameterShard:
         self.pushes_by_replica: Counter[int] = Counter()
         self.bytes_in = 0
         self.bytes_out = 0
+        self.dense_bytes_in = 0   # what the same traffic costs as whole slices
+        self.dense_bytes_out = 0
         self.stop_reason: str | None = None
         self.max_steps: int | None = None
 
-    def _values(self, dtype: Any) -> np.ndarray:
-        out = self.values.astype(dtype, copy=True)
-        self.bytes_out += out.nbytes
+    def _values(self, dtype: Any, rows: np.ndarray | None = None) -> Any:
+        if rows is None:
+            out: Any = self.values.astype(dtype, copy=True)
+        else:
+            out = self.layout.values(self.values, rows, dtype)
+        self.bytes_out += payload_nbytes(out)
+        self.dense_bytes_out += self.values.size * np.dtype(dtype).itemsize
         return out
 
-    async def fetch(self, dtype: str = "float64") -> tuple[np.ndarray, int, str | None]:
+    async def fetch(self, dtype: str = "float64", rows: np.ndarray | None = None) -> tuple[Any, int, str | None]:
         """The current slice (as ``dtype`` on the wire), its version and, if the run is
-        stopping, why."""
-        return self._values(dtype), self.version, self.stop_reason
+        stopping, why. With ``rows`` (local table row ids): only those rows and the dense
+        rest, as ``(rows, values, dense)``."""
+        return self._values(dtype, rows), self.version, self.stop_reason
 
-    async def push(self, gradient: np.ndarray, seen_version: int, replica: int, steps: int,
-                   loss_sum: float, fetch: bool = False) -> tuple[int, str | None, np.ndarray | None]:
+    async def push(self, gradient: Any, seen_version: int, replica: int, steps: int,
+                   loss_sum: float, fetch: bool = False,
+                   fetch_rows: np.ndarray | None = None) -> tuple[int, str | None, Any]:
         """Apply one accrued gradient; ``seen_version`` is the version it was computed from.
 
-        With ``fetch=True`` the reply also carries the updated slice (in the gradient's
-        dtype): a replica due to fetch right after pushing saves a round trip, and sees
-        exactly what a separate fetch would have returned.
+        ``gradient`` is the whole slice, or ``(rows, values, dense)`` carrying only some
+        table rows (the others' gradient is zero). With ``fetch=True`` the reply also
+        carries the updated slice (or, with ``fetch_rows``, those rows and the dense rest)
+        in the gradient's dtype: a replica due to fetch right after pushing saves a round
+        trip, and sees exactly what a separate fetch would have returned.
         """
-        self.bytes_in += gradient.nbytes
-        gradient_dtype = gradient.dtype
-        gradient = gradient.astype(np.float64, copy=False)
-        delta, self.state = self._rule.update(gradient, self.state)
-        self.values += delta
+        self.bytes_in += payload_nbytes(gradient)
+        if isinstance(gradient, tuple):
+            rows, table, dense = gradient
+            wire_dtype = table.dtype
+            index = self.layout.index(rows)
+            flat = np.concatenate([table.ravel(), dense]).astype(np.float64)
+            sub_state = {k: v[index] for k, v in self.state.items()}
+            delta, sub_state = self._rule.update(flat, sub_state)
+            self.values[index] += delta
+            for k, v in sub_state.items():
+                self.state[k][index] = v
+        else:
+            wire_dtype = gradient.dtype
+            delta, self.state = self._rule.update(gradient.astype(np.float64, copy=False), self.state)
+            self.values += delta
+        self.dense_bytes_in += self.values.size * np.dtype(wire_dtype).itemsize
         self.staleness[self.version - seen_version] += 1
         self.pushes_by_replica[replica] += 1
         self.version += 1
@@ -74,7 +99,7 @@ class ParameterShard:
         self.loss_count += steps
         if self.max_steps is not None and self.steps >= self.max_steps and self.stop_reason is None:
             self.stop_reason = f"max_steps ({self.max_steps}) reached"
-        values = self._values(gradient_dtype) if fetch else None
+        values = self._values(wire_dtype, fetch_rows) if fetch else None
         return self.version, self.stop_reason, values
 
     async def request_stop(self, reason: str) -> None:
@@ -100,6 +125,8 @@ class ParameterShard:
             "pushes_by_replica": dict(self.pushes_by_replica),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
+            "dense_bytes_in": self.dense_bytes_in,
+            "dense_bytes_out": self.dense_bytes_out,
             "stop_reason": self.stop_reason,
         }
 

@@ -19,23 +19,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dasklbfgs._checks import check_int
-from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
+from dasklbfgs.models.base import Model, check_l2
 
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
 
-def _check_l2(l2: Any) -> float:
-    try:
-        value = float(l2)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"l2 must be a non-negative number, got {l2!r}") from None
-    if not np.isfinite(value) or value < 0:
-        raise ConfigurationError(f"l2 must be a non-negative finite number, got {l2!r}")
-    return value
 
-
-class LinearModel:
+class LinearModel(Model):
     """Shared machinery of the linear objectives; subclasses set the link and label rules."""
 
     name: ClassVar[str]
@@ -44,7 +36,7 @@ class LinearModel:
     def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool) -> None:
         self.n_features = check_int(n_features, "n_features")
         self.n_outputs = n_outputs
-        self.l2 = _check_l2(l2)
+        self.l2 = check_l2(l2)
         if not isinstance(fit_intercept, (bool, np.bool_)):
             raise ConfigurationError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         self.fit_intercept = bool(fit_intercept)
@@ -72,16 +64,6 @@ class LinearModel:
             return np.zeros(self.n_params)
         return np.random.default_rng(seed).normal(scale=0.01, size=self.n_params)
 
-    def check_params(self, params: Any, name: str = "x0") -> np.ndarray:
-        params = np.asarray(params, dtype=np.float64)
-        if params.shape != (self.n_params,):
-            raise ModelDataMismatchError(
-                f"{name} must have shape ({self.n_params},) for {self!r}, got {params.shape}"
-            )
-        if not np.all(np.isfinite(params)):
-            bad = int(np.flatnonzero(~np.isfinite(params))[0])
-            raise ModelDataMismatchError(f"{name} is not finite: {name}[{bad}] = {params[bad]}")
-        return params
 
     # -- objective pieces ---------------------------------------------------------------
 
@@ -120,12 +102,6 @@ class LinearModel:
         grad[: self.n_coef] = self.l2 * coef
         return 0.5 * self.l2 * float(coef @ coef), grad
 
-    def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Mean loss plus penalty and its gradient, in one process (a reference path)."""
-        loss, grad = self.loss_grad_sum(params, X, y)
-        pen, pgrad = self.penalty(params)
-        n = X.shape[0]
-        return loss / n + pen, grad / n + pgrad
 
     # -- prediction -----------------------------------------------------------------------
 
@@ -134,52 +110,15 @@ class LinearModel:
         z = np.asarray(X) @ W
         return z + (b if self.n_outputs > 1 else b[0])
 
-    # -- data checks ----------------------------------------------------------------------
-
-    def check_data(self, data: Any) -> None:
-        """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
-        if data.n_features != self.n_features:
-            raise ModelDataMismatchError(
-                f"{self!r} expects {self.n_features} features but the dataset at "
-                f"{str(data.path)!r} has {data.n_features}"
-            )
-        if len(data.y_shape) != 1:
-            raise ModelDataMismatchError(
-                f"{type(self).__name__} needs 1-D y, but y at {str(data.path)!r} has shape {data.y_shape}"
-            )
-        self._check_labels(data)
-
-    def _check_labels(self, data: Any) -> None:
-        return None
-
-    def _check_class_labels(self, data: Any, n_classes: int) -> None:
-        low, high = data.label_range
-        integral = data.schema.get("y_integral", data.label_counts is not None)
-        if not integral or low < 0 or high > n_classes - 1:
-            raise ModelDataMismatchError(
-                f"{type(self).__name__} needs integer labels in 0..{n_classes - 1}, but y at "
-                f"{str(data.path)!r} ranges over [{low:g}, {high:g}]"
-                + ("" if integral else " and is not integer-valued")
-            )
-
     def _config(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "l2": self.l2, "fit_intercept": self.fit_intercept}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
-        return f"{type(self).__name__}({args})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._config() == other._config()  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self).__name__, tuple(self._config().items())))
 
 
 class LeastSquares(LinearModel):
     """Linear regression: per-sample loss 0.5 (x . w + b - y)^2."""
 
     name = "least_squares"
+    task = "regression"
     _link = staticmethod(squared_link)
 
     def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:

@@ -8,30 +8,37 @@ import numpy as np
 
 
 def evaluate_model(model: Any, params: np.ndarray, data: Any) -> dict[str, float]:
-    """Objective and, for classifiers, accuracy (regression: RMSE and R^2) on ``data``.
+    """Objective and, by the model's task, accuracy (classification), RMSE and R^2
+    (regression) or the mean squared reconstruction error (reconstruction) on ``data``.
 
     Reads one shard at a time, so the dataset may be larger than memory.
     """
     model.check_data(data)
     n = data.n_samples
     loss = correct = 0.0
+    sums = np.zeros(model.n_sums)
     sum_y = sum_y2 = sse = 0.0
-    classifier = hasattr(model, "predict_proba")
     for X, y in data.iter_shards():
-        part_loss, _ = model.loss_grad_sum(params, X, y)
+        part_loss, part_sums = model.loss_grad_sum(params, X, y)
         loss += part_loss
-        if classifier:
+        sums += part_sums
+        if model.task == "classification":
             correct += float(np.sum(model.predict(params, X) == y))
-        else:
+        elif model.task == "regression":
             residual = model.predict(params, X) - y
             sse += float(residual @ residual)
             sum_y += float(y.sum())
             sum_y2 += float(y @ y)
-    metrics = {"objective": loss / n + model.penalty(params)[0], "n_samples": n}
-    if classifier:
+        else:
+            residual = model.predict(params, X) - X
+            sse += float(np.einsum("ij,ij->", residual, residual))
+    metrics = {"objective": model.objective_from_sums(params, loss, sums, n)[0], "n_samples": n}
+    if model.task == "classification":
         metrics["accuracy"] = correct / n
-    else:
+    elif model.task == "regression":
         total = sum_y2 - sum_y * sum_y / n
         metrics["rmse"] = float(np.sqrt(sse / n))
         metrics["r2"] = 1.0 - sse / total if total > 0 else float("nan")
+    else:
+        metrics["reconstruction_mse"] = sse / (n * data.n_features)
     return metrics

@@ -11,27 +11,26 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError, DaskLBFGSError
-from dasklbfgs.models.linear import LeastSquares, LinearModel, Logistic, Softmax
+from dasklbfgs.models.base import Model
+from dasklbfgs.models.registry import CLASSES
 
-_CLASSES = {cls.name: cls for cls in (LeastSquares, Logistic, Softmax)}
 
-
-def model_config(model: LinearModel) -> dict[str, Any]:
+def model_config(model: Model) -> dict[str, Any]:
     return {"name": model.name, **model._config()}
 
 
-def model_from_config(config: dict[str, Any]) -> LinearModel:
+def model_from_config(config: dict[str, Any]) -> Model:
     config = dict(config)
     name = config.pop("name", None)
-    if name not in _CLASSES:
-        raise ConfigurationError(f"unknown model name {name!r}; expected one of {sorted(_CLASSES)}")
-    n_features = config.pop("n_features")
-    if name == "softmax":
-        return Softmax(n_features, config.pop("n_classes"), **config)
-    return _CLASSES[name](n_features, **config)
+    if name not in CLASSES:
+        raise ConfigurationError(f"unknown model name {name!r}; expected one of {sorted(CLASSES)}")
+    try:
+        return CLASSES[name](**config)
+    except TypeError as exc:
+        raise ConfigurationError(f"bad configuration for model {name!r}: {exc}") from None
 
 
-def save_params(path: os.PathLike[str] | str, model: LinearModel, params: np.ndarray, info: dict[str, Any] | None = None) -> Path:
+def save_params(path: os.PathLike[str] | str, model: Model, params: np.ndarray, info: dict[str, Any] | None = None) -> Path:
     """Write ``params`` and the model configuration to ``path`` (``.npz``); atomic rename."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -49,7 +48,7 @@ def save_params(path: os.PathLike[str] | str, model: LinearModel, params: np.nda
     return target
 
 
-def load_params(path: os.PathLike[str] | str) -> tuple[LinearModel, np.ndarray, dict[str, Any]]:
+def load_params(path: os.PathLike[str] | str) -> tuple[Model, np.ndarray, dict[str, Any]]:
     """Read a file written by :func:`save_params`: ``(model, params, info)``."""
     try:
         with np.load(path, allow_pickle=False) as f:

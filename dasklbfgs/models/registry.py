@@ -5,20 +5,54 @@ from __future__ import annotations
 from typing import Any
 
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.models.linear import LeastSquares, LinearModel, Logistic, Softmax
+from dasklbfgs.models.autoencoder import SparseAutoencoder
+from dasklbfgs.models.base import Model
+from dasklbfgs.models.embedding import EmbeddingLM
+from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
+from dasklbfgs.models.mlp import MLP
 
-MODELS = ("least_squares", "logistic", "softmax")
+CLASSES: dict[str, type[Model]] = {
+    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP, SparseAutoencoder, EmbeddingLM)
+}
+MODELS = tuple(CLASSES)
+LINEAR = ("least_squares", "logistic", "softmax")
+#: Options each neural model accepts from the command line and pipeline configs.
+OPTIONS = {
+    "mlp": ("hidden", "activation"),
+    "sparse_autoencoder": ("n_hidden", "sparsity", "beta"),
+    "embedding_lm": ("embed_dim", "hidden"),
+}
 
 
-def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, fit_intercept: bool = True) -> LinearModel:
-    """Build model ``name`` sized for ``data`` (classes from the dataset's labels)."""
-    if name == "least_squares":
-        return LeastSquares(data.n_features, l2=l2, fit_intercept=fit_intercept)
-    if name == "logistic":
-        return Logistic(data.n_features, l2=l2, fit_intercept=fit_intercept)
-    if name == "softmax":
-        n_classes = data.attrs.get("n_classes")
-        if n_classes is None:
-            n_classes = int(data.label_range[1]) + 1
-        return Softmax(data.n_features, int(n_classes), l2=l2, fit_intercept=fit_intercept)
-    raise ConfigurationError(f"model must be one of {MODELS!r}, got {name!r}")
+def _n_classes(data: Any) -> int:
+    n_classes = data.attrs.get("n_classes")
+    return int(data.label_range[1]) + 1 if n_classes is None else int(n_classes)
+
+
+def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, fit_intercept: bool = True,
+                      **options: Any) -> Model:
+    """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).
+
+    ``options`` are the neural models' shape options (:data:`OPTIONS`); ``fit_intercept``
+    applies to the linear models only (the neural ones always have biases).
+    """
+    if name not in CLASSES:
+        raise ConfigurationError(f"model must be one of {MODELS!r}, got {name!r}")
+    allowed = OPTIONS.get(name, ())
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        raise ConfigurationError(
+            f"model {name!r} does not take option(s) {unknown}; it takes {list(allowed) or 'none'}"
+        )
+    if name in LINEAR:
+        if name == "softmax":
+            return Softmax(data.n_features, _n_classes(data), l2=l2, fit_intercept=fit_intercept)
+        return CLASSES[name](data.n_features, l2=l2, fit_intercept=fit_intercept)  # type: ignore[call-arg]
+    if not fit_intercept:
+        raise ConfigurationError(f"fit_intercept=False applies to linear models, not {name!r}")
+    if name == "mlp":
+        return MLP(data.n_features, n_classes=_n_classes(data), l2=l2, **options)
+    if name == "sparse_autoencoder":
+        return SparseAutoencoder(data.n_features, l2=l2, **options)
+    vocab = data.attrs.get("vocab_size") or _n_classes(data)
+    return EmbeddingLM(int(vocab), context=data.n_features, l2=l2, **options)

@@ -28,6 +28,9 @@ class UpdateRule(NamedTuple):
     hyper: dict[str, Any]
     init: Callable[[np.ndarray], State]
     update: Callable[[np.ndarray, State], tuple[np.ndarray, State]]
+    #: A zero gradient is a zero step and leaves the state alone, so updating only the
+    #: entries a sparse gradient carries gives exactly the dense result.
+    sparse_exact: bool = False
 
 
 def _check_rate(learning_rate: Any) -> float:
@@ -50,7 +53,7 @@ def sgd(learning_rate: float) -> UpdateRule:
     def update(grad: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         return -lr * grad, state
 
-    return UpdateRule("sgd", {"learning_rate": lr}, init, update)
+    return UpdateRule("sgd", {"learning_rate": lr}, init, update, sparse_exact=True)
 
 
 def momentum(learning_rate: float, beta: float = 0.9, nesterov: bool = False) -> UpdateRule:
@@ -95,7 +98,7 @@ def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float 
         return delta, {"accumulator": accumulator}
 
     return UpdateRule("adagrad", {"learning_rate": lr, "eps": eps, "initial_accumulator": initial_accumulator},
-                      init, update)
+                      init, update, sparse_exact=True)
 
 
 RULES: dict[str, Callable[..., UpdateRule]] = {"sgd": sgd, "momentum": momentum, "adagrad": adagrad}

@@ -23,6 +23,7 @@ from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.events import MetricsStream
+from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
 from dasklbfgs.sandblaster.checkpoint import load_state, save_state
@@ -115,6 +116,11 @@ def sandblaster_lbfgs(
         raise ConfigurationError(f"standardize must be True or False, got {standardize!r}")
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
+    if standardize and not isinstance(model, LinearModel):
+        raise ConfigurationError(
+            f"standardize=True rescales the features of linear models; {model!r} is not one "
+            "(scale its inputs when writing the dataset instead)"
+        )
     dataset = as_dataset(data)
     model.check_data(dataset)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
@@ -147,9 +153,8 @@ def sandblaster_lbfgs(
                 )
 
             def objective(params: np.ndarray) -> tuple[float, np.ndarray]:
-                loss, grad = evaluator.evaluate(params)
-                penalty, penalty_grad = model.penalty(params)
-                return loss / n + penalty, grad / n + penalty_grad
+                loss, sums = evaluator.evaluate(params)
+                return model.objective_from_sums(params, loss, sums, n)
 
             if transform is None:
                 evaluate, theta0 = objective, x_start

@@ -133,11 +133,11 @@ class MegaBatchEvaluator:
             self._recent.append(duration)
 
         loss = 0.0
-        grad = np.zeros(self.model.n_params)
-        for part_loss, part_grad in results:  # fixed portion order: deterministic sums
+        sums = np.zeros(self.model.n_sums)
+        for part_loss, part_sums in results:  # fixed portion order: deterministic sums
             loss += part_loss
-            grad += part_grad
-        return loss, grad
+            sums += part_sums
+        return loss, sums
 
     def _submit_primaries(self, x_future: Future, e: int) -> tuple[list[Future], list[str | None]]:
         """One task per portion, pinned to the worker holding its shard (data affinity).

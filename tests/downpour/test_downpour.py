@@ -9,7 +9,7 @@ import pytest
 
 from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.downpour.replica import batch_gradient, epoch_order, replica_rows
+from dasklbfgs.downpour.replica import epoch_order, replica_rows
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.models.metrics import evaluate_model
@@ -57,7 +57,7 @@ def test_one_replica_matches_sequential_sgd_exactly(client, softmax_data) -> Non
         order = epoch_order(train.n_samples, 7, 0, epoch)
         for start in range(0, train.n_samples, 100):
             index = np.sort(order[start:start + 100])
-            _, g = batch_gradient(model, w, X[index], y[index])
+            _, g = model.objective(w, X[index], y[index])
             delta, state = rule.update(g, state)
             w = w + delta
     assert result.nit == 2 * 120

@@ -1,0 +1,119 @@
+"""What travels between replicas and parameter shards: whole slices, or only touched rows.
+
+A model with a row table (:class:`~dasklbfgs.models.embedding.RowTable`, e.g. the
+language model's word embeddings) has gradients that are zero outside the rows a batch
+touched. With ``sparse=True`` a push carries, per shard, the touched rows of the table that
+shard owns (their ids and values) and the shard's dense remainder; a fetch asks for the
+rows the next batches will read. Shard bounds inside the table fall on row boundaries
+(:func:`param_bounds`), so every row lives on exactly one shard.
+
+Pure numpy: both sides (replica task and shard actor) use these helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs.errors import ConfigurationError
+
+__all__ = ["param_bounds", "ShardLayout", "Wire"]
+
+#: A sparse payload: (row ids local to the shard's table rows, values (k, width), dense rest)
+SparsePayload = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def param_bounds(n_params: int, n_shards: int, table: Any = None) -> list[tuple[int, int]]:
+    """Contiguous slices of nearly equal size, one per parameter shard.
+
+    With a row ``table``, edges inside it are moved to the nearest row boundary.
+    """
+    edges = [n_params * i // n_shards for i in range(n_shards + 1)]
+    if table is not None:
+        for i, edge in enumerate(edges):
+            if table.offset < edge < table.end:
+                edges[i] = table.offset + round((edge - table.offset) / table.width) * table.width
+        if any(b <= a for a, b in zip(edges[:-1], edges[1:])):
+            raise ConfigurationError(
+                f"{n_shards} parameter shards cannot split {n_params} parameters on row "
+                f"boundaries of {table.width}; use fewer shards"
+            )
+    return list(zip(edges[:-1], edges[1:]))
+
+
+class ShardLayout:
+    """How one shard's slice ``[start, stop)`` splits into table rows and dense rest."""
+
+    def __init__(self, start: int, stop: int, table: Any = None) -> None:
+        self.start, self.stop = start, stop
+        if table is None:
+            self.first_row = self.n_rows = self.width = 0
+            self.table_start = 0
+            self.dense_index = np.arange(stop - start)
+            return
+        lo, hi = max(start, table.offset), min(stop, table.end)
+        self.width = table.width
+        self.table_start = lo - start  # local offset of the first owned row
+        self.first_row = (lo - table.offset) // table.width if hi > lo else 0
+        self.n_rows = max(hi - lo, 0) // table.width
+        local = np.arange(stop - start)
+        owned = (local >= self.table_start) & (local < self.table_start + self.n_rows * self.width)
+        self.dense_index = local[~owned]
+
+    def row_index(self, rows: np.ndarray) -> np.ndarray:
+        """Local flat indices of the given local rows, row after row."""
+        base = self.table_start + np.asarray(rows, dtype=np.int64) * self.width
+        return (base[:, None] + np.arange(self.width)).ravel()
+
+    def index(self, rows: np.ndarray) -> np.ndarray:
+        """Local flat indices of the given rows and the dense rest, in payload order."""
+        return np.concatenate([self.row_index(rows), self.dense_index])
+
+    def values(self, vector: np.ndarray, rows: np.ndarray, dtype: Any) -> SparsePayload:
+        """The payload for ``rows`` taken from the shard-local ``vector``."""
+        table = vector[self.row_index(rows)].reshape(len(rows), self.width).astype(dtype, copy=False)
+        return np.asarray(rows, dtype=np.int32), table, vector[self.dense_index].astype(dtype, copy=False)
+
+
+class Wire:
+    """The replica's side: encode pushes, decode fetches, for dense or row-sparse transfer."""
+
+    def __init__(self, bounds: list[tuple[int, int]], dtype: str, table: Any = None) -> None:
+        self.bounds, self.dtype, self.table = bounds, dtype, table
+        self.sparse = table is not None
+        self.layouts = [ShardLayout(a, b, table) for a, b in bounds]
+
+    def split_rows(self, rows: np.ndarray | None) -> list[np.ndarray | None]:
+        """Global row ids -> each shard's local row ids (``None``: dense transfer)."""
+        if not self.sparse or rows is None:
+            return [None] * len(self.bounds)
+        out = []
+        for layout in self.layouts:
+            mine = rows[(rows >= layout.first_row) & (rows < layout.first_row + layout.n_rows)]
+            out.append((mine - layout.first_row).astype(np.int32))
+        return out
+
+    def payloads(self, accrued: np.ndarray, rows: np.ndarray | None) -> list[Any]:
+        """Per shard: the slice (dense) or the touched rows and the dense rest (sparse)."""
+        if not self.sparse or rows is None:
+            wire = accrued.astype(self.dtype, copy=False)
+            return [wire[a:b] for a, b in self.bounds]
+        return [layout.values(accrued[a:b], local, self.dtype)
+                for (a, b), layout, local in zip(self.bounds, self.layouts, self.split_rows(rows))]
+
+    def apply_fetched(self, params: np.ndarray, replies: list[Any]) -> None:
+        """Write fetched values (dense slices or sparse payloads) into the replica's copy."""
+        for (a, _), layout, reply in zip(self.bounds, self.layouts, replies):
+            if isinstance(reply, tuple):
+                rows, table, dense = reply
+                local = params[a : layout.stop]
+                local[layout.index(rows)] = np.concatenate([table.ravel(), dense])
+            else:
+                params[a : a + reply.size] = reply
+
+
+def payload_nbytes(payload: Any) -> int:
+    if isinstance(payload, tuple):
+        return sum(p.nbytes for p in payload)
+    return payload.nbytes

@@ -1,0 +1,84 @@
+"""Pieces the neural objectives share: the named layout of the flat vector, activations,
+initialisation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dasklbfgs.errors import ConfigurationError
+
+
+class Layout:
+    """Named arrays packed one after another into the flat parameter vector (row-major)."""
+
+    def __init__(self, shapes: list[tuple[str, tuple[int, ...]]]) -> None:
+        self.shapes = dict(shapes)
+        self.offsets: dict[str, tuple[int, int]] = {}
+        start = 0
+        for name, shape in shapes:
+            size = int(np.prod(shape))
+            self.offsets[name] = (start, start + size)
+            start += size
+        self.size = start
+
+    def views(self, vector: np.ndarray) -> dict[str, np.ndarray]:
+        """Reshaped views into ``vector`` (writing to a view writes to the vector)."""
+        return {name: vector[a:b].reshape(self.shapes[name]) for name, (a, b) in self.offsets.items()}
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    # 1 / (1 + e^-z) = (1 + tanh(z / 2)) / 2: no overflow for any z.
+    z *= 0.5
+    a = np.tanh(z, out=z)
+    a += 1.0
+    a *= 0.5
+    return a
+
+
+def _relu(z: np.ndarray) -> np.ndarray:
+    return np.maximum(z, 0.0, out=z)
+
+
+def _tanh(z: np.ndarray) -> np.ndarray:
+    return np.tanh(z, out=z)
+
+
+def _sigmoid_grad(a: np.ndarray) -> np.ndarray:
+    return a * (1.0 - a)
+
+
+def _relu_grad(a: np.ndarray) -> np.ndarray:
+    return (a > 0).astype(a.dtype)
+
+
+def _tanh_grad(a: np.ndarray) -> np.ndarray:
+    return 1.0 - a * a
+
+
+#: name -> (activation applied in place to pre-activations, derivative from the *output*)
+ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
+    "sigmoid": (_sigmoid, _sigmoid_grad),
+    "relu": (_relu, _relu_grad),
+    "tanh": (_tanh, _tanh_grad),
+}
+
+
+def check_activation(activation: str) -> str:
+    if activation not in ACTIVATIONS:
+        raise ConfigurationError(f"activation must be one of {tuple(ACTIVATIONS)!r}, got {activation!r}")
+    return activation
+
+
+def init_weights(rng: np.random.Generator, fan_in: int, fan_out: int, activation: str) -> np.ndarray:
+    """He normal for ReLU layers, Glorot uniform otherwise (4x wider for sigmoid)."""
+    if activation == "relu":
+        return rng.normal(scale=np.sqrt(2.0 / fan_in), size=(fan_in, fan_out))
+    limit = np.sqrt(6.0 / (fan_in + fan_out)) * (4.0 if activation == "sigmoid" else 1.0)
+    return rng.uniform(-limit, limit, size=(fan_in, fan_out))
+
+
+def seed_or_default(seed: int | None) -> int:
+    """Neural models never start from zeros (a saddle where hidden units stay identical)."""
+    return 0 if seed is None else int(seed)

@@ -1,0 +1,120 @@
+"""What every objective shares: the flat parameter vector, sums over rows, data checks.
+
+A model is a function of one flat float64 parameter vector. Solvers only ever ask it for
+*sums over rows* (:meth:`Model.loss_grad_sum`), because sums from any split of the rows
+(portions on different workers, mini-batches) add up exactly; one call of
+:meth:`Model.objective_from_sums` then turns the added sums into the mean objective and
+its gradient. For most models the sums are the loss and the gradient of the loss, and the
+objective is their mean plus the penalty. A model whose objective is not a mean over rows
+(the sparse autoencoder's penalty depends on the mean hidden activation) returns extra
+sufficient statistics after the gradient: ``n_sums`` can exceed ``n_params``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+
+__all__ = ["Model", "check_l2"]
+
+
+def check_l2(l2: Any, name: str = "l2") -> float:
+    try:
+        value = float(l2)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be a non-negative number, got {l2!r}") from None
+    if not np.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{name} must be a non-negative finite number, got {l2!r}")
+    return value
+
+
+class Model:
+    """Base class: subclasses define the layout, the row sums, the penalty and prediction.
+
+    ``task`` is ``"classification"`` (labels 0..K-1; ``predict_proba``), ``"regression"``
+    or ``"reconstruction"`` (unsupervised: y is ignored); it picks the held-out metrics.
+    """
+
+    name: ClassVar[str]
+    task: ClassVar[str] = "classification"
+    n_features: int
+    n_params: int
+
+    @property
+    def n_sums(self) -> int:
+        """Length of the sum vector :meth:`loss_grad_sum` returns (the gradient first)."""
+        return self.n_params
+
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        raise NotImplementedError
+
+    def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
+        raise NotImplementedError
+
+    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
+        """Mean objective over ``n`` rows and its gradient, from row sums added over any split."""
+        penalty, penalty_grad = self.penalty(params)
+        return loss_sum / n + penalty, sums[: self.n_params] / n + penalty_grad
+
+    def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Objective and gradient over all of ``X`` in one process (a reference path)."""
+        loss, sums = self.loss_grad_sum(params, X, y)
+        return self.objective_from_sums(params, loss, sums, X.shape[0])
+
+    def check_params(self, params: Any, name: str = "x0") -> np.ndarray:
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (self.n_params,):
+            raise ModelDataMismatchError(
+                f"{name} must have shape ({self.n_params},) for {self!r}, got {params.shape}"
+            )
+        if not np.all(np.isfinite(params)):
+            bad = int(np.flatnonzero(~np.isfinite(params))[0])
+            raise ModelDataMismatchError(f"{name} is not finite: {name}[{bad}] = {params[bad]}")
+        return params
+
+    # -- data checks ----------------------------------------------------------------------
+
+    def check_data(self, data: Any) -> None:
+        """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
+        if data.n_features != self.n_features:
+            raise ModelDataMismatchError(
+                f"{self!r} expects {self.n_features} features but the dataset at "
+                f"{str(data.path)!r} has {data.n_features}"
+            )
+        if len(data.y_shape) != 1:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} needs 1-D y, but y at {str(data.path)!r} has shape {data.y_shape}"
+            )
+        self._check_labels(data)
+
+    def _check_labels(self, data: Any) -> None:
+        return None
+
+    def _check_class_labels(self, data: Any, n_classes: int) -> None:
+        low, high = data.label_range
+        integral = data.schema.get("y_integral", data.label_counts is not None)
+        if not integral or low < 0 or high > n_classes - 1:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} needs integer labels in 0..{n_classes - 1}, but y at "
+                f"{str(data.path)!r} ranges over [{low:g}, {high:g}]"
+                + ("" if integral else " and is not integer-valued")
+            )
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        """The constructor's keyword arguments: ``type(self)(**self._config())`` is equal."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._config().items())
+        return f"{type(self).__name__}({args})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self._config() == other._config()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, repr(self._config())))

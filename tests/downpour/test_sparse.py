@@ -1,0 +1,124 @@
+"""Row-sparse pushes and fetches for models with an embedding table."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset
+from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
+from dasklbfgs.downpour.wire import Wire
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models import EmbeddingLM, Softmax
+from dasklbfgs.models.embedding import RowTable
+
+TABLE = RowTable(0, 10, 3)  # 30 table entries, then 7 dense ones
+
+
+def test_shard_bounds_fall_on_row_boundaries_inside_the_table() -> None:
+    bounds = param_bounds(37, 3, TABLE)
+    assert bounds == [(0, 12), (12, 24), (24, 37)]
+    assert param_bounds(37, 3) == [(0, 12), (12, 24), (24, 37)]
+    assert param_bounds(100, 3, RowTable(0, 10, 4)) == [(0, 32), (32, 66), (66, 100)]  # 66: past the table
+    with pytest.raises(ConfigurationError, match="3 parameter shards cannot split 9 parameters on row boundaries of 8"):
+        param_bounds(9, 3, RowTable(0, 1, 8))
+
+
+@pytest.mark.parametrize("rule, hyper", [("adagrad", {"learning_rate": 0.3}), ("sgd", {"learning_rate": 0.3})])
+def test_sparse_and_dense_pushes_give_the_same_parameters(rule, hyper) -> None:
+    bounds = param_bounds(37, 2, TABLE)
+    wire = Wire(bounds, "float64", TABLE)
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=37)
+
+    async def scenario():
+        dense = [ParameterShard(i, a, b, start[a:b], rule, hyper, TABLE) for i, (a, b) in enumerate(bounds)]
+        sparse = [ParameterShard(i, a, b, start[a:b], rule, hyper, TABLE) for i, (a, b) in enumerate(bounds)]
+        for step in range(5):
+            rows = np.sort(rng.choice(10, size=3, replace=False))
+            grad = np.zeros(37)
+            grad[30:] = rng.normal(size=7)
+            for r in rows:
+                grad[r * 3 : r * 3 + 3] = rng.normal(size=3)
+            for shard, payload in zip(dense, Wire(bounds, "float64").payloads(grad, None)):
+                await shard.push(payload, step, 0, 1, 0.0)
+            for shard, payload in zip(sparse, wire.payloads(grad, rows)):
+                await shard.push(payload, step, 0, 1, 0.0)
+        values = [np.concatenate([(await s.fetch())[0] for s in shards]) for shards in (dense, sparse)]
+        stats = [await s.stats() for s in sparse]
+        return values, stats
+
+    (dense_values, sparse_values), stats = asyncio.run(scenario())
+    np.testing.assert_array_equal(sparse_values, dense_values)
+    assert not np.array_equal(dense_values, start)
+    assert sum(s["bytes_in"] for s in stats) < sum(s["dense_bytes_in"] for s in stats)
+
+
+def test_sparse_fetch_returns_the_requested_rows_and_the_dense_rest() -> None:
+    bounds = param_bounds(37, 2, TABLE)
+    wire = Wire(bounds, "float32", TABLE)
+    values = np.arange(37, dtype=np.float64)
+
+    async def scenario():
+        shards = [ParameterShard(i, a, b, values[a:b], "sgd", {"learning_rate": 1.0}, TABLE)
+                  for i, (a, b) in enumerate(bounds)]
+        rows = wire.split_rows(np.array([1, 7]))
+        return [(await s.fetch("float32", r))[0] for s, r in zip(shards, rows)]
+
+    replies = asyncio.run(scenario())
+    local = np.full(37, -1.0)
+    wire.apply_fetched(local, replies)
+    expected = np.full(37, -1.0)
+    expected[[3, 4, 5, 21, 22, 23]] = values[[3, 4, 5, 21, 22, 23]]
+    expected[30:] = values[30:]
+    np.testing.assert_array_equal(local, expected)
+    assert replies[0][1].dtype == np.float32
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A tiny next-word task: word ids follow a fixed transition table, some words rare."""
+    rng = np.random.default_rng(3)
+    vocab, n = 60, 3000
+    nxt = rng.integers(0, vocab, size=vocab)
+    words = [0]
+    for _ in range(n + 2):
+        words.append(int(nxt[words[-1]]) if rng.random() < 0.8 else int(rng.integers(0, vocab)))
+    words = np.array(words)
+    X = np.stack([words[:-2][:n], words[1:-1][:n]], axis=1).astype(np.int32)
+    y = words[2:][:n]
+    return ShardedDataset.create(tmp_path_factory.mktemp("lm") / "lm", X, y, shard_rows=1000,
+                                 attrs={"vocab_size": vocab})
+
+
+def test_sparse_downpour_matches_dense_downpour_and_moves_fewer_bytes(client, corpus) -> None:
+    model = EmbeddingLM(60, 16, 2, 8)
+    kwargs = dict(client=client, n_replicas=1, n_param_shards=2, batch_size=20, learning_rate=0.3, epochs=1,
+                  seed=2, max_steps=60)
+    sparse = downpour_sgd(model, corpus, sparse=True, **kwargs)
+    dense = downpour_sgd(model, corpus, sparse=False, **kwargs)
+    np.testing.assert_array_equal(sparse.x, dense.x)
+    assert sparse.stats["sparse"] and not dense.stats["sparse"]
+    assert dense.stats["bytes_in"] == dense.stats["dense_bytes_in"]
+    assert sparse.stats["bytes_in"] < 0.9 * sparse.stats["dense_bytes_in"]
+    assert sparse.stats["bytes_out"] < 0.9 * sparse.stats["dense_bytes_out"]
+
+
+def test_two_replicas_with_sparse_pushes_reduce_the_loss(client, corpus) -> None:
+    model = EmbeddingLM(60, 16, 2, 16)
+    start = model.objective(model.init_params(0), *corpus.load_rows(0, corpus.n_samples))[0]
+    result = downpour_sgd(model, corpus, client=client, n_replicas=2, n_param_shards=2, batch_size=32,
+                          learning_rate=0.3, epochs=3, n_fetch=2, n_push=2)
+    end = model.objective(result.x, *corpus.load_rows(0, corpus.n_samples))[0]
+    assert result.success and result.stats["sparse"]
+    assert end < 0.7 * start
+
+
+def test_sparse_option_errors(client, corpus, tmp_path) -> None:
+    with pytest.raises(ConfigurationError, match="sparse=True needs an update rule .* 'momentum' is not one"):
+        downpour_sgd(EmbeddingLM(60, 4, 2, 4), corpus, client=client, sparse=True, optimizer="momentum")
+    data = ShardedDataset.create(tmp_path / "s", np.zeros((40, 2)), np.arange(40) % 2, shard_rows=20)
+    with pytest.raises(ConfigurationError, match="sparse=True needs a model with a row table"):
+        downpour_sgd(Softmax(2, 2), data, client=client, sparse=True, batch_size=4)
