@@ -33,5 +33,13 @@ def format_description(info: dict[str, Any]) -> str:
         more = f", ... {len(counts) - len(shown)} more" if len(counts) > len(shown) else ""
         lines.append(f"labels    {len(counts)} distinct: {parts}{more}")
     for key, value in info.get("attrs", {}).items():
-        lines.append(f"attr      {key} = {value!r}")
+        lines.append(f"attr      {key} = {_short_repr(value)}")
     return "\n".join(lines)
+
+
+def _short_repr(value: Any, shown: int = 10) -> str:
+    """``repr`` of an attribute, long lists (a text dataset's vocabulary) cut to their head."""
+    if isinstance(value, list) and len(value) > shown + 2:
+        head = ", ".join(map(repr, value[:shown]))
+        return f"[{head}, ... {len(value) - shown} more]"
+    return repr(value)

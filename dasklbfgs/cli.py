@@ -45,6 +45,10 @@ def _cmd_data_make(args: argparse.Namespace) -> int:
         n_classes=args.classes,
         ill_conditioned=args.ill_conditioned,
         test_fraction=args.test_fraction,
+        patch_size=args.patch_size,
+        image_source=args.image_source,
+        vocab_size=args.vocab,
+        context=args.context,
         overwrite=args.overwrite,
     )
     if not args.quiet:
@@ -55,6 +59,7 @@ def _cmd_data_make(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from dasklbfgs import __version__
     from dasklbfgs.data.recipes import RECIPES
+    from dasklbfgs.data.workloads import PATCH_SOURCES
 
     parser = argparse.ArgumentParser(
         prog="dasklbfgs",
@@ -73,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     make = data_sub.add_parser(
         "make",
         help="write a recipe's train/test datasets",
-        description="Write PATH/train and PATH/test for a synthetic or bundled recipe.",
+        description="Write PATH/train and PATH/test for a synthetic, bundled or workload recipe.",
     )
     make.add_argument("kind", choices=RECIPES)
     make.add_argument("path")
@@ -81,10 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--features", type=int, help="features (synthetic recipes)")
     make.add_argument("--shard-rows", type=int, default=50_000)
     make.add_argument("--seed", type=int, default=0)
-    make.add_argument("--classes", type=int, default=3, help="classes (multinomial recipe)")
+    make.add_argument("--classes", type=int,
+                      help="classes (multinomial recipe: default 3; acoustic: default 128)")
     make.add_argument("--ill-conditioned", action="store_true",
                       help="scale features over four orders of magnitude")
     make.add_argument("--test-fraction", type=float, default=0.2)
+    make.add_argument("--patch-size", type=int, help="patch side (patches recipe: default 6)")
+    make.add_argument("--image-source", choices=PATCH_SOURCES,
+                      help="images to cut patches from (patches recipe: default synthetic)")
+    make.add_argument("--vocab", type=int, help="vocabulary size (text recipe: default 2000)")
+    make.add_argument("--context", type=int, help="previous words per pair (text recipe: default 3)")
     make.add_argument("--overwrite", action="store_true")
     make.add_argument("--quiet", action="store_true")
     make.set_defaults(func=_cmd_data_make)

@@ -1,6 +1,6 @@
 """scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
 
-``LogisticRegression`` and ``LinearRegression`` follow scikit-learn's parameter names and
+``LogisticRegression``, ``LinearRegression`` and ``MLPClassifier`` follow scikit-learn's parameter names and
 objectives, so they drop into ``Pipeline``, ``GridSearchCV`` and ``clone``. ``fit`` accepts
 numpy arrays, dask arrays, an ``xarray.Dataset`` with ``X``/``y`` variables, or a
 :class:`ShardedDataset`; in-memory inputs are written to a temporary sharded Zarr store for
@@ -26,9 +26,9 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.sharded import unpack_xarray
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
-from dasklbfgs.models import LeastSquares, Logistic, Softmax
+from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 
-__all__ = ["LogisticRegression", "LinearRegression"]
+__all__ = ["LogisticRegression", "LinearRegression", "MLPClassifier"]
 
 SOLVERS = ("sandblaster", "downpour")
 
@@ -43,21 +43,21 @@ class _ShardedEstimator(BaseEstimator):
         if not (isinstance(self.tol, (int, float, np.floating)) and self.tol >= 0):
             raise ConfigurationError(f"tol must be a number >= 0, got {self.tol!r}")
 
-    def _solve(self, model: Any, data: ShardedDataset) -> Any:
+    def _solve(self, model: Any, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
         if self.solver == "sandblaster":
             from dasklbfgs.sandblaster import sandblaster_lbfgs
 
             # ftol as scikit-learn's lbfgs solvers set it, so tol alone decides convergence.
             result = sandblaster_lbfgs(model, data, client=self.client, maxiter=self.max_iter,
-                                       gtol=self.tol, ftol=64 * np.finfo(float).eps,
-                                       standardize=self.standardize)
+                                       gtol=self.tol, ftol=64 * np.finfo(float).eps, x0=x0,
+                                       standardize=getattr(self, "standardize", False))
             self.n_iter_ = np.array([result.nit], dtype=np.int32)
             self.loss_curve_ = [h["fun"] for h in result.history]
         else:
             from dasklbfgs.downpour import downpour_sgd
 
-            result = downpour_sgd(model, data, client=self.client, epochs=self.max_iter,
-                                  learning_rate=self.learning_rate, batch_size=min(self.batch_size, data.n_samples),
+            result = downpour_sgd(model, data, client=self.client, epochs=self.max_iter, x0=x0,
+                                  learning_rate=self._learning_rate(), batch_size=min(self.batch_size, data.n_samples),
                                   n_replicas=1 if data.n_samples < 2 * self.batch_size else self.n_replicas,
                                   n_param_shards=min(2, model.n_params),
                                   seed=self.random_state if self.random_state is not None else 0)
@@ -66,13 +66,17 @@ class _ShardedEstimator(BaseEstimator):
         if not result.success:
             advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
                       "below the precision of the data (float32?)" if result.status == 2
-                      else "increase max_iter or scale the features (standardize=True)")
+                      else "increase max_iter or scale the features"
+                      + (" (standardize=True)" if hasattr(self, "standardize") else ""))
             warnings.warn(
                 f"{type(self).__name__} did not converge: {result.message}; {advice}.",
                 ConvergenceWarning,
                 stacklevel=3,
             )
         return result
+
+    def _learning_rate(self) -> float:
+        return self.learning_rate
 
     def _fit_data(self, X: Any, y: Any, *, classifier: bool) -> tuple[ShardedDataset, Path | None, np.ndarray | None]:
         """A ShardedDataset for ``X, y``; the temporary folder to delete; the classes."""
@@ -259,3 +263,83 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
         return X @ self.coef_ + self.intercept_
+
+
+class MLPClassifier(ClassifierMixin, _ShardedEstimator):
+    """A multi-layer perceptron classifier (:class:`~dasklbfgs.models.MLP`) trained on Dask.
+
+    Names follow scikit-learn's ``MLPClassifier``: it minimises the mean cross-entropy plus
+    ``alpha / (2 n) sum ||W||^2``, with a softmax output for any number of classes (two
+    included). ``solver="sandblaster"`` runs full-batch L-BFGS over the data shards
+    (scikit-learn's ``solver="lbfgs"``, distributed); ``"downpour"`` runs asynchronous
+    Adagrad with ``learning_rate_init`` at the parameter shards, ``max_iter`` epochs.
+
+    Fitted attributes: ``coefs_``, ``intercepts_`` (lists per layer, as scikit-learn's),
+    ``classes_``, ``n_iter_``, ``loss_curve_``, ``n_layers_``, ``n_outputs_``.
+    """
+
+    def __init__(self, hidden_layer_sizes: tuple[int, ...] = (100,), *, activation: str = "relu",
+                 alpha: float = 1e-4, max_iter: int = 200, tol: float = 1e-4, solver: str = "sandblaster",
+                 learning_rate_init: float = 0.05, batch_size: int = 128, n_replicas: int = 2,
+                 shard_rows: int | None = None, random_state: int | None = None, client: Any = None) -> None:
+        self.hidden_layer_sizes = hidden_layer_sizes
+        self.activation = activation
+        self.alpha = alpha
+        self.max_iter = max_iter
+        self.tol = tol
+        self.solver = solver
+        self.learning_rate_init = learning_rate_init
+        self.batch_size = batch_size
+        self.n_replicas = n_replicas
+        self.shard_rows = shard_rows
+        self.random_state = random_state
+        self.client = client
+
+    def _learning_rate(self) -> float:
+        return self.learning_rate_init
+
+    def _model(self, n_features: int, n_classes: int, l2: float = 0.0) -> MLP:
+        return MLP(n_features, tuple(self.hidden_layer_sizes), n_classes, activation=self.activation, l2=l2)
+
+    def fit(self, X: Any, y: Any = None) -> MLPClassifier:
+        self._check_params()
+        if not (isinstance(self.alpha, (int, float, np.floating)) and self.alpha >= 0):
+            raise ConfigurationError(f"alpha must be a number >= 0, got {self.alpha!r}")
+        self._model(1, 2)  # hidden_layer_sizes and activation, before any data is written
+        data, folder, classes = self._fit_data(X, y, classifier=True)
+        try:
+            if len(classes) < 2:
+                raise InvalidDataError(
+                    f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
+                )
+            model = self._model(data.n_features, len(classes), self.alpha / data.n_samples)
+            seed = 0 if self.random_state is None else self.random_state
+            result = self._solve(model, data, x0=model.init_params(seed))
+        finally:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        views = model.layout.views(np.asarray(result.x, dtype=np.float64).copy())
+        self.coefs_ = [views[f"W{l}"] for l in range(model.n_layers)]
+        self.intercepts_ = [views[f"b{l}"] for l in range(model.n_layers)]
+        self.classes_ = classes
+        self.n_layers_ = model.n_layers + 1
+        self.n_outputs_ = len(classes)
+        return self
+
+    def _params(self, X: Any) -> tuple[MLP, np.ndarray, np.ndarray]:
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        model = self._model(self.n_features_in_, len(self.classes_))
+        flat = np.concatenate([a.ravel() for pair in zip(self.coefs_, self.intercepts_) for a in pair])
+        return model, flat, X
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        model, params, X = self._params(X)
+        return model.predict_proba(params, X)
+
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        return np.log(self.predict_proba(X))
+
+    def predict(self, X: Any) -> np.ndarray:
+        model, params, X = self._params(X)
+        return self.classes_[model.predict(params, X)]

@@ -23,6 +23,15 @@ def main() -> None:
     for kind in BUNDLED:
         make_dataset(kind, args.root / kind, overwrite=args.overwrite)
         print(f"wrote {args.root / kind}")
+    workloads = [  # (folder, kind, options)
+        ("acoustic", "acoustic", {"rows": 20_000}),
+        ("patches", "patches", {"image_source": "digits"}),  # 10,000 6x6 patches
+        ("patches_synthetic", "patches", {"image_source": "synthetic", "rows": 20_000}),
+        ("text", "text", {}),  # every pair of the docstring corpus
+    ]
+    for folder, kind, options in workloads:
+        make_dataset(kind, args.root / folder, shard_rows=10_000, overwrite=args.overwrite, **options)
+        print(f"wrote {args.root / folder}")
 
 
 if __name__ == "__main__":

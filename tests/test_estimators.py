@@ -18,10 +18,11 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
-from dasklbfgs.estimators import LinearRegression, LogisticRegression
+from dasklbfgs.estimators import LinearRegression, LogisticRegression, MLPClassifier
+from dasklbfgs.models import MLP
 
 
-@parametrize_with_checks([LogisticRegression(), LinearRegression()])
+@parametrize_with_checks([LogisticRegression(), LinearRegression(), MLPClassifier((8,), max_iter=100)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
     check(estimator)
 
@@ -97,6 +98,32 @@ def test_downpour_solver(client) -> None:
     assert fitted.loss_curve_ and fitted.n_iter_[0] == 5
 
 
+def test_mlp_classifier_matches_the_in_process_objective_minimum(client) -> None:
+    """Same weights as L-BFGS-B on the same objective in one process, and sklearn-level accuracy."""
+    from scipy.optimize import minimize
+    from sklearn.datasets import load_digits
+    from sklearn.neural_network import MLPClassifier as SkMLPClassifier
+
+    X, y = load_digits(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    train, test = slice(0, 1200), slice(1200, None)
+    ours = MLPClassifier((16,), activation="tanh", alpha=1e-2, max_iter=60, random_state=3).fit(X[train], y[train])
+    model = MLP(64, (16,), 10, activation="tanh", l2=1e-2 / 1200)
+    reference = minimize(model.objective, model.init_params(3), args=(X[train], y[train]), jac=True,
+                         method="L-BFGS-B", options={"maxiter": 60, "gtol": 1e-4})
+    flat = np.concatenate([a.ravel() for pair in zip(ours.coefs_, ours.intercepts_) for a in pair])
+    np.testing.assert_allclose(flat, reference.x, rtol=1e-5, atol=1e-6)
+    assert [c.shape for c in ours.coefs_] == [(64, 16), (16, 10)] and ours.n_layers_ == 3
+    sk = SkMLPClassifier((16,), activation="tanh", alpha=1e-2, solver="lbfgs", max_iter=60,
+                         random_state=3).fit(X[train], y[train])
+    assert ours.score(X[test], y[test]) >= sk.score(X[test], y[test]) - 0.03
+    np.testing.assert_allclose(ours.predict_proba(X[test]).sum(axis=1), 1.0)
+
+    labels = np.array(["b", "a"])[(y % 2)]
+    fitted = MLPClassifier((8,), solver="downpour", max_iter=4, batch_size=32, random_state=0).fit(X, labels)
+    assert list(fitted.classes_) == ["a", "b"] and fitted.score(X, labels) > 0.85
+
+
 def test_not_converging_warns(client) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     with pytest.warns(ConvergenceWarning, match=r"LogisticRegression did not converge: STOP: TOTAL NO. OF ITERATIONS"):
@@ -110,6 +137,9 @@ def test_not_converging_warns(client) -> None:
         (LogisticRegression(C=0), r"C must be a positive number, got 0"),
         (LogisticRegression(max_iter=0), r"max_iter must be an integer >= 1, got 0"),
         (LinearRegression(alpha=-1), r"alpha must be a number >= 0, got -1"),
+        (MLPClassifier(activation="softplus"), r"activation must be one of .* got 'softplus'"),
+        (MLPClassifier(hidden_layer_sizes=(4, 0)), r"hidden\[1\] must be an integer >= 1, got 0"),
+        (MLPClassifier(alpha=-1.0), r"alpha must be a number >= 0, got -1.0"),
     ],
 )
 def test_parameter_errors(client, estimator, match) -> None:

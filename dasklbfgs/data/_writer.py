@@ -164,10 +164,14 @@ class ShardWriter:
 
 
 def _x_dtype(dtype: Any, first_X: np.ndarray) -> np.dtype:
+    """The stored dtype of X. By default float32 stays float32 and everything else becomes
+    float64: the models compute in X's dtype, so integer features stored as integers would
+    truncate their weights. Integer codes (token ids) are stored as integers only when the
+    caller asks for an integer ``dtype``."""
     if dtype is not None:
         dt = np.dtype(dtype)
-        if dt.kind != "f":
-            raise ConfigurationError(f"dtype must be a floating dtype, got {dt!s}")
+        if dt.kind not in "iuf":
+            raise ConfigurationError(f"dtype must be a floating or integer dtype, got {dt!s}")
         return dt
     return first_X.dtype if first_X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 

@@ -1,4 +1,6 @@
-"""Dataset recipes: synthetic planted models and scikit-learn's bundled real datasets.
+"""Dataset recipes: synthetic planted models, scikit-learn's bundled real datasets and
+workloads shaped like the DistBelief paper's applications (speech frames, image patches,
+next-word prediction; see :mod:`dasklbfgs.data.workloads`).
 
 Every recipe writes a *dataset folder* holding two sharded datasets, ``train`` and
 ``test``; open them with ``ShardedDataset.open(path / "train")``.
@@ -8,20 +10,42 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from dasklbfgs._checks import check_int
 from dasklbfgs.data._validate import check_shard_rows
 from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
+from dasklbfgs.data.workloads import (
+    BANDS,
+    FRAMES,
+    PATCH_SOURCES,
+    AcousticFrames,
+    DocstringCorpus,
+    ImagePatches,
+)
 from dasklbfgs.errors import ConfigurationError
 
 SYNTHETIC = {"logistic": "binary", "multinomial": "multiclass", "regression": "regression"}
 BUNDLED = {"digits": "multiclass", "breast_cancer": "binary", "wine": "multiclass"}
-RECIPES = tuple(SYNTHETIC) + tuple(BUNDLED)
+WORKLOADS = {"acoustic": "multiclass", "patches": "unsupervised", "text": "multiclass"}
+RECIPES = tuple(SYNTHETIC) + tuple(BUNDLED) + tuple(WORKLOADS)
 TEST_BLOCK_OFFSET = 1_000_000  # test rows come from generator blocks no train row uses
+DEFAULT_CLASSES = {"multinomial": 3, "acoustic": 128}
+DIGIT_PATCHES_DEFAULT_ROWS = 10_000  # as many as the sparse autoencoder exercise samples
+
+
+class Split(NamedTuple):
+    """What one split of a recipe writes: its row blocks, attributes, column names and
+    stored X dtype (None: the writer's default)."""
+
+    blocks: Any
+    attrs: dict[str, Any]
+    feature_names: list[str] | None = None
+    dtype: Any = None
 
 
 def make_dataset(
@@ -32,9 +56,13 @@ def make_dataset(
     features: int | None = None,
     shard_rows: int = 50_000,
     seed: int = 0,
-    n_classes: int = 3,
+    n_classes: int | None = None,
     ill_conditioned: bool = False,
     test_fraction: float = 0.2,
+    patch_size: int | None = None,
+    image_source: str | None = None,
+    vocab_size: int | None = None,
+    context: int | None = None,
     overwrite: bool = False,
 ) -> dict[str, ShardedDataset]:
     """Write the ``train`` and ``test`` datasets of recipe ``kind`` under ``path``.
@@ -43,20 +71,36 @@ def make_dataset(
     ----------
     kind
         ``"logistic"``, ``"multinomial"``, ``"regression"`` (synthetic, any size) or
-        ``"digits"``, ``"breast_cancer"``, ``"wine"`` (scikit-learn's bundled data).
+        ``"digits"``, ``"breast_cancer"``, ``"wine"`` (scikit-learn's bundled data) or
+        the workloads ``"acoustic"`` (440 stacked speech-like frame features, labels of a
+        teacher network), ``"patches"`` (image patches in [0.1, 0.9] for an autoencoder,
+        unsupervised) and ``"text"`` (context -> next word ids from the docstrings of the
+        Python standard library); see :mod:`dasklbfgs.data.workloads`.
     rows, features
         Size of the synthetic training set (test rows are ``test_fraction`` of it on top).
-        The bundled datasets have a fixed size; giving either is an error.
+        The bundled datasets have a fixed size; giving either is an error. ``"acoustic"``
+        and ``"patches"`` with ``image_source="synthetic"`` need ``rows``; digit patches
+        default to 10,000; ``"text"`` takes ``rows`` as a cap on the training pairs
+        (default: all of them; the test pairs are then capped at ``test_fraction`` of
+        it). The workloads fix their own width: no ``features``.
     shard_rows
         Rows per shard.
     seed
         Seeds the generator and the train/test split.
     n_classes
-        Classes of the multinomial recipe.
+        Classes of the multinomial (default 3) and acoustic (default 128) recipes.
     ill_conditioned
         Scale synthetic features over four orders of magnitude.
     test_fraction
-        Fraction held out (bundled) or generated on top (synthetic), in [0, 1).
+        Fraction held out (bundled; the docstrings of ``"text"``; the digit images of
+        ``"patches"``) or generated on top (synthetic, acoustic, patches), in [0, 1).
+    patch_size
+        Side of the square patches of ``"patches"`` (default 6; at most 8 for digits).
+    image_source
+        Images of ``"patches"``: ``"synthetic"`` (default) or ``"digits"``.
+    vocab_size, context
+        Vocabulary size including ``<unk>`` and ``<s>`` (default 2000) and number of
+        previous words (default 3) of ``"text"``.
     overwrite
         Replace an existing folder at ``path``.
 
@@ -71,10 +115,28 @@ def make_dataset(
     shard_rows = check_shard_rows(shard_rows)
     if not (0.0 <= test_fraction < 1.0):
         raise ConfigurationError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+    workload_options = {"patch_size": patch_size, "image_source": image_source,
+                        "vocab_size": vocab_size, "context": context}
+    _check_options_apply(kind, workload_options, n_classes, ill_conditioned)
+    if n_classes is None:
+        n_classes = DEFAULT_CLASSES.get(kind, 3)
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
     if kind in SYNTHETIC:
         splits = _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction)
+    elif kind in WORKLOADS:
+        if features is not None:
+            width = {"acoustic": f"{FRAMES * BANDS} features ({FRAMES} frames x {BANDS} bands)",
+                     "patches": "patch_size**2 features", "text": "context features"}[kind]
+            raise ConfigurationError(
+                f"the {kind!r} recipe has {width}; do not pass features, got {features!r}"
+            )
+        if kind == "acoustic":
+            splits = _acoustic_splits(rows, seed, test_fraction, n_classes)
+        elif kind == "patches":
+            splits = _patch_splits(rows, seed, test_fraction, patch_size, image_source)
+        else:
+            splits = _text_splits(rows, seed, test_fraction, vocab_size, context)
     else:
         if rows is not None or features is not None:
             raise ConfigurationError(
@@ -83,10 +145,10 @@ def make_dataset(
         splits = _bundled_splits(kind, seed, test_fraction)
 
     with written_aside(target, overwrite=overwrite) as staging:
-        for name, (blocks, attrs, feature_names) in splits.items():
+        for name, split in splits.items():
             ShardedDataset.from_blocks(
-                staging / name, blocks, shard_rows=shard_rows, attrs=attrs,
-                feature_names=feature_names,
+                staging / name, split.blocks, shard_rows=shard_rows, attrs=split.attrs,
+                feature_names=split.feature_names, dtype=split.dtype,
             )
     return {name: ShardedDataset.open(target / name) for name in splits}
 
@@ -109,10 +171,10 @@ def _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, te
     }
     if kind != "regression":
         attrs["n_classes"] = problem.n_classes
-    splits = {"train": (problem.blocks(int(rows)), attrs, None)}
+    splits = {"train": Split(problem.blocks(int(rows)), attrs)}
     test_rows = int(round(rows * test_fraction))
     if test_rows:
-        splits["test"] = (problem.blocks(test_rows, first_block=TEST_BLOCK_OFFSET), attrs, None)
+        splits["test"] = Split(problem.blocks(test_rows, first_block=TEST_BLOCK_OFFSET), attrs)
     return splits
 
 
@@ -130,8 +192,77 @@ def _bundled_splits(kind, seed, test_fraction):
         "seed": seed,
     }
     if test_fraction == 0:
-        return {"train": ([(X, y)], attrs, names)}
+        return {"train": Split([(X, y)], attrs, names)}
     X_tr, X_te, y_tr, y_te = train_test_split(
         X, y, test_size=test_fraction, random_state=seed, stratify=y
     )
-    return {"train": ([(X_tr, y_tr)], attrs, names), "test": ([(X_te, y_te)], attrs, names)}
+    return {"train": Split([(X_tr, y_tr)], attrs, names), "test": Split([(X_te, y_te)], attrs, names)}
+
+
+def _check_options_apply(kind, workload_options, n_classes, ill_conditioned) -> None:
+    """Refuse options the recipe would ignore (no silently dropped arguments)."""
+    owner = {"patch_size": "patches", "image_source": "patches", "vocab_size": "text", "context": "text"}
+    for name, value in workload_options.items():
+        if value is not None and owner[name] != kind:
+            raise ConfigurationError(f"{name} applies to the {owner[name]!r} recipe only, not {kind!r}")
+    if n_classes is not None and kind in ("patches", "text"):
+        hint = "; the classes of 'text' are its vocab_size" if kind == "text" else " (unsupervised)"
+        raise ConfigurationError(f"the {kind!r} recipe takes no n_classes{hint}, got {n_classes!r}")
+    if ill_conditioned and kind in WORKLOADS:
+        raise ConfigurationError(f"ill_conditioned applies to the synthetic recipes only, not {kind!r}")
+
+
+def _rows_on_top(rows, test_fraction) -> int:
+    return int(round(rows * test_fraction))
+
+
+def _acoustic_splits(rows, seed, test_fraction, n_classes):
+    if rows is None:
+        raise ConfigurationError("the 'acoustic' recipe needs rows")
+    rows = check_int(rows, "rows")
+    frames = AcousticFrames(n_classes=n_classes, seed=seed)
+    attrs = {"task": WORKLOADS["acoustic"], "n_classes": frames.n_classes, "source": "synthetic:acoustic",
+             "frames": FRAMES, "bands": BANDS, "seed": seed}
+    names = frames.feature_names()
+    splits = {"train": Split(frames.blocks(rows), attrs, names)}
+    if test_rows := _rows_on_top(rows, test_fraction):
+        splits["test"] = Split(frames.blocks(test_rows, first_block=TEST_BLOCK_OFFSET), attrs, names)
+    return splits
+
+
+def _patch_splits(rows, seed, test_fraction, patch_size, image_source):
+    source = "synthetic" if image_source is None else image_source
+    if source not in PATCH_SOURCES:  # before the other checks: it decides which apply
+        raise ConfigurationError(f"image_source must be one of {PATCH_SOURCES!r}, got {image_source!r}")
+    patches = ImagePatches(patch_size=6 if patch_size is None else patch_size, source=source,
+                           seed=seed, held_out_fraction=test_fraction)
+    if rows is None:
+        if source == "synthetic":
+            raise ConfigurationError("the 'patches' recipe with image_source='synthetic' needs rows")
+        rows = DIGIT_PATCHES_DEFAULT_ROWS
+    rows = check_int(rows, "rows")
+    attrs = {"task": WORKLOADS["patches"], "patch_size": patches.patch_size, "source": source,
+             "scaled_range": [0.1, 0.9], "seed": seed}
+    names = patches.feature_names()
+    splits = {"train": Split(patches.blocks(rows), attrs, names)}
+    if test_rows := _rows_on_top(rows, test_fraction):
+        held_out = patches.blocks(test_rows, first_block=TEST_BLOCK_OFFSET, held_out=True)
+        splits["test"] = Split(held_out, attrs, names)
+    return splits
+
+
+def _text_splits(rows, seed, test_fraction, vocab_size, context):
+    if rows is not None:
+        rows = check_int(rows, "rows")
+    corpus = DocstringCorpus(vocab_size=2000 if vocab_size is None else vocab_size,
+                             context=3 if context is None else context,
+                             seed=seed, test_fraction=test_fraction)
+    names = corpus.feature_names()
+    splits = {}
+    test_cap = None if rows is None else _rows_on_top(rows, test_fraction)
+    for name, cap in (("train", rows), ("test", test_cap)):
+        if corpus.n_docstrings(name) == 0 or cap == 0:
+            continue
+        attrs = {**corpus.attrs(), "docstrings": corpus.n_docstrings(name)}
+        splits[name] = Split(corpus.blocks(name, cap), attrs, names, dtype=np.int32)
+    return splits

@@ -108,8 +108,9 @@ class ShardedDataset:
             A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
             (Blosc zstd level 3 with byte shuffle).
         dtype
-            Floating dtype of the stored ``X``; default float32 stays float32, anything
-            else becomes float64.
+            Dtype of the stored ``X``; default float32 stays float32, anything else
+            becomes float64. An integer dtype stores integer codes (e.g. word ids) as
+            they are; a value that does not fit it is an error.
 
         Raises
         ------

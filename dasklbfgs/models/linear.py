@@ -74,6 +74,8 @@ class LinearModel(Model):
         ``X_b W`` and is still in cache for ``X_b^T dz``, so X streams from memory about
         once per call.
         """
+        if X.dtype.kind != "f":  # integer-coded features: compute in float64, never truncate W
+            X = X.astype(np.float64)
         W, b = self.unpack(params)
         W = W.astype(X.dtype, copy=False)
         grad = np.zeros(self.n_params)

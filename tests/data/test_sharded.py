@@ -159,7 +159,7 @@ def test_overwrite_replaces_only_after_success(tmp_path, Xy) -> None:
         (np.ones((4, 2)), np.ones(4), {"shard_rows": 2.5}, ConfigurationError, r"shard_rows must be a positive integer, got 2.5"),
         (np.ones((4, 2)), np.ones(4), {"feature_names": ["a"]}, InvalidDataError, r"feature_names has 1 names but X has 2"),
         (np.ones((4, 2)), np.ones(4), {"attrs": {"dasklbfgs": 1}}, ConfigurationError, r"reserved"),
-        (np.ones((4, 2)), np.ones(4), {"dtype": "int32"}, ConfigurationError, r"dtype must be a floating dtype, got int32"),
+        (np.ones((4, 2)), np.ones(4), {"dtype": "bool"}, ConfigurationError, r"dtype must be a floating or integer dtype, got bool"),
         (np.ones((4, 2)), np.ones((4, 1, 1)), {}, InvalidDataError, r"y must be 1-D or 2-D, got 3-D"),
     ],
 )
