@@ -60,10 +60,12 @@ def _train(client: Client, args: argparse.Namespace, train_path: Path, *, eval_d
     """Build the model for the dataset and run the chosen solver with the command's options."""
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
+    from dasklbfgs.models.registry import model_options
     from dasklbfgs.monitor.progress import Progress
 
     data = ShardedDataset.open(train_path)
-    model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept)
+    model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept,
+                              **model_options(vars(args)))
     quiet = getattr(args, "quiet", False) or getattr(args, "json", False)
     if args.solver == "downpour":
         progress = Progress(args.max_steps, "downpour", enabled=False if quiet else None)
@@ -227,6 +229,14 @@ def _at_least(minimum: int):
     return parse
 
 
+def _widths(text: str) -> tuple[int, ...]:
+    try:
+        widths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 256,256, got {text!r}") from None
+    return widths
+
+
 def add_train_commands(sub: Any) -> None:
     from dasklbfgs.models import MODELS
 
@@ -236,6 +246,13 @@ def add_train_commands(sub: Any) -> None:
     train.add_argument("--model", choices=MODELS, default="logistic")
     train.add_argument("--l2", type=float, default=0.0, help="l2 penalty strength (default 0)")
     train.add_argument("--no-intercept", action="store_true")
+    neural = train.add_argument_group("neural models (mlp, sparse_autoencoder, embedding_lm)")
+    neural.add_argument("--hidden", type=_widths, help="hidden layer widths, e.g. 256,256 (embedding_lm: one width)")
+    neural.add_argument("--activation", choices=("sigmoid", "relu", "tanh"), help="mlp hidden activation")
+    neural.add_argument("--n-hidden", type=int, help="sparse_autoencoder hidden units")
+    neural.add_argument("--sparsity", type=float, help="sparse_autoencoder target activation")
+    neural.add_argument("--beta", type=float, help="sparse_autoencoder sparsity weight")
+    neural.add_argument("--embed-dim", type=int, help="embedding_lm embedding width")
     train.add_argument("--solver", choices=("sandblaster", "downpour"), default="sandblaster")
     sandblaster = train.add_argument_group("Sandblaster L-BFGS")
     sandblaster.add_argument("--maxiter", type=int, default=100)

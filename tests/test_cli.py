@@ -108,6 +108,27 @@ def test_train_with_downpour(tmp_path) -> None:
     assert model.n_classes == 3 and params.shape == (21,)
 
 
+def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
+    run("data", "make", "acoustic", str(tmp_path / "ac"), "--rows", "3000", "--classes", "4",
+        "--shard-rows", "1000")
+    out = tmp_path / "mlp.npz"
+    proc = run("train", "--data", str(tmp_path / "ac" / "train"), "--test", str(tmp_path / "ac" / "test"),
+               "--model", "mlp", "--hidden", "16,8", "--activation", "tanh", "--maxiter", "30", "--workers", "2",
+               "--output", str(out), "--json", check=False)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 1 and "ITERATIONS REACHED LIMIT" in report["message"]  # 30 iterations: not converged
+    assert report["model"] == "MLP(n_features=440, hidden=[16, 8], n_classes=4, activation='tanh', l2=0.0)"
+    assert report["test"]["accuracy"] > 0.4
+    model, params, _ = load_params(out)
+    assert model.hidden == (16, 8) and params.shape == (model.n_params,)
+    bad = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--embed-dim", "4",
+              "--workers", "1", check=False)
+    assert bad.returncode == 2 and "model 'mlp' does not take option(s) ['embed_dim']" in bad.stderr
+    widths = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--hidden", "16,x",
+                 check=False)
+    assert widths.returncode == 2 and "must be comma-separated integers like 256,256, got '16,x'" in widths.stderr
+
+
 def test_demo_rejects_too_few_rows() -> None:
     proc = run("demo", "--rows", "2", check=False)
     assert proc.returncode == 2 and "must be at least 100, got 2" in proc.stderr

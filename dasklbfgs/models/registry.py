@@ -16,12 +16,19 @@ CLASSES: dict[str, type[Model]] = {
 }
 MODELS = tuple(CLASSES)
 LINEAR = ("least_squares", "logistic", "softmax")
-#: Options each neural model accepts from the command line and pipeline configs.
+#: Options each neural model accepts from the command line and pipeline configs
+#: (``hidden``: layer widths for mlp, one width for embedding_lm).
 OPTIONS = {
     "mlp": ("hidden", "activation"),
     "sparse_autoencoder": ("n_hidden", "sparsity", "beta"),
     "embedding_lm": ("embed_dim", "hidden"),
 }
+
+
+def model_options(values: dict[str, Any]) -> dict[str, Any]:
+    """The model options among ``values`` that were given (not ``None``)."""
+    known = {key for keys in OPTIONS.values() for key in keys}
+    return {k: v for k, v in values.items() if k in known and v is not None}
 
 
 def _n_classes(data: Any) -> int:
@@ -54,5 +61,10 @@ def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, fit_intercept: b
         return MLP(data.n_features, n_classes=_n_classes(data), l2=l2, **options)
     if name == "sparse_autoencoder":
         return SparseAutoencoder(data.n_features, l2=l2, **options)
+    hidden = options.get("hidden")
+    if isinstance(hidden, (list, tuple)):
+        if len(hidden) != 1:
+            raise ConfigurationError(f"embedding_lm has one hidden layer; hidden must be one width, got {hidden!r}")
+        options["hidden"] = hidden[0]
     vocab = data.attrs.get("vocab_size") or _n_classes(data)
     return EmbeddingLM(int(vocab), context=data.n_features, l2=l2, **options)

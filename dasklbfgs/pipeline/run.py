@@ -19,6 +19,7 @@ from dasklbfgs.data import ShardedDataset, make_dataset
 from dasklbfgs.models import model_for_dataset
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import save_params
+from dasklbfgs.models.registry import model_options
 
 __all__ = ["run_pipeline"]
 
@@ -32,7 +33,8 @@ def _datasets(config: dict[str, Any], out: Path) -> tuple[ShardedDataset, Sharde
             data["recipe"], out / "data", rows=data["rows"], features=data["features"],
             shard_rows=data["shard_rows"], seed=data["seed"], n_classes=data["classes"],
             ill_conditioned=data["ill_conditioned"], test_fraction=float(data["test_fraction"]),
-            overwrite=True,
+            patch_size=data["patch_size"], image_source=data["image_source"],
+            vocab_size=data["vocab_size"], context=data["context"], overwrite=True,
         )
         return splits["train"], splits.get("test")
     test = ShardedDataset.open(data["test"]) if data["test"] else None
@@ -40,7 +42,7 @@ def _datasets(config: dict[str, Any], out: Path) -> tuple[ShardedDataset, Sharde
 
 
 def _heldout_key(metrics: dict[str, float]) -> str:
-    return "accuracy" if "accuracy" in metrics else "rmse"
+    return next(k for k in ("accuracy", "rmse", "reconstruction_mse") if k in metrics)
 
 
 def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) -> dict[str, Any]:
@@ -53,7 +55,8 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     train, test = _datasets(config, out)
     logger.info("data ready: %r (test: %r)", train, test)
     spec, options = config["model"], config["train"]
-    model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"])
+    model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"],
+                              **model_options(spec))
     curve: list[dict[str, Any]] = []
 
     if options["solver"] == "sandblaster":
