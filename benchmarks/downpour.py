@@ -35,15 +35,20 @@ def fetch_push_seconds(shards, bounds, n_params, repeats, dtype):
     a push to every shard whose reply carries the updated slice (the fetch)."""
     from distributed import secede
 
-    from dasklbfgs.downpour.replica import _fetch, _push
+    from dasklbfgs.downpour.wire import Wire
 
     secede()
+    wire = Wire(bounds, dtype)
     grad = np.full(n_params, 1e-6)
-    _, versions, _ = _fetch(shards, dtype)
+    versions = [c.result()[1] for c in [s.fetch(dtype) for s in shards]]
+    params = np.zeros(n_params)
     times = []
     for _ in range(repeats + 2):
         t0 = time.perf_counter()
-        _, (_, versions) = _push(shards, bounds, grad, versions, 0, 1, 0.0, dtype=dtype, fetch=True)
+        calls = [s.push(p, v, 0, 1, 0.0, True) for s, p, v in zip(shards, wire.payloads(grad, None), versions)]
+        replies = [c.result() for c in calls]
+        wire.apply_fetched(params, [r[2] for r in replies])
+        versions = [r[0] for r in replies]
         times.append(time.perf_counter() - t0)
     return statistics.median(times[2:])
 

@@ -79,13 +79,13 @@ class ParameterShard:
         if isinstance(gradient, tuple):
             rows, table, dense = gradient
             wire_dtype = table.dtype
-            index = self.layout.index(rows)
-            flat = np.concatenate([table.ravel(), dense]).astype(np.float64)
-            sub_state = {k: v[index] for k, v in self.state.items()}
-            delta, sub_state = self._rule.update(flat, sub_state)
-            self.values[index] += delta
-            for k, v in sub_state.items():
-                self.state[k][index] = v
+            flat = np.concatenate([table.ravel(), dense]).astype(np.float64, copy=False)
+            for where, part in self.layout.pieces(rows):  # rows by index, dense ranges as slices
+                sub_state = {k: v[where] for k, v in self.state.items()}
+                delta, sub_state = self._rule.update(flat[part], sub_state)
+                self.values[where] += delta
+                for k, v in sub_state.items():
+                    self.state[k][where] = v
         else:
             wire_dtype = gradient.dtype
             delta, self.state = self._rule.update(gradient.astype(np.float64, copy=False), self.state)

@@ -43,37 +43,61 @@ def param_bounds(n_params: int, n_shards: int, table: Any = None) -> list[tuple[
 
 
 class ShardLayout:
-    """How one shard's slice ``[start, stop)`` splits into table rows and dense rest."""
+    """How one shard's slice ``[start, stop)`` splits into table rows and dense ranges.
+
+    The dense part (everything outside the table) is at most two contiguous ranges, so it
+    travels and updates as slices; only the table rows need index arrays.
+    """
 
     def __init__(self, start: int, stop: int, table: Any = None) -> None:
         self.start, self.stop = start, stop
         if table is None:
-            self.first_row = self.n_rows = self.width = 0
-            self.table_start = 0
-            self.dense_index = np.arange(stop - start)
+            self.first_row = self.n_rows = self.width = self.table_start = 0
+            self.dense_ranges = [(0, stop - start)]
             return
         lo, hi = max(start, table.offset), min(stop, table.end)
         self.width = table.width
-        self.table_start = lo - start  # local offset of the first owned row
+        self.table_start = max(lo - start, 0)  # local offset of the first owned row
         self.first_row = (lo - table.offset) // table.width if hi > lo else 0
         self.n_rows = max(hi - lo, 0) // table.width
-        local = np.arange(stop - start)
-        owned = (local >= self.table_start) & (local < self.table_start + self.n_rows * self.width)
-        self.dense_index = local[~owned]
+        table_stop = self.table_start + self.n_rows * self.width
+        ranges = [(0, self.table_start), (table_stop, stop - start)] if self.n_rows else [(0, stop - start)]
+        self.dense_ranges = [(a, b) for a, b in ranges if b > a]
+
+    @property
+    def dense_size(self) -> int:
+        return sum(b - a for a, b in self.dense_ranges)
 
     def row_index(self, rows: np.ndarray) -> np.ndarray:
         """Local flat indices of the given local rows, row after row."""
         base = self.table_start + np.asarray(rows, dtype=np.int64) * self.width
         return (base[:, None] + np.arange(self.width)).ravel()
 
-    def index(self, rows: np.ndarray) -> np.ndarray:
-        """Local flat indices of the given rows and the dense rest, in payload order."""
-        return np.concatenate([self.row_index(rows), self.dense_index])
+    def pieces(self, rows: np.ndarray) -> list[tuple[Any, slice]]:
+        """``(where in the shard, where in the flat payload)`` for the rows, then each dense range."""
+        index = self.row_index(rows)
+        out: list[tuple[Any, slice]] = [(index, slice(0, index.size))]
+        at = index.size
+        for a, b in self.dense_ranges:
+            out.append((slice(a, b), slice(at, at + b - a)))
+            at += b - a
+        return out
 
     def values(self, vector: np.ndarray, rows: np.ndarray, dtype: Any) -> SparsePayload:
         """The payload for ``rows`` taken from the shard-local ``vector``."""
         table = vector[self.row_index(rows)].reshape(len(rows), self.width).astype(dtype, copy=False)
-        return np.asarray(rows, dtype=np.int32), table, vector[self.dense_index].astype(dtype, copy=False)
+        dense = [vector[a:b] for a, b in self.dense_ranges]
+        dense_values = (dense[0] if len(dense) == 1 else np.concatenate(dense or [vector[:0]]))
+        return np.asarray(rows, dtype=np.int32), table, dense_values.astype(dtype, copy=True)
+
+    def scatter(self, vector: np.ndarray, payload: SparsePayload) -> None:
+        """Write a payload's values into the shard-local ``vector``."""
+        rows, table, dense = payload
+        vector[self.row_index(rows)] = table.ravel()
+        at = 0
+        for a, b in self.dense_ranges:
+            vector[a:b] = dense[at : at + b - a]
+            at += b - a
 
 
 class Wire:
@@ -106,9 +130,7 @@ class Wire:
         """Write fetched values (dense slices or sparse payloads) into the replica's copy."""
         for (a, _), layout, reply in zip(self.bounds, self.layouts, replies):
             if isinstance(reply, tuple):
-                rows, table, dense = reply
-                local = params[a : layout.stop]
-                local[layout.index(rows)] = np.concatenate([table.ravel(), dense])
+                layout.scatter(params[a : layout.stop], reply)
             else:
                 params[a : a + reply.size] = reply
 
