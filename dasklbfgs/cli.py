@@ -34,23 +34,27 @@ def _cmd_info(args: argparse.Namespace) -> int:
 def _cmd_data_make(args: argparse.Namespace) -> int:
     from dasklbfgs._format import format_description
     from dasklbfgs.data import make_dataset
+    from dasklbfgs.monitor.progress import Progress
 
-    splits = make_dataset(
-        args.kind,
-        args.path,
-        rows=args.rows,
-        features=args.features,
-        shard_rows=args.shard_rows,
-        seed=args.seed,
-        n_classes=args.classes,
-        ill_conditioned=args.ill_conditioned,
-        test_fraction=args.test_fraction,
-        patch_size=args.patch_size,
-        image_source=args.image_source,
-        vocab_size=args.vocab,
-        context=args.context,
-        overwrite=args.overwrite,
-    )
+    bars: dict[str, Progress] = {}
+
+    def show(split: str, rows: int) -> None:
+        if split not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars[split] = Progress(None, f"writing {split}", enabled=False if args.quiet else None)
+        bars[split].update(rows, unit="rows")
+
+    try:
+        splits = make_dataset(
+            args.kind, args.path, rows=args.rows, features=args.features, shard_rows=args.shard_rows,
+            seed=args.seed, n_classes=args.classes, ill_conditioned=args.ill_conditioned,
+            test_fraction=args.test_fraction, patch_size=args.patch_size, image_source=args.image_source,
+            vocab_size=args.vocab, context=args.context, overwrite=args.overwrite, on_progress=show,
+        )
+    finally:
+        for bar in bars.values():
+            bar.close()
     if not args.quiet:
         print("\n\n".join(format_description(d.describe()) for d in splits.values()))
     return 0

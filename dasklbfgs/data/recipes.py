@@ -9,6 +9,7 @@ Every recipe writes a *dataset folder* holding two sharded datasets, ``train`` a
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -64,6 +65,7 @@ def make_dataset(
     vocab_size: int | None = None,
     context: int | None = None,
     overwrite: bool = False,
+    on_progress: Callable[[str, int], Any] | None = None,
 ) -> dict[str, ShardedDataset]:
     """Write the ``train`` and ``test`` datasets of recipe ``kind`` under ``path``.
 
@@ -103,6 +105,9 @@ def make_dataset(
         previous words (default 3) of ``"text"``.
     overwrite
         Replace an existing folder at ``path``.
+    on_progress
+        Called as ``on_progress(split, rows_generated)`` after each generated block
+        (``dasklbfgs data make`` draws its progress line with it).
 
     Returns
     -------
@@ -146,11 +151,20 @@ def make_dataset(
 
     with written_aside(target, overwrite=overwrite) as staging:
         for name, split in splits.items():
+            blocks = split.blocks if on_progress is None else _counted(split.blocks, name, on_progress)
             ShardedDataset.from_blocks(
-                staging / name, split.blocks, shard_rows=shard_rows, attrs=split.attrs,
+                staging / name, blocks, shard_rows=shard_rows, attrs=split.attrs,
                 feature_names=split.feature_names, dtype=split.dtype,
             )
     return {name: ShardedDataset.open(target / name) for name in splits}
+
+
+def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callable[[str, int], Any]):
+    rows = 0
+    for X, y in blocks:
+        yield X, y
+        rows += len(X)
+        on_progress(split, rows)
 
 
 def _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction):

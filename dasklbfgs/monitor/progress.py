@@ -22,15 +22,18 @@ class Progress:
         self.enabled = self.stream.isatty() if enabled is None else enabled
         self.total, self.label, self.min_interval = total, label, min_interval
         self.started = time.perf_counter()
-        self._last = 0.0
+        self._last = float("-inf")  # the first update always draws
         self._width = 0
+        self._latest: tuple[int, dict[str, Any]] | None = None
 
     def update(self, done: int, **fields: Any) -> None:
         if not self.enabled:
             return
         now = time.perf_counter()
+        self._latest = (done, fields)
         if now - self._last < self.min_interval and (self.total is None or done < self.total):
             return
+        self._latest = None
         self._last = now
         if self.total:
             filled = int(20 * min(done, self.total) / self.total)
@@ -44,6 +47,11 @@ class Progress:
         self._width = len(line)
 
     def close(self) -> None:
+        """Draw the last update if it was skipped, end the line; a second call does nothing."""
+        if self.enabled and self._latest is not None:
+            self._last = float("-inf")
+            self.update(self._latest[0], **self._latest[1])
         if self.enabled and self._width:
             self.stream.write("\n")
             self.stream.flush()
+        self._width = 0

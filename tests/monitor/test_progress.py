@@ -31,3 +31,25 @@ def test_silent_when_not_a_terminal_or_quiet() -> None:
     quiet = Progress(5, "x", stream=FakeTerminal(), enabled=False)
     quiet.update(3)
     assert pipe.getvalue() == "" and quiet.stream.getvalue() == ""
+
+
+def test_close_draws_a_throttled_last_update_once() -> None:
+    stream = FakeTerminal()
+    progress = Progress(None, "writing train", stream=stream, min_interval=3600.0)
+    progress.update(100, unit="rows")  # drawn: the first update
+    progress.update(250, unit="rows")  # throttled
+    progress.close()
+    progress.close()
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and text.count("\n") == 1
+    assert "writing train 250 unit=rows" in text.splitlines()[-1]
+
+
+def test_data_make_reports_rows_as_they_are_written(tmp_path) -> None:
+    from dasklbfgs.data import make_dataset
+
+    seen: list[tuple[str, int]] = []
+    make_dataset("logistic", tmp_path / "d", rows=5000, features=3, shard_rows=1000, test_fraction=0.2,
+                 on_progress=lambda split, rows: seen.append((split, rows)))
+    assert seen[-1] == ("test", 1000) and ("train", 5000) in seen
+    assert [r for s, r in seen if s == "train"] == sorted(r for s, r in seen if s == "train")
