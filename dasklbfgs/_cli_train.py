@@ -101,7 +101,7 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
 
     return sandblaster_lbfgs(model, data, client=client, maxiter=args.maxiter, gtol=args.gtol,
                              standardize=args.standardize, backup_tasks=not args.no_backup_tasks,
-                             callback=show)
+                             eval_data=eval_data, eval_every=getattr(args, "eval_every", None) or 1, callback=show)
 
 
 def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
@@ -271,7 +271,8 @@ def add_train_commands(sub: Any) -> None:
     downpour.add_argument("--n-fetch", type=int, default=1)
     downpour.add_argument("--n-push", type=int, default=1)
     downpour.add_argument("--warmstart-steps", type=int, default=0)
-    downpour.add_argument("--eval-every", type=int, default=None, help="score --test every N global steps")
+    train.add_argument("--eval-every", type=int, default=None,
+                       help="score --test every N iterations (Sandblaster; default 1) or global steps (Downpour)")
     downpour.add_argument("--checkpoint", metavar="PATH", help="Zarr checkpoint of the parameter shards")
     downpour.add_argument("--checkpoint-every", type=int, default=None)
     downpour.add_argument("--resume", action="store_true", help="continue from --checkpoint")

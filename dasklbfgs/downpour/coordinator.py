@@ -30,7 +30,7 @@ from dasklbfgs.downpour.shard import ParameterShard
 from dasklbfgs.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.events import MetricsStream
-from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.updates import make_rule
 
@@ -276,7 +276,7 @@ class _DownpourRun:
             if loss_count:
                 entry["train_loss"] = loss_sum / loss_count
             if next_eval is not None and (steps >= next_eval or finished):
-                entry.update(_held_out(self.model, self.fetch_params(), self.eval_set))
+                entry.update(held_out_metrics(self.model, self.fetch_params(), self.eval_set))
                 while next_eval <= steps:
                     next_eval += eval_every
             if next_checkpoint is not None and steps >= next_checkpoint:
@@ -311,7 +311,7 @@ class _DownpourRun:
             self.checkpoint(checkpoint_path, model_config, steps)
         final: dict[str, Any] = {"time": wall, "step": steps}
         if self.eval_set is not None:
-            final.update(_held_out(self.model, x, self.eval_set))
+            final.update(held_out_metrics(self.model, x, self.eval_set))
             history.append(final)
         staleness: Counter[int] = Counter()
         for s in shard_stats:
@@ -350,8 +350,3 @@ class _DownpourRun:
         for f in self.shard_futures:
             f.release()
         self.shards = []
-
-
-def _held_out(model: Any, x: np.ndarray, eval_set: Any) -> dict[str, float]:
-    metrics = evaluate_model(model, x, eval_set)
-    return {f"eval_{k}": v for k, v in metrics.items() if k != "n_samples"}

@@ -42,3 +42,9 @@ def evaluate_model(model: Any, params: np.ndarray, data: Any) -> dict[str, float
     else:
         metrics["reconstruction_mse"] = sse / (n * data.n_features)
     return metrics
+
+
+def held_out_metrics(model: Any, params: np.ndarray, data: Any) -> dict[str, float]:
+    """:func:`evaluate_model` with keys prefixed ``eval_`` (history entries, metrics events)."""
+    metrics = evaluate_model(model, params, data)
+    return {f"eval_{k}": v for k, v in metrics.items() if k != "n_samples"}

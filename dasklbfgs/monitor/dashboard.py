@@ -61,7 +61,7 @@ class TrainingPage:
             data["x"].append(e.get("nit", e.get("step", nan)))
             data["objective"].append(e.get("fun", e.get("train_loss", nan)))
             data["gnorm"].append(e.get("gnorm", nan))
-            data["heldout"].append(e.get("eval_accuracy", e.get("eval_rmse", nan)))
+            data["heldout"].append(e.get("eval_accuracy", e.get("eval_rmse", e.get("eval_reconstruction_mse", nan))))
             data["time"].append(e.get("time", nan))
         if data["x"] != list(self.curve.data["x"]):
             self.curve.data = data

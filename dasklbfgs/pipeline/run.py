@@ -45,6 +45,17 @@ def _heldout_key(metrics: dict[str, float]) -> str:
     return next(k for k in ("accuracy", "rmse", "reconstruction_mse") if k in metrics)
 
 
+def _curve_point(entry: dict[str, Any], iteration: int, objective: float | None) -> dict[str, Any]:
+    """One point of curves.json from a solver's history entry."""
+    point: dict[str, Any] = {"iteration": iteration, "time": entry["time"]}
+    if objective is not None:
+        point["objective"] = objective
+    held = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_")}
+    if held:
+        point["heldout"] = held[_heldout_key(held)]
+    return point
+
+
 def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) -> dict[str, Any]:
     """Run ``config`` (from :func:`load_config`) on ``client``; write the report under
     ``output/<pipeline.name>`` and return the metrics."""
@@ -57,23 +68,13 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     spec, options = config["model"], config["train"]
     model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"],
                               **model_options(spec))
-    curve: list[dict[str, Any]] = []
-
     if options["solver"] == "sandblaster":
         from dasklbfgs.sandblaster import sandblaster_lbfgs
 
-        t0 = time.perf_counter()
-
-        def record(intermediate):
-            point = {"iteration": intermediate.nit, "time": time.perf_counter() - t0, "objective": intermediate.fun}
-            if test is not None:
-                held = evaluate_model(model, intermediate.x, test)
-                point["heldout"] = held[_heldout_key(held)]
-            curve.append(point)
-
         result = sandblaster_lbfgs(model, train, client=client, maxiter=options["maxiter"],
                                    gtol=float(options["gtol"]), standardize=options["standardize"],
-                                   backup_tasks=options["backup_tasks"], callback=record)
+                                   backup_tasks=options["backup_tasks"], eval_data=test)
+        curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]
         facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
     else:
         from dasklbfgs.downpour import downpour_sgd
@@ -84,14 +85,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
             optimizer=options["optimizer"], epochs=options["epochs"], max_steps=options["max_steps"],
             eval_data=test, eval_every=options["eval_every"] if test is not None else None, seed=options["seed"],
         )
-        for entry in result.history:
-            point = {"iteration": entry["step"], "time": entry["time"]}
-            if "train_loss" in entry:
-                point["objective"] = entry["train_loss"]
-            held = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_")}
-            if held:
-                point["heldout"] = held[_heldout_key(held)]
-            curve.append(point)
+        curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}
 
     metrics: dict[str, Any] = {

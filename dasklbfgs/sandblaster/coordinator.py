@@ -24,6 +24,7 @@ from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.linear import LinearModel
+from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
 from dasklbfgs.sandblaster.checkpoint import load_state, save_state
@@ -53,6 +54,8 @@ def sandblaster_lbfgs(
     checkpoint_path: str | os.PathLike[str] | None = None,
     checkpoint_every: int = 1,
     resume: bool = False,
+    eval_data: Any = None,
+    eval_every: int = 1,
 ) -> OptimizeResult:
     """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS on Dask.
 
@@ -86,6 +89,10 @@ def sandblaster_lbfgs(
     checkpoint_path, checkpoint_every
         Save the whole L-BFGS state (iterate, gradient, curvature pairs, counters, history)
         to this Zarr path every ``checkpoint_every`` iterations, atomically.
+    eval_data, eval_every
+        A held-out dataset scored every ``eval_every`` iterations (objective and accuracy,
+        RMSE or reconstruction error); the scores join the history entries and the
+        metrics events, so the dashboard's Training page plots them.
     resume
         Continue from the checkpoint at ``checkpoint_path`` if there is one: a restarted
         coordinator reaches the same final result as an uninterrupted run. A checkpoint of
@@ -96,7 +103,7 @@ def sandblaster_lbfgs(
     scipy.optimize.OptimizeResult
         ``x, fun, jac, nit, nfev, njev, status, success, message`` (``success=False`` with
         a message when a limit was hit), ``history`` (per iteration: ``nit, fun, gnorm,
-        step, nfev, time``), ``timing`` and ``evaluator`` statistics.
+        step, nfev, time`` and ``eval_*`` when scored), ``timing`` and ``evaluator`` statistics.
 
     Raises
     ------
@@ -123,6 +130,10 @@ def sandblaster_lbfgs(
         )
     dataset = as_dataset(data)
     model.check_data(dataset)
+    eval_every = check_int(eval_every, "eval_every")
+    eval_set = as_dataset(eval_data) if eval_data is not None else None
+    if eval_set is not None:
+        model.check_data(eval_set)
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     n = dataset.n_samples
     checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
@@ -173,6 +184,9 @@ def sandblaster_lbfgs(
 
             try:
                 def on_iteration(current: LBFGSState) -> None:
+                    if eval_set is not None and current.nit % eval_every == 0:
+                        x = current.x if transform is None else transform.to_params(current.x)
+                        current.history[-1].update(held_out_metrics(model, x, eval_set))
                     metrics.send(**current.history[-1], n_portions=len(evaluator.portions),
                                  backups_won=evaluator.stats.backups_won)
                     save(current)
