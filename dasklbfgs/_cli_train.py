@@ -95,7 +95,7 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
             max_steps=args.max_steps, warmstart_steps=args.warmstart_steps, seed=args.seed,
             eval_data=eval_data, eval_every=args.eval_every if eval_data is not None else None,
             checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
-            resume=args.resume, callback=show,
+            resume=args.resume, overlap=args.overlap, callback=show,
         )
     from dasklbfgs.sandblaster import sandblaster_lbfgs
 
@@ -271,6 +271,8 @@ def add_train_commands(sub: Any) -> None:
     downpour.add_argument("--n-fetch", type=int, default=1)
     downpour.add_argument("--n-push", type=int, default=1)
     downpour.add_argument("--warmstart-steps", type=int, default=0)
+    downpour.add_argument("--overlap", action="store_true",
+                          help="keep each push in flight while computing the next gradient (+1 staleness)")
     train.add_argument("--eval-every", type=int, default=None,
                        help="score --test every N iterations (Sandblaster; default 1) or global steps (Downpour)")
     downpour.add_argument("--checkpoint", metavar="PATH", help="Zarr checkpoint of the parameter shards")

@@ -63,6 +63,7 @@ def downpour_sgd(
     callback: Callable[[OptimizeResult], Any] | None = None,
     wire_dtype: str = "float64",
     sparse: bool | None = None,
+    overlap: bool = False,
     poll_interval: float = 0.05,
 ) -> OptimizeResult:
     """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
@@ -106,7 +107,12 @@ def downpour_sgd(
     sparse
         Push and fetch only the rows of the model's row table (word embeddings) that
         batches touch, plus the dense rest; default: on when the model has a row table
-        and the update rule allows it exactly (Adagrad, SGD; not momentum).
+        and the update rule allows it exactly (Adagrad, SGD; not momentum), unless
+        ``overlap`` is on.
+    overlap
+        Keep each push (and the fetch riding on its reply) in flight while the replica
+        computes its next gradient: hides the round trip to the shards, adds one step of
+        staleness. Dense transfer only.
     callback
         Called with each history entry (an ``OptimizeResult`` with ``time``, ``step``,
         ``train_loss`` and held-out metrics when scored); ``StopIteration`` stops the run.
@@ -158,12 +164,19 @@ def downpour_sgd(
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     table = getattr(model, "row_table", None)
     if sparse is None:
-        sparse = table is not None and rule.sparse_exact
+        sparse = table is not None and rule.sparse_exact and not overlap
     elif sparse and table is None:
         raise ConfigurationError(f"sparse=True needs a model with a row table (e.g. EmbeddingLM); {model!r} has none")
     elif sparse and not rule.sparse_exact:
         raise ConfigurationError(
             f"sparse=True needs an update rule where a zero gradient is a zero step; {optimizer!r} is not one"
+        )
+    if not isinstance(overlap, bool):
+        raise ConfigurationError(f"overlap must be True or False, got {overlap!r}")
+    if overlap and sparse:
+        raise ConfigurationError(
+            "overlap=True needs dense transfer: a row-sparse fetch must arrive before the batch that reads "
+            "its rows; pass sparse=False"
         )
     bounds = param_bounds(model.n_params, n_param_shards, table)
     config = model_config(model)
@@ -183,7 +196,7 @@ def downpour_sgd(
         try:
             return run.train(
                 ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed,
-                              wire_dtype, bool(sparse)),
+                              wire_dtype, bool(sparse), overlap),
                 max_steps=max_steps, warmstart_steps=warmstart_steps, eval_every=eval_every,
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 callback=callback, poll_interval=poll_interval, model_config=config,

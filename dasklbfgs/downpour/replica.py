@@ -3,7 +3,9 @@
 The loop is the paper's (ALGORITHMS.md §3): fetch the parameters every ``n_fetch`` steps,
 compute a mini-batch gradient, accrue it (and optionally take a local step), and push the
 accrued gradient to the shards every ``n_push`` steps. Fetches and pushes go to all
-shards at once and run in parallel. With a row-sparse wire (:mod:`.wire`), pushes carry
+shards at once and run in parallel. With ``overlap`` a push (and the fetch riding on its
+reply) stays in flight while the next mini-batch gradient is computed, which hides the
+round trip at the price of one more step of staleness. With a row-sparse wire (:mod:`.wire`), pushes carry
 only the table rows touched since the last push, and fetches only the rows the batches
 up to the next fetch will read.
 """
@@ -31,6 +33,7 @@ class ReplicaConfig:
     seed: int
     wire_dtype: str = "float64"
     sparse: bool = False
+    overlap: bool = False
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
@@ -102,21 +105,29 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
         versions = [r[1] for r in replies]
         return _stop_reason(replies, 2)
 
-    def push(with_fetch_from: int | None) -> str | None:
-        nonlocal versions
+    def send_push(with_fetch_from: int | None) -> tuple[list[Any], bool]:
         touched_rows = np.flatnonzero(touched) if touched is not None else None
         fetch_rows = wire.split_rows(rows_ahead(with_fetch_from)) if with_fetch_from is not None else [None] * len(shards)
         calls = [
             s.push(payload, v, replica, accrued_steps, accrued_loss, with_fetch_from is not None, f)
-            for s, payload, v, f in zip(shards, wire.payloads(accrued, touched_rows), versions, fetch_rows)
+            for s, payload, v, f in zip(shards, wire.payloads(accrued, touched_rows), computed_from, fetch_rows)
         ]
+        return calls, with_fetch_from is not None
+
+    def collect(in_flight: tuple[list[Any], bool] | None) -> str | None:
+        nonlocal versions
+        if in_flight is None:
+            return None
+        calls, fetched = in_flight
         replies = [c.result() for c in calls]
-        if with_fetch_from is not None:
+        if fetched:
             wire.apply_fetched(params, [r[2] for r in replies])
             versions = [r[0] for r in replies]
         return _stop_reason(replies, 1)
 
     need_fetch = True
+    in_flight: tuple[list[Any], bool] | None = None
+    computed_from = versions
     for step in range(batches.total):
         epoch, index = batches[step]
         if need_fetch:
@@ -132,6 +143,8 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
             for s in shards:
                 s.request_stop(stop).result()
             break
+        if accrued_steps == 0:  # staleness is counted from the parameters the window began with
+            computed_from = versions
         accrued += grad
         if touched is not None:
             touched[model.touched_rows(Xb)] = True
@@ -143,7 +156,14 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
         steps += 1
         need_fetch = steps % config.n_fetch == 0 and steps < batches.total
         if steps % config.n_push == 0:
-            stop = push(steps if need_fetch else None)
+            if config.overlap:  # the previous push's reply, then this push stays in flight
+                stop = collect(in_flight)
+                in_flight = None
+                if stop:
+                    break
+                in_flight = send_push(steps if need_fetch else None)
+            else:
+                stop = collect(send_push(steps if need_fetch else None))
             pushes += 1
             if need_fetch:
                 fetches += 1
@@ -154,8 +174,10 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
             accrued_steps, accrued_loss = 0, 0.0
             if stop:
                 break
+    last = collect(in_flight)
+    stop = stop or last
     if accrued_steps and not stop:
-        push(None)
+        collect(send_push(None))
         pushes += 1
     return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes,
             "examples": examples, "stopped_by": stop}

@@ -121,7 +121,7 @@ class Wire:
     def payloads(self, accrued: np.ndarray, rows: np.ndarray | None) -> list[Any]:
         """Per shard: the slice (dense) or the touched rows and the dense rest (sparse)."""
         if not self.sparse or rows is None:
-            wire = accrued.astype(self.dtype, copy=False)
+            wire = accrued.astype(self.dtype)  # a copy: the caller may reuse accrued while this is in flight
             return [wire[a:b] for a, b in self.bounds]
         return [layout.values(accrued[a:b], local, self.dtype)
                 for (a, b), layout, local in zip(self.bounds, self.layouts, self.split_rows(rows))]

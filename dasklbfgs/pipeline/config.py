@@ -66,6 +66,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "max_steps": ((int,), None),
         "eval_every": ((int,), None),
         "seed": ((int,), 0),
+        "overlap": ((bool,), False),
     },
     "cluster": {
         "workers": ((int,), None),

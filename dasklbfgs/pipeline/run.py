@@ -84,6 +84,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
             batch_size=options["batch_size"], learning_rate=float(options["learning_rate"]),
             optimizer=options["optimizer"], epochs=options["epochs"], max_steps=options["max_steps"],
             eval_data=test, eval_every=options["eval_every"] if test is not None else None, seed=options["seed"],
+            overlap=options["overlap"],
         )
         curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}

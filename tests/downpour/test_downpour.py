@@ -161,3 +161,21 @@ def test_errors(client, softmax_data, kwargs, error, match) -> None:
 def test_label_mismatch(client, softmax_data) -> None:
     with pytest.raises(ModelDataMismatchError, match=r"Logistic needs integer labels in 0..1"):
         downpour_sgd(Logistic(10), softmax_data["train"], client=client)
+
+
+def test_overlapped_pushes_train_with_one_more_step_of_staleness(client, softmax_data) -> None:
+    """One replica, pushes left in flight: each gradient is computed one update late, so the
+    shard sees staleness 1 on every push after the first, and the model still trains."""
+    train, test = softmax_data["train"], softmax_data["test"]
+    model = Softmax(10, 3, l2=1e-4)
+    result = downpour_sgd(model, train, client=client, n_replicas=1, n_param_shards=2, batch_size=64,
+                          learning_rate=0.2, epochs=2, overlap=True, eval_data=test)
+    in_lockstep = downpour_sgd(model, train, client=client, n_replicas=1, n_param_shards=2, batch_size=64,
+                               learning_rate=0.2, epochs=2, eval_data=test)
+    assert result.success and result.nit == in_lockstep.nit
+    assert in_lockstep.stats["staleness"] == {"0": 2 * in_lockstep.nit}
+    assert result.stats["staleness"]["1"] >= 2 * (result.nit - 2)  # 2 shards, each push
+    assert result.final["eval_accuracy"] >= in_lockstep.final["eval_accuracy"] - 0.02
+    assert not np.array_equal(result.x, in_lockstep.x)
+    with pytest.raises(ConfigurationError, match="overlap must be True or False, got 'yes'"):
+        downpour_sgd(model, train, client=client, overlap="yes")

@@ -119,6 +119,8 @@ def test_two_replicas_with_sparse_pushes_reduce_the_loss(client, corpus) -> None
 def test_sparse_option_errors(client, corpus, tmp_path) -> None:
     with pytest.raises(ConfigurationError, match="sparse=True needs an update rule .* 'momentum' is not one"):
         downpour_sgd(EmbeddingLM(60, 4, 2, 4), corpus, client=client, sparse=True, optimizer="momentum")
+    with pytest.raises(ConfigurationError, match="overlap=True needs dense transfer"):
+        downpour_sgd(EmbeddingLM(60, 4, 2, 4), corpus, client=client, overlap=True, sparse=True)
     data = ShardedDataset.create(tmp_path / "s", np.zeros((40, 2)), np.arange(40) % 2, shard_rows=20)
     with pytest.raises(ConfigurationError, match="sparse=True needs a model with a row table"):
         downpour_sgd(Softmax(2, 2), data, client=client, sparse=True, batch_size=4)
