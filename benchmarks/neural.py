@@ -113,7 +113,7 @@ def fig4(client, args, root: Path) -> dict:
     runs["Sandblaster L-BFGS"] = {"curve": curve, "final": curve[-1][1], "seconds": result.timing["total_seconds"],
                                   "steps": result.nit}
     best = max(r["final"] for r in runs.values())
-    target = round(0.9 * best, 3)
+    target = round(0.85 * best, 3)
     for r in runs.values():
         r["seconds_to_target"] = time_to(r["curve"], target)
     return {"target": target, "runs": runs, "train_rows": train.n_samples, "test_rows": test.n_samples}
@@ -152,8 +152,8 @@ def main(argv=None) -> None:
     parser.add_argument("--hidden", type=int, nargs="+", default=[256])
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--sgd-rate", type=float, default=0.05)
-    parser.add_argument("--adagrad-rate", type=float, default=0.02)
-    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--adagrad-rate", type=float, default=0.01)
+    parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--eval-every", type=int, default=100)
     parser.add_argument("--lbfgs-iterations", type=int, default=60)
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
@@ -217,7 +217,7 @@ def render(out, args) -> str:
         "", "## Held-out accuracy vs time on the acoustic-like task (the paper's Fig. 4 in miniature)", "",
         f"MLP 440-{'-'.join(map(str, args.hidden))}-{args.classes} ReLU, {f4['train_rows']:,} training frames, "
         f"{f4['test_rows']:,} held out; batch {args.batch_size}, {args.epochs} epochs, SGD rate {args.sgd_rate}, "
-        f"Adagrad rate {args.adagrad_rate}; Sandblaster {args.lbfgs_iterations} iterations. Target: 90% of the "
+        f"Adagrad rate {args.adagrad_rate}; Sandblaster {args.lbfgs_iterations} iterations. Target: 85% of the "
         f"best final accuracy = **{f4['target']:.3f}**. Plot: "
         "[neural-accuracy-vs-time.png](neural-accuracy-vs-time.png).", "",
         "| method | seconds to target | final accuracy | seconds | steps / iterations | updates/s |",
