@@ -17,6 +17,7 @@ __all__ = [
     "ConfigurationError",
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
+    "WorkerLostError",
     "DaskLBFGSWarning",
     "DaskLBFGSConvergenceWarning",
 ]
@@ -52,6 +53,11 @@ class InvalidDataError(DatasetError, ValueError):
 
 class ModelDataMismatchError(DaskLBFGSError, ValueError):
     """A model does not fit the data: feature count, label range or parameter length."""
+
+
+class WorkerLostError(DaskLBFGSError, RuntimeError):
+    """State held on a worker that died cannot be restored (e.g. a parameter shard with no
+    checkpoint to rebuild it from)."""
 
 
 class DaskLBFGSWarning(UserWarning):

@@ -29,7 +29,8 @@ def write_shard_states(path: os.PathLike[str] | str, states: list[dict[str, Any]
             arrays[f"shard-{state['index']}/state-{key}"] = value
     attrs = {
         "model": model_config, "rule": rule, "hyper": hyper,
-        "shards": [{k: int(s[k]) for k in FIELDS} for s in states],
+        "shards": [{**{k: int(s[k]) for k in FIELDS}, "steps_by_replica": s.get("steps_by_replica", {})}
+                   for s in states],
         "optimizer_keys": sorted(states[0]["optimizer_state"]), **extra,
     }
     return write_checkpoint(path, arrays, kind=KIND, attrs=attrs)

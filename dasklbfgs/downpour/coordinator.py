@@ -25,10 +25,11 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
+from dasklbfgs.downpour.directory import ShardDirectory
 from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
 from dasklbfgs.downpour.shard import ParameterShard
 from dasklbfgs.downpour.wire import param_bounds
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
@@ -206,47 +207,117 @@ def downpour_sgd(
 
 
 class _DownpourRun:
-    """The actors and tasks of one run, and the coordinator's bookkeeping."""
+    """The actors and tasks of one run, and the coordinator's bookkeeping.
+
+    A parameter shard lost with its worker is re-created on a live worker from the latest
+    checkpoint (:meth:`recover_lost_shards`) and published in the run's
+    :class:`ShardDirectory`, where replicas pick it up; Dask itself restarts a replica task
+    whose worker died, and the replica resumes at the step the shards have counted for it.
+    """
 
     def __init__(self, client, model, data, rows, bounds, rule, x_start, states, eval_set, table) -> None:
         self.client, self.model, self.data, self.rows = client, model, data, rows
         self.bounds, self.rule, self.eval_set, self.table = bounds, rule, eval_set, table
+        self.x_start = x_start
         self.token = uuid.uuid4().hex[:8]
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self.workers = workers
-        self.shard_futures: list[Future] = [
-            client.submit(
-                ParameterShard, i, a, b, x_start[a:b], rule.name, rule.hyper, table,
-                actor=True, key=f"downpour-shard-{self.token}-{i}",
-                workers=None if workers[0] is None else [workers[i % len(workers)]],
-                pure=False,
-            )
-            for i, (a, b) in enumerate(bounds)
-        ]
+        self.shard_futures: list[Future] = [self._new_shard(i, workers[i % len(workers)]) for i in range(len(bounds))]
         self.shards = [f.result() for f in self.shard_futures]
         self.start_steps = 0
         if states is not None:
             for shard, state in zip(self.shards, states):
                 shard.set_state(state).result()
             self.start_steps = int(states[0]["steps"])
+        self.directory = ShardDirectory(f"downpour-{self.token}", len(bounds), client)
+        self.generation = 0
+        self.directory.publish(self.shard_futures, self.generation)
         self.replica_futures: dict[int, Future] = {}
         self.metrics = MetricsStream(client, "downpour")
+        self.recoveries: list[dict[str, Any]] = []
+        self.checkpoint_path: Any = None
+        self.model_config: dict[str, Any] = {}
+        self.max_steps: int | None = None
+        self.stop_reason: str | None = None
+
+    def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
+        a, b = self.bounds[i]
+        return self.client.submit(
+            ParameterShard, i, a, b, self.x_start[a:b], self.rule.name, self.rule.hyper, self.table,
+            actor=True, key=f"downpour-shard-{self.token}-{i}-{generation}",
+            workers=None if worker is None else [worker], pure=False,
+        )
+
+    # -- shards, with recovery ------------------------------------------------------------
+
+    def recover_lost_shards(self) -> None:
+        """Re-create every shard whose worker died, from the latest checkpoint, on a live worker."""
+        lost = [i for i, f in enumerate(self.shard_futures) if f.status == "error"]
+        if not lost:
+            return
+        started = time.perf_counter()
+        if self.checkpoint_path is None:
+            raise WorkerLostError(
+                f"parameter shard(s) {lost} were lost with their worker and cannot be restored without "
+                "a checkpoint; pass checkpoint_path and checkpoint_every to survive worker failures"
+            )
+        if os.path.exists(self.checkpoint_path):
+            states, attrs = read_shard_states(self.checkpoint_path, model_config=self.model_config, rule=self.rule.name)
+            restored_step = int(attrs.get("steps", 0))
+        else:  # no checkpoint written yet: the latest state saved is the start
+            states = [{"start": a, "stop": b, "values": self.x_start[a:b],
+                       "optimizer_state": self.rule.init(self.x_start[a:b]), "version": 0,
+                       "steps": self.start_steps} for a, b in self.bounds]
+            restored_step = self.start_steps
+        live = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        if not live:
+            raise WorkerLostError(f"parameter shard(s) {lost} were lost and no worker is left to re-create them on")
+        holding = {w for f in self.shard_futures if f.status != "error" for w in self.client.who_has([f]).get(f.key, ())}
+        candidates = [w for w in live if w not in holding] or live
+        self.generation += 1
+        for n, i in enumerate(lost):
+            self.shard_futures[i].release()
+            future = self._new_shard(i, candidates[n % len(candidates)], self.generation)
+            shard = future.result()
+            shard.set_state(states[i]).result()
+            if self.max_steps is not None:
+                shard.stop_at(self.max_steps).result()
+            if self.stop_reason is not None:
+                shard.request_stop(self.stop_reason).result()
+            self.shard_futures[i], self.shards[i] = future, shard
+        self.directory.publish(self.shard_futures, self.generation)
+        self.recoveries.append({"shards": lost, "restored_step": restored_step,
+                                "seconds": time.perf_counter() - started})
+
+    def shard_calls(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` on every shard in parallel, re-creating lost shards first."""
+        for _ in range(3):
+            self.recover_lost_shards()
+            calls = [getattr(s, method)(*args) for s in self.shards]
+            try:
+                return [c.result() for c in calls]
+            except Exception:
+                if not any(f.status == "error" for f in self.shard_futures):
+                    raise
+        raise WorkerLostError(f"parameter shards kept failing during {method!r}")
 
     def fetch_params(self) -> np.ndarray:
-        calls = [s.fetch() for s in self.shards]
-        return np.concatenate([c.result()[0] for c in calls])
+        return np.concatenate([reply[0] for reply in self.shard_calls("fetch")])
 
     def stop(self, reason: str) -> None:
-        for call in [s.request_stop(reason) for s in self.shards]:
-            call.result()
+        self.stop_reason = self.stop_reason or reason
+        self.shard_calls("request_stop", reason)
 
     def launch(self, replicas: range, config: ReplicaConfig, first_epoch: int) -> None:
         for r in replicas:
-            worker = self.workers[r % len(self.workers)]
+            # After the shards' workers, so that with spare workers replicas and shards do not share.
+            worker = self.workers[(len(self.bounds) + r) % len(self.workers)]
             self.replica_futures[r] = self.client.submit(
                 run_replica, r, model=self.model, data=self.data, rows=self.rows[r],
-                shards=self.shards, bounds=self.bounds, config=config, first_epoch=first_epoch,
-                key=f"downpour-replica-{self.token}-{r}",
+                # Shards come from the directory, not as arguments: a task depending on an
+                # actor's future is failed by Dask when that actor's worker dies.
+                shards=None, bounds=self.bounds, config=config, first_epoch=first_epoch,
+                directory=self.directory, key=f"downpour-replica-{self.token}-{r}",
                 workers=None if worker is None else [worker], allow_other_workers=True,
                 pure=False,
             )
@@ -257,9 +328,9 @@ class _DownpourRun:
         n_replicas = len(self.rows)
         steps_per_epoch = sum(math.ceil((b - a) / config.batch_size) for a, b in self.rows)
         first_epoch = self.start_steps // steps_per_epoch
+        self.checkpoint_path, self.model_config, self.max_steps = checkpoint_path, model_config, max_steps
         if max_steps is not None:
-            for call in [s.stop_at(max_steps) for s in self.shards]:
-                call.result()
+            self.shard_calls("stop_at", max_steps)
             if self.start_steps >= max_steps:
                 self.stop(f"max_steps ({max_steps}) reached")
         released = warmstart_steps == 0 or n_replicas == 1
@@ -278,12 +349,15 @@ class _DownpourRun:
                 if f.status == "error":
                     self.stop("a replica failed")
                     f.result()
-            stats = self.shards[0].stats().result()
-            steps = stats["steps"]
+            all_stats = self.shard_calls("stats")
+            stats = all_stats[0]
+            steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
             if not released and steps >= warmstart_steps:
                 self.launch(range(1, n_replicas), config, first_epoch)
                 released, finished = True, False
             loss_sum, loss_count = stats["loss_sum"] - last_loss[0], stats["loss_count"] - last_loss[1]
+            if loss_count < 0:  # shard 0 was restored from a checkpoint
+                loss_sum, loss_count = 0.0, 0
             last_loss = (stats["loss_sum"], stats["loss_count"])
             entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
             if loss_count:
@@ -307,7 +381,7 @@ class _DownpourRun:
                         stop_reason = "`callback` raised `StopIteration`."
                         status, message = 99, stop_reason
                         self.stop(stop_reason)
-            reason = stats["stop_reason"]
+            reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)
             if reason and "non-finite" in reason:
                 status, message = 3, reason
             elif reason and reason.startswith("max_steps") and stop_reason is None:
@@ -316,10 +390,10 @@ class _DownpourRun:
                 break
 
         replica_stats = [f.result() for f in self.replica_futures.values()]
-        shard_stats = [s.stats().result() for s in self.shards]
+        shard_stats = self.shard_calls("stats")
         x = self.fetch_params()
         wall = time.perf_counter() - started
-        steps = shard_stats[0]["steps"]
+        steps = max(st["steps"] for st in shard_stats)
         if checkpoint_path is not None and status != 3:
             self.checkpoint(checkpoint_path, model_config, steps)
         final: dict[str, Any] = {"time": wall, "step": steps}
@@ -345,6 +419,9 @@ class _DownpourRun:
             "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
             "steps_per_replica": [r["steps"] for r in replica_stats],
+            "replica_first_steps": [r["first_step"] for r in replica_stats],
+            "replica_reconnects": [r["reconnects"] for r in replica_stats],
+            "shard_recoveries": self.recoveries,
         }
         self.metrics.send(**final, pushes_per_shard=stats_out["pushes_per_shard"], finished=True)
         return OptimizeResult(
@@ -353,7 +430,7 @@ class _DownpourRun:
         )
 
     def checkpoint(self, path, model_config, steps) -> None:
-        states = [c.result() for c in [s.get_state() for s in self.shards]]
+        states = self.shard_calls("get_state")
         write_shard_states(path, states, model_config=model_config, rule=self.rule.name,
                          hyper=self.rule.hyper, extra={"steps": int(steps)})
 
@@ -363,3 +440,4 @@ class _DownpourRun:
         for f in self.shard_futures:
             f.release()
         self.shards = []
+        self.directory.delete()

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs.downpour.directory import ShardDirectory
 from dasklbfgs.downpour.wire import Wire
 
 __all__ = ["ReplicaConfig", "epoch_order", "replica_rows", "run_replica"]
@@ -50,15 +51,14 @@ def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:
 class _Batches:
     """The replica's mini-batches in order, step after step across epochs (with lookahead)."""
 
-    def __init__(self, n_rows: int, config: ReplicaConfig, replica: int, first_epoch: int) -> None:
+    def __init__(self, n_rows: int, config: ReplicaConfig, replica: int) -> None:
         self.n_rows, self.config, self.replica = n_rows, config, replica
         self.per_epoch = math.ceil(n_rows / config.batch_size)
-        self.first_epoch = first_epoch
-        self.total = (config.epochs - first_epoch) * self.per_epoch
+        self.total = config.epochs * self.per_epoch
         self._orders: dict[int, np.ndarray] = {}
 
     def __getitem__(self, step: int) -> tuple[int, np.ndarray]:
-        epoch = self.first_epoch + step // self.per_epoch
+        epoch = step // self.per_epoch
         if epoch not in self._orders:
             self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
             self._orders[epoch] = epoch_order(self.n_rows, self.config.seed, self.replica, epoch)
@@ -70,25 +70,53 @@ def _stop_reason(replies: list[Any], position: int) -> str | None:
     return next((r[position] for r in replies if r[position]), None)
 
 
-def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any],
-                bounds: list[tuple[int, int]], config: ReplicaConfig, first_epoch: int = 0) -> dict[str, Any]:
-    """Train until the epochs are done or a shard asks to stop; return the replica's tallies."""
+class _ShardsLost(Exception):
+    """A call to a parameter shard failed: its worker is gone."""
+
+
+def _results(calls: list[Any]) -> list[Any]:
+    try:
+        return [c.result() for c in calls]
+    except Exception as exc:  # the actor's worker died: RuntimeError, CommClosedError, OSError
+        raise _ShardsLost(str(exc)) from exc
+
+
+def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any] | None,
+                bounds: list[tuple[int, int]], config: ReplicaConfig, first_epoch: int = 0,
+                directory: ShardDirectory | None = None) -> dict[str, Any]:
+    """Train until the epochs are done or a shard asks to stop; return the replica's tallies.
+
+    ``shards`` are the actor handles, or ``None`` to take them from ``directory``. With a
+    ``directory``, the replica takes the current shard handles from it on start and
+    after any failed call to a shard (the shard's worker died and the coordinator re-created
+    it): the accrued gradient is dropped, the parameters fetched again, and training goes
+    on. It resumes at the step the shards have counted for it, so a replica that Dask
+    restarts on another worker continues where its applied pushes left off.
+    """
     try:
         from distributed import secede
 
         secede()  # a long-running task must not hold one of the worker's task threads
     except ValueError:  # not inside a Dask task (unit tests call this directly)
         pass
+    generation = -1
+    if directory is not None:
+        generation, shards = directory.current()
+    if shards is None:
+        raise ValueError("run_replica needs shards or a directory to find them in")
     X, y = data.load_rows(*rows)
-    batches = _Batches(X.shape[0], config, replica, first_epoch)
+    batches = _Batches(X.shape[0], config, replica)
     wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None)
     accrued = np.zeros(model.n_params)
     touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
     accrued_steps, accrued_loss = 0, 0.0
-    steps = fetches = pushes = examples = 0
+    steps = fetches = pushes = examples = reconnects = 0
     stop: str | None = None
     params = np.zeros(model.n_params)
     versions: list[int] = [0] * len(shards)
+    done_before = max(s.get(replica, 0) for s in
+                      (st["steps_by_replica"] for st in _results([sh.stats() for sh in shards])))
+    first_step = max(first_epoch * batches.per_epoch, done_before)
 
     def rows_ahead(step: int) -> np.ndarray | None:
         """Table rows the batches from ``step`` up to the next fetch read."""
@@ -100,7 +128,7 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     def fetch(step: int) -> str | None:
         nonlocal versions
         calls = [s.fetch(config.wire_dtype, r) for s, r in zip(shards, wire.split_rows(rows_ahead(step)))]
-        replies = [c.result() for c in calls]  # all in flight before the first wait
+        replies = _results(calls)  # all in flight before the first wait
         wire.apply_fetched(params, [r[0] for r in replies])
         versions = [r[1] for r in replies]
         return _stop_reason(replies, 2)
@@ -119,65 +147,79 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
         if in_flight is None:
             return None
         calls, fetched = in_flight
-        replies = [c.result() for c in calls]
+        replies = _results(calls)
         if fetched:
             wire.apply_fetched(params, [r[2] for r in replies])
             versions = [r[0] for r in replies]
         return _stop_reason(replies, 1)
 
+    def drop_accrued() -> None:
+        nonlocal accrued_steps, accrued_loss
+        accrued[:] = 0.0
+        if touched is not None:
+            touched[:] = False
+        accrued_steps, accrued_loss = 0, 0.0
+
     need_fetch = True
     in_flight: tuple[list[Any], bool] | None = None
     computed_from = versions
-    for step in range(batches.total):
-        epoch, index = batches[step]
-        if need_fetch:
-            stop = fetch(step)
-            fetches += 1
-            if stop:
-                break
-        Xb = X[index]
-        loss, grad = model.objective(params, Xb, y[index])
-        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-            stop = (f"replica {replica} computed a non-finite loss ({loss}) at its step {steps} "
-                    f"(epoch {epoch}); the gradient was not pushed")
-            for s in shards:
-                s.request_stop(stop).result()
-            break
-        if accrued_steps == 0:  # staleness is counted from the parameters the window began with
-            computed_from = versions
-        accrued += grad
-        if touched is not None:
-            touched[model.touched_rows(Xb)] = True
-        accrued_steps += 1
-        accrued_loss += loss
-        examples += index.size
-        if config.local_learning_rate:
-            params -= config.local_learning_rate * grad
-        steps += 1
-        need_fetch = steps % config.n_fetch == 0 and steps < batches.total
-        if steps % config.n_push == 0:
-            if config.overlap:  # the previous push's reply, then this push stays in flight
-                stop = collect(in_flight)
-                in_flight = None
+    for step in range(first_step, batches.total):
+        try:
+            epoch, index = batches[step]
+            if need_fetch:
+                stop = fetch(step)
+                fetches += 1
                 if stop:
                     break
-                in_flight = send_push(steps if need_fetch else None)
-            else:
-                stop = collect(send_push(steps if need_fetch else None))
-            pushes += 1
-            if need_fetch:
-                fetches += 1
-                need_fetch = False
-            accrued[:] = 0.0
-            if touched is not None:
-                touched[:] = False
-            accrued_steps, accrued_loss = 0, 0.0
-            if stop:
+            Xb = X[index]
+            loss, grad = model.objective(params, Xb, y[index])
+            if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
+                stop = (f"replica {replica} computed a non-finite loss ({loss}) at its step {steps} "
+                        f"(epoch {epoch}); the gradient was not pushed")
+                _results([s.request_stop(stop) for s in shards])
                 break
-    last = collect(in_flight)
-    stop = stop or last
-    if accrued_steps and not stop:
-        collect(send_push(None))
-        pushes += 1
-    return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes,
-            "examples": examples, "stopped_by": stop}
+            if accrued_steps == 0:  # staleness is counted from the parameters the window began with
+                computed_from = versions
+            accrued += grad
+            if touched is not None:
+                touched[model.touched_rows(Xb)] = True
+            accrued_steps += 1
+            accrued_loss += loss
+            examples += index.size
+            if config.local_learning_rate:
+                params -= config.local_learning_rate * grad
+            steps += 1
+            need_fetch = steps % config.n_fetch == 0 and step + 1 < batches.total
+            if steps % config.n_push == 0:
+                if config.overlap:  # the previous push's reply, then this push stays in flight
+                    stop = collect(in_flight)
+                    in_flight = None
+                    if stop:
+                        break
+                    in_flight = send_push(step + 1 if need_fetch else None)
+                else:
+                    stop = collect(send_push(step + 1 if need_fetch else None))
+                pushes += 1
+                if need_fetch:
+                    fetches += 1
+                    need_fetch = False
+                drop_accrued()
+                if stop:
+                    break
+        except _ShardsLost as lost:
+            if directory is None:
+                raise RuntimeError(f"replica {replica} lost a parameter shard: {lost}") from lost.__cause__
+            generation, shards = directory.current(newer_than=generation)
+            reconnects += 1
+            drop_accrued()
+            in_flight, need_fetch = None, True
+    try:
+        last = collect(in_flight)
+        stop = stop or last
+        if accrued_steps and not stop:
+            collect(send_push(None))
+            pushes += 1
+    except _ShardsLost:
+        pass  # the run is ending; the last accrued gradient is lost with the shard
+    return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes, "examples": examples,
+            "stopped_by": stop, "first_step": first_step, "reconnects": reconnects}

@@ -42,6 +42,7 @@ class ParameterShard:
         self.loss_count = 0
         self.staleness: Counter[int] = Counter()
         self.pushes_by_replica: Counter[int] = Counter()
+        self.steps_by_replica: Counter[int] = Counter()  # where a restarted replica resumes
         self.bytes_in = 0
         self.bytes_out = 0
         self.dense_bytes_in = 0   # what the same traffic costs as whole slices
@@ -91,8 +92,10 @@ class ParameterShard:
             delta, self.state = self._rule.update(gradient.astype(np.float64, copy=False), self.state)
             self.values += delta
         self.dense_bytes_in += self.values.size * np.dtype(wire_dtype).itemsize
-        self.staleness[self.version - seen_version] += 1
+        # A shard restored from a checkpoint has an older version than replicas saw: lag 0.
+        self.staleness[max(self.version - seen_version, 0)] += 1
         self.pushes_by_replica[replica] += 1
+        self.steps_by_replica[replica] += steps
         self.version += 1
         self.steps += steps
         self.loss_sum += loss_sum
@@ -123,6 +126,7 @@ class ParameterShard:
             "loss_count": self.loss_count,
             "staleness": dict(self.staleness),
             "pushes_by_replica": dict(self.pushes_by_replica),
+            "steps_by_replica": dict(self.steps_by_replica),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
             "dense_bytes_in": self.dense_bytes_in,
@@ -136,6 +140,7 @@ class ParameterShard:
             "index": self.index, "start": self.start, "stop": self.stop,
             "values": self.values.copy(), "optimizer_state": {k: v.copy() for k, v in self.state.items()},
             "version": self.version, "steps": self.steps,
+            "steps_by_replica": {str(k): v for k, v in self.steps_by_replica.items()},
         }
 
     async def set_state(self, state: dict[str, Any]) -> None:
@@ -147,3 +152,4 @@ class ParameterShard:
         self.values = np.array(state["values"], dtype=np.float64)
         self.state = {k: np.array(v, dtype=np.float64) for k, v in state["optimizer_state"].items()}
         self.version, self.steps = int(state["version"]), int(state["steps"])
+        self.steps_by_replica = Counter({int(k): int(v) for k, v in state.get("steps_by_replica", {}).items()})

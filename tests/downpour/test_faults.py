@@ -1,0 +1,98 @@
+"""Downpour keeps training when workers die (SIGKILL): replicas restart, shards are restored."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import cloudpickle
+import pytest
+
+from dasklbfgs import connect, make_dataset
+from dasklbfgs.downpour import downpour_sgd
+from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.models import Softmax
+from dasklbfgs.models.metrics import evaluate_model
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class SlowSoftmax(Softmax):
+    """2 ms per mini-batch, so that a run lasts long enough to kill a worker in the middle."""
+
+    def loss_grad_sum(self, params, X, y):
+        time.sleep(0.002)
+        return super().loss_grad_sum(params, X, y)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_dataset("multinomial", tmp_path_factory.mktemp("faults") / "mn", rows=8000, features=10,
+                        n_classes=3, shard_rows=2000, seed=4)
+
+
+@pytest.fixture()
+def cluster():
+    """Three single-thread workers: shards on the first two, replicas on the third and first."""
+    with connect(n_workers=3, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(3)
+        yield client
+
+
+def kill_at(client, step: int, victim_index: int, killed: dict):
+    victim = sorted(client.scheduler_info()["workers"])[victim_index]
+
+    def callback(entry):
+        if "at" not in killed and entry.step >= step:
+            killed["at"], killed["time"] = entry.step, time.perf_counter()
+            os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
+    return callback
+
+
+def undisturbed_accuracy(client, data) -> float:
+    model = Softmax(10, 3, l2=1e-4)
+    x = downpour_sgd(model, data["train"], client=client, **{**KW, "eval_every": None}).x
+    return evaluate_model(model, x, data["test"])["accuracy"]
+
+
+KW = dict(n_replicas=2, n_param_shards=2, batch_size=50, learning_rate=0.2, epochs=3, eval_every=10_000)
+
+
+def test_a_killed_replica_is_restarted_and_resumes(cluster, data) -> None:
+    model = SlowSoftmax(10, 3, l2=1e-4)
+    killed: dict = {}
+    result = downpour_sgd(model, data["train"], client=cluster, eval_data=data["test"],
+                          callback=kill_at(cluster, 150, 2, killed), **KW)  # worker 2 runs replica 0 only
+    assert killed["at"] >= 150 and result.success, result.message
+    assert result.stats["shard_recoveries"] == []
+    first, second = result.stats["replica_first_steps"]
+    assert first > 0 and second == 0  # replica 0 resumed at the steps its applied pushes covered
+    planned = 2 * 3 * 80  # 2 replicas x 3 epochs x 4000 / 50 batches
+    assert planned - 2 * 50 <= result.nit <= planned  # at most the steps in flight at the kill are lost
+    assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
+
+
+def test_a_killed_shard_is_restored_from_the_latest_checkpoint(cluster, data, tmp_path) -> None:
+    model = SlowSoftmax(10, 3, l2=1e-4)
+    killed: dict = {}
+    result = downpour_sgd(model, data["train"], client=cluster, eval_data=data["test"],
+                          checkpoint_path=tmp_path / "ckpt", checkpoint_every=40,
+                          callback=kill_at(cluster, 200, 1, killed), **KW)  # worker 1 holds shard 1 only
+    assert result.success, result.message
+    [recovery] = result.stats["shard_recoveries"]
+    assert recovery["shards"] == [1]
+    assert killed["at"] - 40 - 2 * 50 <= recovery["restored_step"] <= killed["at"]  # <= checkpoint_every lost
+    assert recovery["seconds"] < 10
+    assert sum(result.stats["replica_reconnects"]) >= 1
+    assert result.stats["replica_first_steps"] == [0, 0]  # the replicas themselves survived
+    assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
+
+
+def test_without_a_checkpoint_a_lost_shard_is_a_clear_error(cluster, data) -> None:
+    killed: dict = {}
+    with pytest.raises(WorkerLostError, match=r"parameter shard\(s\) \[1\] were lost with their worker and cannot "
+                                              r"be restored without a checkpoint; pass checkpoint_path"):
+        downpour_sgd(SlowSoftmax(10, 3), data["train"], client=cluster, callback=kill_at(cluster, 50, 1, killed),
+                     **{**KW, "eval_every": None})
