@@ -13,6 +13,7 @@ __all__ = [
     "DatasetExistsError",
     "NotADatasetError",
     "InvalidDataError",
+    "CorruptDatasetError",
     "ClusterConnectionError",
     "ConfigurationError",
     "ModelDataMismatchError",
@@ -49,6 +50,10 @@ class NotADatasetError(DatasetError):
 
 class InvalidDataError(DatasetError, ValueError):
     """The data itself is unusable: NaN/inf, wrong shape, non-numeric dtype, empty."""
+
+
+class CorruptDatasetError(DatasetError):
+    """A stored dataset's chunk file is missing, truncated or not decodable."""
 
 
 class ModelDataMismatchError(DaskLBFGSError, ValueError):

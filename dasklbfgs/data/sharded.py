@@ -18,7 +18,7 @@ import zarr
 
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows
 from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
-from dasklbfgs.errors import ConfigurationError, InvalidDataError, NotADatasetError
+from dasklbfgs.errors import ConfigurationError, CorruptDatasetError, InvalidDataError, NotADatasetError
 
 if TYPE_CHECKING:
     import dask.array
@@ -255,7 +255,27 @@ class ShardedDataset:
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
         X, y = self._arrays()
-        return np.asarray(X[start:stop]), np.asarray(y[start:stop])
+        if stop == start:
+            return np.asarray(X[start:stop]), np.asarray(y[start:stop])
+        shards = range(start // self.shard_rows, (stop - 1) // self.shard_rows + 1)
+        out = []
+        for name, array in (("X", X), ("y", y)):
+            for i in shards:  # a missing chunk file would silently read as zeros
+                key = array.metadata.encode_chunk_key((i,) + (0,) * (array.ndim - 1))
+                if not (self.path / name / key).is_file():
+                    raise CorruptDatasetError(
+                        f"the dataset at {str(self.path)!r} is missing the chunk file {name}/{key} "
+                        f"(shard {i}, rows {i * self.shard_rows}-{min((i + 1) * self.shard_rows, self.n_samples)}); "
+                        "rewrite the dataset"
+                    )
+            try:
+                out.append(np.asarray(array[start:stop]))
+            except Exception as exc:
+                raise CorruptDatasetError(
+                    f"cannot decode {name} of the dataset at {str(self.path)!r} in shard(s) "
+                    f"{list(shards)} (rows [{start}, {stop})): {exc}; a chunk file is damaged, rewrite the dataset"
+                ) from exc
+        return out[0], out[1]
 
     def load_shard(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Read shard ``index`` (one row chunk) of X and y."""
