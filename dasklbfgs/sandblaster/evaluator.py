@@ -7,9 +7,9 @@ order, so the result does not depend on which worker computed what (DESIGN.md,
 Dask runs a portion where its shard lives (data affinity) and reloads a shard from Zarr
 if the worker holding it is lost.
 
-Backup tasks (ALGORITHMS.md §1, after MapReduce): when an evaluation runs past
-``backup_slack`` times the usual duration, every portion still outstanding is copied to a
-worker that does not hold its shard, reading its rows straight from Zarr; whichever copy
+Backup tasks (ALGORITHMS.md §1, after MapReduce): once a worker has finished its
+portions, the outstanding portions of any worker progressing ``backup_slack`` times slower
+are copied to the idle workers, reading their rows straight from Zarr; whichever copy
 finishes first is used and the other is cancelled. Both copies compute the same numbers.
 """
 
@@ -18,13 +18,15 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections import deque
+from collections import Counter
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from distributed import Client, Future, wait
 
+from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.sandblaster.portions import Portion, default_portion_rows, plan_portions
 from dasklbfgs.sandblaster.tasks import (
     column_moments,
@@ -33,8 +35,14 @@ from dasklbfgs.sandblaster.tasks import (
     portion_loss_grad_from_store,
 )
 
-BACKUP_FLOOR_SECONDS = 0.02
-RESCUE_CHECK_SECONDS = 1.0  # without backup tasks: how often to look for lost workers
+MAX_ATTEMPTS = 3
+GATHER_TIMEOUT_SECONDS = 5.0
+POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
+RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
+
+
+class _EvaluationLost(Exception):
+    """A worker died with data this evaluation still needed: start it over."""
 
 
 @dataclass
@@ -46,6 +54,7 @@ class EvaluatorStats:
     eval_seconds: list[float] = field(default_factory=list)
     backups_launched: int = 0
     backups_won: int = 0
+    restarts: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +64,7 @@ class EvaluatorStats:
             "eval_seconds_total": sum(self.eval_seconds),
             "backups_launched": self.backups_launched,
             "backups_won": self.backups_won,
+            "evaluation_restarts": self.restarts,
         }
 
 
@@ -78,7 +88,6 @@ class MegaBatchEvaluator:
         self.backup_slack = backup_slack
         self.token = uuid.uuid4().hex[:8]
         self.stats = EvaluatorStats()
-        self._recent: deque[float] = deque(maxlen=5)
         self._next_key = 0
 
         workers = self._workers()
@@ -117,20 +126,23 @@ class MegaBatchEvaluator:
     # -- evaluation ----------------------------------------------------------------------
 
     def evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        """Loss and gradient sums over all rows at parameters ``x``."""
-        client, e = self.client, self._next_key
-        self._next_key += 1  # fresh task keys even if this evaluation fails and is retried
+        """Loss and gradient sums over all rows at parameters ``x``.
+
+        If a worker dies with results this evaluation still needed (a finished portion's
+        sums, or the scattered parameters), the evaluation starts over with fresh tasks;
+        the sums are the same, since they are added in portion order whoever computes them.
+        """
         started = time.perf_counter()
-        [x_future] = client.scatter([x], hash=False)
-        primaries, pinned = self._submit_primaries(x_future, e)
-        with client.as_current():  # distributed.wait resolves the current client
-            winners, launched = self._collect(primaries, pinned, x_future, e, started)
-            results = client.gather(winners)
-        duration = time.perf_counter() - started
+        for _attempt in range(MAX_ATTEMPTS):
+            try:
+                results = self._evaluate_once(x)
+                break
+            except _EvaluationLost:
+                self.stats.restarts += 1
+        else:
+            raise WorkerLostError(f"an evaluation lost workers {MAX_ATTEMPTS} times in a row; giving up")
         self.stats.evaluations += 1
-        self.stats.eval_seconds.append(duration)
-        if not launched:
-            self._recent.append(duration)
+        self.stats.eval_seconds.append(time.perf_counter() - started)
 
         loss = 0.0
         sums = np.zeros(self.model.n_sums)
@@ -138,6 +150,29 @@ class MegaBatchEvaluator:
             loss += part_loss
             sums += part_sums
         return loss, sums
+
+    def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
+        client, e = self.client, self._next_key
+        self._next_key += 1  # fresh task keys for every attempt
+        started = time.perf_counter()
+        [x_future] = client.scatter([x], hash=False)
+        primaries, pinned = self._submit_primaries(x_future, e)
+        try:
+            with client.as_current():  # distributed.wait resolves the current client
+                winners, _ = self._collect(primaries, pinned, x_future, e, started)
+                if any(f.status != "finished" for f in winners):
+                    raise _EvaluationLost()
+                timeout = max(GATHER_TIMEOUT_SECONDS, 3 * (time.perf_counter() - started))
+                try:
+                    # A winner lost with its worker after it finished would make a plain
+                    # gather wait forever (its task is pinned to the dead worker).
+                    return client.sync(client._gather, winners, callback_timeout=timeout)
+                except (TimeoutError, CancelledError) as exc:
+                    if all(f.status == "finished" for f in winners):
+                        raise
+                    raise _EvaluationLost() from exc
+        finally:
+            client.cancel([*primaries, x_future])
 
     def _submit_primaries(self, x_future: Future, e: int) -> tuple[list[Future], list[str | None]]:
         """One task per portion, pinned to the worker holding its shard (data affinity).
@@ -176,12 +211,14 @@ class MegaBatchEvaluator:
                  started: float) -> tuple[list[Future], bool]:
         """Wait for one finished copy of every portion; returns them and whether backups ran.
 
-        Until the next deadline a single ``wait`` covers everything (no per-task overhead
-        in the common case). At each deadline:
+        Every ``POLL_SECONDS`` (one ``wait`` per poll, no per-task overhead):
 
-        * with backup tasks, portions still outstanding get one backup each on a worker
-          that is not busy with outstanding work, and the deadline moves on by one period,
-          so portions that fall behind later are backed up too;
+        * with backup tasks, once some worker has finished all its portions, any worker
+          progressing ``backup_slack`` times slower than the fastest finished one (portions
+          per second) is a straggler: its outstanding portions are copied to the idle
+          workers, last-queued first, each reading its rows from Zarr (MapReduce's backup
+          tasks, ALGORITHMS.md §1). A worker that stops progressing slows down by this
+          measure too, so a hung portion is backed up as well;
         * portions pinned to a worker that has left the cluster (or whose copies were all
           lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
         """
@@ -191,23 +228,23 @@ class MegaBatchEvaluator:
         backed_up: set[int] = set()
         rescued: set[int] = set()
         pending = set(primaries)
-        typical = statistics.median(self._recent) if self._recent else None
-        if self.backup_tasks:
-            period = None if typical is None else max(BACKUP_FLOOR_SECONDS, self.backup_slack * typical)
-        else:
-            period = RESCUE_CHECK_SECONDS
-        deadline = None if period is None else started + period
+        owned = Counter(w for w in pinned if w is not None)  # primaries per worker
+        done_by: Counter[str | None] = Counter()
+        finished_at: dict[str, float] = {}
+        poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
+        next_rescue_check = started + RESCUE_CHECK_SECONDS
         launched = False
         n_done = 0
         while n_done < n:
-            now = time.perf_counter()
-            timeout = None if deadline is None else max(0.0, deadline - now)
-            mode = "FIRST_COMPLETED" if (launched or (self.backup_tasks and period is None)) else "ALL_COMPLETED"
             try:
-                done, pending = wait(pending, timeout=timeout, return_when=mode)
+                done, pending = wait(pending, timeout=poll,
+                                     return_when="FIRST_COMPLETED" if launched else "ALL_COMPLETED")
             except TimeoutError:
                 done = {f for f in pending if f.done()}
                 pending -= done
+            now = time.perf_counter()
+            if x_future.status != "finished":  # the parameters were lost with their worker
+                raise _EvaluationLost()
             for f in done:
                 i = portion_index(f.key)
                 copies[i] -= 1
@@ -219,21 +256,27 @@ class MegaBatchEvaluator:
                     continue
                 winners[i] = f
                 n_done += 1
+                w = pinned[i]
+                done_by[w] += 1
+                if w is not None and done_by[w] == owned[w]:
+                    finished_at[w] = now
                 if f.key.startswith("sandblaster-backup"):
                     self.stats.backups_won += 1
                 losers = [g for g in pending if portion_index(g.key) == i]
                 if losers:
                     self.client.cancel(losers)
                     pending.difference_update(losers)
+            for i, f in enumerate(winners):  # a finished copy lost with its worker: not a winner after all
+                if f is not None and f.status != "finished":
+                    winners[i] = None
+                    n_done -= 1
+                    done_by[pinned[i]] -= 1
+                    finished_at.pop(pinned[i], None)  # type: ignore[arg-type]
             if n_done == n:
                 break
-            now = time.perf_counter()
-            if period is None and 2 * n_done >= n:
-                # First evaluation, no history: expect about twice the time to half done.
-                period = max(BACKUP_FLOOR_SECONDS, self.backup_slack * 2 * (now - started))
-                deadline = started + period
             orphans = [i for i in range(n) if winners[i] is None and copies[i] == 0]
-            if (deadline is not None and now >= deadline) or orphans:
+            if now >= next_rescue_check or orphans:
+                next_rescue_check = now + RESCUE_CHECK_SECONDS
                 alive = set(self._workers())
                 stranded = [p for p in self.portions
                             if winners[p.index] is None and p.index not in rescued
@@ -242,18 +285,31 @@ class MegaBatchEvaluator:
                     rescued.add(p.index)
                     copies[p.index] += 1
                     pending.add(future)
-                if self.backup_tasks and deadline is not None and now >= deadline:
-                    late = [p for p in self.portions
-                            if winners[p.index] is None and p.index not in backed_up | rescued]
-                    backups = self._launch_backups(late, pending, x_future, e)
-                    for b in backups:
-                        backed_up.add(portion_index(b.key))
-                        copies[portion_index(b.key)] += 1
-                    pending.update(backups)
-                    launched = launched or bool(backups)
-                if deadline is not None and now >= deadline:
-                    deadline = now + period
+            if self.backup_tasks and finished_at:
+                late, idle = self._stragglers(now - started, owned, done_by, finished_at, started, winners, pinned,
+                                              backed_up | rescued)
+                backups = [self._from_store("backup", p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
+                self.stats.backups_launched += len(backups)
+                for b in backups:
+                    backed_up.add(portion_index(b.key))
+                    copies[portion_index(b.key)] += 1
+                pending.update(backups)
+                launched = launched or bool(backups)
         return winners, launched
+
+    def _stragglers(self, elapsed, owned, done_by, finished_at, started, winners, pinned, skip
+                    ) -> tuple[list[Portion], list[str]]:
+        """Outstanding portions of workers much slower than the fastest idle one, and the idle workers."""
+        rates = {w: owned[w] / max(finished_at[w] - started, 1e-9) if w in finished_at else done_by[w] / elapsed
+                 for w in owned}
+        reference = max(rates[w] for w in finished_at)
+        slow = {w for w in owned if w not in finished_at and rates[w] * self.backup_slack < reference}
+        if not slow:
+            return [], []
+        idle = sorted(finished_at, key=lambda w: -rates[w])
+        late = [p for p in reversed(self.portions)  # last queued first: they would finish last
+                if winners[p.index] is None and pinned[p.index] in slow and p.index not in skip]
+        return late, idle
 
     def _from_store(self, kind: str, p: Portion, x_future: Future, e: int, worker: str | None = None) -> Future:
         """A copy of portion ``p`` that reads its rows from Zarr (a backup or a rescue),
@@ -269,20 +325,6 @@ class MegaBatchEvaluator:
     def _rescue(self, portions: list[Portion], x_future: Future, e: int) -> list[Future]:
         """Re-run portions whose worker is gone, from Zarr, on any worker."""
         return [self._from_store("rescue", p, x_future, e) for p in portions]
-
-    def _launch_backups(self, late: list[Portion], pending: set[Future], x_future: Future, e: int) -> list[Future]:
-        """Copy ``late`` portions to workers not busy with this evaluation's outstanding tasks."""
-        if not late:
-            return []
-        processing = self.client.processing()
-        outstanding = {f.key for f in pending}
-        busy = {w for w, keys in processing.items() if outstanding.intersection(keys)}
-        idle = sorted((w for w in processing if w not in busy), key=lambda w: len(processing[w]))
-        if not idle:
-            return []
-        backups = [self._from_store("backup", p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
-        self.stats.backups_launched += len(backups)
-        return backups
 
     # -- other passes over the shards ---------------------------------------------------------
 
