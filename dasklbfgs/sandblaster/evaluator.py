@@ -9,8 +9,11 @@ if the worker holding it is lost.
 
 Backup tasks (ALGORITHMS.md §1, after MapReduce): once a worker has finished its
 portions, the outstanding portions of any worker progressing ``backup_slack`` times slower
-are copied to the idle workers, reading their rows straight from Zarr; whichever copy
+are copied to the idle workers, which fetch the shard from its holder; whichever copy
 finishes first is used and the other is cancelled. Both copies compute the same numbers.
+A helper keeps the shard it fetched, and the next evaluations split that shard's portions
+between the two holders, so work drifts away from a persistent straggler (dynamic load
+balancing). Portions whose worker died are rescued by reading their rows from Zarr.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class MegaBatchEvaluator:
         self.token = uuid.uuid4().hex[:8]
         self.stats = EvaluatorStats()
         self._next_key = 0
+        self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
 
         workers = self._workers()
         n_threads = sum(w["nthreads"] for w in workers.values())
@@ -185,9 +189,17 @@ class MegaBatchEvaluator:
         """
         holders = self.client.who_has(self.shards)
         groups: dict[str | None, list[Portion]] = {}
+        load: Counter[str | None] = Counter()
+        fastest = max(self._speed.values(), default=1.0)
         for p in self.portions:
-            where = holders.get(self.shards[p.shard].key) or (None,)
-            groups.setdefault(sorted(where)[0], []).append(p)
+            where = sorted(holders.get(self.shards[p.shard].key) or (None,))
+            # A shard copied to a second worker by a backup task: run each portion on the
+            # holder that would finish it first at the speeds measured last time, so a
+            # straggler's work drifts to its helpers.
+            rows = p.stop - p.start
+            worker = min(where, key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
+            load[worker] += rows
+            groups.setdefault(worker, []).append(p)
         futures: dict[int, Future] = {}
         pinned: dict[int, str | None] = {}
         for worker, portions in groups.items():
@@ -234,6 +246,8 @@ class MegaBatchEvaluator:
         poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
         next_rescue_check = started + RESCUE_CHECK_SECONDS
         launched = False
+        ran_on: dict[int, str] = {}          # where each backup copy runs
+        winner_ran_on: dict[int, str] = {}   # portions a backup won: its worker
         n_done = 0
         while n_done < n:
             try:
@@ -262,6 +276,7 @@ class MegaBatchEvaluator:
                     finished_at[w] = now
                 if f.key.startswith("sandblaster-backup"):
                     self.stats.backups_won += 1
+                    winner_ran_on[i] = ran_on[i]
                 losers = [g for g in pending if portion_index(g.key) == i]
                 if losers:
                     self.client.cancel(losers)
@@ -288,14 +303,28 @@ class MegaBatchEvaluator:
             if self.backup_tasks and finished_at:
                 late, idle = self._stragglers(now - started, owned, done_by, finished_at, started, winners, pinned,
                                               backed_up | rescued)
-                backups = [self._from_store("backup", p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
+                backups = [self._backup(p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
+                ran_on.update((p.index, idle[j % len(idle)]) for j, p in enumerate(late))
                 self.stats.backups_launched += len(backups)
                 for b in backups:
                     backed_up.add(portion_index(b.key))
                     copies[portion_index(b.key)] += 1
                 pending.update(backups)
                 launched = launched or bool(backups)
+        self._measure_speeds(started, time.perf_counter(), pinned, winner_ran_on, finished_at)
         return winners, launched
+
+    def _measure_speeds(self, started, ended, pinned, winner_ran_on, finished_at) -> None:
+        """Rows per second each worker delivered in this evaluation (placement uses them)."""
+        rows: Counter[str] = Counter()
+        for p in self.portions:
+            worker = winner_ran_on.get(p.index, pinned[p.index])
+            if worker is not None:
+                rows[worker] += p.stop - p.start
+        for worker, n_rows in rows.items():
+            busy = (finished_at[worker] if worker in finished_at and worker not in winner_ran_on.values()
+                    else ended) - started
+            self._speed[worker] = n_rows / max(busy, 1e-9)
 
     def _stragglers(self, elapsed, owned, done_by, finished_at, started, winners, pinned, skip
                     ) -> tuple[list[Portion], list[str]]:
@@ -320,6 +349,17 @@ class MegaBatchEvaluator:
             workers=None if worker is None else [worker],
             allow_other_workers=False,
             pure=False,
+        )
+
+    def _backup(self, p: Portion, x_future: Future, e: int, worker: str) -> Future:
+        """A copy of portion ``p`` on ``worker``, reading its shard from the worker that holds
+        it (one transfer per shard and helper, cheaper than decoding the shard's Zarr chunk
+        again); the helper keeps the copy, and later evaluations share that shard's portions
+        between the two (see :meth:`_submit_primaries`)."""
+        return self.client.submit(
+            portion_loss_grad, self.shards[p.shard], p.local, model=self.model, x=x_future,
+            key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
+            allow_other_workers=False, pure=False,
         )
 
     def _rescue(self, portions: list[Portion], x_future: Future, e: int) -> list[Future]:

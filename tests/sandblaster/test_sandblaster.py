@@ -18,7 +18,7 @@ from dasklbfgs.errors import (
     NonFiniteObjectiveError,
 )
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
-from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 from tests.sandblaster.conftest import load_all
 
 # Test-only model subclasses below travel to the workers by value.
@@ -120,6 +120,27 @@ def test_backup_tasks_beat_a_straggler_with_identical_results(client, datasets) 
     # (compared with each other, not with a clock: the machine may be busy).
     assert without.timing["eval_seconds_median"] > 0.25
     assert per_eval_with < without.timing["eval_seconds_median"]
+    wait_until_quiet(client)
+
+
+def test_work_drifts_away_from_a_persistent_straggler(client, datasets) -> None:
+    """Backups copy the straggler's shards to the helper; later evaluations give the helper
+    more of those portions, so fewer backups are needed, and every sum stays bitwise equal."""
+    data = datasets["logistic"]
+    slow = sorted(client.scheduler_info()["workers"])[1]
+    evaluator = MegaBatchEvaluator(client, SlowOnOneWorker(data.n_features, slow, 0.05, l2=1e-3), data,
+                                   portion_rows=250)
+    x = np.full(data.n_features + 1, 0.1)
+    launched, results = [], []
+    for _ in range(5):
+        before = evaluator.stats.backups_launched
+        results.append(evaluator.evaluate(x))
+        launched.append(evaluator.stats.backups_launched - before)
+    evaluator.close()
+    assert launched[0] > 0 and launched[-1] < launched[0], launched
+    for loss, grad in results[1:]:
+        assert loss == results[0][0]
+        np.testing.assert_array_equal(grad, results[0][1])
     wait_until_quiet(client)
 
 
