@@ -100,6 +100,7 @@ class ShardWriter:
             chunks=(shard_rows, self.n_features),
             dtype=x_dtype,
             compressors=compressors,
+            config={"write_empty_chunks": True},  # every shard's chunk exists: a missing one is damage
             dimension_names=("sample", "feature"),
         )
         self.y = group.create_array(
@@ -108,6 +109,7 @@ class ShardWriter:
             chunks=(shard_rows, *self.y_tail),
             dtype=first_y.dtype if first_y.dtype.kind in "iuf" else np.float64,
             compressors=compressors,
+            config={"write_empty_chunks": True},  # every shard's chunk exists: a missing one is damage
             dimension_names=y_dims,
         )
 
@@ -248,6 +250,7 @@ def write_dataset(
             "n_samples": writer.n_rows,
             "n_features": writer.n_features,
             "shard_rows": shard_rows,
+            "chunks_complete": True,
             "feature_names": list(map(str, feature_names)) if feature_names is not None else None,
             **writer.labels.as_attrs(),
         }
