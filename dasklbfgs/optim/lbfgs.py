@@ -17,7 +17,7 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
-from dasklbfgs.optim.basis import LocalBasis
+from dasklbfgs.optim.basis import GramMatrix, LocalBasis
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
 
@@ -67,10 +67,10 @@ class LBFGSOptions:
 class LBFGSState:
     """Everything needed to continue an L-BFGS run: iterate, gradient, history, counters."""
 
-    x: np.ndarray
+    x: np.ndarray | None  # None when the vectors live elsewhere (a sharded space)
     f: float
-    g: np.ndarray
-    basis: LocalBasis
+    g: np.ndarray | None
+    basis: GramMatrix
     nit: int = 0
     nfev: int = 0
     previous_f: float = math.nan
@@ -86,6 +86,7 @@ def lbfgs_minimize(
     callback: Callable[[OptimizeResult], Any] | None = None,
     state: LBFGSState | None = None,
     on_iteration: Callable[[LBFGSState], None] | None = None,
+    space: Any = None,
 ) -> tuple[OptimizeResult, LBFGSState]:
     """Minimise ``f`` from ``x0`` (or continue from ``state``) with L-BFGS.
 
@@ -104,6 +105,10 @@ def lbfgs_minimize(
         A state from an earlier run to continue from.
     on_iteration
         Called with the state after each completed iteration (for checkpoints).
+    space
+        Where the vectors live, when not in this process (``evaluate``, ``x0`` and
+        ``state`` are then unused): an object like :class:`LocalSpace` whose ``start()``
+        evaluates the starting point and returns ``f``.
 
     Returns
     -------
@@ -121,17 +126,21 @@ def lbfgs_minimize(
     """
     opts = options or LBFGSOptions()
     started = time.perf_counter()
-    if state is None:
-        x = np.array(x0, dtype=np.float64)
-        f, g = evaluate(x)
-        if not (math.isfinite(f) and np.all(np.isfinite(g))):
-            raise NonFiniteObjectiveError(
-                f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
-            )
-        basis = LocalBasis(x.size, opts.history)
-        basis.set_gradient(g)
-        state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
-    status, message = _check_gradient(state, opts)
+    if space is None:
+        if state is None:
+            x = np.array(x0, dtype=np.float64)
+            f, g = evaluate(x)
+            if not (math.isfinite(f) and np.all(np.isfinite(g))):
+                raise NonFiniteObjectiveError(
+                    f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
+                )
+            basis = LocalBasis(x.size, opts.history)
+            basis.set_gradient(g)
+            state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
+        space = LocalSpace(evaluate, state)
+    else:
+        state = LBFGSState(x=None, f=space.start(), g=None, basis=space.basis, nfev=1)
+    status, message = _check_gradient(space, opts)
 
     while status is None:
         if state.nit >= opts.maxiter:
@@ -140,14 +149,14 @@ def lbfgs_minimize(
         if state.nfev >= opts.maxfun:
             status, message = Status.LIMIT, MSG_MAXFUN
             break
-        outcome = _iterate(evaluate, state, opts)
+        outcome = _iterate(space, state, opts)
         if outcome is not None:
             status, message = outcome
             break
         state.history.append({
             "nit": state.nit,
             "fun": state.f,
-            "gnorm": float(np.max(np.abs(state.g))),
+            "gnorm": space.gmax(),
             "step": state.last_step,
             "nfev": state.nfev,
             "time": time.perf_counter() - started,
@@ -156,16 +165,16 @@ def lbfgs_minimize(
             on_iteration(state)
         if callback is not None:
             try:
-                callback(OptimizeResult(x=state.x.copy(), fun=state.f, nit=state.nit))
+                callback(OptimizeResult(x=space.x(), fun=state.f, nit=state.nit))
             except StopIteration:
                 status, message = Status.CALLBACK_STOP, MSG_CALLBACK
                 break
-        status, message = _check_convergence(state, opts)
+        status, message = _check_convergence(space, state, opts)
 
     result = OptimizeResult(
-        x=state.x.copy(),
+        x=space.x(),
         fun=state.f,
-        jac=state.g.copy(),
+        jac=space.g(),
         nit=state.nit,
         nfev=state.nfev,
         njev=state.nfev,
@@ -177,22 +186,68 @@ def lbfgs_minimize(
     return result, state
 
 
-def _check_gradient(state: LBFGSState, opts: LBFGSOptions):
-    if float(np.max(np.abs(state.g))) <= opts.gtol:
+class LocalSpace:
+    """The L-BFGS vectors in this process: ``state.x``, ``state.g`` and ``state.basis``.
+
+    The iteration (:func:`_iterate`) only asks a space for the Gram matrix, to point the
+    search direction along given coefficients, to evaluate ``f`` and ``g . p`` at a trial
+    step, to accept a step, and for ``max |g|``; a space whose vectors live on parameter
+    shards (:class:`dasklbfgs.sandblaster.sharded.ShardedSpace`) answers the same questions
+    with scalars only.
+    """
+
+    def __init__(self, evaluate: Evaluate, state: LBFGSState) -> None:
+        self.evaluate, self.state = evaluate, state
+        self.basis: LocalBasis = state.basis  # type: ignore[assignment]
+        self._p = np.zeros(0)
+        self._trials: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
+
+    def set_direction(self, delta: np.ndarray) -> None:
+        self._p = self.basis.combine(delta)
+        self._trials = {}
+
+    def trial(self, alpha: float) -> tuple[float, float]:
+        x_trial = self.state.x + alpha * self._p
+        f_trial, g_trial = self.evaluate(x_trial)
+        self._trials[alpha] = (x_trial, f_trial, g_trial)
+        return float(f_trial), float(g_trial @ self._p)
+
+    def accept(self, alpha: float) -> float:
+        """Move to the trial point at ``alpha``; store the pair when its curvature is positive."""
+        x_new, f_new, g_new = self._trials[alpha]
+        s, y = x_new - self.state.x, g_new - self.state.g
+        if float(s @ y) > np.finfo(float).eps * float(y @ y):
+            self.basis.push_pair(s, y)
+        self.basis.set_gradient(g_new)
+        self.state.x, self.state.g = x_new, g_new
+        return float(f_new)
+
+    def gmax(self) -> float:
+        return float(np.max(np.abs(self.state.g)))
+
+    def x(self) -> np.ndarray:
+        return self.state.x.copy()
+
+    def g(self) -> np.ndarray:
+        return self.state.g.copy()
+
+
+def _check_gradient(space: Any, opts: LBFGSOptions):
+    if space.gmax() <= opts.gtol:
         return Status.CONVERGED, MSG_GTOL
     return None, ""
 
 
-def _check_convergence(state: LBFGSState, opts: LBFGSOptions):
+def _check_convergence(space: Any, state: LBFGSState, opts: LBFGSOptions):
     f_old, f_new = state.previous_f, state.f
     if (f_old - f_new) <= opts.ftol * max(abs(f_old), abs(f_new), 1.0):
         return Status.CONVERGED, MSG_FTOL
-    return _check_gradient(state, opts)
+    return _check_gradient(space, opts)
 
 
-def _iterate(evaluate: Evaluate, state: LBFGSState, opts: LBFGSOptions):
+def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
     """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
-    basis = state.basis
+    basis = space.basis
     for _attempt in range(2):  # the second try starts over from steepest descent
         gram = basis.gram()
         delta = two_loop_coefficients(gram, basis.k)
@@ -204,15 +259,11 @@ def _iterate(evaluate: Evaluate, state: LBFGSState, opts: LBFGSOptions):
             alpha1 = 1.0 / math.sqrt(-slope)
         else:
             alpha1 = 1.0
-        p = basis.combine(delta)
-        trials: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
+        space.set_direction(delta)
 
         def phi(alpha: float) -> tuple[float, float]:
-            x_trial = state.x + alpha * p
-            f_trial, g_trial = evaluate(x_trial)
             state.nfev += 1
-            trials[alpha] = (x_trial, f_trial, g_trial)
-            return float(f_trial), float(g_trial @ p)
+            return space.trial(alpha)
 
         budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
         search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, max_evals=budget)
@@ -228,13 +279,8 @@ def _iterate(evaluate: Evaluate, state: LBFGSState, opts: LBFGSOptions):
                 )
             return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
         basis.drop_pairs()
-    x_new, f_new, g_new = trials[search.alpha]
-    s, y = x_new - state.x, g_new - state.g
-    if float(s @ y) > np.finfo(float).eps * float(y @ y):
-        basis.push_pair(s, y)
-    basis.set_gradient(g_new)
     state.previous_f = state.f
     state.last_step = search.alpha
-    state.x, state.f, state.g = x_new, float(f_new), g_new
+    state.f = space.accept(search.alpha)
     state.nit += 1
     return None

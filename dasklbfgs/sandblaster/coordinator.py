@@ -29,6 +29,7 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
 from dasklbfgs.sandblaster.checkpoint import load_state, save_state
 from dasklbfgs.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.sandblaster.sharded import ShardedSpace
 from dasklbfgs.sandblaster.standardize import Standardizer, combine_moments
 
 __all__ = ["sandblaster_lbfgs"]
@@ -56,6 +57,8 @@ def sandblaster_lbfgs(
     resume: bool = False,
     eval_data: Any = None,
     eval_every: int = 1,
+    state: str = "local",
+    n_param_shards: int = 2,
 ) -> OptimizeResult:
     """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS on Dask.
 
@@ -93,6 +96,13 @@ def sandblaster_lbfgs(
         A held-out dataset scored every ``eval_every`` iterations (objective and accuracy,
         RMSE or reconstruction error); the scores join the history entries and the
         metrics events, so the dashboard's Training page plots them.
+    state, n_param_shards
+        ``"local"`` keeps the L-BFGS vectors (x, gradient, direction, the ``history`` pairs)
+        in this process. ``"sharded"`` keeps them in slices on ``n_param_shards``
+        actors that do the vector arithmetic; this process holds only the Gram matrix and
+        scalars, and parameters and gradients go from shards to workers and back without
+        passing through it (:mod:`dasklbfgs.sandblaster.sharded`). Same iterates up to
+        rounding. Not yet combined with ``standardize`` or checkpoints.
     resume
         Continue from the checkpoint at ``checkpoint_path`` if there is one: a restarted
         coordinator reaches the same final result as an uninterrupted run. A checkpoint of
@@ -123,6 +133,17 @@ def sandblaster_lbfgs(
         raise ConfigurationError(f"standardize must be True or False, got {standardize!r}")
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
+    if state not in ("local", "sharded"):
+        raise ConfigurationError(f"state must be 'local' or 'sharded', got {state!r}")
+    n_param_shards = check_int(n_param_shards, "n_param_shards")
+    if state == "sharded" and (standardize or checkpoint_path is not None):
+        raise ConfigurationError(
+            "state='sharded' does not combine with standardize=True or checkpoint_path yet; use state='local'"
+        )
+    if state == "sharded" and n_param_shards > model.n_params:
+        raise ConfigurationError(
+            f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
+        )
     if standardize and not isinstance(model, LinearModel):
         raise ConfigurationError(
             f"standardize=True rescales the features of linear models; {model!r} is not one "
@@ -141,9 +162,9 @@ def sandblaster_lbfgs(
         raise ConfigurationError("resume=True needs checkpoint_path")
     config = model_config(model)
     settings = {"standardize": standardize, "history_size": history, "n_samples": n}
-    state = None
+    saved = None
     if resume and os.path.exists(checkpoint_path):
-        state = load_state(checkpoint_path, model_config=config, settings=settings)
+        saved = load_state(checkpoint_path, model_config=config, settings=settings)
 
     def save(current: LBFGSState) -> None:
         if checkpoint_path is not None and current.nit % checkpoint_every == 0:
@@ -154,6 +175,7 @@ def sandblaster_lbfgs(
             active, model, dataset, portion_rows=portion_rows, backup_tasks=backup_tasks
         )
         metrics = MetricsStream(active, "sandblaster")
+        space = None
         try:
             transform = None
             if standardize:
@@ -162,6 +184,9 @@ def sandblaster_lbfgs(
                     *moments, n_outputs=model.n_outputs, fit_intercept=model.fit_intercept,
                     l2=model.l2,
                 )
+
+            if state == "sharded":
+                space = ShardedSpace(active, evaluator, model, n, x_start, history, n_param_shards)
 
             def objective(params: np.ndarray) -> tuple[float, np.ndarray]:
                 loss, sums = evaluator.evaluate(params)
@@ -185,15 +210,16 @@ def sandblaster_lbfgs(
             try:
                 def on_iteration(current: LBFGSState) -> None:
                     if eval_set is not None and current.nit % eval_every == 0:
-                        x = current.x if transform is None else transform.to_params(current.x)
+                        x = space.x() if space is not None else (
+                            current.x if transform is None else transform.to_params(current.x))
                         current.history[-1].update(held_out_metrics(model, x, eval_set))
                     metrics.send(**current.history[-1], n_portions=len(evaluator.portions),
                                  backups_won=evaluator.stats.backups_won)
                     save(current)
 
                 result, final = lbfgs_minimize(
-                    evaluate, theta0, options, callback=user_callback, state=state,
-                    on_iteration=on_iteration,
+                    evaluate, theta0, options, callback=user_callback, state=saved,
+                    on_iteration=on_iteration, space=space,
                 )
                 if checkpoint_path is not None and final.nit % checkpoint_every:
                     # The last iterations since a checkpoint: save the state the run ended in.
@@ -204,12 +230,17 @@ def sandblaster_lbfgs(
                 result.x = transform.to_params(result.x)
                 result.jac = transform.gradient_to_params(result.jac)
         finally:
+            if space is not None:
+                result_bytes = space.bytes_received
+                space.close()
             evaluator.close()
 
     result.timing = {
         "total_seconds": time.perf_counter() - started,
         **evaluator.stats.as_dict(),
     }
+    if state == "sharded":
+        result.timing["coordinator_bytes_received"] = result_bytes
     result.n_portions = len(evaluator.portions)
     result.run_id = metrics.run
     if not result.success:

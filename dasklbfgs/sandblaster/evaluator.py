@@ -32,16 +32,22 @@ from distributed import Client, Future, wait
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.sandblaster.portions import Portion, default_portion_rows, plan_portions
 from dasklbfgs.sandblaster.tasks import (
+    add_sums,
     column_moments,
     load_shard,
     portion_loss_grad,
     portion_loss_grad_from_store,
+    reduce_in_groups,
 )
 
 MAX_ATTEMPTS = 3
 GATHER_TIMEOUT_SECONDS = 5.0
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 class _EvaluationLost(Exception):
@@ -93,6 +99,7 @@ class MegaBatchEvaluator:
         self.stats = EvaluatorStats()
         self._next_key = 0
         self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
+        self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
 
         workers = self._workers()
         n_threads = sum(w["nthreads"] for w in workers.values())
@@ -148,12 +155,8 @@ class MegaBatchEvaluator:
         self.stats.evaluations += 1
         self.stats.eval_seconds.append(time.perf_counter() - started)
 
-        loss = 0.0
-        sums = np.zeros(self.model.n_sums)
-        for part_loss, part_sums in results:  # fixed portion order: deterministic sums
-            loss += part_loss
-            sums += part_sums
-        return loss, sums
+        # Fixed portion order and grouping: the same sums whoever computed which portion.
+        return reduce_in_groups(list(results), add_sums)
 
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
         client, e = self.client, self._next_key
@@ -178,6 +181,25 @@ class MegaBatchEvaluator:
         finally:
             client.cancel([*primaries, x_future])
 
+    def portion_sums(self, x_future: Future) -> list[Future]:
+        """Futures of every portion's ``(loss, sums)`` at the parameters held by
+        ``x_future`` (already on the cluster), in portion order, left on the workers for a
+        reduction that never passes through this process. Backups and rescues as in
+        :meth:`evaluate`; a lost ``x_future`` raises :class:`WorkerLostError`."""
+        e = self._next_key
+        self._next_key += 1
+        started = time.perf_counter()
+        primaries, pinned = self._submit_primaries(x_future, e)
+        try:
+            with self.client.as_current():
+                winners, _ = self._collect(primaries, pinned, x_future, e, started)
+        except _EvaluationLost:
+            self.client.cancel(primaries)
+            raise WorkerLostError("the parameters of an evaluation were lost with their worker") from None
+        self.stats.evaluations += 1
+        self.stats.eval_seconds.append(time.perf_counter() - started)
+        return winners
+
     def _submit_primaries(self, x_future: Future, e: int) -> tuple[list[Future], list[str | None]]:
         """One task per portion, pinned to the worker holding its shard (data affinity).
 
@@ -187,17 +209,17 @@ class MegaBatchEvaluator:
         portions pinned to a worker that dies mid-evaluation are rescued by
         :meth:`_collect`. Returns the futures and the worker each is pinned to.
         """
-        holders = self.client.who_has(self.shards)
+        holders = self._holders()
         groups: dict[str | None, list[Portion]] = {}
         load: Counter[str | None] = Counter()
         fastest = max(self._speed.values(), default=1.0)
         for p in self.portions:
-            where = sorted(holders.get(self.shards[p.shard].key) or (None,))
+            where = holders[p.shard]
             # A shard copied to a second worker by a backup task: run each portion on the
             # holder that would finish it first at the speeds measured last time, so a
             # straggler's work drifts to its helpers.
             rows = p.stop - p.start
-            worker = min(where, key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
+            worker = min(sorted(where, key=str), key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
             load[worker] += rows
             groups.setdefault(worker, []).append(p)
         futures: dict[int, Future] = {}
@@ -206,7 +228,7 @@ class MegaBatchEvaluator:
             # One client.map per worker is one message to the scheduler.
             mapped = self.client.map(
                 portion_loss_grad,
-                [self.shards[p.shard] for p in portions],
+                [holders[p.shard][worker] for p in portions],
                 [p.local for p in portions],
                 model=self.model,
                 x=x_future,
@@ -218,6 +240,33 @@ class MegaBatchEvaluator:
             futures.update(zip((p.index for p in portions), mapped))
             pinned.update((p.index, worker) for p in portions)
         return [futures[p.index] for p in self.portions], [pinned[p.index] for p in self.portions]
+
+    def _holders(self) -> list[dict[str | None, Future]]:
+        """Per shard: worker -> the future holding that shard there (the original, and the
+        copies backup tasks left on helpers). Copies on workers that left are dropped."""
+        keys = [self.shards[i] for i in range(len(self.shards))] + [f for c in self.copies.values() for f in c.values()]
+        where = self.client.who_has(keys)
+        out: list[dict[str | None, Future]] = []
+        for i, shard in enumerate(self.shards):
+            holders: dict[str | None, Future] = {w: shard for w in where.get(shard.key, ())}
+            for w, copy in list(self.copies.get(i, {}).items()):
+                if w in where.get(copy.key, ()):
+                    holders.setdefault(w, copy)
+                else:
+                    self.client.cancel([copy])
+                    del self.copies[i][w]
+            out.append(holders or {None: shard})
+        return out
+
+    def _keep_copy(self, shard: int, worker: str) -> None:
+        """Keep the shard a backup fetched on ``worker`` as a key of its own (a plain
+        replica would be dropped by Dask's memory manager)."""
+        if worker in self.copies.setdefault(shard, {}):
+            return
+        self.copies[shard][worker] = self.client.submit(
+            _same, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-on-{len(self.copies[shard])}",
+            workers=[worker], allow_other_workers=False, pure=False,
+        )
 
     def _collect(self, primaries: list[Future], pinned: list[str | None], x_future: Future, e: int,
                  started: float) -> tuple[list[Future], bool]:
@@ -257,7 +306,9 @@ class MegaBatchEvaluator:
                 done = {f for f in pending if f.done()}
                 pending -= done
             now = time.perf_counter()
-            if x_future.status != "finished":  # the parameters were lost with their worker
+            if x_future.status == "error":
+                x_future.result()  # the task producing the parameters failed: its exception
+            if x_future.status in ("lost", "cancelled"):  # the parameters were lost with their worker
                 raise _EvaluationLost()
             for f in done:
                 i = portion_index(f.key)
@@ -277,6 +328,7 @@ class MegaBatchEvaluator:
                 if f.key.startswith("sandblaster-backup"):
                     self.stats.backups_won += 1
                     winner_ran_on[i] = ran_on[i]
+                    self._keep_copy(self.portions[i].shard, ran_on[i])
                 losers = [g for g in pending if portion_index(g.key) == i]
                 if losers:
                     self.client.cancel(losers)
@@ -316,7 +368,7 @@ class MegaBatchEvaluator:
 
     def _measure_speeds(self, started, ended, pinned, winner_ran_on, finished_at) -> None:
         """Rows per second each worker delivered in this evaluation (placement uses them)."""
-        rows: Counter[str] = Counter()
+        rows: Counter[str] = Counter({w: 0 for w in pinned if w is not None})  # every worker given work
         for p in self.portions:
             worker = winner_ran_on.get(p.index, pinned[p.index])
             if worker is not None:
@@ -324,7 +376,7 @@ class MegaBatchEvaluator:
         for worker, n_rows in rows.items():
             busy = (finished_at[worker] if worker in finished_at and worker not in winner_ran_on.values()
                     else ended) - started
-            self._speed[worker] = n_rows / max(busy, 1e-9)
+            self._speed[worker] = max(n_rows, 1) / max(busy, 1e-9)
 
     def _stragglers(self, elapsed, owned, done_by, finished_at, started, winners, pinned, skip
                     ) -> tuple[list[Portion], list[str]]:
@@ -379,8 +431,9 @@ class MegaBatchEvaluator:
     def close(self) -> None:
         """Release the cached shards from worker memory."""
         if self.shards:
-            self.client.cancel(self.shards)
+            self.client.cancel(self.shards + [f for c in self.copies.values() for f in c.values()])
             self.shards = []
+            self.copies = {}
 
 
 def portion_index(key: str) -> int:

@@ -32,3 +32,27 @@ def column_moments(shard: Shard) -> tuple[int, np.ndarray, np.ndarray]:
     mean = X.mean(axis=0, dtype=np.float64)
     centered = X - mean
     return X.shape[0], mean, np.einsum("ij,ij->j", centered, centered)
+
+
+REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
+
+
+def add_sums(*parts: tuple[float, np.ndarray]) -> tuple[float, np.ndarray]:
+    """Add ``(loss, sums)`` pairs in the order given."""
+    loss, sums = 0.0, np.zeros_like(parts[0][1])
+    for part_loss, part_sums in parts:
+        loss += part_loss
+        sums += part_sums
+    return loss, sums
+
+
+def reduce_in_groups(parts: list[Any], add: Any) -> Any:
+    """Add ``parts`` in a tree of groups of :data:`REDUCE_GROUP`, in portion order.
+
+    The client (``add=add_sums``) and a reduction on the workers (``add`` submitting
+    :func:`add_sums` tasks) associate the additions identically, so both give the same bits.
+    """
+    parts = list(parts)
+    while len(parts) > 1:
+        parts = [add(*parts[i : i + REDUCE_GROUP]) for i in range(0, len(parts), REDUCE_GROUP)]
+    return parts[0]

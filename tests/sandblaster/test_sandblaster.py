@@ -61,7 +61,10 @@ def test_standardize_cuts_iterations_and_keeps_the_optimum(client, datasets) -> 
     assert scaled.success
     assert scaled.fun == pytest.approx(ref.fun, rel=1e-8)
     assert plain.nit >= 5 * scaled.nit
-    np.testing.assert_allclose(scaled.x, plain.x, rtol=1e-4, atol=1e-6)
+    # Both stop near the optimum; on this 4-decade problem the unscaled run's last digits
+    # depend on rounding, so its tolerance is looser.
+    np.testing.assert_allclose(scaled.x, ref.x, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(plain.x, ref.x, rtol=1e-3, atol=1e-5)
 
 
 def test_bitwise_identical_with_one_or_two_workers_and_with_backups(client, datasets) -> None:

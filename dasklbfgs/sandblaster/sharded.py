@@ -1,0 +1,221 @@
+"""Sharded L-BFGS state: the coordinator never holds the parameters (ALGORITHMS.md §1, §2).
+
+Every d-length vector L-BFGS uses -- the iterate ``x``, the gradient ``g``, the search
+direction ``p``, the trial point and its gradient, and the ``m`` pairs ``(s, y)`` -- lives
+in slices on :class:`VectorShard` actors. The coordinator (:class:`ShardedSpace`) keeps
+only the ``(2m+1)^2`` Gram matrix and scalars:
+
+* the direction: the coordinator computes the two-loop coefficients from the Gram matrix
+  and sends those ``2k+1`` numbers; each shard forms its slice of ``p``;
+* a trial step ``alpha``: an ``assemble_trial`` task on a worker asks every shard for its
+  slice of ``x + alpha p`` and joins them; the portion tasks read the parameters from that
+  task's result, their partial sums are added on the workers (the same grouping as the
+  local mode, :func:`~dasklbfgs.sandblaster.tasks.reduce_in_groups`), and a
+  ``finish_trial`` task hands each shard its slice of the gradient; only ``f`` and
+  ``g . p`` (summed from the shards' partial dot products) come back;
+* accepting a step: the shards form ``s`` and ``y`` and return partial dot products with
+  the stored pairs, which the coordinator adds into the Gram matrix.
+
+So what reaches the coordinator per iteration does not grow with the number of
+parameters (:attr:`ShardedSpace.bytes_received` counts it).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+from distributed import Client
+
+from dasklbfgs.errors import NonFiniteObjectiveError
+from dasklbfgs.optim.basis import GramMatrix
+from dasklbfgs.sandblaster.tasks import add_sums, reduce_in_groups
+
+__all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
+
+
+def vector_bounds(n: int, n_shards: int) -> list[tuple[int, int]]:
+    edges = [n * i // n_shards for i in range(n_shards + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+class VectorShard:
+    """Slice ``[start, stop)`` of every L-BFGS vector, and the vector arithmetic on it."""
+
+    index: int = 0
+
+    def __init__(self, index: int, start: int, stop: int, x: np.ndarray, m: int) -> None:
+        n = stop - start
+        self.index, self.start, self.stop, self.m = index, start, stop, m
+        self.x = np.array(x, dtype=np.float64)
+        self.g = np.zeros(n)
+        self.p = np.zeros(n)
+        self.x_trial = self.x.copy()
+        self.g_trial = np.zeros(n)
+        self.S = np.zeros((m, n))
+        self.Y = np.zeros((m, n))
+        self.k = 0
+
+    async def trial_params(self, alpha: float | None) -> np.ndarray:
+        """This slice of ``x + alpha p`` (``None``: of ``x``), remembered as the trial point."""
+        self.x_trial = self.x.copy() if alpha is None else self.x + alpha * self.p
+        return self.x_trial
+
+    async def set_trial_gradient(self, g: np.ndarray) -> float:
+        """Store this slice of the trial point's gradient; return its part of ``g . p``."""
+        self.g_trial = np.asarray(g, dtype=np.float64)
+        return float(self.g_trial @ self.p)
+
+    async def set_direction(self, delta: np.ndarray, k: int) -> None:
+        """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""
+        if k != self.k:
+            raise RuntimeError(f"vector shard {self.index} holds {self.k} pairs, the coordinator {k}")
+        self.p = delta[:k] @ self.S[:k] + delta[k : 2 * k] @ self.Y[:k] + delta[2 * k] * self.g
+
+    async def curvature(self) -> np.ndarray:
+        """Parts of ``s . y`` and ``y . y`` for the trial step."""
+        s, y = self.x_trial - self.x, self.g_trial - self.g
+        return np.array([s @ y, y @ y])
+
+    async def accept(self, push: bool) -> dict[str, Any]:
+        """Move to the trial point (storing the pair when ``push``); return the partial dot
+        products the Gram matrix needs and this slice's ``max |g|``."""
+        out: dict[str, Any] = {}
+        if push:
+            s, y = self.x_trial - self.x, self.g_trial - self.g
+            if self.k == self.m:
+                self.S[:-1], self.Y[:-1] = self.S[1:], self.Y[1:]
+                self.k = self.m - 1
+            k = self.k
+            self.S[k], self.Y[k] = s, y
+            self.k = k + 1
+            S, Y = self.S[: k + 1], self.Y[: k + 1]
+            out["pair"] = np.concatenate([S @ s, Y @ s, S @ y, Y @ y])
+        self.x, self.g = self.x_trial.copy(), self.g_trial.copy()
+        return {**out, **self._gradient_dots()}
+
+    async def take_first_point(self) -> dict[str, Any]:
+        """Take the first evaluated point (``alpha=None``) as the iterate."""
+        self.x, self.g = self.x_trial.copy(), self.g_trial.copy()
+        return self._gradient_dots()
+
+    def _gradient_dots(self) -> dict[str, Any]:
+        k, g = self.k, self.g
+        return {"grad": np.concatenate([self.S[:k] @ g, self.Y[:k] @ g, [g @ g]]),
+                "gmax": float(np.max(np.abs(g))) if g.size else 0.0}
+
+    async def drop_pairs(self) -> None:
+        self.k = 0
+
+    async def get(self, name: str) -> np.ndarray:
+        """This slice of ``x`` or ``g`` (for the final result)."""
+        return getattr(self, {"x": "x", "g": "g"}[name]).copy()
+
+
+def assemble_trial(shards: list[Any], alpha: float | None) -> np.ndarray:
+    """On a worker: the parameters ``x + alpha p``, joined from the shards' slices."""
+    calls = [s.trial_params(alpha) for s in shards]
+    return np.concatenate([c.result() for c in calls])
+
+
+def finish_trial(model: Any, params: np.ndarray, n: int, bounds: list[tuple[int, int]], shards: list[Any],
+                 total: tuple[float, np.ndarray]) -> tuple[float, float]:
+    """On a worker: the objective from the added sums; each shard gets its slice of the
+    gradient and answers with its part of ``g . p``. Returns ``(f, g . p)``."""
+    f, g = model.objective_from_sums(params, total[0], total[1], n)
+    calls = [s.set_trial_gradient(g[a:b]) for s, (a, b) in zip(shards, bounds)]
+    return float(f), float(sum(c.result() for c in calls))
+
+
+class ShardedSpace:
+    """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
+
+    def __init__(self, client: Client, evaluator: Any, model: Any, n_samples: int, x0: np.ndarray,
+                 m: int, n_shards: int) -> None:
+        self.client, self.evaluator, self.model, self.n = client, evaluator, model, n_samples
+        self.bounds = vector_bounds(model.n_params, n_shards)
+        workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
+        self._futures = [
+            client.submit(VectorShard, i, a, b, x0[a:b], m, actor=True, pure=False,
+                          workers=None if workers[0] is None else [workers[i % len(workers)]])
+            for i, (a, b) in enumerate(self.bounds)
+        ]
+        self.shards = [f.result() for f in self._futures]
+        self.basis = GramMatrix(m)
+        self.bytes_received = 0  # what reached this process from shards and tasks
+        self._gmax = np.inf
+        self._last: tuple[float | None, float] | None = None  # (alpha, f) of the last trial
+
+    def _receive(self, value: Any) -> Any:
+        self.bytes_received += len(pickle.dumps(value, protocol=5))
+        return value
+
+    def _on_shards(self, method: str, *args: Any) -> list[Any]:
+        calls = [getattr(s, method)(*args) for s in self.shards]
+        return [self._receive(c.result()) for c in calls]
+
+    def _evaluate(self, alpha: float | None) -> tuple[float, float]:
+        client = self.client
+        params = client.submit(assemble_trial, self.shards, alpha, pure=False)
+        parts = self.evaluator.portion_sums(params)
+        total = reduce_in_groups(parts, lambda *ps: client.submit(add_sums, *ps, pure=False))
+        finish = client.submit(finish_trial, self.model, params, self.n, self.bounds, self.shards, total, pure=False)
+        f, gp = self._receive(finish.result())
+        for future in {params, *parts, total, finish}:
+            future.release()
+        self._last = (alpha, f)
+        return f, gp
+
+    def _take_gradient(self, replies: list[dict[str, Any]]) -> None:
+        k = self.basis.k
+        grad = np.sum([r["grad"] for r in replies], axis=0)
+        self.basis.set_gradient_dots(grad[:k], grad[k : 2 * k], float(grad[2 * k]))
+        self._gmax = max(r["gmax"] for r in replies)
+
+    # -- what lbfgs_minimize asks of a space ---------------------------------------------
+
+    def start(self) -> float:
+        f, _ = self._evaluate(None)
+        self._take_gradient(self._on_shards("take_first_point"))
+        if not (np.isfinite(f) and np.isfinite(self._gmax)):
+            raise NonFiniteObjectiveError(
+                f"the objective at x0 is not finite (f = {f}); check the data scale and x0")
+        return f
+
+    def set_direction(self, delta: np.ndarray) -> None:
+        if self.basis.k == 0:
+            self._on_shards("drop_pairs")  # mirror a restart from steepest descent
+        self._on_shards("set_direction", np.asarray(delta, dtype=np.float64), self.basis.k)
+
+    def trial(self, alpha: float) -> tuple[float, float]:
+        return self._evaluate(alpha)
+
+    def accept(self, alpha: float) -> float:
+        if self._last is None or self._last[0] != alpha:
+            raise RuntimeError(f"step {alpha} is not the last trial evaluated ({self._last})")
+        sy, yy = np.sum(self._on_shards("curvature"), axis=0)
+        push = bool(sy > np.finfo(float).eps * yy)
+        if push:
+            self.basis.make_room()
+        replies = self._on_shards("accept", push)
+        if push:
+            k = self.basis.k
+            pair = np.sum([r["pair"] for r in replies], axis=0).reshape(4, k + 1)
+            self.basis.add_pair(*pair)
+        self._take_gradient(replies)
+        return self._last[1]
+
+    def gmax(self) -> float:
+        return float(self._gmax)
+
+    def x(self) -> np.ndarray:
+        """The iterate, gathered from the shards (only for callbacks and the final result)."""
+        return np.concatenate([c.result() for c in [s.get("x") for s in self.shards]])
+
+    def g(self) -> np.ndarray:
+        return np.concatenate([c.result() for c in [s.get("g") for s in self.shards]])
+
+    def close(self) -> None:
+        self.client.cancel(self._futures)
+        self.shards = []
