@@ -61,8 +61,8 @@ def run_one(width: int, mode: str, iterations: int, data_dir: Path) -> dict:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--widths", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--widths", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000, 10_000_000])
+    parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     parser.add_argument("--one", nargs=2, metavar=("WIDTH", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,6 +73,20 @@ def test_cli_trains_against_the_scheduler_file(deployment) -> None:
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["success"] and report["test"]["accuracy"] > 0.6
+
+
+def test_a_pipeline_runs_against_the_scheduler_file(deployment) -> None:
+    scheduler_file, root = deployment
+    config = Path(__file__).resolve().parents[1] / "pipelines" / "digits-softmax.yaml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dasklbfgs.cli", "run", str(config), "--scheduler-file", str(scheduler_file),
+         "--output", str(root / "reports"), "--set", "train.maxiter=30", "--quiet"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # 1: stopped at maxiter, reported as such
+    metrics = json.loads((root / "reports" / "digits-softmax" / "metrics.json").read_text())
+    assert metrics["test"]["accuracy"] > 0.85
+    assert (root / "reports" / "digits-softmax" / "curves.png").exists()
 
 
 def test_python_api_and_environment_variable(deployment, monkeypatch) -> None:

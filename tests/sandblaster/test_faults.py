@@ -14,7 +14,7 @@ import pytest
 
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.models import Logistic
-from dasklbfgs.sandblaster import MegaBatchEvaluator
+from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -48,3 +48,34 @@ def test_evaluation_survives_a_killed_worker_bitwise(tmp_path, backup_tasks) -> 
         assert loss == undisturbed[0]
         np.testing.assert_array_equal(grad, undisturbed[1])
         evaluator.close()
+
+
+class PausingLogistic(Logistic):
+    """20 ms per portion: an L-BFGS run long enough to kill a worker in the middle."""
+
+    def loss_grad_sum(self, params, X, y):
+        time.sleep(0.02)
+        return super().loss_grad_sum(params, X, y)
+
+
+def test_a_whole_run_survives_a_killed_worker_bitwise(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(2400, 4))
+    data = ShardedDataset.create(tmp_path / "d", X, (X @ [1.0, -1.0, 0.5, 0.0] > 0).astype(np.int64),
+                                 shard_rows=300)
+    model = PausingLogistic(4, l2=1e-2)
+    with connect(n_workers=2, dashboard_address=None) as client:
+        undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150)
+        killed = {}
+
+        def kill_at_iteration_3(intermediate):
+            if intermediate.nit == 3 and not killed:
+                victim = sorted(client.scheduler_info()["workers"])[0]
+                killed["pid"] = client.run(os.getpid, workers=[victim])[victim]
+                os.kill(killed["pid"], signal.SIGKILL)
+
+        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150,
+                                      callback=kill_at_iteration_3)
+    assert killed and disturbed.nit == undisturbed.nit
+    np.testing.assert_array_equal(disturbed.x, undisturbed.x)
+    assert disturbed.fun == undisturbed.fun
