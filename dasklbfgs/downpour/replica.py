@@ -81,6 +81,14 @@ def _results(calls: list[Any]) -> list[Any]:
         raise _ShardsLost(str(exc)) from exc
 
 
+def _replacements(replica: int, directory: ShardDirectory | None, generation: int, lost: _ShardsLost
+                  ) -> tuple[int, list[Any]]:
+    """The shard handles published after ``generation`` (the coordinator re-creates lost shards)."""
+    if directory is None:
+        raise RuntimeError(f"replica {replica} lost a parameter shard: {lost}") from lost.__cause__
+    return directory.current(newer_than=generation)
+
+
 def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any] | None,
                 bounds: list[tuple[int, int]], config: ReplicaConfig, first_epoch: int = 0,
                 directory: ShardDirectory | None = None) -> dict[str, Any]:
@@ -114,8 +122,13 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     stop: str | None = None
     params = np.zeros(model.n_params)
     versions: list[int] = [0] * len(shards)
-    done_before = max(s.get(replica, 0) for s in
-                      (st["steps_by_replica"] for st in _results([sh.stats() for sh in shards])))
+    while True:  # a shard may die before this replica (re)starts: wait for its replacement
+        try:
+            done_before = max(st["steps_by_replica"].get(replica, 0)
+                              for st in _results([sh.stats() for sh in shards]))
+            break
+        except _ShardsLost as lost:
+            generation, shards = _replacements(replica, directory, generation, lost)
     first_step = max(first_epoch * batches.per_epoch, done_before)
 
     def rows_ahead(step: int) -> np.ndarray | None:
@@ -207,9 +220,7 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
                 if stop:
                     break
         except _ShardsLost as lost:
-            if directory is None:
-                raise RuntimeError(f"replica {replica} lost a parameter shard: {lost}") from lost.__cause__
-            generation, shards = directory.current(newer_than=generation)
+            generation, shards = _replacements(replica, directory, generation, lost)
             reconnects += 1
             drop_accrued()
             in_flight, need_fetch = None, True
