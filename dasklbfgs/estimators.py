@@ -27,6 +27,7 @@ from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.sharded import unpack_xarray
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
+from dasklbfgs.models._kernels import softmax_rows
 
 __all__ = ["LogisticRegression", "LinearRegression", "MLPClassifier"]
 
@@ -97,6 +98,7 @@ class _ShardedEstimator(BaseEstimator):
                         f"class labels in {str(X.path)!r} must be 0..K-1 to fit from a ShardedDataset, "
                         f"got {classes.tolist()[:10]}; fit from arrays to map any labels"
                     )
+            self._check_classes(classes)
             return X, None, classes
         X, y, _ = unpack_xarray(X, y)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier)
@@ -104,6 +106,7 @@ class _ShardedEstimator(BaseEstimator):
         if classifier:
             check_classification_targets(y)
             classes, y = np.unique(y, return_inverse=True)
+            self._check_classes(classes)
         folder = Path(tempfile.mkdtemp(prefix="dasklbfgs-fit-"))
         try:
             shard_rows = self.shard_rows or max(1, -(-X.shape[0] // 8))
@@ -112,6 +115,13 @@ class _ShardedEstimator(BaseEstimator):
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return data, folder, classes
+
+    def _check_classes(self, classes: np.ndarray | None) -> None:
+        """A classifier needs two classes or more (checked before any data is written)."""
+        if classes is not None and len(classes) < 2:
+            raise InvalidDataError(
+                f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
+            )
 
     def _decision(self, X: Any) -> np.ndarray:
         check_is_fitted(self)
@@ -175,10 +185,6 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
             raise ConfigurationError(f"C must be a positive number, got {self.C!r}")
         data, folder, classes = self._fit_data(X, y, classifier=True)
         try:
-            if len(classes) < 2:
-                raise InvalidDataError(
-                    f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
-                )
             l2 = 0.0 if np.isinf(self.C) else 1.0 / (self.C * data.n_samples)
             d = data.n_features
             if len(classes) == 2:
@@ -204,9 +210,7 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         if scores.shape[1] == 1:
             p1 = np.exp(-np.logaddexp(0.0, -scores[:, 0]))
             return np.column_stack([1.0 - p1, p1])
-        scores = scores - scores.max(axis=1, keepdims=True)
-        p = np.exp(scores)
-        return p / p.sum(axis=1, keepdims=True)
+        return softmax_rows(scores)
 
     def predict_log_proba(self, X: Any) -> np.ndarray:
         return np.log(self.predict_proba(X))
@@ -308,10 +312,6 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
         self._model(1, 2)  # hidden_layer_sizes and activation, before any data is written
         data, folder, classes = self._fit_data(X, y, classifier=True)
         try:
-            if len(classes) < 2:
-                raise InvalidDataError(
-                    f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
-                )
             model = self._model(data.n_features, len(classes), self.alpha / data.n_samples)
             seed = 0 if self.random_state is None else self.random_state
             result = self._solve(model, data, x0=model.init_params(seed))

@@ -69,3 +69,10 @@ def softmax_link(z: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
     p /= total
     p[rows, labels] -= 1.0
     return loss, p
+
+
+def softmax_rows(z: np.ndarray) -> np.ndarray:
+    """Row-wise softmax of scores ``z`` (n, K), shifted by the row max: no overflow."""
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    return p / p.sum(axis=1, keepdims=True)

@@ -28,6 +28,20 @@ class Layout:
         return {name: vector[a:b].reshape(self.shapes[name]) for name, (a, b) in self.offsets.items()}
 
 
+def weight_decay(layout: Layout, params: np.ndarray, l2: float, names: list[str] | tuple[str, ...]
+                 ) -> tuple[float, np.ndarray]:
+    """``(l2 / 2) sum ||W||^2`` over the named weight matrices, and its gradient."""
+    grad = np.zeros(layout.size)
+    if l2 == 0.0:
+        return 0.0, grad
+    views, gviews = layout.views(params), layout.views(grad)
+    value = 0.0
+    for name in names:
+        value += float(np.einsum("ij,ij->", views[name], views[name]))
+        gviews[name][...] = l2 * views[name]
+    return 0.5 * l2 * value, grad
+
+
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     # 1 / (1 + e^-z) = (1 + tanh(z / 2)) / 2: no overflow for any z.
     z *= 0.5

@@ -29,7 +29,7 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows
-from dasklbfgs.models._layers import ACTIVATIONS, Layout, init_weights, seed_or_default
+from dasklbfgs.models._layers import ACTIVATIONS, Layout, init_weights, seed_or_default, weight_decay
 from dasklbfgs.models.base import Model, check_l2
 
 __all__ = ["SparseAutoencoder"]
@@ -121,15 +121,7 @@ class SparseAutoencoder(Model):
         return loss, sums
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
-        grad = np.zeros(self.n_params)
-        if self.l2 == 0.0:
-            return 0.0, grad
-        views, gviews = self.layout.views(params), self.layout.views(grad)
-        value = 0.0
-        for name in ("W1", "W2"):
-            value += float(np.einsum("ij,ij->", views[name], views[name]))
-            gviews[name][...] = self.l2 * views[name]
-        return 0.5 * self.l2 * value, grad
+        return weight_decay(self.layout, params, self.l2, ("W1", "W2"))
 
     def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
         """Mean reconstruction loss + weight decay + the KL penalty at ``rho_hat`` of all n rows."""

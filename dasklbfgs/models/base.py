@@ -18,7 +18,9 @@ import numpy as np
 
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 
-__all__ = ["Model", "check_l2"]
+from dasklbfgs.models._kernels import softmax_rows
+
+__all__ = ["Model", "SoftmaxOutput", "check_l2"]
 
 
 def check_l2(l2: Any, name: str = "l2") -> float:
@@ -118,3 +120,15 @@ class Model:
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, repr(self._config())))
+
+
+class SoftmaxOutput:
+    """Prediction for models whose ``decision_function(params, X)`` gives class scores (n, K)."""
+
+    decision_function: Any
+
+    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        return softmax_rows(self.decision_function(params, X))
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        return np.argmax(self.decision_function(params, X), axis=1)

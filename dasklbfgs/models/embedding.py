@@ -24,8 +24,8 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ModelDataMismatchError
 from dasklbfgs.models._kernels import softmax_link
-from dasklbfgs.models._layers import Layout, init_weights, seed_or_default
-from dasklbfgs.models.base import Model, check_l2
+from dasklbfgs.models._layers import Layout, init_weights, seed_or_default, weight_decay
+from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 
 __all__ = ["EmbeddingLM", "RowTable"]
 
@@ -45,7 +45,7 @@ class RowTable(NamedTuple):
         return self.offset + self.n_rows * self.width
 
 
-class EmbeddingLM(Model):
+class EmbeddingLM(SoftmaxOutput, Model):
     """Context word embeddings -> tanh hidden layer -> softmax over the vocabulary.
 
     Parameters
@@ -140,29 +140,14 @@ class EmbeddingLM(Model):
         return loss, grad
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
-        grad = np.zeros(self.n_params)
-        if self.l2 == 0.0:
-            return 0.0, grad
-        views, gviews = self.layout.views(params), self.layout.views(grad)
-        value = 0.0
-        for name in ("W1", "W2"):
-            value += float(np.einsum("ij,ij->", views[name], views[name]))
-            gviews[name][...] = self.l2 * views[name]
-        return 0.5 * self.l2 * value, grad
+        return weight_decay(self.layout, params, self.l2, ("W1", "W2"))
 
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         views = self.layout.views(np.asarray(params, dtype=np.float64))
         _, h = self._hidden(views, self._ids(X))
         return h @ views["W2"] + views["b2"]
 
-    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        z = self.decision_function(params, X)
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return p / p.sum(axis=1, keepdims=True)
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return np.argmax(self.decision_function(params, X), axis=1)
 
     def check_data(self, data: Any) -> None:
         super().check_data(data)

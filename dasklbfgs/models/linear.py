@@ -21,7 +21,7 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
-from dasklbfgs.models.base import Model, check_l2
+from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
@@ -152,7 +152,7 @@ class Logistic(LinearModel):
         self._check_class_labels(data, 2)
 
 
-class Softmax(LinearModel):
+class Softmax(SoftmaxOutput, LinearModel):
     """Multinomial logistic regression, labels 0..K-1: per-sample loss -log softmax(z)_y."""
 
     name = "softmax"
@@ -166,14 +166,7 @@ class Softmax(LinearModel):
     def n_classes(self) -> int:
         return self.n_outputs
 
-    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        z = self.decision_function(params, X)
-        z = z - z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return p / p.sum(axis=1, keepdims=True)
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return np.argmax(self.decision_function(params, X), axis=1)
 
     def _check_labels(self, data: Any) -> None:
         self._check_class_labels(data, self.n_classes)

@@ -20,8 +20,8 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, softmax_link
-from dasklbfgs.models._layers import ACTIVATIONS, Layout, check_activation, init_weights, seed_or_default
-from dasklbfgs.models.base import Model, check_l2
+from dasklbfgs.models._layers import ACTIVATIONS, Layout, check_activation, init_weights, seed_or_default, weight_decay
+from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 
 __all__ = ["MLP"]
 
@@ -34,7 +34,7 @@ def _check_hidden(hidden: Any) -> tuple[int, ...]:
     return tuple(check_int(h, f"hidden[{i}]") for i, h in enumerate(hidden))
 
 
-class MLP(Model):
+class MLP(SoftmaxOutput, Model):
     """A multi-layer perceptron classifier, labels 0..K-1.
 
     Parameters
@@ -121,16 +121,7 @@ class MLP(Model):
         return loss, grad
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
-        grad = np.zeros(self.n_params)
-        if self.l2 == 0.0:
-            return 0.0, grad
-        views, gviews = self.layout.views(params), self.layout.views(grad)
-        value = 0.0
-        for l in range(self.n_layers):
-            W = views[f"W{l}"]
-            value += float(np.einsum("ij,ij->", W, W))
-            gviews[f"W{l}"][...] = self.l2 * W
-        return 0.5 * self.l2 * value, grad
+        return weight_decay(self.layout, params, self.l2, [f"W{l}" for l in range(self.n_layers)])
 
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Class logits, (n, K)."""
@@ -139,14 +130,7 @@ class MLP(Model):
         W, b = layers[-1]
         return self._forward(layers, X)[-1] @ W + b
 
-    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        z = self.decision_function(params, X)
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return p / p.sum(axis=1, keepdims=True)
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return np.argmax(self.decision_function(params, X), axis=1)
 
     def _check_labels(self, data: Any) -> None:
         self._check_class_labels(data, self.n_classes)
