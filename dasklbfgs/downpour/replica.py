@@ -114,7 +114,7 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
         raise ValueError("run_replica needs shards or a directory to find them in")
     X, y = data.load_rows(*rows)
     batches = _Batches(X.shape[0], config, replica)
-    wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None)
+    wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
     accrued = np.zeros(model.n_params)
     touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
     accrued_steps, accrued_loss = 0, 0.0

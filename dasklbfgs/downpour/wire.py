@@ -101,10 +101,13 @@ class ShardLayout:
 
 
 class Wire:
-    """The replica's side: encode pushes, decode fetches, for dense or row-sparse transfer."""
+    """The replica's side: encode pushes, decode fetches, for dense or row-sparse transfer.
 
-    def __init__(self, bounds: list[tuple[int, int]], dtype: str, table: Any = None) -> None:
-        self.bounds, self.dtype, self.table = bounds, dtype, table
+    ``copy=True`` makes dense payloads copies of the accrued gradient (needed when a push
+    stays in flight while the replica accrues the next one)."""
+
+    def __init__(self, bounds: list[tuple[int, int]], dtype: str, table: Any = None, *, copy: bool = False) -> None:
+        self.bounds, self.dtype, self.table, self.copy = bounds, dtype, table, copy
         self.sparse = table is not None
         self.layouts = [ShardLayout(a, b, table) for a, b in bounds]
 
@@ -121,7 +124,8 @@ class Wire:
     def payloads(self, accrued: np.ndarray, rows: np.ndarray | None) -> list[Any]:
         """Per shard: the slice (dense) or the touched rows and the dense rest (sparse)."""
         if not self.sparse or rows is None:
-            wire = accrued.astype(self.dtype)  # a copy: the caller may reuse accrued while this is in flight
+            # ``copy``: the caller reuses ``accrued`` while the push is still in flight.
+            wire = accrued.astype(self.dtype, copy=self.copy)
             return [wire[a:b] for a, b in self.bounds]
         return [layout.values(accrued[a:b], local, self.dtype)
                 for (a, b), layout, local in zip(self.bounds, self.layouts, self.split_rows(rows))]
