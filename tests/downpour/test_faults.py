@@ -96,3 +96,17 @@ def test_without_a_checkpoint_a_lost_shard_is_a_clear_error(cluster, data) -> No
                                               r"be restored without a checkpoint; pass checkpoint_path"):
         downpour_sgd(SlowSoftmax(10, 3), data["train"], client=cluster, callback=kill_at(cluster, 50, 1, killed),
                      **{**KW, "eval_every": None})
+
+
+def test_a_replica_waiting_for_a_shard_that_never_comes_gets_a_clear_error(client) -> None:
+    from dasklbfgs.downpour.directory import ShardDirectory
+
+    directory = ShardDirectory("downpour-test-directory", 1, client)
+    future = client.submit(lambda: 1, pure=False)
+    directory.publish([future], 0)
+    try:
+        with pytest.raises(WorkerLostError, match=r"parameter shards of 'downpour-test-directory' were lost "
+                                                  r"and not re-created within 0 s"):
+            directory.current(newer_than=0, timeout=0.3)
+    finally:
+        directory.delete()
