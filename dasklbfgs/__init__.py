@@ -1,4 +1,5 @@
-"""dasklbfgs: DistBelief's Sandblaster L-BFGS and Downpour SGD on Dask.
+"""dasklbfgs: DistBelief's Sandblaster L-BFGS and Downpour SGD on Dask, and their peers
+(synchronous all-reduce SGD, elastic averaging, gossip, neighbour exchange).
 
 Data lives in sharded Zarr datasets (:class:`ShardedDataset`); everything is scheduled by
 the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`connect`).
@@ -7,7 +8,7 @@ the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`
 from dasklbfgs import errors
 from dasklbfgs.cluster import connect
 from dasklbfgs.data import ShardedDataset, make_dataset
-from dasklbfgs.downpour import downpour_sgd
+from dasklbfgs.downpour import downpour_sgd, easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 
@@ -18,6 +19,10 @@ __all__ = [
     "MLP",
     "SparseAutoencoder",
     "downpour_sgd",
+    "easgd",
+    "gossip_sgd",
+    "neighbour_sgd",
+    "sync_sgd",
     "ShardedDataset",
     "Softmax",
     "connect",

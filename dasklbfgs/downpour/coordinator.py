@@ -23,11 +23,12 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.cluster import resolve_client
-from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.downpour.directory import ShardDirectory
-from dasklbfgs.downpour.replica import ReplicaConfig, replica_rows, run_replica
+from dasklbfgs.downpour.replica import ReplicaConfig, run_replica
+from dasklbfgs.downpour.run_checks import check_replica_run
 from dasklbfgs.downpour.shard import ParameterShard
+from dasklbfgs.downpour.watch import Progress, watch
 from dasklbfgs.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.events import MetricsStream
@@ -125,38 +126,21 @@ def downpour_sgd(
         ``stats`` (updates/s, examples/s, staleness histogram, bytes moved, pushes per
         shard and steps per replica).
     """
-    dataset = as_dataset(data)
-    model.check_data(dataset)
-    n_replicas = check_int(n_replicas, "n_replicas")
+    checked = check_replica_run(model, data, n_replicas=n_replicas, batch_size=batch_size, epochs=epochs,
+                                max_steps=max_steps, eval_data=eval_data, eval_every=eval_every)
+    dataset, rows, batch_size, epochs = checked.dataset, checked.rows, checked.batch_size, checked.epochs
+    max_steps, eval_set, eval_every = checked.max_steps, checked.eval_set, checked.eval_every
     n_param_shards = check_int(n_param_shards, "n_param_shards")
-    batch_size = check_int(batch_size, "batch_size")
     n_fetch, n_push = check_int(n_fetch, "n_fetch"), check_int(n_push, "n_push")
-    epochs = check_int(epochs, "epochs")
-    if max_steps is not None:
-        max_steps = check_int(max_steps, "max_steps")
     if n_param_shards > model.n_params:
         raise ConfigurationError(
             f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
-        )
-    rows = replica_rows(dataset.n_samples, n_replicas)
-    smallest = min(b - a for a, b in rows)
-    if batch_size > smallest:
-        raise ConfigurationError(
-            f"batch_size ({batch_size}) is larger than a replica's data ({smallest} rows with "
-            f"{n_replicas} replicas over {dataset.n_samples} rows)"
         )
     rule = make_rule(optimizer, learning_rate=learning_rate)
     if wire_dtype not in ("float64", "float32"):
         raise ConfigurationError(f"wire_dtype must be 'float64' or 'float32', got {wire_dtype!r}")
     if local_learning_rate is None:
         local_learning_rate = 0.0 if optimizer == "adagrad" else rule.hyper["learning_rate"]
-    if eval_every is not None:
-        eval_every = check_int(eval_every, "eval_every")
-        if eval_data is None:
-            raise ConfigurationError("eval_every needs eval_data")
-    eval_set = as_dataset(eval_data) if eval_data is not None else None
-    if eval_set is not None:
-        model.check_data(eval_set)
     if checkpoint_every is not None:
         checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
     if (checkpoint_every is not None or resume) and checkpoint_path is None:
@@ -333,61 +317,12 @@ class _DownpourRun:
             self.shard_calls("stop_at", max_steps)
             if self.start_steps >= max_steps:
                 self.stop(f"max_steps ({max_steps}) reached")
-        released = warmstart_steps == 0 or n_replicas == 1
-        self.launch(range(n_replicas) if released else range(1), config, first_epoch)
-
-        history: list[dict[str, Any]] = []
-        status, message = 0, "all replicas finished their epochs"
-        last_loss = (0.0, 0)
-        next_eval = None if eval_every is None else self.start_steps + eval_every
-        next_checkpoint = None if checkpoint_every is None else self.start_steps + checkpoint_every
-        stop_reason = None
-        while True:
-            time.sleep(poll_interval)
-            finished = all(f.done() for f in self.replica_futures.values())
-            for f in self.replica_futures.values():
-                if f.status == "error":
-                    self.stop("a replica failed")
-                    f.result()
-            all_stats = self.shard_calls("stats")
-            stats = all_stats[0]
-            steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
-            if not released and steps >= warmstart_steps:
-                self.launch(range(1, n_replicas), config, first_epoch)
-                released, finished = True, False
-            loss_sum, loss_count = stats["loss_sum"] - last_loss[0], stats["loss_count"] - last_loss[1]
-            if loss_count < 0:  # shard 0 was restored from a checkpoint
-                loss_sum, loss_count = 0.0, 0
-            last_loss = (stats["loss_sum"], stats["loss_count"])
-            entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
-            if loss_count:
-                entry["train_loss"] = loss_sum / loss_count
-            if next_eval is not None and (steps >= next_eval or finished):
-                entry.update(held_out_metrics(self.model, self.fetch_params(), self.eval_set))
-                while next_eval <= steps:
-                    next_eval += eval_every
-            if next_checkpoint is not None and steps >= next_checkpoint:
-                self.checkpoint(checkpoint_path, model_config, steps)
-                while next_checkpoint <= steps:
-                    next_checkpoint += checkpoint_every
-            if loss_count or len(entry) > 2:
-                history.append(entry)
-                self.metrics.send(**entry, pushes=stats["version"], staleness=stats["staleness"],
-                                  replicas_running=sum(not f.done() for f in self.replica_futures.values()))
-                if callback is not None and stop_reason is None:
-                    try:
-                        callback(OptimizeResult(**entry))
-                    except StopIteration:
-                        stop_reason = "`callback` raised `StopIteration`."
-                        status, message = 99, stop_reason
-                        self.stop(stop_reason)
-            reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)
-            if reason and "non-finite" in reason:
-                status, message = 3, reason
-            elif reason and reason.startswith("max_steps") and stop_reason is None:
-                status, message = 0, reason
-            if finished:
-                break
+        self.config, self.first_epoch, self.warmstart_steps = config, first_epoch, warmstart_steps
+        self.released = warmstart_steps == 0 or n_replicas == 1
+        self.launch(range(n_replicas) if self.released else range(1), config, first_epoch)
+        history, status, message = watch(self, started=started, start_steps=self.start_steps, eval_every=eval_every,
+                                         checkpoint_every=checkpoint_every, callback=callback,
+                                         poll_interval=poll_interval)
 
         replica_stats = [f.result() for f in self.replica_futures.values()]
         shard_stats = self.shard_calls("stats")
@@ -395,7 +330,7 @@ class _DownpourRun:
         wall = time.perf_counter() - started
         steps = max(st["steps"] for st in shard_stats)
         if checkpoint_path is not None and status != 3:
-            self.checkpoint(checkpoint_path, model_config, steps)
+            self.checkpoint(steps)
         final: dict[str, Any] = {"time": wall, "step": steps}
         if self.eval_set is not None:
             final.update(held_out_metrics(self.model, x, self.eval_set))
@@ -429,10 +364,31 @@ class _DownpourRun:
             history=history, stats=stats_out, final=final, run_id=self.metrics.run,
         )
 
-    def checkpoint(self, path, model_config, steps) -> None:
+    def poll(self) -> Progress:
+        """Replica failures, the shards' counters, and the warm start's release."""
+        finished = all(f.done() for f in self.replica_futures.values())
+        for f in self.replica_futures.values():
+            if f.status == "error":
+                self.stop("a replica failed")
+                f.result()
+        all_stats = self.shard_calls("stats")
+        stats = all_stats[0]  # every push reaches every shard: shard 0 has the whole count
+        steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
+        if not self.released and steps >= self.warmstart_steps:
+            self.launch(range(1, len(self.rows)), self.config, self.first_epoch)
+            self.released, finished = True, False
+        reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)
+        running = sum(not f.done() for f in self.replica_futures.values())
+        return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished,
+                        {"pushes": stats["version"], "staleness": stats["staleness"], "replicas_running": running})
+
+    def current_params(self) -> np.ndarray:
+        return self.fetch_params()
+
+    def checkpoint(self, steps: int) -> None:
         states = self.shard_calls("get_state")
-        write_shard_states(path, states, model_config=model_config, rule=self.rule.name,
-                         hyper=self.rule.hyper, extra={"steps": int(steps)})
+        write_shard_states(self.checkpoint_path, states, model_config=self.model_config, rule=self.rule.name,
+                           hyper=self.rule.hyper, extra={"steps": int(steps)})
 
     def close(self) -> None:
         for f in self.replica_futures.values():

@@ -21,7 +21,8 @@ import numpy as np
 from dasklbfgs.downpour.directory import ShardDirectory
 from dasklbfgs.downpour.wire import Wire
 
-__all__ = ["ReplicaConfig", "epoch_order", "replica_rows", "run_replica"]
+__all__ = ["Batches", "ReplicaConfig", "epoch_order", "leave_task_slot", "non_finite_message", "replica_rows",
+           "run_replica"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,13 @@ def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, replica, epoch]).permutation(n_rows)
 
 
-class _Batches:
-    """The replica's mini-batches in order, step after step across epochs (with lookahead)."""
+class Batches:
+    """The replica's mini-batches in order, step after step across epochs (with lookahead).
 
-    def __init__(self, n_rows: int, config: ReplicaConfig, replica: int) -> None:
+    ``config`` needs ``batch_size``, ``epochs`` and ``seed`` (a Downpour or peer config).
+    """
+
+    def __init__(self, n_rows: int, config: Any, replica: int) -> None:
         self.n_rows, self.config, self.replica = n_rows, config, replica
         self.per_epoch = math.ceil(n_rows / config.batch_size)
         self.total = config.epochs * self.per_epoch
@@ -64,6 +68,21 @@ class _Batches:
             self._orders[epoch] = epoch_order(self.n_rows, self.config.seed, self.replica, epoch)
         start = (step % self.per_epoch) * self.config.batch_size
         return epoch, np.sort(self._orders[epoch][start : start + self.config.batch_size])
+
+
+def leave_task_slot() -> None:
+    """Secede: a long-running replica must not hold one of the worker's task threads."""
+    try:
+        from distributed import secede
+
+        secede()
+    except ValueError:  # not inside a Dask task (unit tests call replicas directly)
+        pass
+
+
+def non_finite_message(replica: int, loss: float, step: int, epoch: int, synchronous: bool = False) -> str:
+    where = f"synchronous step {step}" if synchronous else f"its step {step} (epoch {epoch})"
+    return f"replica {replica} computed a non-finite loss ({loss}) at {where}; the gradient was not applied"
 
 
 def _stop_reason(replies: list[Any], position: int) -> str | None:
@@ -101,19 +120,14 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     on. It resumes at the step the shards have counted for it, so a replica that Dask
     restarts on another worker continues where its applied pushes left off.
     """
-    try:
-        from distributed import secede
-
-        secede()  # a long-running task must not hold one of the worker's task threads
-    except ValueError:  # not inside a Dask task (unit tests call this directly)
-        pass
+    leave_task_slot()
     generation = -1
     if directory is not None:
         generation, shards = directory.current()
     if shards is None:
         raise ValueError("run_replica needs shards or a directory to find them in")
     X, y = data.load_rows(*rows)
-    batches = _Batches(X.shape[0], config, replica)
+    batches = Batches(X.shape[0], config, replica)
     wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
     accrued = np.zeros(model.n_params)
     touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
@@ -187,8 +201,7 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
             Xb = X[index]
             loss, grad = model.objective(params, Xb, y[index])
             if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-                stop = (f"replica {replica} computed a non-finite loss ({loss}) at its step {steps} "
-                        f"(epoch {epoch}); the gradient was not pushed")
+                stop = non_finite_message(replica, loss, steps, epoch)
                 _results([s.request_stop(stop) for s in shards])
                 break
             if accrued_steps == 0:  # staleness is counted from the parameters the window began with

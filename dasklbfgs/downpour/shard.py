@@ -4,7 +4,8 @@ Each shard stores its slice and the optimizer state for it, and applies the upda
 itself when a replica pushes an accrued gradient (ALGORITHMS.md §3). Shards never talk to
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
 (:mod:`dasklbfgs.downpour.wire`) and updates only the rows a push carries, which is
-exact for rules where a zero gradient is a zero step (Adagrad, SGD). Methods are ``async`` so that several shards hosted by one worker interleave on
+exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
+EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that several shards hosted by one worker interleave on
 its event loop instead of queueing behind one actor thread (DASK-NOTES.md, Actors).
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs.downpour.collective import elastic_difference
 from dasklbfgs.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.optim.updates import make_rule
 
@@ -104,6 +106,19 @@ class ParameterShard:
             self.stop_reason = f"max_steps ({self.max_steps}) reached"
         values = self._values(wire_dtype, fetch_rows) if fetch else None
         return self.version, self.stop_reason, values
+
+    async def elastic(self, x: np.ndarray, alpha: float) -> np.ndarray:
+        """EASGD's exchange with the center (ALGORITHMS.md §6), atomic on this slice:
+        ``d = alpha (x_i - x~)``; the center adds ``d`` and the replica subtracts it."""
+        x = np.asarray(x, dtype=np.float64)
+        self.bytes_in += x.nbytes
+        d = elastic_difference(x, self.values, alpha)
+        self.values += d
+        self.version += 1
+        self.bytes_out += d.nbytes
+        self.dense_bytes_in += x.nbytes
+        self.dense_bytes_out += d.nbytes
+        return d
 
     async def request_stop(self, reason: str) -> None:
         """Ask every replica to stop at its next fetch or push (first reason wins)."""

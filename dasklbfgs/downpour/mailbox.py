@@ -1,0 +1,151 @@
+"""``PeerMailbox``: a Dask actor per replica through which the peer methods talk.
+
+Each replica of synchronous SGD, EASGD, gossip and neighbour exchange owns a mailbox on
+its own worker. Peers write into it with actor calls (tree messages, neighbour gradients,
+push-sum shares) and read the parameters the replica last published (gossip pulls,
+held-out scoring). The owning replica runs in the same process and uses the instance
+directly, so publishing, reporting progress and waiting for a message cost no round trip
+and no serialisation. A lock makes the two sides (the worker's event loop and the
+replica's thread) safe; the replica is the only one that ever waits.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs.errors import WorkerLostError
+
+__all__ = ["PeerMailbox", "Stopped"]
+
+
+class PeerMailbox:
+    """Messages for one replica, its last published parameters and its progress counters."""
+
+    replica: int = 0
+
+    def __init__(self, replica: int) -> None:
+        self.replica = replica
+        self._lock = threading.Condition()
+        self._slots: dict[Hashable, Any] = {}
+        self._queue: list[tuple[int, np.ndarray]] = []
+        self._shares: list[tuple[np.ndarray, float]] = []
+        self.published: np.ndarray | None = None
+        self.published_step = -1
+        self.steps = 0
+        self.loss_sum = 0.0
+        self.loss_count = 0
+        self.messages_in = 0
+        self.bytes_in = 0
+        self.reads = 0            # parameters read by peers (gossip pulls)
+        self.bytes_out = 0
+        self.stop_reason: str | None = None
+        self.aborted = False      # the run is over (a peer was lost): no message will come
+
+    # -- called by peers through the actor, and by the owner directly ---------------------
+
+    def put_now(self, key: Hashable, value: Any) -> None:
+        with self._lock:
+            self._slots[key] = value
+            self._count(value)
+            self._lock.notify_all()
+
+    def deliver_now(self, sender: int, gradient: np.ndarray) -> None:
+        with self._lock:
+            self._queue.append((sender, gradient))
+            self._count(gradient)
+
+    def share_now(self, numerator: np.ndarray, weight: float) -> None:
+        with self._lock:
+            self._shares.append((numerator, weight))
+            self._count(numerator)
+
+    def _count(self, value: Any) -> None:
+        self.messages_in += 1
+        self.bytes_in += sum(v.nbytes for v in (value if isinstance(value, tuple) else (value,))
+                             if isinstance(v, np.ndarray))
+
+    async def put(self, key: Hashable, value: Any) -> None:
+        """Leave ``value`` under ``key`` for the owner (a tree message)."""
+        self.put_now(key, value)
+
+    async def deliver(self, sender: int, gradient: np.ndarray) -> None:
+        """Queue neighbour ``sender``'s gradient; the owner applies it between its own batches."""
+        self.deliver_now(sender, gradient)
+
+    async def share(self, numerator: np.ndarray, weight: float) -> None:
+        """Add a push-sum share (half of a peer's numerator and weight)."""
+        self.share_now(numerator, weight)
+
+    def read_now(self) -> tuple[np.ndarray | None, int]:
+        published = self.published
+        if published is not None:
+            self.reads += 1
+            self.bytes_out += published.nbytes
+        return published, self.published_step
+
+    async def read(self) -> tuple[np.ndarray | None, int]:
+        """The parameters the owner last published and the step it published them at."""
+        return self.read_now()
+
+    async def request_stop(self, reason: str) -> None:
+        """Ask the owner to stop after its current step (first reason wins)."""
+        self.request_stop_now(reason)
+
+    async def abort(self) -> None:
+        """End any wait of the owner's at once, even a synchronous step's."""
+        with self._lock:
+            self.aborted = True
+            self._lock.notify_all()
+
+    async def stats(self) -> dict[str, Any]:
+        return {"replica": self.replica, "steps": self.steps, "loss_sum": self.loss_sum,
+                "loss_count": self.loss_count, "messages_in": self.messages_in,
+                "bytes_in": self.bytes_in, "reads": self.reads, "bytes_out": self.bytes_out,
+                "stop_reason": self.stop_reason}
+
+    # -- the owner's side (same process) --------------------------------------------------
+
+    def take(self, key: Hashable, timeout: float, stoppable: bool = True) -> Any:
+        """Wait for the message under ``key`` and remove it; with ``stoppable``, a stop
+        request ends the wait with :class:`Stopped`."""
+        with self._lock:
+            if not self._lock.wait_for(
+                    lambda: key in self._slots or self.aborted or (stoppable and self.stop_reason is not None),
+                    timeout):
+                raise WorkerLostError(
+                    f"replica {self.replica} waited {timeout:.0f} s for {key!r} from a peer; "
+                    "a peer's worker is probably gone"
+                )
+            if key not in self._slots:
+                raise Stopped(self.stop_reason or "the run was aborted")
+            return self._slots.pop(key)
+
+    def drain(self) -> list[tuple[int, np.ndarray]]:
+        with self._lock:
+            queue, self._queue = self._queue, []
+        return queue
+
+    def drain_shares(self) -> list[tuple[np.ndarray, float]]:
+        with self._lock:
+            shares, self._shares = self._shares, []
+        return shares
+
+    def publish(self, params: np.ndarray, step: int) -> None:
+        self.published, self.published_step = params.copy(), step
+
+    def report(self, steps: int, loss_sum: float, loss_count: int) -> None:
+        self.steps, self.loss_sum, self.loss_count = steps, loss_sum, loss_count
+
+    def request_stop_now(self, reason: str) -> None:
+        with self._lock:
+            if self.stop_reason is None:
+                self.stop_reason = reason
+            self._lock.notify_all()
+
+
+class Stopped(Exception):
+    """The run was stopped while a replica waited for a peer's message."""

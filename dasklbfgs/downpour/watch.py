@@ -1,0 +1,87 @@
+"""The coordinator's watch loop, shared by Downpour and the peer methods.
+
+Replicas train on their own; the coordinator only polls the actors that count their
+progress (parameter shards for Downpour, replica mailboxes for the peer methods), keeps
+the history, scores held-out data, writes checkpoints, streams metrics events for the
+dashboard and calls the user's callback. A run object supplies what differs:
+``poll() -> Progress``, ``current_params()``, ``checkpoint(steps)`` and ``stop(reason)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.models.metrics import held_out_metrics
+
+__all__ = ["Progress", "watch", "DONE_MESSAGE"]
+
+DONE_MESSAGE = "all replicas finished their epochs"
+
+
+@dataclass
+class Progress:
+    """What one poll saw: cumulative counters and whether every replica has returned."""
+
+    steps: int                 # global step: mini-batch steps summed over replicas
+    loss_sum: float            # replica-reported mini-batch losses so far
+    loss_count: int
+    stop_reason: str | None
+    finished: bool
+    event: dict[str, Any] = field(default_factory=dict)  # extra fields for the metrics event
+
+
+def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
+          checkpoint_every: int | None, callback: Callable[[OptimizeResult], Any] | None,
+          poll_interval: float) -> tuple[list[dict[str, Any]], int, str]:
+    """Poll ``run`` until its replicas finish; return ``(history, status, message)``.
+
+    Status 0: epochs done or ``max_steps`` reached; 3: a replica's loss became non-finite;
+    99: the callback raised ``StopIteration``.
+    """
+    history: list[dict[str, Any]] = []
+    status, message = 0, DONE_MESSAGE
+    last_loss = (0.0, 0)
+    next_eval = None if eval_every is None else start_steps + eval_every
+    next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
+    stopped_by_callback = False
+    while True:
+        time.sleep(poll_interval)
+        progress = run.poll()
+        steps = progress.steps
+        loss_sum, loss_count = progress.loss_sum - last_loss[0], progress.loss_count - last_loss[1]
+        if loss_count < 0:  # the counting actor was restored from a checkpoint
+            loss_sum, loss_count = 0.0, 0
+        last_loss = (progress.loss_sum, progress.loss_count)
+        entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
+        if loss_count:
+            entry["train_loss"] = loss_sum / loss_count
+        if next_eval is not None and (steps >= next_eval or progress.finished):
+            entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
+            while next_eval <= steps:
+                next_eval += eval_every  # type: ignore[operator]
+        if next_checkpoint is not None and steps >= next_checkpoint:
+            run.checkpoint(steps)
+            while next_checkpoint <= steps:
+                next_checkpoint += checkpoint_every  # type: ignore[operator]
+        if loss_count or len(entry) > 2:
+            history.append(entry)
+            run.metrics.send(**entry, **progress.event)
+            if callback is not None and not stopped_by_callback:
+                try:
+                    callback(OptimizeResult(**entry))
+                except StopIteration:
+                    stopped_by_callback = True
+                    status, message = 99, "`callback` raised `StopIteration`."
+                    run.stop(message)
+        reason = progress.stop_reason
+        if reason and "non-finite" in reason:
+            status, message = 3, reason
+        elif reason and reason.startswith("max_steps") and not stopped_by_callback:
+            status, message = 0, reason
+        if progress.finished:
+            return history, status, message

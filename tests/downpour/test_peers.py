@@ -1,0 +1,270 @@
+"""Synchronous SGD, EASGD, gossip and neighbour exchange: pure rules, then real clusters."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset, make_dataset
+from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
+from dasklbfgs.downpour.collective import (
+    elastic_difference, exchange_weights, gossip_peer, gossip_pull, neighbours, push_sum_split, torus_shape, tree_children,
+    tree_parent,
+)
+from dasklbfgs.downpour.replica import epoch_order, replica_rows
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.events import TOPIC
+from dasklbfgs.models import LeastSquares, Softmax
+from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.optim.updates import make_rule
+
+
+@pytest.fixture(scope="module")
+def softmax_data(tmp_path_factory):
+    return make_dataset("multinomial", tmp_path_factory.mktemp("peers") / "mn", rows=12000, features=10,
+                        n_classes=3, shard_rows=3000, seed=1)
+
+
+# -- the pure rules --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_tree_reaches_every_replica_once(n) -> None:
+    seen = [0]
+    for r in range(n):
+        for c in tree_children(r, n):
+            assert tree_parent(c) == r
+            seen.append(c)
+    assert sorted(seen) == list(range(n)) and tree_parent(0) is None
+
+
+def test_ring_and_torus_neighbours() -> None:
+    assert neighbours(0, 5, "ring") == [1, 4]
+    assert neighbours(0, 2, "ring") == [1] and neighbours(0, 1, "ring") == []
+    # 3 x 3 torus: replica 4 is the middle; replica 0 wraps around both ways
+    assert neighbours(4, 9, "torus") == [1, 3, 5, 7]
+    assert neighbours(0, 9, "torus") == [1, 2, 3, 6]
+    assert neighbours(0, 4, "torus") == [1, 2]  # 2 x 2: up = down and left = right
+    assert torus_shape(12) == (3, 4) and torus_shape(6, (3, 2)) == (3, 2)
+    for n in (4, 6, 9, 12):
+        for r in range(n):
+            assert all(r in neighbours(k, n, "torus") for k in neighbours(r, n, "torus"))  # symmetric
+
+
+@pytest.mark.parametrize("n, topology", [(2, "ring"), (5, "ring"), (4, "torus"), (6, "torus"), (9, "torus")])
+def test_exchange_weights_are_a_stable_mixing_matrix(n, topology) -> None:
+    W = np.zeros((n, n))
+    for i in range(n):
+        own, near = exchange_weights(i, n, topology)
+        W[i, i] = own
+        for k, w in near.items():
+            W[i, k] = w
+    np.testing.assert_allclose(W.sum(axis=1), 1.0)
+    np.testing.assert_allclose(W, W.T)
+    assert np.linalg.eigvalsh(W).min() >= -1e-12  # no mode grows (raw I + A has eigenvalue -1 on a ring)
+
+
+def test_gossip_peer_is_uniform_over_the_others() -> None:
+    rng = np.random.default_rng(0)
+    draws = np.bincount([gossip_peer(rng, 2, 5) for _ in range(4000)], minlength=5)
+    assert draws[2] == 0 and np.all(np.abs(draws[[0, 1, 3, 4]] - 1000) < 120)
+
+
+def test_mixing_rules() -> None:
+    x, center = np.array([1.0, 3.0]), np.array([0.0, 1.0])
+    d = elastic_difference(x, center, 0.25)
+    np.testing.assert_allclose(d, [0.25, 0.5])
+    np.testing.assert_allclose((x - d) + (center + d), x + center)  # the exchange conserves the sum
+    np.testing.assert_allclose(gossip_pull(x, center), [0.5, 2.0])
+    numerator = np.array([2.0, 4.0])
+    share, weight = push_sum_split(numerator, 1.0)
+    np.testing.assert_allclose(numerator + share, [2.0, 4.0])
+    assert weight == 0.5 and share is not numerator
+
+
+# -- on a real cluster ------------------------------------------------------------------------
+
+def _events(client, run_id):
+    return [m for _, m in client.get_events(TOPIC) if m["run"] == run_id]
+
+
+@pytest.mark.parametrize("method, options", [
+    (sync_sgd, {}),
+    (easgd, {"tau": 4, "n_param_shards": 2}),
+    (easgd, {"tau": 2, "optimizer": "momentum", "optimizer_options": {"beta": 0.5, "nesterov": True},
+             "learning_rate": 0.1}),
+    (gossip_sgd, {}),
+    (gossip_sgd, {"push_sum": True}),
+    (neighbour_sgd, {"topology": "ring"}),
+    (neighbour_sgd, {"topology": "torus"}),
+], ids=["sync", "easgd", "easgd-nesterov", "gossip", "push-sum", "ring", "torus"])
+def test_each_method_learns_the_softmax_problem(client, softmax_data, method, options) -> None:
+    model = Softmax(10, 3, l2=1e-3)
+    test = softmax_data["test"]
+    before = evaluate_model(model, np.zeros(model.n_params), test)
+    options = {"learning_rate": 0.2, **options}
+    result = method(model, softmax_data["train"], client=client, n_replicas=4, batch_size=50, epochs=2,
+                    eval_data=test, eval_every=100, **options)
+    assert result.success, result.message
+    assert result.nit == 4 * 2 * 60 and result.stats["steps_per_replica"] == [120] * 4
+    after = evaluate_model(model, result.x, test)
+    assert after["objective"] < before["objective"] - 0.15
+    assert after["accuracy"] > 0.7  # Sandblaster's optimum scores about 0.76 here
+    assert len(result.replicas) == 4 and all(r["x"].shape == (model.n_params,) for r in result.replicas)
+    assert any("eval_accuracy" in h for h in result.history[:-1])  # scored during the run
+    events = _events(client, result.run_id)
+    assert events[-1]["finished"] and events[-1]["solver"] == result.stats["method"]
+    if method is not easgd:
+        assert result.stats["messages_between_replicas"] > 0
+
+
+def _reference_sync_sgd(model, data, n_replicas, batch_size, epochs, seed, rule):
+    """Single-process large-batch SGD: step t's batch is the union of the replicas' batches t."""
+    X, y = data.load_rows(0, data.n_samples)
+    rows = replica_rows(data.n_samples, n_replicas)
+    per_epoch = [-(-(b - a) // batch_size) for a, b in rows]
+    w = np.zeros(model.n_params)
+    state = rule.init(w)
+    for t in range(epochs * max(per_epoch)):
+        index = []
+        for r, (a, b) in enumerate(rows):
+            if t < epochs * per_epoch[r]:
+                epoch, k = divmod(t, per_epoch[r])
+                order = epoch_order(b - a, seed, r, epoch)
+                index.append(a + np.sort(order[k * batch_size:(k + 1) * batch_size]))
+        index = np.concatenate(index)
+        _, g = model.objective(w, X[index], y[index])
+        delta, state = rule.update(g, state)
+        w = w + delta
+    return w
+
+
+@pytest.mark.parametrize("n_replicas", [1, 3])
+def test_sync_sgd_equals_single_process_large_batch_sgd(client, tmp_path, n_replicas) -> None:
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((1001, 4))
+    y = rng.integers(0, 3, 1001)
+    data = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=250)
+    model = Softmax(4, 3, l2=1e-2)
+    # 1001 rows over 3 replicas: 333, 334, 334 rows, so replica 0 runs out of batches first
+    result = sync_sgd(model, data, client=client, n_replicas=n_replicas, batch_size=40, epochs=2, seed=5,
+                      optimizer="momentum", learning_rate=0.3)
+    expected = _reference_sync_sgd(model, data, n_replicas, 40, 2, 5, make_rule("momentum", learning_rate=0.3))
+    np.testing.assert_allclose(result.x, expected, rtol=1e-10, atol=1e-12)
+    for replica in result.replicas:  # every replica took the same steps
+        np.testing.assert_allclose(replica["x"], expected, rtol=1e-10, atol=1e-12)
+
+
+def _reference_local_sgd(model, X, y, rows, batch_size, epochs, seed, replica, rate):
+    a, b = rows
+    w, rule = np.zeros(model.n_params), make_rule("sgd", learning_rate=rate)
+    for epoch in range(epochs):
+        order = epoch_order(b - a, seed, replica, epoch)
+        for start in range(0, b - a, batch_size):
+            index = a + np.sort(order[start:start + batch_size])
+            _, g = model.objective(w, X[index], y[index])
+            w = w + rule.update(g, {})[0]
+    return w
+
+
+def test_easgd_with_alpha_zero_is_independent_sgd(client, softmax_data) -> None:
+    train = softmax_data["train"]
+    model = Softmax(10, 3, l2=1e-3)
+    result = easgd(model, train, client=client, n_replicas=2, batch_size=100, epochs=1, seed=4, alpha=0.0,
+                   tau=3, learning_rate=0.2)
+    X, y = train.load_rows(0, train.n_samples)
+    rows = replica_rows(train.n_samples, 2)
+    for r, replica in enumerate(result.replicas):
+        expected = _reference_local_sgd(model, X, y, rows[r], 100, 1, 4, r, 0.2)
+        np.testing.assert_array_equal(replica["x"], expected)
+    np.testing.assert_array_equal(result.x, np.zeros(model.n_params))  # the center never moved
+    assert result.stats["center_exchanges"] == 2 * 20  # every 3rd of 60 steps, on both replicas
+
+
+def test_easgd_pulls_replicas_toward_the_center(client, softmax_data) -> None:
+    model = Softmax(10, 3, l2=1e-3)
+    result = easgd(model, softmax_data["train"], client=client, n_replicas=2, batch_size=100, rho=2.0,
+                   tau=1, learning_rate=0.2)
+    spread = max(np.linalg.norm(r["x"] - result.x) for r in result.replicas)
+    assert result.stats["center_exchanges"] == 120 and spread < 0.2 * np.linalg.norm(result.x)
+
+
+@pytest.mark.parametrize("push_sum", [False, True])
+def test_gossip_keeps_replicas_near_consensus_on_a_quadratic(client, tmp_path, push_sum) -> None:
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((4000, 5))
+    truth = np.array([1.0, -2.0, 0.5, 3.0, -1.0])
+    y = X @ truth + 0.1 * rng.standard_normal(4000)
+    data = ShardedDataset.create(tmp_path / "q", X, y, shard_rows=1000)
+    result = gossip_sgd(LeastSquares(5), data, client=client, n_replicas=4, batch_size=20, epochs=3,
+                        learning_rate=0.1, push_sum=push_sum)
+    xs = np.array([r["x"] for r in result.replicas])
+    consensus = xs.mean(axis=0)
+    assert np.max(np.linalg.norm(xs - consensus, axis=1)) < 0.02 * np.linalg.norm(consensus)
+    optimum = np.linalg.lstsq(np.c_[X, np.ones(4000)], y, rcond=None)[0]
+    np.testing.assert_allclose(result.x[:5], optimum[:5], atol=0.05)
+    exchanges = sum(result.stats["exchanges_per_replica"])
+    # a pull is skipped while the drawn peer has not published yet (it is still starting)
+    assert exchanges == 4 * 3 * 50 if push_sum else 0.9 * 4 * 3 * 50 <= exchanges <= 4 * 3 * 50
+
+
+def test_neighbour_exchange_returns_the_best_held_out_replica(client, softmax_data) -> None:
+    model = Softmax(10, 3, l2=1e-3)
+    result = neighbour_sgd(model, softmax_data["train"], client=client, n_replicas=4, batch_size=50,
+                           learning_rate=0.05, eval_data=softmax_data["test"])
+    scores = [r["eval_objective"] for r in result.replicas]
+    chosen = result.stats["chosen_replica"]
+    assert chosen == int(np.argmin(scores))
+    np.testing.assert_array_equal(result.x, result.replicas[chosen]["x"])
+    assert len({round(s, 12) for s in scores}) > 1  # replicas are not kept equal
+    # every replica sent its gradient to its 2 ring neighbours after each of its 60 steps
+    assert result.stats["exchanges_per_replica"] == [120] * 4
+    assert sum(result.stats["received_per_replica"]) > 0
+
+
+def test_max_steps_and_callback_stop_every_method(client, softmax_data) -> None:
+    model = Softmax(10, 3)
+    for method in (sync_sgd, easgd, gossip_sgd, neighbour_sgd):
+        result = method(model, softmax_data["train"], client=client, n_replicas=2, batch_size=10, epochs=3,
+                        max_steps=200, learning_rate=0.05)
+        assert result.success and result.message == "max_steps (200) reached", method
+        assert 200 <= result.nit < 3 * 960
+
+    def stop(entry):
+        raise StopIteration
+
+    result = gossip_sgd(model, softmax_data["train"], client=client, n_replicas=2, batch_size=10, epochs=3,
+                        callback=stop)
+    assert result.status == 99 and result.nit < 2 * 3 * 960
+
+
+@pytest.mark.parametrize("method", [sync_sgd, gossip_sgd, neighbour_sgd])
+def test_non_finite_loss_stops_the_run(client, tmp_path, method) -> None:
+    X = np.ones((400, 2))
+    data = ShardedDataset.create(tmp_path / "d", X, np.full(400, 1e200), shard_rows=200)
+    result = method(LeastSquares(2), data, client=client, n_replicas=2, batch_size=10, learning_rate=0.1)
+    assert result.status == 3 and not result.success
+    assert "non-finite loss" in result.message and result.nit == 0
+    assert np.all(np.isfinite(result.x))
+
+
+@pytest.mark.parametrize("method, kwargs, match", [
+    (easgd, {"tau": 0}, r"tau must be an integer >= 1, got 0"),
+    (easgd, {"alpha": 0.5, "rho": 1.0}, r"give alpha \(0.5\) or rho \(1.0\), not both"),
+    (easgd, {"alpha": 1.5}, r"alpha \(the moving rate\) must be in \[0, 1\), got 1.5"),
+    (easgd, {"rho": -1}, r"rho must be a non-negative number, got -1"),
+    (easgd, {"n_param_shards": 40}, r"n_param_shards \(40\) is larger than the model's 33 parameters"),
+    (neighbour_sgd, {"topology": "star"}, r"topology must be one of \('ring', 'torus'\), got 'star'"),
+    (neighbour_sgd, {"topology": "torus", "n_replicas": 5}, r"5 replicas is not one: use topology='ring'"),
+    (neighbour_sgd, {"topology": "torus", "torus_shape": (2, 3)}, r"torus_shape \(2, 3\) does not lay out 4"),
+    (neighbour_sgd, {"torus_shape": (2, 2)}, r"torus_shape \(2, 2\) is only for topology='torus'"),
+    (gossip_sgd, {"push_sum": "yes"}, r"push_sum must be True or False, got 'yes'"),
+    (sync_sgd, {"wait_timeout": 0}, r"wait_timeout must be a positive number of seconds, got 0"),
+    (sync_sgd, {"n_replicas": 0}, r"n_replicas must be an integer >= 1, got 0"),
+    (sync_sgd, {"optimizer": "adam"}, r"optimizer must be one of"),
+    (gossip_sgd, {"learning_rate": -1}, r"learning_rate must be a positive number, got -1"),
+    (gossip_sgd, {"batch_size": 7000}, r"batch_size \(7000\) is larger than a replica's data"),
+    (sync_sgd, {"eval_every": 5}, r"eval_every needs eval_data"),
+])
+def test_errors(client, softmax_data, method, kwargs, match) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        method(Softmax(10, 3), softmax_data["train"], client=client, **kwargs)
