@@ -1,4 +1,4 @@
-"""``dasklbfgs train`` and ``dasklbfgs demo``: Sandblaster L-BFGS from the command line."""
+"""``dasklbfgs train`` and ``dasklbfgs demo``: every solver from the command line."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from distributed import Client
+
+PEER_SOLVERS = ("sync", "easgd", "gossip", "neighbours")
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,8 +69,8 @@ def _train(client: Client, args: argparse.Namespace, train_path: Path, *, eval_d
     model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept,
                               **model_options(vars(args)))
     quiet = getattr(args, "quiet", False) or getattr(args, "json", False)
-    if args.solver == "downpour":
-        progress = Progress(args.max_steps, "downpour", enabled=False if quiet else None)
+    if args.solver != "sandblaster":
+        progress = Progress(args.max_steps, args.solver, enabled=False if quiet else None)
 
         def show(entry):
             progress.update(entry.step, **{k: getattr(entry, k) for k in ("train_loss", "eval_accuracy") if k in entry})
@@ -91,11 +93,22 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
         return downpour_sgd(
             model, data, client=client, n_replicas=args.replicas, n_param_shards=args.param_shards,
             batch_size=args.batch_size, n_fetch=args.n_fetch, n_push=args.n_push,
-            learning_rate=args.learning_rate, optimizer=args.optimizer, epochs=args.epochs,
+            learning_rate=args.learning_rate, optimizer=args.optimizer or "adagrad", epochs=args.epochs,
             max_steps=args.max_steps, warmstart_steps=args.warmstart_steps, seed=args.seed,
             eval_data=eval_data, eval_every=args.eval_every if eval_data is not None else None,
             checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
             resume=args.resume, overlap=args.overlap, callback=show,
+        )
+    if args.solver in PEER_SOLVERS:
+        from dasklbfgs.downpour.peers import run_peer_method
+
+        return run_peer_method(
+            args.solver, model, data, client=client, n_replicas=args.replicas, batch_size=args.batch_size,
+            learning_rate=args.learning_rate, optimizer=args.optimizer, epochs=args.epochs,
+            max_steps=args.max_steps, seed=args.seed, eval_data=eval_data,
+            eval_every=args.eval_every if eval_data is not None else None, callback=show,
+            tau=args.tau, alpha=args.alpha, rho=args.rho, n_param_shards=args.param_shards,
+            push_sum=args.push_sum, topology=args.topology, torus_shape=args.torus_shape,
         )
     from dasklbfgs.sandblaster import sandblaster_lbfgs
 
@@ -125,18 +138,25 @@ def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
             "backup_tasks": {"launched": result.timing["backups_launched"],
                              "won": result.timing["backups_won"]},
         })
-    else:  # Downpour
+    else:  # Downpour and the peer methods
         stats = result.stats
         report.update({
-            "solver": "downpour",
+            "solver": stats.get("method", "downpour"),
             "objective": report["train"]["objective"],
             "steps": result.nit,
             "seconds": stats["wall_seconds"],
             "updates_per_second": stats["updates_per_second"],
             "examples_per_second": stats["examples_per_second"],
-            "staleness": stats["staleness"],
             "steps_per_replica": stats["steps_per_replica"],
         })
+        if "staleness" in stats:
+            report["staleness"] = stats["staleness"]
+        else:
+            report["between_replicas"] = {"messages": stats["messages_between_replicas"],
+                                          "bytes": stats["bytes_between_replicas"],
+                                          "center_exchanges": stats["center_exchanges"]}
+            if stats["chosen_replica"] is not None:
+                report["chosen_replica"] = stats["chosen_replica"]
     if test is not None:
         report["test"] = evaluate_model(model, result.x, test)
     return report
@@ -159,8 +179,15 @@ def _format_report(report: dict[str, Any]) -> str:
             f"work       {report['steps']} steps over replicas {report['steps_per_replica']} in "
             f"{report['seconds']:.2f} s ({report['updates_per_second']:.0f} updates/s, "
             f"{report['examples_per_second']:.0f} examples/s)",
-            f"staleness  {report['staleness']} (pushes by how many updates they lagged)",
         ]
+        if "staleness" in report:
+            lines.append(f"staleness  {report['staleness']} (pushes by how many updates they lagged)")
+        else:
+            between = report["between_replicas"]
+            lines.append(f"exchange   {between['messages']} messages, {between['bytes'] / 1e6:.1f} MB between "
+                         f"replicas; {between['center_exchanges']} center exchanges")
+        if "chosen_replica" in report:
+            lines.append(f"returned   replica {report['chosen_replica']} (best held-out objective, else recent loss)")
     for split in ("train", "test"):
         if split in report:
             m = report[split]
@@ -253,19 +280,22 @@ def add_train_commands(sub: Any) -> None:
     neural.add_argument("--sparsity", type=float, help="sparse_autoencoder target activation")
     neural.add_argument("--beta", type=float, help="sparse_autoencoder sparsity weight")
     neural.add_argument("--embed-dim", type=int, help="embedding_lm embedding width")
-    train.add_argument("--solver", choices=("sandblaster", "downpour"), default="sandblaster")
+    train.add_argument("--solver", choices=("sandblaster", "downpour", *PEER_SOLVERS), default="sandblaster",
+                       help="sandblaster (L-BFGS), downpour (parameter servers), or a peer method: sync "
+                            "(all-reduce SGD), easgd, gossip, neighbours (ring/torus gradient exchange)")
     sandblaster = train.add_argument_group("Sandblaster L-BFGS")
     sandblaster.add_argument("--maxiter", type=int, default=100)
     sandblaster.add_argument("--gtol", type=float, default=1e-5)
     sandblaster.add_argument("--standardize", action="store_true",
                              help="optimise in standardised coordinates (same optimum, fewer iterations)")
     sandblaster.add_argument("--no-backup-tasks", action="store_true")
-    downpour = train.add_argument_group("Downpour SGD")
+    downpour = train.add_argument_group("Downpour SGD and the peer methods")
     downpour.add_argument("--replicas", type=int, default=2)
     downpour.add_argument("--param-shards", type=int, default=2)
     downpour.add_argument("--batch-size", type=int, default=128)
     downpour.add_argument("--learning-rate", type=float, default=0.1)
-    downpour.add_argument("--optimizer", choices=("adagrad", "sgd", "momentum"), default="adagrad")
+    downpour.add_argument("--optimizer", choices=("adagrad", "sgd", "momentum"), default=None,
+                          help="update rule (default: adagrad for downpour, sgd for the peer methods)")
     downpour.add_argument("--epochs", type=int, default=1)
     downpour.add_argument("--max-steps", type=int, default=None)
     downpour.add_argument("--n-fetch", type=int, default=1)
@@ -279,6 +309,13 @@ def add_train_commands(sub: Any) -> None:
     downpour.add_argument("--checkpoint-every", type=int, default=None)
     downpour.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     downpour.add_argument("--seed", type=int, default=0)
+    peers = train.add_argument_group("peer methods (sync, easgd, gossip, neighbours)")
+    peers.add_argument("--tau", type=int, default=None, help="easgd: steps between elastic exchanges (default 10)")
+    peers.add_argument("--alpha", type=float, default=None, help="easgd: moving rate (default 0.9 / replicas)")
+    peers.add_argument("--rho", type=float, default=None, help="easgd: elastic coupling, alpha = rate * rho")
+    peers.add_argument("--push-sum", action="store_true", help="gossip: push-sum instead of pull")
+    peers.add_argument("--topology", choices=("ring", "torus"), default=None, help="neighbours: default ring")
+    peers.add_argument("--torus-shape", type=_widths, default=None, help="neighbours: torus rows,cols")
     train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress line (it only shows on a terminal)")

@@ -108,6 +108,26 @@ def test_train_with_downpour(tmp_path) -> None:
     assert model.n_classes == 3 and params.shape == (21,)
 
 
+def test_train_with_the_peer_methods(tmp_path) -> None:
+    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
+        "--classes", "3", "--shard-rows", "2000")
+    common = ["train", "--data", str(tmp_path / "mn" / "train"), "--test", str(tmp_path / "mn" / "test"),
+              "--model", "softmax", "--batch-size", "50", "--learning-rate", "0.2", "--epochs", "2",
+              "--workers", "2", "--quiet"]
+    proc = run(*common, "--solver", "neighbours", "--topology", "torus", "--replicas", "4",
+               "--output", str(tmp_path / "nb.npz"))
+    assert "exchange   " in proc.stdout and "returned   replica" in proc.stdout
+    test_line = next(line for line in proc.stdout.splitlines() if line.startswith("test "))
+    assert float(test_line.split("accuracy")[1].split(",")[0]) > 0.6
+    report = json.loads(run(*common, "--solver", "easgd", "--tau", "4", "--rho", "1.0", "--replicas", "2",
+                            "--output", str(tmp_path / "ea.npz"), "--json").stdout)
+    assert report["solver"] == "easgd" and report["success"]
+    assert report["steps"] == 2 * 2 * 60 and report["between_replicas"]["center_exchanges"] == 2 * 2 * 15 * 2
+    assert report["test"]["accuracy"] > 0.6
+    _, params, _ = load_params(tmp_path / "ea.npz")
+    assert params.shape == (21,)
+
+
 def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
     run("data", "make", "acoustic", str(tmp_path / "ac"), "--rows", "3000", "--classes", "4",
         "--shard-rows", "1000")

@@ -82,7 +82,7 @@ BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name":
         ({"train": {"maxiter": True}}, r"train.maxiter must be int, got bool True"),
         ({"model": {}}, r"model.name is required"),
         ({"data": {"recipe": "wine", "train": "x"}}, r"exactly one of data.recipe .* or data.train"),
-        ({"train": {"solver": "adam"}}, r"train.solver must be 'sandblaster' or 'downpour', got 'adam'"),
+        ({"train": {"solver": "adam"}}, r"train.solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'adam'"),
         ({"model": [1]}, r"section 'model' must be a mapping, got list"),
     ],
 )

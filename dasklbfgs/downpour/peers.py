@@ -46,7 +46,7 @@ from dasklbfgs.events import MetricsStream
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.optim.updates import make_rule
 
-__all__ = ["sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd"]
+__all__ = ["sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd", "PEER_METHODS", "run_peer_method"]
 
 _COMMON_DOC = """
     Parameters shared by the peer methods
@@ -161,6 +161,23 @@ def neighbour_sgd(model: Any, data: Any, *, client: Client | None = None, n_repl
 
 for _method in (sync_sgd, easgd, gossip_sgd, neighbour_sgd):
     _method.__doc__ = (_method.__doc__ or "") + _COMMON_DOC
+
+#: The peer methods by the names the CLI and pipelines use, with their own options.
+PEER_METHODS: dict[str, tuple[Callable[..., OptimizeResult], tuple[str, ...]]] = {
+    "sync": (sync_sgd, ()),
+    "easgd": (easgd, ("tau", "alpha", "rho", "n_param_shards")),
+    "gossip": (gossip_sgd, ("push_sum",)),
+    "neighbours": (neighbour_sgd, ("topology", "torus_shape")),
+}
+
+
+def run_peer_method(name: str, model: Any, data: Any, **options: Any) -> OptimizeResult:
+    """Run peer method ``name`` with the options it takes from ``options``; options that
+    are ``None`` or belong to other methods are left out (the CLI and pipelines pass all)."""
+    method, own = PEER_METHODS[name]
+    common = ("client", "n_replicas", "batch_size", "learning_rate", "optimizer", "epochs", "max_steps", "x0",
+              "seed", "eval_data", "eval_every", "callback")
+    return method(model, data, **{k: v for k, v in options.items() if (k in common or k in own) and v is not None})
 
 
 def _train(method: str, model: Any, data: Any, options: dict[str, Any]) -> OptimizeResult:

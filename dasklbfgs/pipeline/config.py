@@ -12,8 +12,9 @@ from typing import Any
 
 from dasklbfgs.errors import ConfigurationError
 
-__all__ = ["SCHEMA", "load_config", "validate_config", "apply_overrides"]
+__all__ = ["SCHEMA", "SOLVERS", "load_config", "validate_config", "apply_overrides"]
 
+SOLVERS = ("sandblaster", "downpour", "sync", "easgd", "gossip", "neighbours")
 NUMBER = (int, float)
 # section -> key -> (accepted types, default); a default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
@@ -61,12 +62,19 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "param_shards": ((int,), 2),
         "batch_size": ((int,), 128),
         "learning_rate": (NUMBER, 0.1),
-        "optimizer": ((str,), "adagrad"),
+        "optimizer": ((str,), None),  # default: adagrad for downpour, sgd for the peer methods
         "epochs": ((int,), 1),
         "max_steps": ((int,), None),
         "eval_every": ((int,), None),
         "seed": ((int,), 0),
         "overlap": ((bool,), False),
+        # the peer methods (sync, easgd, gossip, neighbours)
+        "tau": ((int,), None),
+        "alpha": (NUMBER, None),
+        "rho": (NUMBER, None),
+        "push_sum": ((bool,), None),
+        "topology": ((str,), None),
+        "torus_shape": ((list, int), None),
     },
     "cluster": {
         "workers": ((int,), None),
@@ -127,10 +135,8 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     data = config["data"]
     if (data["recipe"] is None) == (data["train"] is None):
         raise ConfigurationError(f"{where}: give exactly one of data.recipe (build a dataset) or data.train (use one)")
-    if config["train"]["solver"] not in ("sandblaster", "downpour"):
-        raise ConfigurationError(
-            f"{where}: train.solver must be 'sandblaster' or 'downpour', got {config['train']['solver']!r}"
-        )
+    if config["train"]["solver"] not in SOLVERS:
+        raise ConfigurationError(f"{where}: train.solver must be one of {SOLVERS}, got {config['train']['solver']!r}")
     return config
 
 

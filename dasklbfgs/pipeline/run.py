@@ -76,15 +76,30 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
                                    backup_tasks=options["backup_tasks"], eval_data=test)
         curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]
         facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
-    else:
+    elif options["solver"] == "downpour":
         from dasklbfgs.downpour import downpour_sgd
 
         result = downpour_sgd(
             model, train, client=client, n_replicas=options["replicas"], n_param_shards=options["param_shards"],
             batch_size=options["batch_size"], learning_rate=float(options["learning_rate"]),
-            optimizer=options["optimizer"], epochs=options["epochs"], max_steps=options["max_steps"],
+            optimizer=options["optimizer"] or "adagrad", epochs=options["epochs"], max_steps=options["max_steps"],
             eval_data=test, eval_every=options["eval_every"] if test is not None else None, seed=options["seed"],
             overlap=options["overlap"],
+        )
+        curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
+        facts = {"steps": result.nit, **result.stats}
+    else:
+        from dasklbfgs.downpour.peers import run_peer_method
+
+        shape = options["torus_shape"]
+        result = run_peer_method(
+            options["solver"], model, train, client=client, n_replicas=options["replicas"],
+            n_param_shards=options["param_shards"], batch_size=options["batch_size"],
+            learning_rate=float(options["learning_rate"]), optimizer=options["optimizer"], epochs=options["epochs"],
+            max_steps=options["max_steps"], eval_data=test, seed=options["seed"],
+            eval_every=options["eval_every"] if test is not None else None, tau=options["tau"],
+            alpha=options["alpha"], rho=options["rho"], push_sum=options["push_sum"], topology=options["topology"],
+            torus_shape=tuple(shape) if shape is not None else None,
         )
         curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}
