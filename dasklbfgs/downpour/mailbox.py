@@ -38,6 +38,7 @@ class PeerMailbox:
         self.steps = 0
         self.loss_sum = 0.0
         self.loss_count = 0
+        self.recent_loss = float("nan")  # moving average of the owner's mini-batch losses
         self.messages_in = 0
         self.bytes_in = 0
         self.reads = 0            # parameters read by peers (gossip pulls)
@@ -103,7 +104,7 @@ class PeerMailbox:
 
     async def stats(self) -> dict[str, Any]:
         return {"replica": self.replica, "steps": self.steps, "loss_sum": self.loss_sum,
-                "loss_count": self.loss_count, "messages_in": self.messages_in,
+                "loss_count": self.loss_count, "recent_loss": self.recent_loss, "messages_in": self.messages_in,
                 "bytes_in": self.bytes_in, "reads": self.reads, "bytes_out": self.bytes_out,
                 "stop_reason": self.stop_reason}
 
@@ -137,8 +138,8 @@ class PeerMailbox:
     def publish(self, params: np.ndarray, step: int) -> None:
         self.published, self.published_step = params.copy(), step
 
-    def report(self, steps: int, loss_sum: float, loss_count: int) -> None:
-        self.steps, self.loss_sum, self.loss_count = steps, loss_sum, loss_count
+    def report(self, steps: int, loss_sum: float, loss_count: int, recent_loss: float) -> None:
+        self.steps, self.loss_sum, self.loss_count, self.recent_loss = steps, loss_sum, loss_count, recent_loss
 
     def request_stop_now(self, reason: str) -> None:
         with self._lock:

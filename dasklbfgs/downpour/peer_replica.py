@@ -190,14 +190,14 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
         recent_loss = loss if steps == 1 else 0.9 * recent_loss + 0.1 * loss
         now = time.monotonic()
         if now >= report_at or step + 1 == n_steps:
-            own.report(steps, loss_sum, steps)
+            own.report(steps, loss_sum, steps, recent_loss)
             report_at = now + 0.02
     _wait(pending)
     if stop is not None:
         own.request_stop_now(stop)
     x = params / weight if config.push_sum else params
     own.publish(x, steps)
-    own.report(steps, loss_sum, steps)
+    own.report(steps, loss_sum, steps, recent_loss)
     return {"replica": replica, "steps": steps, "examples": examples, "exchanges": exchanges,
             "received": received, "stopped_by": stop, "x": x, "weight": weight,
             "recent_loss": recent_loss}

@@ -314,18 +314,15 @@ class _PeerRun:
             return self.published()[0]
         if method == "gossip":
             return np.mean(self.published(), axis=0)
-        return self._best(self.published())[0]
+        # neighbours, during the run: the replica with the lowest recent training loss (one
+        # scoring, like the other methods); at the end every replica is scored
+        recent = [c.result()["recent_loss"] for c in [m.stats() for m in self.mailboxes]]
+        return self._best(self.published(), recent)[0]
 
-    def _best(self, candidates: list[np.ndarray], recent_loss: list[float] | None = None) -> tuple[np.ndarray, int]:
-        """Neighbour exchange keeps the replica with the best held-out objective."""
-        if self.eval_set is not None:
-            scores = [held_out_metrics(self.model, x, self.eval_set)["eval_objective"] for x in candidates]
-        elif recent_loss is not None:
-            scores = recent_loss
-        else:
-            scores = [0.0] * len(candidates)
-        finite = [score if np.isfinite(score) else np.inf for score in scores]  # no step taken: nan
-        best = int(np.argmin(finite))
+    @staticmethod
+    def _best(candidates: list[np.ndarray], scores: list[float]) -> tuple[np.ndarray, int]:
+        """The candidate with the lowest score (a replica that took no step scores nan)."""
+        best = int(np.argmin([score if np.isfinite(score) else np.inf for score in scores]))
         return candidates[best], best
 
     def checkpoint(self, steps: int) -> None:  # never asked: the peer methods take no checkpoint_every
@@ -358,7 +355,7 @@ class _PeerRun:
         if self.eval_set is not None:
             for entry in replicas:
                 entry.update(held_out_metrics(self.model, entry["x"], self.eval_set))
-        x, chosen = self._final_params(tallies)
+        x, chosen = self._final_params(tallies, replicas)
         steps = sum(t["steps"] for t in tallies)
         final: dict[str, Any] = {"time": wall, "step": steps}
         if self.eval_set is not None:
@@ -386,7 +383,8 @@ class _PeerRun:
             stats=stats, final=final, run_id=self.metrics.run, replicas=replicas,
         )
 
-    def _final_params(self, tallies: list[dict[str, Any]]) -> tuple[np.ndarray, int | None]:
+    def _final_params(self, tallies: list[dict[str, Any]], replicas: list[dict[str, Any]]
+                      ) -> tuple[np.ndarray, int | None]:
         method = self.config.method
         if method == "easgd":
             return self.current_params(), None
@@ -395,7 +393,9 @@ class _PeerRun:
         if method == "gossip":  # push-sum: the weighted average is the unbiased one
             weights = [t["weight"] for t in tallies] if self.config.push_sum else None
             return np.average([t["x"] for t in tallies], axis=0, weights=weights), None
-        x, best = self._best([t["x"] for t in tallies], [t["recent_loss"] for t in tallies])
+        # neighbours: the best held-out objective, else the lowest recent training loss
+        scores = [r.get("eval_objective", r["recent_loss"]) for r in replicas]
+        x, best = self._best([t["x"] for t in tallies], scores)
         return x, best
 
     def close(self) -> None:
