@@ -58,3 +58,24 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
     return path
+
+
+def accuracy_curve(history: list[dict[str, Any]], key: str = "eval_accuracy") -> list[tuple[float, float]]:
+    """(wall time, held-out metric) pairs from a solver's history."""
+    return [(h["time"], h[key]) for h in history if key in h]
+
+
+def time_to(curve: list[tuple[float, float]], target: float) -> float | None:
+    """First time the curve reaches ``target`` (None: never)."""
+    return next((t for t, a in curve if a >= target), None)
+
+
+def acoustic_splits(root: Path, rows: int, classes: int) -> dict[str, Any]:
+    """The acoustic-like task's train/test datasets, written once under ``root`` and reused."""
+    from dasklbfgs import ShardedDataset, make_dataset
+
+    path = root / f"acoustic-{rows}x{classes}"
+    try:
+        return {s: ShardedDataset.open(path / s) for s in ("train", "test")}
+    except Exception:
+        return make_dataset("acoustic", path, rows=rows, n_classes=classes, shard_rows=rows // 4, overwrite=True)

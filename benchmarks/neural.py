@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, machine, median_seconds, write_result
-from dasklbfgs import ShardedDataset, connect, downpour_sgd, make_dataset, sandblaster_lbfgs
+from benchmarks._common import HERE, accuracy_curve, acoustic_splits, machine, median_seconds, time_to, write_result
+from dasklbfgs import connect, downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import MLP, EmbeddingLM, SparseAutoencoder
 from dasklbfgs.models.metrics import evaluate_model
 
@@ -74,16 +74,8 @@ def kernel_throughput(rows: int, repeats: int) -> list[dict]:
     return out
 
 
-def accuracy_curve(history, key="eval_accuracy"):
-    return [(h["time"], h[key]) for h in history if key in h]
-
-
-def time_to(curve, target):
-    return next((t for t, a in curve if a >= target), None)
-
-
 def fig4(client, args, root: Path) -> dict:
-    splits = _acoustic(root, args)
+    splits = acoustic_splits(root, args.rows, args.classes)
     train, test = splits["train"], splits["test"]
     model = MLP(440, tuple(args.hidden), args.classes, activation="relu", l2=1e-6)
     x0 = model.init_params(0)
@@ -117,15 +109,6 @@ def fig4(client, args, root: Path) -> dict:
     for r in runs.values():
         r["seconds_to_target"] = time_to(r["curve"], target)
     return {"target": target, "runs": runs, "train_rows": train.n_samples, "test_rows": test.n_samples}
-
-
-def _acoustic(root: Path, args):
-    path = root / f"acoustic-{args.rows}x{args.classes}"
-    try:
-        return {s: ShardedDataset.open(path / s) for s in ("train", "test")}
-    except Exception:
-        return make_dataset("acoustic", path, rows=args.rows, n_classes=args.classes, shard_rows=args.rows // 4,
-                            overwrite=True)
 
 
 def sparse_savings(client, root: Path) -> dict:

@@ -28,6 +28,7 @@ def connect(
     security: Any = None,
     dashboard_address: str | None = "127.0.0.1:8787",
     timeout: float = 30.0,
+    tune_allocator: bool = True,
 ) -> Client:
     """Return a Dask client set up for dasklbfgs.
 
@@ -54,6 +55,10 @@ def connect(
     dashboard_address
         Where the embedded cluster serves its dashboard (``None`` disables it). The default
         binds loopback only; use ``":8787"`` to expose it.
+    tune_allocator
+        Register :class:`dasklbfgs.allocator.AllocatorTuning` on the workers: glibc
+        reuses freed large temporaries instead of page-faulting fresh ones every step
+        (2-3x faster gradients on workers started by Dask's nanny; see that module).
     """
     if address is not None and scheduler_file is not None:
         raise ConfigurationError("pass either address or scheduler_file, not both")
@@ -68,6 +73,17 @@ def connect(
         raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
     if n_workers is not None and n_workers < 1:
         raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}")
+    client = _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, security,
+                   dashboard_address, timeout)
+    if tune_allocator:
+        from dasklbfgs.allocator import AllocatorTuning
+
+        client.register_plugin(AllocatorTuning())
+    return client
+
+
+def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, security, dashboard_address,
+          timeout) -> Client:
     extra = {"security": security} if security is not None else {}
     if scheduler_file is not None:
         if not os.path.isfile(scheduler_file):

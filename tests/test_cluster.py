@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from distributed import Client, LocalCluster
 
@@ -78,3 +80,17 @@ def test_mutual_tls_cluster_refuses_clients_without_credentials() -> None:
     finally:
         client.close()
     assert cluster.status.name == "closed"
+
+
+def _allocator_state(dask_worker):
+    return getattr(dask_worker, "dasklbfgs_allocator_tuned", None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_workers_get_the_allocator_tuning_unless_asked_not_to() -> None:
+    with connect(n_workers=1, dashboard_address=None) as client:
+        assert list(client.run(_allocator_state).values()) == [True]
+        client.restart()  # a restarted worker is tuned again
+        assert list(client.run(_allocator_state).values()) == [True]
+    with connect(n_workers=1, dashboard_address=None, tune_allocator=False) as client:
+        assert list(client.run(_allocator_state).values()) == [None]

@@ -28,7 +28,7 @@ from dasklbfgs.downpour.directory import ShardDirectory
 from dasklbfgs.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.downpour.run_checks import check_replica_run
 from dasklbfgs.downpour.shard import ParameterShard
-from dasklbfgs.downpour.watch import Progress, watch
+from dasklbfgs.downpour.watch import Progress, step_timing, watch
 from dasklbfgs.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.events import MetricsStream
@@ -357,6 +357,7 @@ class _DownpourRun:
             "replica_first_steps": [r["first_step"] for r in replica_stats],
             "replica_reconnects": [r["reconnects"] for r in replica_stats],
             "shard_recoveries": self.recoveries,
+            **step_timing(replica_stats),
         }
         self.metrics.send(**final, pushes_per_shard=stats_out["pushes_per_shard"], finished=True)
         return OptimizeResult(

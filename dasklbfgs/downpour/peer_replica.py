@@ -118,6 +118,8 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
         delta, state = rule.update(gradient, state)
         return delta
 
+    clock = {"computing": 0.0}
+    loop_started = time.perf_counter()
     for step in range(n_steps):
         if own.aborted or (config.method != "sync" and own.stop_reason is not None):
             stop = own.stop_reason or "the run was aborted"
@@ -131,7 +133,7 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
 
         if config.method == "sync":
             try:
-                loss, gradient = _all_reduce(replica, step, model, params, Xb, yb, peers, own, config)
+                loss, gradient = _all_reduce(replica, step, model, params, Xb, yb, peers, own, config, clock)
             except Stopped as stopped:
                 stop = str(stopped)
                 break
@@ -141,7 +143,9 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
             params += step_rule(gradient)
         else:
             x_eval = params / weight if config.push_sum else params
+            started = time.perf_counter()
             loss, gradient = model.objective(x_eval, Xb, yb)
+            clock["computing"] += time.perf_counter() - started
             if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
                 stop = non_finite_message(replica, loss, steps, epoch)
                 _wait([peers.send(k, "request_stop", stop) for k in range(R)])
@@ -193,6 +197,7 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
             own.report(steps, loss_sum, steps, recent_loss)
             report_at = now + 0.02
     _wait(pending)
+    seconds_in_loop = time.perf_counter() - loop_started
     if stop is not None:
         own.request_stop_now(stop)
     x = params / weight if config.push_sum else params
@@ -200,11 +205,12 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
     own.report(steps, loss_sum, steps, recent_loss)
     return {"replica": replica, "steps": steps, "examples": examples, "exchanges": exchanges,
             "received": received, "stopped_by": stop, "x": x, "weight": weight,
-            "recent_loss": recent_loss}
+            "recent_loss": recent_loss, "seconds_in_loop": seconds_in_loop,
+            "seconds_computing": clock["computing"]}
 
 
 def _all_reduce(replica: int, step: int, model: Any, params: np.ndarray, Xb: np.ndarray, yb: np.ndarray,
-                peers: _Peers, own: Any, config: PeerConfig) -> tuple[Any, np.ndarray]:
+                peers: _Peers, own: Any, config: PeerConfig, clock: dict[str, float]) -> tuple[Any, np.ndarray]:
     """One synchronous step's large-batch objective and gradient, the same on every replica.
 
     Row sums (not means) travel up the tree, so replicas with unequal batches (the last
@@ -212,7 +218,9 @@ def _all_reduce(replica: int, step: int, model: Any, params: np.ndarray, Xb: np.
     Returns ``(reason, None)`` when the root stops the run.
     """
     if Xb.shape[0]:
+        started = time.perf_counter()
         loss_sum, sums = model.loss_grad_sum(params, Xb, yb)
+        clock["computing"] += time.perf_counter() - started
     else:
         loss_sum, sums = 0.0, np.zeros(model.n_sums)
     n = Xb.shape[0]

@@ -39,7 +39,7 @@ from dasklbfgs.downpour.mailbox import PeerMailbox
 from dasklbfgs.downpour.peer_replica import PeerConfig, run_peer_replica
 from dasklbfgs.downpour.run_checks import check_replica_run
 from dasklbfgs.downpour.shard import ParameterShard
-from dasklbfgs.downpour.watch import Progress, watch
+from dasklbfgs.downpour.watch import Progress, step_timing, watch
 from dasklbfgs.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.events import MetricsStream
@@ -376,6 +376,7 @@ class _PeerRun:
             "center_exchanges": sum(s["version"] for s in center_stats),
             "center_bytes_in": sum(s["bytes_in"] for s in center_stats),
             "chosen_replica": chosen,
+            **step_timing(tallies),
         }
         self.metrics.send(**final, finished=True)
         return OptimizeResult(

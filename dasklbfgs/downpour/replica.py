@@ -13,6 +13,7 @@ up to the next fetch will read.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -190,6 +191,7 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     need_fetch = True
     in_flight: tuple[list[Any], bool] | None = None
     computed_from = versions
+    seconds_computing, loop_started = 0.0, time.perf_counter()
     for step in range(first_step, batches.total):
         try:
             epoch, index = batches[step]
@@ -199,7 +201,9 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
                 if stop:
                     break
             Xb = X[index]
+            started = time.perf_counter()
             loss, grad = model.objective(params, Xb, y[index])
+            seconds_computing += time.perf_counter() - started
             if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
                 stop = non_finite_message(replica, loss, steps, epoch)
                 _results([s.request_stop(stop) for s in shards])
@@ -246,4 +250,5 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     except _ShardsLost:
         pass  # the run is ending; the last accrued gradient is lost with the shard
     return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes, "examples": examples,
+            "seconds_in_loop": time.perf_counter() - loop_started, "seconds_computing": seconds_computing,
             "stopped_by": stop, "first_step": first_step, "reconnects": reconnects}

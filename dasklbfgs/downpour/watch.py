@@ -9,16 +9,18 @@ dashboard and calls the user's callback. A run object supplies what differs:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs.models.metrics import held_out_metrics
 
-__all__ = ["Progress", "watch", "DONE_MESSAGE"]
+__all__ = ["Progress", "watch", "step_timing", "DONE_MESSAGE"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
 
@@ -85,3 +87,15 @@ def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
             status, message = 0, reason
         if progress.finished:
             return history, status, message
+
+
+def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
+    """Per replica step, medians over replicas: wall time in the training loop, time
+    computing gradients, and the rest (exchanging, waiting for peers, updating)."""
+    per_step = [(t["seconds_in_loop"] / t["steps"], t["seconds_computing"] / t["steps"]) for t in tallies if t["steps"]]
+    if not per_step:
+        return {"seconds_per_step": math.nan, "seconds_computing_per_step": math.nan,
+                "seconds_exchanging_per_step": math.nan}
+    loop, computing = (float(np.median(v)) for v in zip(*per_step))
+    return {"seconds_per_step": loop, "seconds_computing_per_step": computing,
+            "seconds_exchanging_per_step": loop - computing}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import numpy as np
 import pytest
 
@@ -12,7 +15,8 @@ from dasklbfgs.downpour.collective import (
     tree_parent,
 )
 from dasklbfgs.downpour.replica import epoch_order, replica_rows
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.downpour.mailbox import PeerMailbox, Stopped
+from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.events import TOPIC
 from dasklbfgs.models import LeastSquares, Softmax
 from dasklbfgs.models.metrics import evaluate_model
@@ -79,6 +83,25 @@ def test_mixing_rules() -> None:
     share, weight = push_sum_split(numerator, 1.0)
     np.testing.assert_allclose(numerator + share, [2.0, 4.0])
     assert weight == 0.5 and share is not numerator
+
+
+def test_mailbox_waits_wakes_and_times_out() -> None:
+    box = PeerMailbox(3)
+    threading.Timer(0.05, box.put_now, args=(("up", 0, 7), (1.0, np.ones(2), 5))).start()
+    loss, sums, n = box.take(("up", 0, 7), timeout=5)
+    assert (loss, n) == (1.0, 5) and box.messages_in == 1 and box.bytes_in == 16
+    with pytest.raises(WorkerLostError, match=r"replica 3 waited 0 s for \('down', 4\) from a peer"):
+        box.take(("down", 4), timeout=0.05)
+    threading.Timer(0.05, box.request_stop_now, args=("max_steps (10) reached",)).start()
+    with pytest.raises(Stopped, match=r"max_steps \(10\) reached"):
+        box.take(("down", 5), timeout=5)
+    with pytest.raises(WorkerLostError):  # a synchronous step does not stop half-way: it waits on
+        box.take(("down", 5), timeout=0.05, stoppable=False)
+    asyncio.run(box.abort())
+    with pytest.raises(Stopped):  # ... unless the run is aborted (a peer was lost)
+        box.take(("down", 5), timeout=5, stoppable=False)
+    box.deliver_now(1, np.zeros(3))
+    assert [sender for sender, _ in box.drain()] == [1] and box.drain() == []
 
 
 # -- on a real cluster ------------------------------------------------------------------------
