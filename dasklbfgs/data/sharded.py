@@ -229,6 +229,12 @@ class ShardedDataset:
         _, y = self.load_rows(0, self.n_samples)
         return float(y.min()), float(y.max())
 
+    @property
+    def nbytes_in_memory(self) -> int:
+        """Bytes X and y take once loaded (decompressed)."""
+        y_items = int(np.prod(self.y_shape))
+        return int(self.n_samples * self.n_features * self.dtype.itemsize + y_items * self._y_dtype.itemsize)
+
     def nbytes_stored(self) -> int:
         """Bytes the store occupies on disk."""
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
@@ -315,7 +321,7 @@ class ShardedDataset:
             "n_shards": self.n_shards,
             "shard_rows": self.shard_rows,
             "dtype": str(self.dtype),
-            "nbytes_in_memory": int(self.n_samples * self.n_features * self.dtype.itemsize),
+            "nbytes_in_memory": self.nbytes_in_memory,
             "nbytes_stored": self.nbytes_stored(),
             "y_min": schema.get("y_min"),
             "y_max": schema.get("y_max"),

@@ -29,6 +29,7 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
 from dasklbfgs.sandblaster.checkpoint import load_state, save_state
 from dasklbfgs.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.sandblaster.portions import shards_fit
 from dasklbfgs.sandblaster.sharded import ShardedSpace
 from dasklbfgs.sandblaster.standardize import Standardizer, combine_moments
 
@@ -59,6 +60,7 @@ def sandblaster_lbfgs(
     eval_every: int = 1,
     state: str = "local",
     n_param_shards: int = 2,
+    cache: bool | str = "auto",
 ) -> OptimizeResult:
     """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS on Dask.
 
@@ -103,6 +105,11 @@ def sandblaster_lbfgs(
         scalars, and parameters and gradients go from shards to workers and back without
         passing through it (:mod:`dasklbfgs.sandblaster.sharded`). Same iterates up to
         rounding. Not yet combined with ``standardize`` or checkpoints.
+    cache
+        ``True``: load every shard into worker memory once and keep it there (data
+        affinity). ``False``: out of core, every evaluation streams the rows from Zarr,
+        one task per shard, on whichever worker is free. ``"auto"`` (default): cache when
+        the data fit in half of the workers' summed memory limits, else stream.
     resume
         Continue from the checkpoint at ``checkpoint_path`` if there is one: a restarted
         coordinator reaches the same final result as an uninterrupted run. A checkpoint of
@@ -133,6 +140,8 @@ def sandblaster_lbfgs(
         raise ConfigurationError(f"standardize must be True or False, got {standardize!r}")
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
+    if not (isinstance(cache, bool) or cache == "auto"):
+        raise ConfigurationError(f"cache must be True, False or 'auto', got {cache!r}")
     if state not in ("local", "sharded"):
         raise ConfigurationError(f"state must be 'local' or 'sharded', got {state!r}")
     n_param_shards = check_int(n_param_shards, "n_param_shards")
@@ -171,8 +180,13 @@ def sandblaster_lbfgs(
             save_state(checkpoint_path, current, model_config=config, settings=settings)
 
     with resolve_client(client) as active:
+        if cache == "auto":
+            limits = [w.get("memory_limit") or 0 for w in active.scheduler_info(n_workers=-1)["workers"].values()]
+            cache = shards_fit(dataset.nbytes_in_memory, limits)
+            logger.info("%s the %d-byte dataset (worker memory limits %s)",
+                        "caching" if cache else "streaming", dataset.nbytes_in_memory, limits)
         evaluator = MegaBatchEvaluator(
-            active, model, dataset, portion_rows=portion_rows, backup_tasks=backup_tasks
+            active, model, dataset, portion_rows=portion_rows, backup_tasks=backup_tasks, cache=cache
         )
         metrics = MetricsStream(active, "sandblaster")
         space = None
@@ -238,6 +252,7 @@ def sandblaster_lbfgs(
     result.timing = {
         "total_seconds": time.perf_counter() - started,
         **evaluator.stats.as_dict(),
+        "cached": evaluator.cache,
     }
     if state == "sharded":
         result.timing["coordinator_bytes_received"] = result_bytes

@@ -14,6 +14,11 @@ finishes first is used and the other is cancelled. Both copies compute the same 
 A helper keeps the shard it fetched, and the next evaluations split that shard's portions
 between the two holders, so work drifts away from a persistent straggler (dynamic load
 balancing). Portions whose worker died are rescued by reading their rows from Zarr.
+
+Out of core (``cache=False``, chosen by ``sandblaster_lbfgs(cache="auto")`` when the data
+do not fit the workers' memory limits), nothing is cached: every evaluation has one task
+per shard that reads and decodes its rows from Zarr, unpinned, so Dask hands the next
+shard to whichever worker is free (dynamic load balancing by the scheduler itself).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dasklbfgs.sandblaster.tasks import (
     portion_loss_grad,
     portion_loss_grad_from_store,
     reduce_in_groups,
+    shard_column_moments,
 )
 
 MAX_ATTEMPTS = 3
@@ -89,6 +95,7 @@ class MegaBatchEvaluator:
         portion_rows: int | None = None,
         backup_tasks: bool = True,
         backup_slack: float = 1.5,
+        cache: bool = True,
     ) -> None:
         self.client = client
         self.model = model
@@ -101,17 +108,23 @@ class MegaBatchEvaluator:
         self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
         self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
 
+        self.cache = cache
         workers = self._workers()
         n_threads = sum(w["nthreads"] for w in workers.values())
         if portion_rows is None:
-            portion_rows = default_portion_rows(data.n_samples, data.shard_rows, n_threads)
+            # Streaming, a portion decodes the whole Zarr chunk it reads from: one per shard.
+            portion_rows = (default_portion_rows(data.n_samples, data.shard_rows, n_threads) if cache
+                            else data.shard_rows)
         self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
+        self.shards: list[Future] = []
+        if not cache:  # out of core: every evaluation streams the rows from Zarr
+            return
 
         started = time.perf_counter()
         addresses = sorted(workers)
         n = data.n_shards
         # Sequential shards go to the same worker (data affinity, ALGORITHMS.md §1).
-        self.shards: list[Future] = [
+        self.shards = [
             client.submit(
                 load_shard, data, i,
                 key=f"sandblaster-shard-{self.token}-{i}",
@@ -162,7 +175,11 @@ class MegaBatchEvaluator:
         client, e = self.client, self._next_key
         self._next_key += 1  # fresh task keys for every attempt
         started = time.perf_counter()
-        [x_future] = client.scatter([x], hash=False)
+        try:
+            [x_future] = client.scatter([x], hash=False)
+        except OSError as exc:  # CommClosedError: sent to a worker that just died, not yet known dead
+            time.sleep(0.2)
+            raise _EvaluationLost() from exc
         primaries, pinned = self._submit_primaries(x_future, e)
         try:
             with client.as_current():  # distributed.wait resolves the current client
@@ -209,6 +226,13 @@ class MegaBatchEvaluator:
         portions pinned to a worker that dies mid-evaluation are rescued by
         :meth:`_collect`. Returns the futures and the worker each is pinned to.
         """
+        if not self.cache:  # streaming: any worker reads any portion; Dask balances them
+            streamed = self.client.map(
+                portion_loss_grad_from_store, [p.start for p in self.portions], [p.stop for p in self.portions],
+                model=self.model, data=self.data, x=x_future,
+                key=[f"sandblaster-gradient-{self.token}-{e}-{p.index}" for p in self.portions], pure=False,
+            )
+            return streamed, [None] * len(self.portions)
         holders = self._holders()
         groups: dict[str | None, list[Portion]] = {}
         load: Counter[str | None] = Counter()
@@ -261,7 +285,7 @@ class MegaBatchEvaluator:
     def _keep_copy(self, shard: int, worker: str) -> None:
         """Keep the shard a backup fetched on ``worker`` as a key of its own (a plain
         replica would be dropped by Dask's memory manager)."""
-        if worker in self.copies.setdefault(shard, {}):
+        if not self.cache or worker in self.copies.setdefault(shard, {}):
             return
         self.copies[shard][worker] = self.client.submit(
             _same, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-on-{len(self.copies[shard])}",
@@ -396,7 +420,7 @@ class MegaBatchEvaluator:
         """A copy of portion ``p`` that reads its rows from Zarr (a backup or a rescue),
         on ``worker`` only, or anywhere when None."""
         return self.client.submit(
-            portion_loss_grad_from_store, self.model, self.data, x_future, p.start, p.stop,
+            portion_loss_grad_from_store, p.start, p.stop, model=self.model, data=self.data, x=x_future,
             key=f"sandblaster-{kind}-{self.token}-{e}-{p.index}",
             workers=None if worker is None else [worker],
             allow_other_workers=False,
@@ -407,7 +431,9 @@ class MegaBatchEvaluator:
         """A copy of portion ``p`` on ``worker``, reading its shard from the worker that holds
         it (one transfer per shard and helper, cheaper than decoding the shard's Zarr chunk
         again); the helper keeps the copy, and later evaluations share that shard's portions
-        between the two (see :meth:`_submit_primaries`)."""
+        between the two (see :meth:`_submit_primaries`). Streaming: a second read from Zarr."""
+        if not self.cache:
+            return self._from_store("backup", p, x_future, e, worker)
         return self.client.submit(
             portion_loss_grad, self.shards[p.shard], p.local, model=self.model, x=x_future,
             key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
@@ -422,10 +448,17 @@ class MegaBatchEvaluator:
 
     def column_moments(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Per-shard ``(n, mean, M2)`` of the columns of X, in shard order."""
-        futures = [
-            self.client.submit(column_moments, s, key=f"sandblaster-moments-{self.token}-{i}", pure=False)
-            for i, s in enumerate(self.shards)
-        ]
+        if self.cache:
+            futures = [
+                self.client.submit(column_moments, s, key=f"sandblaster-moments-{self.token}-{i}", pure=False)
+                for i, s in enumerate(self.shards)
+            ]
+        else:
+            futures = [
+                self.client.submit(shard_column_moments, self.data, i, key=f"sandblaster-moments-{self.token}-{i}",
+                                   pure=False)
+                for i in range(self.data.n_shards)
+            ]
         return self.client.gather(futures)
 
     def close(self) -> None:

@@ -48,3 +48,14 @@ def plan_portions(shard_bounds: list[tuple[int, int]], portion_rows: int) -> lis
         for start, stop in zip(edges[:-1], edges[1:]):
             portions.append(Portion(len(portions), shard, lo, start, stop))
     return portions
+
+
+CACHE_FRACTION = 0.5  # of the workers' summed memory limit that cached shards may take
+
+
+def shards_fit(data_bytes: int, memory_limits: list[int], fraction: float = CACHE_FRACTION) -> bool:
+    """Whether shards of ``data_bytes`` in all fit in ``fraction`` of the workers' memory
+    limits (a limit of 0 means none: then they fit)."""
+    if not memory_limits or any(limit <= 0 for limit in memory_limits):
+        return True
+    return data_bytes <= fraction * sum(memory_limits)

@@ -20,10 +20,16 @@ def portion_loss_grad(shard: Shard, local: slice, *, model: Any, x: np.ndarray) 
     return model.loss_grad_sum(x, X[local], y[local])
 
 
-def portion_loss_grad_from_store(model: Any, data: Any, x: np.ndarray, start: int, stop: int) -> tuple[float, np.ndarray]:
-    """The same sums, reading the rows from Zarr: a backup copy on a worker without the shard."""
+def portion_loss_grad_from_store(start: int, stop: int, *, model: Any, data: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
+    """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
+    worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)
     return model.loss_grad_sum(x, X, y)
+
+
+def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.ndarray]:
+    """:func:`column_moments` of shard ``index`` read from Zarr (out-of-core runs)."""
+    return column_moments(data.load_shard(index))
 
 
 def column_moments(shard: Shard) -> tuple[int, np.ndarray, np.ndarray]:

@@ -120,7 +120,7 @@ def test_two_dimensional_y(tmp_path) -> None:
 def test_describe_reports_sizes_and_labels(tmp_path, Xy) -> None:
     X, y = Xy
     info = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=50).describe()
-    assert info["nbytes_in_memory"] == X.nbytes
+    assert info["nbytes_in_memory"] == X.nbytes + y.nbytes
     assert 0 < info["nbytes_stored"]
     assert sum(info["label_counts"].values()) == 103
     json.dumps(info)

@@ -19,6 +19,7 @@ from dasklbfgs.errors import (
 )
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
+from dasklbfgs.sandblaster.portions import shards_fit
 from tests.sandblaster.conftest import load_all
 
 # Test-only model subclasses below travel to the workers by value.
@@ -163,6 +164,30 @@ def test_shards_load_once_and_never_move(client, datasets) -> None:
     assert "sandblaster-gradient" in prefixes and "sandblaster-shard" in prefixes
 
 
+def test_streaming_out_of_core_reaches_the_cached_result(client, datasets) -> None:
+    """cache=False keeps no shard in worker memory: every evaluation reads Zarr, one task
+    per shard; the sums group differently, so iterates agree to rounding, not bitwise."""
+    data = datasets["logistic-ill"]
+    model = Logistic(data.n_features, l2=1e-3)
+    cached = sandblaster_lbfgs(model, data, client=client, cache=True, standardize=True)
+    streamed = sandblaster_lbfgs(model, data, client=client, cache=False, standardize=True)
+    assert cached.timing["cached"] and not streamed.timing["cached"]
+    assert streamed.n_portions == data.n_shards and streamed.timing["load_seconds"] == 0
+    np.testing.assert_allclose(streamed.x, cached.x, rtol=1e-8, atol=1e-10)
+    assert streamed.nit == cached.nit
+    held = client.run_on_scheduler(lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-shard" in str(k)])
+    assert held == []
+
+
+def test_cache_auto_streams_only_what_does_not_fit() -> None:
+    gib = 1 << 30
+    assert shards_fit(gib, [gib, gib])                   # half of 2 GiB
+    assert not shards_fit(gib + 1, [gib, gib])
+    assert not shards_fit(6 * gib, [gib, gib])           # out of core: 3x the limits
+    assert shards_fit(6 * gib, [gib, 0])                 # a worker without a limit
+    assert shards_fit(1, [])
+
+
 def test_callback_and_limits(client, datasets) -> None:
     data = datasets["logistic"]
     model = Logistic(data.n_features)
@@ -210,6 +235,10 @@ def test_errors(client, datasets, tmp_path) -> None:
         Softmax(8, 3, l2=-0.1)
     with pytest.raises(ConfigurationError, match=r"portion_rows must be a positive integer, got 0"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, portion_rows=0)
+    with pytest.raises(ConfigurationError, match=r"cache must be True, False or 'auto', got 'yes'"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, cache="yes")
+    with pytest.raises(ConfigurationError, match=r"cache must be True, False or 'auto', got 1"):
+        sandblaster_lbfgs(Softmax(8, 3), data, client=client, cache=1)
     with pytest.raises(ConfigurationError, match=r"maxiter must be an integer >= 1, got 0"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, maxiter=0)
     with pytest.raises(ConfigurationError, match=r"data must be a ShardedDataset or a path to one, got ndarray"):
