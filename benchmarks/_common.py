@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
+#: Where reports, plots and results go: ``benchmarks/`` itself, or the folder the suite
+#: runner names in $DASKLBFGS_BENCH_OUT (the quick suite's, so that quick numbers never
+#: overwrite the recorded ones).
+OUT = Path(os.environ.get("DASKLBFGS_BENCH_OUT", HERE))
+RESULTS = OUT / "results"
 
 
 def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
@@ -53,8 +57,24 @@ def machine() -> dict[str, Any]:
     }
 
 
+def write_report(name: str, text: str) -> Path:
+    """``RESULTS-<name>.md`` in :data:`OUT`."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"RESULTS-{name}.md"
+    path.write_text(text)
+    return path
+
+
+def report_header(title: str, command: str, machine_info: dict[str, Any]) -> list[str]:
+    """The first lines of every report: title, the exact command, the machine and versions."""
+    m = machine_info
+    return [f"# {title}", "", f"Command: `{command}`", "",
+            f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
+            + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), ""]
+
+
 def write_result(name: str, payload: dict[str, Any]) -> Path:
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, default=float) + "\n")
     return path

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, acoustic_splits, machine, write_result
+from benchmarks._common import HERE, acoustic_splits, machine, write_report, write_result
 from dasklbfgs import Logistic, connect, make_dataset, sandblaster_lbfgs, sync_sgd
 from dasklbfgs.models import MLP
 from dasklbfgs.optim.updates import make_rule
@@ -125,7 +125,7 @@ def main(argv=None) -> None:
     out["tuned"] = measure(True, args, acoustic, logistic)
     write_result("allocator", out)
     report = render(out, args)
-    (HERE / "RESULTS-allocator.md").write_text(report)
+    write_report("allocator", report)
     print(report)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, machine, write_result
+from benchmarks._common import HERE, machine, write_report, write_result
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
@@ -149,7 +149,7 @@ def main(argv=None) -> None:
 
     write_result("downpour", out)
     report = render(out, args)
-    (HERE / "RESULTS-downpour.md").write_text(report)
+    write_report("downpour", report)
     print(report)
 
 

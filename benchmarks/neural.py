@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, accuracy_curve, acoustic_splits, machine, median_seconds, time_to, write_result
+from benchmarks._common import HERE, OUT, accuracy_curve, acoustic_splits, machine, median_seconds, time_to, write_report, write_result
 from dasklbfgs import connect, downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import MLP, EmbeddingLM, SparseAutoencoder
 from dasklbfgs.models.metrics import evaluate_model
@@ -149,9 +149,9 @@ def main(argv=None) -> None:
         out["fig4"] = fig4(client, args, args.data_dir)
         out["sparse"] = sparse_savings(client, args.data_dir)
     write_result("neural", out)
-    plot(out, HERE / "neural-accuracy-vs-time.png")
+    plot(out, OUT / "neural-accuracy-vs-time.png")
     report = render(out, args)
-    (HERE / "RESULTS-neural.md").write_text(report)
+    write_report("neural", report)
     print(report)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, RESULTS, accuracy_curve, acoustic_splits, machine, time_to, write_result
+from benchmarks._common import HERE, OUT, RESULTS, accuracy_curve, acoustic_splits, machine, time_to, write_report, write_result
 from dasklbfgs import connect, downpour_sgd, easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.downpour.mailbox import PeerMailbox
 from dasklbfgs.models import MLP
@@ -363,9 +363,9 @@ def main(argv=None) -> None:
             out["comparison"] = comparison(client, args, model, train, test)
     out["projection"] = project(out["costs"], out["comparison"], args)
     write_result("peers", out)
-    plot(out, HERE / "peers-accuracy-vs-time.png")
+    plot(out, OUT / "peers-accuracy-vs-time.png")
     report = render(out, args)
-    (HERE / "RESULTS-peers.md").write_text(report)
+    write_report("peers", report)
     print(report)
 
 

@@ -31,7 +31,7 @@ import cloudpickle
 import numpy as np
 from distributed import get_worker
 
-from benchmarks._common import HERE, machine, write_result
+from benchmarks._common import HERE, machine, write_report, write_result
 from dasklbfgs import ShardedDataset, connect, downpour_sgd, make_dataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic, Softmax
@@ -178,7 +178,7 @@ def main(argv=None) -> None:
     out["downpour"] = downpour_faults(args.data_dir)
     write_result("reliability", out)
     report = render(out, args)
-    (HERE / "RESULTS-reliability.md").write_text(report)
+    write_report("reliability", report)
     print(report)
 
 

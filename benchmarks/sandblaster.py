@@ -21,7 +21,7 @@ from scipy.optimize import minimize
 from scipy.special import expit
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, machine, median_seconds, write_result
+from benchmarks._common import HERE, machine, median_seconds, write_report, write_result
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic
@@ -145,7 +145,7 @@ def main(argv=None) -> None:
 
     write_result("sandblaster", out)
     report = render(out)
-    (HERE / "RESULTS-sandblaster.md").write_text(report)
+    write_report("sandblaster", report)
     print(report)
 
 

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks._common import HERE, machine, write_result
+from benchmarks._common import HERE, machine, write_report, write_result
 
 ROWS = 2000
 
@@ -84,7 +84,7 @@ def main(argv=None) -> None:
     out = {"command": command, "machine": machine(), "rows": rows}
     write_result("sharded_state", out)
     report = render(out, args)
-    (HERE / "RESULTS-sharded-state.md").write_text(report)
+    write_report("sharded-state", report)
     print(report)
 
 
