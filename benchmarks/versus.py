@@ -18,7 +18,7 @@ ill-conditioned, softmax 2e5 x 440 with 100 classes, least squares 1e6 x 100. Me
 Each method runs to its own tight tolerance; every solution is scored with the same
 objective in numpy, and a run counts as reaching the optimum when its objective is within
 1e-6 (relative) of f*, scipy's optimum or the best objective any method found when that is
-lower. Each (workload, method) runs in a fresh process, so its peak memory (ru_maxrss of
+lower. Each (workload, method) runs in a fresh process, so its peak memory (VmHWM of
 that process: the driver, not Dask's workers or Spark's JVM) is its own. A peer that is missing or fails is reported as such.
 
 Writes ``benchmarks/results/versus.json`` and ``benchmarks/RESULTS-versus.md``.
@@ -190,6 +190,15 @@ def _spark(model, data, spec, load):
     return seconds, coef, {"iterations": iterations}
 
 
+def _peak_rss_mib() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
+    parent that forked it)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 class _Skipped(Exception):
     pass
 
@@ -204,7 +213,7 @@ def _one(method: str, spec: dict, root: str, queue) -> None:
         data = open_data(spec, Path(root))
         model = make_model(spec)
         seconds, x, facts = RUNNERS[method](model, data, spec, lambda: data.load_rows(0, data.n_samples))
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # before loading X to score
+        peak = _peak_rss_mib()  # before loading X to score the solution
         X, y = data.load_rows(0, data.n_samples)
         fun = model.objective(np.asarray(x, dtype=np.float64), X, y)[0]
         queue.put({"seconds": seconds, "fun": float(fun), **facts, "peak_rss_mib": peak})
@@ -279,7 +288,7 @@ def render(out: dict) -> str:
         "Sandblaster runs with `standardize=True` (an exact change of variables: same objective and optimum), "
         "the peers as they come. Seconds exclude loading data into RAM for the "
         "in-process methods and building the DataFrame for Spark; Sandblaster's include loading its shards from "
-        "Zarr. Peak memory is the driver process's (ru_maxrss before loading X to score the solution): for the "
+        "Zarr. Peak memory is the driver process's (VmHWM before loading X to score the solution): for the "
         "in-process methods it holds the data, for Sandblaster and dask-glm the data live on the workers, and for "
         "Spark in its JVM, which is not counted.", "",
     ]
