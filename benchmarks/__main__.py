@@ -61,6 +61,13 @@ def run(names: list[str], quick: bool, out: Path) -> dict[str, dict]:
     return outcome
 
 
+def _committed(path: Path) -> str:
+    """The date the result file was last committed (results recorded before they carried one)."""
+    proc = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], cwd=HERE, capture_output=True,
+                          text=True)
+    return proc.stdout.strip() or "?"
+
+
 def report(out: Path, outcome: dict[str, dict] | None, suite: str) -> Path:
     m = machine()
     lines = [
@@ -81,8 +88,9 @@ def report(out: Path, outcome: dict[str, dict] | None, suite: str) -> Path:
         if ran is not None:
             status += f" ({ran['seconds']:.0f} s)"
         if result.exists() and text.exists():
-            command = json.loads(result.read_text()).get("command", "?")
-            when = time.strftime("%Y-%m-%d", time.gmtime(result.stat().st_mtime))
+            recorded = json.loads(result.read_text())
+            command = recorded.get("command", "?")
+            when = recorded.get("recorded") or _committed(result)
             lines.append(f"| [{name}](RESULTS-{stem}.md) | `{command}` | {when} | {status} |")
             body = text.read_text().splitlines()
             sections += ["", *("#" + line if line.startswith("#") else line for line in body)]

@@ -74,6 +74,7 @@ def report_header(title: str, command: str, machine_info: dict[str, Any]) -> lis
 
 
 def write_result(name: str, payload: dict[str, Any]) -> Path:
+    payload = {**payload, "recorded": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(payload, indent=2, default=float) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import Iterator
@@ -122,10 +123,31 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
     return _low_latency(client)
 
 
+def _client(timeout: float, **kwargs: Any) -> Client:
+    """``Client(...)`` for an existing scheduler."""
+    try:
+        client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
+    except (TypeError, OSError, TimeoutError) as exc:  # the failures _reach turns into clear errors
+        # Finalise the half-built client now. Left to a later garbage collection, its
+        # __del__ can run inside the thread that the next Client starts, and close its loop
+        # runner while that start holds the runner's lock: a deadlock (seen in CI). The
+        # tracebacks hold the client's frames, so they go first.
+        error: BaseException | None = exc
+        seen: set[int] = set()
+        while error is not None and id(error) not in seen:
+            seen.add(id(error))
+            error.__traceback__ = None
+            error = error.__cause__ or error.__context__
+        del error
+        gc.collect()
+        raise exc from exc.__cause__
+    return _low_latency(client)
+
+
 def _reach(what: str, timeout: float, **kwargs: Any) -> Client:
     """Connect to an existing scheduler, or fail within ``timeout`` with a clear error."""
     try:
-        client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
+        client = _client(timeout, **kwargs)
     except TypeError as exc:
         if "TLS" not in str(exc):
             raise
