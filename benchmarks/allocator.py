@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, acoustic_splits, machine, write_report, write_result
+from benchmarks._common import HERE, acoustic_splits, machine, report_header, write_report, write_result
 from dasklbfgs import Logistic, connect, make_dataset, sandblaster_lbfgs, sync_sgd
 from dasklbfgs.models import MLP
 from dasklbfgs.optim.updates import make_rule
@@ -73,10 +73,7 @@ def measure(tuned: bool, args, acoustic, logistic) -> dict:
 def render(out, args) -> str:
     m, off, on = out["machine"], out["default"], out["tuned"]
     lines = [
-        "# Dask's worker allocator setting and the tuning that undoes its cost", "",
-        f"Command: `{out['command']}`", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
-        + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
+        *report_header("Dask's worker allocator setting and the tuning that undoes its cost", out["command"], m),
         "Dask's nanny starts workers with `MALLOC_TRIM_THRESHOLD_=65536`, which also switches off glibc's "
         "dynamic mmap threshold: every array above 128 KiB is a fresh mmap whose pages fault in on first touch. "
         "`connect()` registers `AllocatorTuning` (mmap threshold 32 MiB, trim threshold 128 MiB via `mallopt`); "

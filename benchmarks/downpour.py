@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, machine, write_report, write_result
+from benchmarks._common import HERE, machine, report_header, write_report, write_result
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
@@ -167,10 +167,7 @@ def render(out, args) -> str:
         return "not reached" if v is None else f"{v:.2f}"
 
     lines = [
-        "# Downpour SGD benchmark", "",
-        f"Command: `{out['command']}`", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
-        + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
+        *report_header('Downpour SGD benchmark', out["command"], m),
         f"One step's communication for {fp['params']:,} parameters over {fp['shards']} Adagrad shards, from a "
         f"replica task (push, with the updated slice in the reply; median of {args.repeats}): "
         f"**{1e3 * fp['float32']:.1f} ms** with float32 on the wire, {1e3 * fp['float64']:.1f} ms with float64.", "",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, OUT, accuracy_curve, acoustic_splits, machine, median_seconds, time_to, write_report, write_result
+from benchmarks._common import HERE, OUT, accuracy_curve, acoustic_splits, machine, median_seconds, report_header, time_to, write_report, write_result
 from dasklbfgs import connect, downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import MLP, EmbeddingLM, SparseAutoencoder
 from dasklbfgs.models.metrics import evaluate_model
@@ -183,10 +183,7 @@ def render(out, args) -> str:
         return "not reached" if v is None else f"{v:.1f}"
 
     lines = [
-        "# Neural models benchmark", "",
-        f"Command: `{out['command']}`", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
-        + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
+        *report_header('Neural models benchmark', out["command"], m),
         f"## Loss + gradient throughput in one process ({args.kernel_rows} rows, median of {args.repeats})", "",
         "FLOPs per example count the matrix products of the forward and backward passes (2 per multiply-add); "
         "the peak is numpy's best time on one 2048 x 2048 matmul of the same dtype on all cores.", "",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from distributed import wait
 
-from benchmarks._common import HERE, machine, write_report, write_result
+from benchmarks._common import HERE, machine, report_header, write_report, write_result
 from dasklbfgs import Logistic, ShardedDataset, connect, make_dataset, sandblaster_lbfgs
 
 
@@ -98,10 +98,7 @@ def render(out) -> str:
     raw = out["nbytes_in_memory"] / out["raw_read_seconds"]
     achieved = out["nbytes_in_memory"] / out["eval_seconds_median"]
     lines = [
-        "# Out of core: Sandblaster streaming shards from Zarr", "",
-        f"Command: `{out['command']}`", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
-        + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
+        *report_header('Out of core: Sandblaster streaming shards from Zarr', out["command"], m),
         f"Logistic data {out['rows']:,} x {out['features']} float64: **{out['nbytes_in_memory'] / gib:.2f} GiB** "
         f"decoded ({out['nbytes_stored'] / gib:.2f} GiB stored), against 2 workers with "
         f"{limit / gib:.2f} GiB of memory limits in all: **{out['nbytes_in_memory'] / limit:.1f}x** the limit. "

@@ -31,7 +31,7 @@ import cloudpickle
 import numpy as np
 from distributed import get_worker
 
-from benchmarks._common import HERE, machine, write_report, write_result
+from benchmarks._common import HERE, machine, report_header, write_report, write_result
 from dasklbfgs import ShardedDataset, connect, downpour_sgd, make_dataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic, Softmax
@@ -185,10 +185,7 @@ def main(argv=None) -> None:
 def render(out, args) -> str:
     m = out["machine"]
     lines = [
-        "# Reliability benchmark", "",
-        f"Command: `{out['command']}`", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
-        + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
+        *report_header('Reliability benchmark', out["command"], m),
         "## Stragglers: one worker slowed, Sandblaster evaluation time", "",
         f"Logistic loss+gradient over {args.rows:,} x {args.features} rows in portions of {args.portion_rows:,}; "
         f"the last worker sleeps {args.slowdown - 1:g}x a portion's compute time before each of its portions "

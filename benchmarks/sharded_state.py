@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks._common import HERE, machine, write_report, write_result
+from benchmarks._common import HERE, machine, report_header, write_report, write_result
 
 ROWS = 2000
 
@@ -92,10 +92,7 @@ def render(out, args) -> str:
     m = out["machine"]
     by = {(r["width"], r["mode"]): r for r in out["rows"]}
     lines = [
-        "# Sharded vs local L-BFGS state", "",
-        f"Command: `{out['command']}`", "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
-        + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
+        *report_header('Sharded vs local L-BFGS state', out["command"], m),
         f"Softmax models on {ROWS:,} rows (features x classes = d), {args.iterations} L-BFGS iterations, "
         "history 10, 2 workers x 1 thread, 2 parameter shards. Each run is a fresh coordinator process: "
         "its peak RSS is the coordinator's alone (the baseline of a Python process with dask, numpy and "
