@@ -33,7 +33,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "downpour": ("downpour", ["--rows", "20000", "--repeats", "5"]),
     "neural": ("neural", ["--rows", "20000", "--epochs", "1", "--kernel-rows", "2048", "--repeats", "3"]),
     "peers": ("peers", ["--rows", "20000", "--epochs", "1", "--runs", "1", "--replicas", "1", "2"]),
-    "sharded_state": ("sharded-state", ["--widths", "1000", "100000", "--iterations", "3"]),
+    "sharded_state": ("sharded-state", ["--widths", "1000", "100000", "--iterations", "3", "--limited-width", "0"]),
     "reliability": ("reliability", ["--rows", "100000", "--workers", "2", "--repeats", "3"]),
     "allocator": ("allocator", ["--steps", "20", "--logistic-rows", "100000", "--lbfgs-iterations", "5"]),
     "scaling": ("scaling", ["--rows", "100000", "1000000", "--repeats", "3"]),

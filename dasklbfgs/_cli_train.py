@@ -96,7 +96,7 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
             learning_rate=args.learning_rate, optimizer=args.optimizer or "adagrad", epochs=args.epochs,
             max_steps=args.max_steps, warmstart_steps=args.warmstart_steps, seed=args.seed,
             eval_data=eval_data, eval_every=args.eval_every if eval_data is not None else None,
-            checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
+            defer_eval=args.defer_eval, checkpoint_path=args.checkpoint, checkpoint_every=args.checkpoint_every,
             resume=args.resume, overlap=args.overlap, callback=show,
         )
     if args.solver in PEER_SOLVERS:
@@ -106,8 +106,8 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
             args.solver, model, data, client=client, n_replicas=args.replicas, batch_size=args.batch_size,
             learning_rate=args.learning_rate, optimizer=args.optimizer, epochs=args.epochs,
             max_steps=args.max_steps, seed=args.seed, eval_data=eval_data,
-            eval_every=args.eval_every if eval_data is not None else None, callback=show,
-            tau=args.tau, alpha=args.alpha, rho=args.rho, n_param_shards=args.param_shards,
+            eval_every=args.eval_every if eval_data is not None else None, defer_eval=args.defer_eval,
+            callback=show, tau=args.tau, alpha=args.alpha, rho=args.rho, n_param_shards=args.param_shards,
             push_sum=args.push_sum, topology=args.topology, torus_shape=args.torus_shape,
         )
     from dasklbfgs.sandblaster import sandblaster_lbfgs
@@ -305,6 +305,9 @@ def add_train_commands(sub: Any) -> None:
                           help="keep each push in flight while computing the next gradient (+1 staleness)")
     train.add_argument("--eval-every", type=int, default=None,
                        help="score --test every N iterations (Sandblaster; default 1) or global steps (Downpour)")
+    downpour.add_argument("--defer-eval", action="store_true",
+                          help="keep the parameters due for --test scoring and score them after training "
+                               "(scoring takes no CPU from the replicas)")
     downpour.add_argument("--checkpoint", metavar="PATH", help="Zarr checkpoint of the parameter shards")
     downpour.add_argument("--checkpoint-every", type=int, default=None)
     downpour.add_argument("--resume", action="store_true", help="continue from --checkpoint")

@@ -38,7 +38,10 @@ def tune_allocator(mmap_threshold: int = MMAP_THRESHOLD, trim_threshold: int = T
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold))) and bool(mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)))
+    # both calls always run: a refused mmap threshold still leaves the trim threshold worth setting
+    mmap_set = bool(mallopt(_M_MMAP_THRESHOLD, int(mmap_threshold)))
+    trim_set = bool(mallopt(_M_TRIM_THRESHOLD, int(trim_threshold)))
+    return mmap_set and trim_set
 
 
 class AllocatorTuning(WorkerPlugin):

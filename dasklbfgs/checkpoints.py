@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,19 @@ def _digest(array: np.ndarray) -> str:
 
 
 def write_checkpoint(path: os.PathLike[str] | str, arrays: dict[str, np.ndarray], *, kind: str,
-                     attrs: dict[str, Any]) -> Path:
-    """Write ``arrays`` (names may contain ``/`` for groups) and ``attrs`` to ``path``."""
+                     attrs: dict[str, Any], parts: Callable[[Path], None] | None = None) -> Path:
+    """Write ``arrays`` (names may contain ``/`` for groups) and ``attrs`` to ``path``.
+
+    ``parts(temp)`` may write more into the checkpoint before it is renamed into place
+    (for instance, other processes' own checkpoints in sub-directories): the rename then
+    publishes everything at once, or nothing if ``parts`` fails.
+    """
     target = Path(path)
     # Replaces an older checkpoint, never anything else.
     with written_aside(target, overwrite=True) as temp:
         group = zarr.create_group(store=str(temp), zarr_format=3)
+        if parts is not None:
+            parts(temp)
         digests = {}
         for name, value in arrays.items():
             value = np.asarray(value)

@@ -79,7 +79,11 @@ def connect(
     if tune_allocator:
         from dasklbfgs.allocator import AllocatorTuning
 
-        client.register_plugin(AllocatorTuning())
+        try:
+            client.register_plugin(AllocatorTuning())
+        except BaseException:
+            client.close()  # and the embedded cluster it owns: nothing is left running
+            raise
     return client
 
 

@@ -59,6 +59,7 @@ def downpour_sgd(
     seed: int = 0,
     eval_data: Any = None,
     eval_every: int | None = None,
+    defer_eval: bool = False,
     checkpoint_path: str | os.PathLike[str] | None = None,
     checkpoint_every: int | None = None,
     resume: bool = False,
@@ -99,6 +100,11 @@ def downpour_sgd(
         Starting parameters (default zeros) and the seed of the batch order.
     eval_data, eval_every
         Held-out dataset scored every ``eval_every`` global steps and at the end.
+    defer_eval
+        Keep the parameters due for scoring and score them after training (the history
+        keeps the times they were taken at). Scoring then takes no CPU from the replicas:
+        use it where the coordinator shares cores with the workers, as on a laptop, and
+        when timing a run. Costs a copy of the parameters per scoring point.
     checkpoint_path, checkpoint_every, resume
         Write every shard's slice and optimizer state to this Zarr path every
         ``checkpoint_every`` global steps and at the end (atomically); ``resume=True``
@@ -127,7 +133,8 @@ def downpour_sgd(
         shard and steps per replica).
     """
     checked = check_replica_run(model, data, n_replicas=n_replicas, batch_size=batch_size, epochs=epochs,
-                                max_steps=max_steps, eval_data=eval_data, eval_every=eval_every)
+                                max_steps=max_steps, eval_data=eval_data, eval_every=eval_every,
+                                defer_eval=defer_eval)
     dataset, rows, batch_size, epochs = checked.dataset, checked.rows, checked.batch_size, checked.epochs
     max_steps, eval_set, eval_every = checked.max_steps, checked.eval_set, checked.eval_every
     n_param_shards = check_int(n_param_shards, "n_param_shards")
@@ -182,7 +189,7 @@ def downpour_sgd(
             return run.train(
                 ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed,
                               wire_dtype, bool(sparse), overlap),
-                max_steps=max_steps, warmstart_steps=warmstart_steps, eval_every=eval_every,
+                max_steps=max_steps, warmstart_steps=warmstart_steps, eval_every=eval_every, defer_eval=defer_eval,
                 checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
                 callback=callback, poll_interval=poll_interval, model_config=config,
             )
@@ -306,7 +313,7 @@ class _DownpourRun:
                 pure=False,
             )
 
-    def train(self, config: ReplicaConfig, *, max_steps, warmstart_steps, eval_every,
+    def train(self, config: ReplicaConfig, *, max_steps, warmstart_steps, eval_every, defer_eval,
               checkpoint_path, checkpoint_every, callback, poll_interval, model_config) -> OptimizeResult:
         started = time.perf_counter()
         n_replicas = len(self.rows)
@@ -322,7 +329,7 @@ class _DownpourRun:
         self.launch(range(n_replicas) if self.released else range(1), config, first_epoch)
         history, status, message = watch(self, started=started, start_steps=self.start_steps, eval_every=eval_every,
                                          checkpoint_every=checkpoint_every, callback=callback,
-                                         poll_interval=poll_interval)
+                                         poll_interval=poll_interval, defer_eval=defer_eval)
 
         replica_stats = [f.result() for f in self.replica_futures.values()]
         shard_stats = self.shard_calls("stats")

@@ -45,6 +45,7 @@ class PeerMailbox:
         self.bytes_out = 0
         self.stop_reason: str | None = None
         self.aborted = False      # the run is over (a peer was lost): no message will come
+        self.finished = False     # the owner took its last step: it takes no more gradients or shares
 
     # -- called by peers through the actor, and by the owner directly ---------------------
 
@@ -54,15 +55,23 @@ class PeerMailbox:
             self._count(value)
             self._lock.notify_all()
 
-    def deliver_now(self, sender: int, gradient: np.ndarray) -> None:
+    def deliver_now(self, sender: int, gradient: np.ndarray) -> bool:
         with self._lock:
+            if self.finished:
+                return False
             self._queue.append((sender, gradient))
             self._count(gradient)
+            return True
 
-    def share_now(self, numerator: np.ndarray, weight: float) -> None:
+    def share_now(self, numerator: np.ndarray, weight: float) -> bool:
+        """Take a push-sum share; False once the owner has finished (the sender keeps it,
+        so no share of the sums is ever lost)."""
         with self._lock:
+            if self.finished:
+                return False
             self._shares.append((numerator, weight))
             self._count(numerator)
+            return True
 
     def _count(self, value: Any) -> None:
         self.messages_in += 1
@@ -73,13 +82,13 @@ class PeerMailbox:
         """Leave ``value`` under ``key`` for the owner (a tree message)."""
         self.put_now(key, value)
 
-    async def deliver(self, sender: int, gradient: np.ndarray) -> None:
+    async def deliver(self, sender: int, gradient: np.ndarray) -> bool:
         """Queue neighbour ``sender``'s gradient; the owner applies it between its own batches."""
-        self.deliver_now(sender, gradient)
+        return self.deliver_now(sender, gradient)
 
-    async def share(self, numerator: np.ndarray, weight: float) -> None:
-        """Add a push-sum share (half of a peer's numerator and weight)."""
-        self.share_now(numerator, weight)
+    async def share(self, numerator: np.ndarray, weight: float) -> bool:
+        """Add a push-sum share (half of a peer's numerator and weight); False if the owner finished."""
+        return self.share_now(numerator, weight)
 
     def read_now(self) -> tuple[np.ndarray | None, int]:
         published = self.published
@@ -91,6 +100,10 @@ class PeerMailbox:
     async def read(self) -> tuple[np.ndarray | None, int]:
         """The parameters the owner last published and the step it published them at."""
         return self.read_now()
+
+    async def peek(self) -> tuple[np.ndarray | None, int]:
+        """Like :meth:`read`, for the coordinator: not counted as traffic between replicas."""
+        return self.published, self.published_step
 
     async def request_stop(self, reason: str) -> None:
         """Ask the owner to stop after its current step (first reason wins)."""
@@ -133,6 +146,13 @@ class PeerMailbox:
     def drain_shares(self) -> list[tuple[np.ndarray, float]]:
         with self._lock:
             shares, self._shares = self._shares, []
+        return shares
+
+    def finish(self) -> list[tuple[np.ndarray, float]]:
+        """Refuse further gradients and shares; return the shares that arrived before."""
+        with self._lock:
+            self.finished = True
+            shares, self._shares, self._queue = self._shares, [], []
         return shares
 
     def publish(self, params: np.ndarray, step: int) -> None:

@@ -49,6 +49,7 @@ class PeerConfig:
     rule: str
     hyper: tuple[tuple[str, Any], ...]
     total_steps: int = 0           # sync: steps every replica takes (the longest replica's)
+    step_cap: int | None = None    # at most this many steps per replica (ceil(max_steps / n_replicas))
     tau: int = 1                   # easgd: steps between elastic exchanges
     alpha: float = 0.0             # easgd: moving rate
     push_sum: bool = False         # gossip
@@ -74,10 +75,9 @@ class _Peers:
         return mailbox
 
     def send(self, k: int, method: str, *args: Any) -> Any:
-        """Call ``method`` on peer ``k``'s mailbox; returns a future to wait on, or None."""
+        """Call ``method`` on peer ``k``'s mailbox; returns what to call ``.result()`` on."""
         if self.local[k] is not None:
-            getattr(self.local[k], f"{method}_now")(*args)
-            return None
+            return _Done(getattr(self.local[k], f"{method}_now")(*args))
         return getattr(self.handles[k], method)(*args)
 
     def read(self, k: int) -> tuple[np.ndarray | None, int]:
@@ -86,8 +86,36 @@ class _Peers:
         return self.handles[k].read().result()
 
 
+class _Done:
+    """The reply of an in-process call, shaped like an actor call's future."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def result(self) -> Any:
+        return self.value
+
+
 def _wait(pending: list[Any]) -> list[Any]:
-    return [p.result() for p in pending if p is not None]
+    return [p.result() for p in pending]
+
+
+def _settle(pending: list[tuple[Any, Any]]) -> list[Any]:
+    """Wait for the replies to sends; return the shares refused by peers that had finished."""
+    return [kept for reply, kept in pending if reply.result() is False and kept is not None]
+
+
+def _barrier(replica: int, peers: _Peers, own: Any, n_replicas: int) -> None:
+    """Wait until every replica has loaded its rows (up the tree, then down), so that no
+    replica trains, sends or waits on a peer while another still reads its data. There is
+    no timeout: a replica that fails while loading stops the run through the coordinator."""
+    for child in tree_children(replica, n_replicas):
+        own.take(("ready", child), None)
+    parent = tree_parent(replica)
+    if parent is not None:
+        _wait([peers.send(parent, "put", ("ready", replica), True)])
+        own.take(("go",), None)
+    _wait([peers.send(child, "put", ("go",), True) for child in tree_children(replica, n_replicas)])
 
 
 def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], config: PeerConfig,
@@ -107,10 +135,12 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
     own_weight, near = (exchange_weights(replica, R, config.topology, config.torus_shape)
                         if config.method == "neighbours" else (1.0, {}))
     weight = 1.0                                 # push-sum
-    pending: list[Any] = []                      # sends whose acknowledgement is collected next step
+    pending: list[tuple[Any, Any]] = []          # (reply, share kept if refused), collected next step
     steps = examples = exchanges = received = 0
     loss_sum, recent_loss, stop = 0.0, math.nan, None
     n_steps = config.total_steps if config.method == "sync" else batches.total
+    if config.step_cap is not None:
+        n_steps = min(n_steps, config.step_cap)
     report_at = 0.0
 
     def step_rule(gradient: np.ndarray) -> np.ndarray:
@@ -119,6 +149,11 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
         return delta
 
     clock = {"computing": 0.0}
+    try:
+        if R > 1:
+            _barrier(replica, peers, own, R)
+    except Stopped as stopped:
+        stop, n_steps = str(stopped), 0
     loop_started = time.perf_counter()
     for step in range(n_steps):
         if own.aborted or (config.method != "sync" and own.stop_reason is not None):
@@ -150,7 +185,9 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
                 stop = non_finite_message(replica, loss, steps, epoch)
                 _wait([peers.send(k, "request_stop", stop) for k in range(R)])
                 break
-            _wait(pending)
+            for share, w in _settle(pending):
+                params += share
+                weight += w
             pending = []
             if config.method == "easgd":
                 if step % config.tau == 0 and center is not None and bounds is not None:
@@ -169,7 +206,8 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
                         received += 1
                     if R > 1:
                         share, weight = push_sum_split(params, weight)
-                        pending.append(peers.send(gossip_peer(rng, replica, R), "share", share, weight))
+                        reply = peers.send(gossip_peer(rng, replica, R), "share", share, weight)
+                        pending.append((reply, (share, weight)))
                         exchanges += 1
                 else:
                     delta = step_rule(gradient)
@@ -181,7 +219,7 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
                     params += delta
             else:  # neighbours: weighted steps, see collective.exchange_weights
                 params += step_rule(own_weight * gradient)
-                pending = [peers.send(k, "deliver", replica, gradient) for k in near]
+                pending = [(peers.send(k, "deliver", replica, gradient), None) for k in near]
                 exchanges += len(near)
                 for sender, g in own.drain():
                     params += step_rule(near[sender] * g)
@@ -196,7 +234,13 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
         if now >= report_at or step + 1 == n_steps:
             own.report(steps, loss_sum, steps, recent_loss)
             report_at = now + 0.02
-    _wait(pending)
+    # Refuse shares from now on, then take back the refused ones and add those that came:
+    # push-sum's totals are conserved however the replicas' last steps interleave.
+    arrived = own.finish()
+    received += len(arrived)
+    for share, w in arrived + _settle(pending):
+        params += share
+        weight += w
     seconds_in_loop = time.perf_counter() - loop_started
     if stop is not None:
         own.request_stop_now(stop)

@@ -48,6 +48,8 @@ from dasklbfgs.optim.updates import make_rule
 
 __all__ = ["sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd", "PEER_METHODS", "run_peer_method"]
 
+WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
+
 _COMMON_DOC = """
     Parameters shared by the peer methods
     -------------------------------------
@@ -60,15 +62,19 @@ _COMMON_DOC = """
         same seeded mini-batches as a Downpour replica.
     batch_size, epochs, max_steps
         Mini-batch rows per replica; passes over each replica's rows; stop once the global
-        step (mini-batch steps summed over replicas) reaches ``max_steps``.
+        step (mini-batch steps summed over replicas) reaches ``max_steps``. Each replica
+        also stops by itself after ``ceil(max_steps / n_replicas)`` steps, so the run
+        never overshoots by more than ``n_replicas - 1`` steps.
     learning_rate, optimizer, optimizer_options
         Each replica's own update rule (``"sgd"``, ``"momentum"`` or ``"adagrad"``), built
         by :func:`dasklbfgs.optim.updates.make_rule`; e.g. ``optimizer="momentum",
         optimizer_options={"beta": 0.9, "nesterov": True}``.
     x0, seed
         Starting parameters (default: the model's initialisation) and the batch-order seed.
-    eval_data, eval_every
-        Held-out dataset scored every ``eval_every`` global steps and at the end.
+    eval_data, eval_every, defer_eval
+        Held-out dataset scored every ``eval_every`` global steps and at the end; with
+        ``defer_eval`` the parameters are kept and scored after training, taking no CPU
+        from the replicas (see :func:`downpour_sgd`).
     callback
         Called with each history entry; ``StopIteration`` stops the run.
 
@@ -82,7 +88,7 @@ _COMMON_DOC = """
 def sync_sgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: int = 2, batch_size: int = 128,
              learning_rate: float = 0.1, optimizer: str = "sgd", optimizer_options: dict[str, Any] | None = None,
              epochs: int = 1, max_steps: int | None = None, x0: np.ndarray | None = None, seed: int = 0,
-             eval_data: Any = None, eval_every: int | None = None,
+             eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
              callback: Callable[[OptimizeResult], Any] | None = None, poll_interval: float = 0.05,
              wait_timeout: float = 120.0) -> OptimizeResult:
     """Synchronous all-reduce SGD (Jin et al.; ALGORITHMS.md §6).
@@ -102,7 +108,7 @@ def easgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: in
           tau: int = 10, alpha: float | None = None, rho: float | None = None, n_param_shards: int = 1,
           learning_rate: float = 0.1, optimizer: str = "sgd", optimizer_options: dict[str, Any] | None = None,
           epochs: int = 1, max_steps: int | None = None, x0: np.ndarray | None = None, seed: int = 0,
-          eval_data: Any = None, eval_every: int | None = None,
+          eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
           callback: Callable[[OptimizeResult], Any] | None = None, poll_interval: float = 0.05) -> OptimizeResult:
     """Elastic averaging SGD, asynchronous form (Zhang et al.; ALGORITHMS.md §6).
 
@@ -120,7 +126,7 @@ def easgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: in
 def gossip_sgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: int = 2, batch_size: int = 128,
                push_sum: bool = False, learning_rate: float = 0.1, optimizer: str = "sgd",
                optimizer_options: dict[str, Any] | None = None, epochs: int = 1, max_steps: int | None = None,
-               x0: np.ndarray | None = None, seed: int = 0, eval_data: Any = None, eval_every: int | None = None,
+               x0: np.ndarray | None = None, seed: int = 0, eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
                callback: Callable[[OptimizeResult], Any] | None = None, poll_interval: float = 0.05) -> OptimizeResult:
     """Gossiping SGD (Jin et al.; ALGORITHMS.md §6): no central state.
 
@@ -139,7 +145,7 @@ def neighbour_sgd(model: Any, data: Any, *, client: Client | None = None, n_repl
                   batch_size: int = 128, topology: str = "ring", torus_shape: tuple[int, int] | None = None,
                   learning_rate: float = 0.1, optimizer: str = "sgd",
                   optimizer_options: dict[str, Any] | None = None, epochs: int = 1, max_steps: int | None = None,
-                  x0: np.ndarray | None = None, seed: int = 0, eval_data: Any = None, eval_every: int | None = None,
+                  x0: np.ndarray | None = None, seed: int = 0, eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
                   callback: Callable[[OptimizeResult], Any] | None = None,
                   poll_interval: float = 0.05) -> OptimizeResult:
     """Nearest-neighbour gradient exchange (Viviani et al.; ALGORITHMS.md §7).
@@ -175,8 +181,10 @@ def run_peer_method(name: str, model: Any, data: Any, **options: Any) -> Optimiz
     """Run peer method ``name`` with the options it takes from ``options``; options that
     are ``None`` or belong to other methods are left out (the CLI and pipelines pass all)."""
     method, own = PEER_METHODS[name]
-    common = ("client", "n_replicas", "batch_size", "learning_rate", "optimizer", "epochs", "max_steps", "x0",
-              "seed", "eval_data", "eval_every", "callback")
+    common = ("client", "n_replicas", "batch_size", "learning_rate", "optimizer", "optimizer_options", "epochs",
+              "max_steps", "x0", "seed", "eval_data", "eval_every", "defer_eval", "callback", "poll_interval")
+    if name == "sync":
+        own = (*own, "wait_timeout")
     return method(model, data, **{k: v for k, v in options.items() if (k in common or k in own) and v is not None})
 
 
@@ -184,7 +192,8 @@ def _train(method: str, model: Any, data: Any, options: dict[str, Any]) -> Optim
     """Check the arguments, start the mailboxes (and EASGD's center), run, clean up."""
     checked = check_replica_run(model, data, n_replicas=options["n_replicas"], batch_size=options["batch_size"],
                                 epochs=options["epochs"], max_steps=options["max_steps"],
-                                eval_data=options["eval_data"], eval_every=options["eval_every"])
+                                eval_data=options["eval_data"], eval_every=options["eval_every"],
+                                defer_eval=options["defer_eval"])
     n_replicas = len(checked.rows)
     rule = make_rule(options["optimizer"], learning_rate=options["learning_rate"],
                      **dict(options["optimizer_options"] or {}))
@@ -193,6 +202,7 @@ def _train(method: str, model: Any, data: Any, options: dict[str, Any]) -> Optim
         method=method, n_replicas=n_replicas, batch_size=checked.batch_size, epochs=checked.epochs,
         seed=options["seed"], rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
         total_steps=checked.epochs * max(math.ceil((b - a) / checked.batch_size) for a, b in checked.rows),
+        step_cap=None if checked.max_steps is None else math.ceil(checked.max_steps / n_replicas),
         **_method_options(method, n_replicas, options, rule),
     )
     n_center_shards = 0
@@ -205,7 +215,8 @@ def _train(method: str, model: Any, data: Any, options: dict[str, Any]) -> Optim
     with resolve_client(options["client"]) as active:
         run = _PeerRun(active, model, checked, config, x_start, n_center_shards)
         try:
-            return run.train(callback=options["callback"], poll_interval=options["poll_interval"])
+            return run.train(callback=options["callback"], poll_interval=options["poll_interval"],
+                             defer_eval=options["defer_eval"])
         finally:
             run.close()
 
@@ -226,6 +237,11 @@ def _method_options(method: str, n_replicas: int, options: dict[str, Any], rule:
             if not (isinstance(rho, (int, float)) and rho >= 0):
                 raise ConfigurationError(f"rho must be a non-negative number, got {rho!r}")
             alpha = rule.hyper["learning_rate"] * rho
+            if not alpha < 1:
+                raise ConfigurationError(
+                    f"rho ({rho!r}) times learning_rate ({rule.hyper['learning_rate']!r}) gives the moving rate "
+                    f"alpha = {alpha!r}, which must be below 1: lower rho"
+                )
         elif alpha is None:
             alpha = 0.9 / n_replicas
         if not (isinstance(alpha, (int, float)) and 0 <= alpha < 1):
@@ -254,11 +270,13 @@ class _PeerRun:
         self.rows, self.eval_set, self.eval_every = checked.rows, checked.eval_set, checked.eval_every
         self.data, self.max_steps = checked.dataset, checked.max_steps
         self.token = uuid.uuid4().hex[:8]
-        self.workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
+        # a replica must run where its mailbox lives: place both on a named worker
+        client.wait_for_workers(1, timeout=WORKER_WAIT)
+        self.workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
         self.placement = [self.workers[r % len(self.workers)] for r in range(config.n_replicas)]
         self.mailbox_futures: list[Future] = [
-            client.submit(PeerMailbox, r, actor=True, key=f"peer-mailbox-{self.token}-{r}",
-                          workers=None if w is None else [w], pure=False)
+            client.submit(PeerMailbox, r, actor=True, key=f"peer-mailbox-{self.token}-{r}", workers=[w],
+                          pure=False)
             for r, w in enumerate(self.placement)
         ]
         self.mailboxes = [f.result() for f in self.mailbox_futures]
@@ -266,7 +284,7 @@ class _PeerRun:
         self.center_futures: list[Future] = [
             client.submit(ParameterShard, i, a, b, x_start[a:b], "sgd", {"learning_rate": 1.0}, actor=True,
                           key=f"easgd-center-{self.token}-{i}", pure=False,
-                          workers=None if self.workers[0] is None else [self.workers[i % len(self.workers)]])
+                          workers=[self.workers[i % len(self.workers)]])
             for i, (a, b) in enumerate(self.bounds)
         ]
         self.center = [f.result() for f in self.center_futures]
@@ -303,7 +321,7 @@ class _PeerRun:
                         finished, {"replicas_running": running, "steps_per_replica": [s["steps"] for s in stats]})
 
     def published(self) -> list[np.ndarray]:
-        replies = [c.result() for c in [m.read() for m in self.mailboxes]]
+        replies = [c.result() for c in [m.peek() for m in self.mailboxes]]
         return [x if x is not None else self.x_start for x, _ in replies]
 
     def current_params(self) -> np.ndarray:
@@ -330,12 +348,17 @@ class _PeerRun:
 
     def stop(self, reason: str) -> None:
         self.stop_reason = self.stop_reason or reason
-        for c in [m.request_stop(reason) for m in self.mailboxes]:
-            c.result()
+        try:
+            for c in [m.request_stop(reason) for m in self.mailboxes]:
+                c.result()
+        except Exception:
+            self._lost()  # a mailbox's worker died: say so (WorkerLostError), else re-raise
+            raise
 
     # -- the run ----------------------------------------------------------------------------
 
-    def train(self, *, callback: Callable[[OptimizeResult], Any] | None, poll_interval: float) -> OptimizeResult:
+    def train(self, *, callback: Callable[[OptimizeResult], Any] | None, poll_interval: float,
+              defer_eval: bool = False) -> OptimizeResult:
         started = time.perf_counter()
         for r, worker in enumerate(self.placement):
             self.replica_futures.append(self.client.submit(
@@ -346,12 +369,16 @@ class _PeerRun:
                 workers=None if worker is None else [worker], allow_other_workers=False, pure=False,
             ))
         history, status, message = watch(self, started=started, start_steps=0, eval_every=self.eval_every,
-                                         checkpoint_every=None, callback=callback, poll_interval=poll_interval)
+                                         checkpoint_every=None, callback=callback, poll_interval=poll_interval,
+                                         defer_eval=defer_eval)
         tallies = [f.result() for f in self.replica_futures]
         mailbox_stats = [c.result() for c in [m.stats() for m in self.mailboxes]]
         wall = time.perf_counter() - started
         replicas = [{"replica": t["replica"], "x": t["x"], "steps": t["steps"], "recent_loss": t["recent_loss"]}
                     for t in tallies]
+        if self.config.push_sum:
+            for entry, t in zip(replicas, tallies):
+                entry["weight"] = t["weight"]
         if self.eval_set is not None:
             for entry in replicas:
                 entry.update(held_out_metrics(self.model, entry["x"], self.eval_set))
@@ -373,7 +400,8 @@ class _PeerRun:
             "received_per_replica": [t["received"] for t in tallies],
             "messages_between_replicas": sum(s["messages_in"] + s["reads"] for s in mailbox_stats),
             "bytes_between_replicas": sum(s["bytes_in"] + s["bytes_out"] for s in mailbox_stats),
-            "center_exchanges": sum(s["version"] for s in center_stats),
+            # every exchange touches each center shard once: any shard's count is the total
+            "center_exchanges": max((s["version"] for s in center_stats), default=0),
             "center_bytes_in": sum(s["bytes_in"] for s in center_stats),
             "chosen_replica": chosen,
             **step_timing(tallies),
@@ -389,8 +417,8 @@ class _PeerRun:
         method = self.config.method
         if method == "easgd":
             return self.current_params(), None
-        if method == "sync":
-            return tallies[0]["x"], 0
+        if method == "sync":  # every replica holds the same parameters: none is chosen
+            return tallies[0]["x"], None
         if method == "gossip":  # push-sum: the weighted average is the unbiased one
             weights = [t["weight"] for t in tallies] if self.config.push_sum else None
             return np.average([t["x"] for t in tallies], axis=0, weights=weights), None
@@ -401,13 +429,11 @@ class _PeerRun:
 
     def close(self) -> None:
         """Wake replicas still waiting for a peer, cancel them and drop the actors."""
-        calls = []
         for mailbox, future in zip(self.mailboxes, self.mailbox_futures):
-            if future.status != "error":
-                calls.append(mailbox.abort())
-        for call in calls:
+            if future.status == "error":
+                continue
             try:
-                call.result()
+                mailbox.abort().result()
             except Exception:  # noqa: BLE001 - its worker died too; nothing waits there
                 pass
         for f in self.replica_futures:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.downpour.directory import ShardDirectory
+from dasklbfgs.downpour.local_actors import bind_local
 from dasklbfgs.downpour.wire import Wire
 
 __all__ = ["Batches", "ReplicaConfig", "epoch_order", "leave_task_slot", "non_finite_message", "replica_rows",
@@ -106,7 +107,8 @@ def _replacements(replica: int, directory: ShardDirectory | None, generation: in
     """The shard handles published after ``generation`` (the coordinator re-creates lost shards)."""
     if directory is None:
         raise RuntimeError(f"replica {replica} lost a parameter shard: {lost}") from lost.__cause__
-    return directory.current(newer_than=generation)
+    generation, shards = directory.current(newer_than=generation)
+    return generation, bind_local(shards)
 
 
 def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any] | None,
@@ -127,6 +129,7 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
         generation, shards = directory.current()
     if shards is None:
         raise ValueError("run_replica needs shards or a directory to find them in")
+    shards = bind_local(shards)  # the shard on this worker: called in-process, not over TCP
     X, y = data.load_rows(*rows)
     batches = Batches(X.shape[0], config, replica)
     wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)

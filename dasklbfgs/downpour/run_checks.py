@@ -25,7 +25,7 @@ class ReplicaRun:
 
 
 def check_replica_run(model: Any, data: Any, *, n_replicas: Any, batch_size: Any, epochs: Any, max_steps: Any,
-                      eval_data: Any, eval_every: Any) -> ReplicaRun:
+                      eval_data: Any, eval_every: Any, defer_eval: Any = False) -> ReplicaRun:
     """The dataset, each replica's rows and the checked counts; a clear error for bad ones."""
     dataset = as_dataset(data)
     model.check_data(dataset)
@@ -45,6 +45,8 @@ def check_replica_run(model: Any, data: Any, *, n_replicas: Any, batch_size: Any
         eval_every = check_int(eval_every, "eval_every")
         if eval_data is None:
             raise ConfigurationError("eval_every needs eval_data")
+    if not isinstance(defer_eval, bool):
+        raise ConfigurationError(f"defer_eval must be True or False, got {defer_eval!r}")
     eval_set = as_dataset(eval_data) if eval_data is not None else None
     if eval_set is not None:
         model.check_data(eval_set)

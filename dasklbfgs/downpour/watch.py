@@ -39,11 +39,13 @@ class Progress:
 
 def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
           checkpoint_every: int | None, callback: Callable[[OptimizeResult], Any] | None,
-          poll_interval: float) -> tuple[list[dict[str, Any]], int, str]:
+          poll_interval: float, defer_eval: bool = False) -> tuple[list[dict[str, Any]], int, str]:
     """Poll ``run`` until its replicas finish; return ``(history, status, message)``.
 
     Status 0: epochs done or ``max_steps`` reached; 3: a replica's loss became non-finite;
-    99: the callback raised ``StopIteration``.
+    99: the callback raised ``StopIteration``. With ``defer_eval``, the parameters due for
+    held-out scoring are kept and scored once the replicas have finished, so that scoring
+    does not take CPU from them (the entries keep the times the parameters were taken at).
     """
     history: list[dict[str, Any]] = []
     status, message = 0, DONE_MESSAGE
@@ -51,6 +53,7 @@ def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
     next_eval = None if eval_every is None else start_steps + eval_every
     next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
     stopped_by_callback = False
+    deferred: list[tuple[dict[str, Any], np.ndarray]] = []
     while True:
         time.sleep(poll_interval)
         progress = run.poll()
@@ -63,14 +66,17 @@ def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
         if loss_count:
             entry["train_loss"] = loss_sum / loss_count
         if next_eval is not None and (steps >= next_eval or progress.finished):
-            entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
+            if defer_eval:
+                deferred.append((entry, run.current_params()))
+            else:
+                entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
             while next_eval <= steps:
                 next_eval += eval_every  # type: ignore[operator]
         if next_checkpoint is not None and steps >= next_checkpoint:
             run.checkpoint(steps)
             while next_checkpoint <= steps:
                 next_checkpoint += checkpoint_every  # type: ignore[operator]
-        if loss_count or len(entry) > 2:
+        if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
             history.append(entry)
             run.metrics.send(**entry, **progress.event)
             if callback is not None and not stopped_by_callback:
@@ -86,6 +92,8 @@ def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
         elif reason and reason.startswith("max_steps") and not stopped_by_callback:
             status, message = 0, reason
         if progress.finished:
+            for due, params in deferred:
+                due.update(held_out_metrics(run.model, params, run.eval_set))
             return history, status, message
 
 

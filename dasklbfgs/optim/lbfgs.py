@@ -106,9 +106,10 @@ def lbfgs_minimize(
     on_iteration
         Called with the state after each completed iteration (for checkpoints).
     space
-        Where the vectors live, when not in this process (``evaluate``, ``x0`` and
-        ``state`` are then unused): an object like :class:`LocalSpace` whose ``start()``
-        evaluates the starting point and returns ``f``.
+        Where the vectors live, when not in this process (``evaluate`` and ``x0`` are
+        then unused): an object like :class:`LocalSpace` whose ``start()`` evaluates the
+        starting point and returns ``f``. With ``state``, the space holds that state's
+        vectors already and ``state`` gives the counters and history.
 
     Returns
     -------
@@ -138,8 +139,10 @@ def lbfgs_minimize(
             basis.set_gradient(g)
             state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
         space = LocalSpace(evaluate, state)
-    else:
+    elif state is None:
         state = LBFGSState(x=None, f=space.start(), g=None, basis=space.basis, nfev=1)
+    else:  # continue in a space restored from the same checkpoint as ``state``
+        state.basis = space.basis
     status, message = _check_gradient(space, opts)
 
     while status is None:

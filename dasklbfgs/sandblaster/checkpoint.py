@@ -1,7 +1,12 @@
 """Sandblaster checkpoints: the whole L-BFGS state (iterate, gradient, history) after an
 iteration, so a restarted coordinator continues to the same result.
 
-Stored through :mod:`dasklbfgs.checkpoints` (atomic, checksummed Zarr).
+Stored through :mod:`dasklbfgs.checkpoints` (atomic, checksummed Zarr). With the state
+sharded (``state="sharded"``), the coordinator writes the Gram matrix and the scalars,
+and each vector shard writes its own slices from its worker into ``shards/<i>`` of the
+same checkpoint before it is renamed into place: the vectors never pass through the
+coordinator, and a reader sees the whole checkpoint or the previous one. The workers must
+see the checkpoint path (a local cluster, or a shared filesystem).
 """
 
 from __future__ import annotations
@@ -11,10 +16,18 @@ from typing import Any
 
 from dasklbfgs.checkpoints import check_same_model, read_checkpoint, write_checkpoint
 from dasklbfgs.optim import LBFGSState, LocalBasis
+from dasklbfgs.optim.basis import GramMatrix
 
-__all__ = ["save_state", "load_state"]
+__all__ = ["save_state", "load_state", "save_sharded_state", "load_sharded_state", "SHARD_KIND"]
 
 KIND = "sandblaster"
+SHARDED_KIND = "sandblaster-sharded"
+SHARD_KIND = "sandblaster-vector-shard"
+
+
+def _counters(state: LBFGSState) -> dict[str, Any]:
+    return {"f": state.f, "nit": state.nit, "nfev": state.nfev, "previous_f": state.previous_f,
+            "last_step": state.last_step, "history": state.history}
 
 
 def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config: dict[str, Any],
@@ -24,12 +37,7 @@ def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config:
         path,
         {"x": state.x, "g": state.g, "S": basis.S, "Y": basis.Y, "gram": basis._G},
         kind=KIND,
-        attrs={
-            "model": model_config, **settings,
-            "f": state.f, "nit": state.nit, "nfev": state.nfev,
-            "previous_f": state.previous_f, "last_step": state.last_step,
-            "pairs": basis.k, "history": state.history,
-        },
+        attrs={"model": model_config, **settings, **_counters(state), "pairs": basis.k},
     )
 
 
@@ -47,3 +55,30 @@ def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], se
         nit=int(attrs["nit"]), nfev=int(attrs["nfev"]), previous_f=float(attrs["previous_f"]),
         last_step=float(attrs["last_step"]), history=list(attrs["history"]),
     )
+
+
+def save_sharded_state(path: os.PathLike[str] | str, state: LBFGSState, space: Any, *,
+                       model_config: dict[str, Any], settings: dict[str, Any]) -> None:
+    """The coordinator's part (Gram matrix, scalars) here; the shards write their slices."""
+    basis = state.basis
+    write_checkpoint(
+        path, {"gram": basis._G}, kind=SHARDED_KIND,
+        attrs={"model": model_config, **settings, **_counters(state), "pairs": basis.k, "bounds": space.bounds},
+        parts=space.save_shards,
+    )
+
+
+def load_sharded_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], settings: dict[str, Any]
+                       ) -> tuple[LBFGSState, list[list[int]]]:
+    """The coordinator's part of a sharded checkpoint and the shards' bounds; the shards
+    read their own parts (:meth:`ShardedSpace.restore`)."""
+    arrays, attrs = read_checkpoint(path, kind=SHARDED_KIND)
+    check_same_model(path, attrs, model_config, **settings)
+    gram = arrays["gram"]
+    basis = GramMatrix((gram.shape[0] - 1) // 2)
+    basis._G, basis.k = gram.copy(), int(attrs["pairs"])
+    state = LBFGSState(
+        x=None, f=float(attrs["f"]), g=None, basis=basis, nit=int(attrs["nit"]), nfev=int(attrs["nfev"]),
+        previous_f=float(attrs["previous_f"]), last_step=float(attrs["last_step"]), history=list(attrs["history"]),
+    )
+    return state, attrs["bounds"]

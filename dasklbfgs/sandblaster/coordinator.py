@@ -27,7 +27,7 @@ from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
-from dasklbfgs.sandblaster.checkpoint import load_state, save_state
+from dasklbfgs.sandblaster.checkpoint import load_sharded_state, load_state, save_sharded_state, save_state
 from dasklbfgs.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.sandblaster.portions import shards_fit
 from dasklbfgs.sandblaster.sharded import ShardedSpace
@@ -93,7 +93,10 @@ def sandblaster_lbfgs(
         raising ``StopIteration`` stops the run cleanly (status 99).
     checkpoint_path, checkpoint_every
         Save the whole L-BFGS state (iterate, gradient, curvature pairs, counters, history)
-        to this Zarr path every ``checkpoint_every`` iterations, atomically.
+        to this Zarr path every ``checkpoint_every`` iterations, atomically. With
+        ``state="sharded"`` each vector shard writes its own slices into the checkpoint
+        from its worker (the workers must see the path) and the coordinator only the
+        Gram matrix and scalars; resume with the same ``n_param_shards``.
     eval_data, eval_every
         A held-out dataset scored every ``eval_every`` iterations (objective and accuracy,
         RMSE or reconstruction error); the scores join the history entries and the
@@ -104,7 +107,7 @@ def sandblaster_lbfgs(
         actors that do the vector arithmetic; this process holds only the Gram matrix and
         scalars, and parameters and gradients go from shards to workers and back without
         passing through it (:mod:`dasklbfgs.sandblaster.sharded`). Same iterates up to
-        rounding. Not yet combined with ``standardize`` or checkpoints.
+        rounding. Not yet combined with ``standardize``.
     cache
         ``True``: load every shard into worker memory once and keep it there (data
         affinity). ``False``: out of core, every evaluation streams the rows from Zarr,
@@ -145,9 +148,10 @@ def sandblaster_lbfgs(
     if state not in ("local", "sharded"):
         raise ConfigurationError(f"state must be 'local' or 'sharded', got {state!r}")
     n_param_shards = check_int(n_param_shards, "n_param_shards")
-    if state == "sharded" and (standardize or checkpoint_path is not None):
+    if state == "sharded" and standardize:
         raise ConfigurationError(
-            "state='sharded' does not combine with standardize=True or checkpoint_path yet; use state='local'"
+            "state='sharded' does not combine with standardize=True yet: standardize the features when "
+            "writing the dataset, or use state='local'"
         )
     if state == "sharded" and n_param_shards > model.n_params:
         raise ConfigurationError(
@@ -171,12 +175,20 @@ def sandblaster_lbfgs(
         raise ConfigurationError("resume=True needs checkpoint_path")
     config = model_config(model)
     settings = {"standardize": standardize, "history_size": history, "n_samples": n}
+    if state == "sharded":
+        settings["n_param_shards"] = n_param_shards
     saved = None
     if resume and os.path.exists(checkpoint_path):
-        saved = load_state(checkpoint_path, model_config=config, settings=settings)
+        if state == "sharded":
+            saved, _ = load_sharded_state(checkpoint_path, model_config=config, settings=settings)
+        else:
+            saved = load_state(checkpoint_path, model_config=config, settings=settings)
+    space = None
 
     def save(current: LBFGSState) -> None:
-        if checkpoint_path is not None and current.nit % checkpoint_every == 0:
+        if space is not None:
+            save_sharded_state(checkpoint_path, current, space, model_config=config, settings=settings)
+        else:
             save_state(checkpoint_path, current, model_config=config, settings=settings)
 
     with resolve_client(client) as active:
@@ -189,7 +201,6 @@ def sandblaster_lbfgs(
             active, model, dataset, portion_rows=portion_rows, backup_tasks=backup_tasks, cache=cache
         )
         metrics = MetricsStream(active, "sandblaster")
-        space = None
         try:
             transform = None
             if standardize:
@@ -201,6 +212,8 @@ def sandblaster_lbfgs(
 
             if state == "sharded":
                 space = ShardedSpace(active, evaluator, model, n, x_start, history, n_param_shards)
+                if saved is not None:
+                    space.restore(checkpoint_path, saved.basis)
 
             def objective(params: np.ndarray) -> tuple[float, np.ndarray]:
                 loss, sums = evaluator.evaluate(params)
@@ -229,15 +242,15 @@ def sandblaster_lbfgs(
                         current.history[-1].update(held_out_metrics(model, x, eval_set))
                     metrics.send(**current.history[-1], n_portions=len(evaluator.portions),
                                  backups_won=evaluator.stats.backups_won)
-                    save(current)
+                    if checkpoint_path is not None and current.nit % checkpoint_every == 0:
+                        save(current)
 
                 result, final = lbfgs_minimize(
                     evaluate, theta0, options, callback=user_callback, state=saved,
                     on_iteration=on_iteration, space=space,
                 )
                 if checkpoint_path is not None and final.nit % checkpoint_every:
-                    # The last iterations since a checkpoint: save the state the run ended in.
-                    save_state(checkpoint_path, final, model_config=config, settings=settings)
+                    save(final)  # the last iterations since a checkpoint: the state the run ended in
             except NonFiniteObjectiveError as exc:
                 raise NonFiniteObjectiveError(f"{exc} (dataset {str(dataset.path)!r})") from None
             if transform is not None:

@@ -18,7 +18,10 @@ balancing). Portions whose worker died are rescued by reading their rows from Za
 Out of core (``cache=False``, chosen by ``sandblaster_lbfgs(cache="auto")`` when the data
 do not fit the workers' memory limits), nothing is cached: every evaluation has one task
 per shard that reads and decodes its rows from Zarr, unpinned, so Dask hands the next
-shard to whichever worker is free (dynamic load balancing by the scheduler itself).
+shard to whichever worker is free (dynamic load balancing by the scheduler itself). Only
+the last portions in flight can then straggle: once a worker sits idle and they have been
+out ``backup_slack`` times longer than a portion takes, backups read them again on the
+idle workers.
 """
 
 from __future__ import annotations
@@ -257,8 +260,8 @@ class MegaBatchEvaluator:
                 model=self.model,
                 x=x_future,
                 key=[f"sandblaster-gradient-{self.token}-{e}-{p.index}" for p in portions],
-                workers=None if worker is None else [worker],
-                allow_other_workers=worker is None,
+                workers=None if worker is None else [worker],  # None: the shard is being reloaded
+                allow_other_workers=False,
                 pure=False,
             )
             futures.update(zip((p.index for p in portions), mapped))
@@ -320,6 +323,7 @@ class MegaBatchEvaluator:
         next_rescue_check = started + RESCUE_CHECK_SECONDS
         launched = False
         ran_on: dict[int, str] = {}          # where each backup copy runs
+        tail: dict[str, float] = {}          # streaming: when the queue drained, seconds per portion
         winner_ran_on: dict[int, str] = {}   # portions a backup won: its worker
         n_done = 0
         while n_done < n:
@@ -376,9 +380,13 @@ class MegaBatchEvaluator:
                     rescued.add(p.index)
                     copies[p.index] += 1
                     pending.add(future)
-            if self.backup_tasks and finished_at:
+            late: list[Portion] = []
+            if self.backup_tasks and not self.cache:
+                late, idle = self._streaming_stragglers(now, started, e, winners, backed_up | rescued, tail)
+            elif self.backup_tasks and finished_at:
                 late, idle = self._stragglers(now - started, owned, done_by, finished_at, started, winners, pinned,
                                               backed_up | rescued)
+            if late:
                 backups = [self._backup(p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
                 ran_on.update((p.index, idle[j % len(idle)]) for j, p in enumerate(late))
                 self.stats.backups_launched += len(backups)
@@ -415,6 +423,32 @@ class MegaBatchEvaluator:
         late = [p for p in reversed(self.portions)  # last queued first: they would finish last
                 if winners[p.index] is None and pinned[p.index] in slow and p.index not in skip]
         return late, idle
+
+    def _streaming_stragglers(self, now: float, started: float, e: int, winners: list[Future | None],
+                              skip: set[int], tail: dict[str, float]) -> tuple[list[Portion], list[str]]:
+        """Streaming: Dask hands the next portion to whichever worker is free, so only the
+        last portions in flight can straggle. Once a worker sits idle while portions remain
+        and they have been out ``backup_slack`` times longer than a portion takes (worker-
+        seconds per finished portion when the queue drained), they are copied to the idle
+        workers, last first. Returns the portions and the idle workers."""
+        n_done = sum(w is not None for w in winners)
+        outstanding = [p for p in reversed(self.portions) if winners[p.index] is None and p.index not in skip]
+        if not outstanding or n_done == 0:
+            return [], []
+        if "since" in tail and now - tail["since"] < self.backup_slack * tail["portion_seconds"]:
+            return [], []
+        workers = list(self._workers())
+        if len(outstanding) >= len(workers):  # portions are still queued: no worker is idle
+            return [], []
+        mine = f"-{self.token}-{e}-"
+        busy = {w for w, keys in self.client.processing().items() if any(mine in str(k) for k in keys)}
+        idle = sorted(w for w in workers if w not in busy)
+        if not idle:
+            return [], []
+        if "since" not in tail:
+            tail.update(since=now, portion_seconds=(now - started) * len(workers) / n_done)
+            return [], []
+        return outstanding, idle
 
     def _from_store(self, kind: str, p: Portion, x_future: Future, e: int, worker: str | None = None) -> Future:
         """A copy of portion ``p`` that reads its rows from Zarr (a backup or a rescue),

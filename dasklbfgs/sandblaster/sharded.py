@@ -112,6 +112,35 @@ class VectorShard:
         """This slice of ``x`` or ``g`` (for the final result)."""
         return getattr(self, {"x": "x", "g": "g"}[name]).copy()
 
+    async def save(self, path: str) -> None:
+        """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
+        from dasklbfgs.checkpoints import write_checkpoint
+        from dasklbfgs.sandblaster.checkpoint import SHARD_KIND
+
+        k = self.k
+        write_checkpoint(path, {"x": self.x, "g": self.g, "S": self.S[:k], "Y": self.Y[:k]}, kind=SHARD_KIND,
+                         attrs={"index": self.index, "start": self.start, "stop": self.stop})
+
+    async def restore(self, path: str) -> dict[str, Any]:
+        """Take this slice's state from the checkpoint at ``path`` (verified); return the
+        gradient's partial dot products, as after accepting a step."""
+        from dasklbfgs.checkpoints import CheckpointError, read_checkpoint
+        from dasklbfgs.sandblaster.checkpoint import SHARD_KIND
+
+        arrays, attrs = read_checkpoint(path, kind=SHARD_KIND)
+        if (attrs.get("start"), attrs.get("stop")) != (self.start, self.stop):
+            raise CheckpointError(
+                f"checkpoint {path!r} holds slice [{attrs.get('start')}, {attrs.get('stop')}), "
+                f"not vector shard {self.index}'s [{self.start}, {self.stop})"
+            )
+        k = arrays["S"].shape[0]
+        if k > self.m:
+            raise CheckpointError(f"checkpoint {path!r} holds {k} pairs; this run keeps {self.m} (history)")
+        self.x, self.g = arrays["x"].copy(), arrays["g"].copy()
+        self.x_trial = self.x.copy()
+        self.S[:k], self.Y[:k], self.k = arrays["S"], arrays["Y"], k
+        return self._gradient_dots()
+
 
 def assemble_trial(shards: list[Any], alpha: float | None) -> np.ndarray:
     """On a worker: the parameters ``x + alpha p``, joined from the shards' slices."""
@@ -208,6 +237,23 @@ class ShardedSpace:
 
     def gmax(self) -> float:
         return float(self._gmax)
+
+    # -- checkpoints (dasklbfgs.sandblaster.checkpoint) -----------------------------------
+
+    def save_shards(self, directory: Any) -> None:
+        """Each shard writes its slices to ``directory/shards/<i>`` from its own worker."""
+        calls = [s.save(str(directory / "shards" / str(i))) for i, s in enumerate(self.shards)]
+        for c in calls:
+            c.result()
+
+    def restore(self, path: Any, basis: GramMatrix) -> None:
+        """Continue from a checkpoint: the coordinator's Gram matrix, the shards' slices."""
+        from pathlib import Path
+
+        calls = [s.restore(str(Path(path) / "shards" / str(i))) for i, s in enumerate(self.shards)]
+        replies = [self._receive(c.result()) for c in calls]
+        self.basis = basis
+        self._take_gradient(replies)
 
     def x(self) -> np.ndarray:
         """The iterate, gathered from the shards (only for callbacks and the final result)."""

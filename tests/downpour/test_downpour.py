@@ -83,6 +83,22 @@ def test_two_replicas_reach_sandblaster_accuracy(client, softmax_data) -> None:
     assert result.history[-1]["step"] == result.nit
 
 
+def test_defer_eval_scores_after_training(client, softmax_data) -> None:
+    train, test = softmax_data["train"], softmax_data["test"]
+    model = Softmax(10, 3, l2=1e-4)
+    seen = []
+    result = downpour_sgd(model, train, client=client, n_replicas=2, batch_size=64, learning_rate=0.2, epochs=2,
+                          eval_data=test, eval_every=60, defer_eval=True, callback=lambda e: seen.append(dict(e)))
+    scored = [h for h in result.history if "eval_accuracy" in h]
+    assert len(scored) >= 3  # every 60 of about 375 global steps, and the end
+    assert not any("eval_accuracy" in e for e in seen)  # nothing was scored during the run
+    times = [h["time"] for h in scored]
+    assert times == sorted(times) and times[-1] <= result.stats["wall_seconds"]
+    # the last entry is the final parameters, scored like any held-out evaluation
+    assert result.final["eval_accuracy"] == evaluate_model(model, result.x, test)["accuracy"]
+    assert scored[0]["eval_objective"] > result.final["eval_objective"]
+
+
 def test_max_steps_callback_and_warmstart(client, softmax_data) -> None:
     train = softmax_data["train"]
     model = Softmax(10, 3)
@@ -149,6 +165,7 @@ def test_helpers() -> None:
         ({"learning_rate": 0}, ConfigurationError, r"learning_rate must be a positive number, got 0"),
         ({"optimizer": "adam"}, ConfigurationError, r"optimizer must be one of"),
         ({"eval_every": 10}, ConfigurationError, r"eval_every needs eval_data"),
+        ({"defer_eval": "yes"}, ConfigurationError, r"defer_eval must be True or False, got 'yes'"),
         ({"resume": True}, ConfigurationError, r"checkpoint_every and resume need checkpoint_path"),
         ({"x0": np.zeros(2)}, ModelDataMismatchError, r"x0 must have shape \(33,\)"),
     ],

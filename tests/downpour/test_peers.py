@@ -170,11 +170,15 @@ def test_sync_sgd_equals_single_process_large_batch_sgd(client, tmp_path, n_repl
     model = Softmax(4, 3, l2=1e-2)
     # 1001 rows over 3 replicas: 333, 334, 334 rows, so replica 0 runs out of batches first
     result = sync_sgd(model, data, client=client, n_replicas=n_replicas, batch_size=40, epochs=2, seed=5,
-                      optimizer="momentum", learning_rate=0.3)
+                      optimizer="momentum", learning_rate=0.3, eval_data=data, eval_every=5)
     expected = _reference_sync_sgd(model, data, n_replicas, 40, 2, 5, make_rule("momentum", learning_rate=0.3))
     np.testing.assert_allclose(result.x, expected, rtol=1e-10, atol=1e-12)
     for replica in result.replicas:  # every replica took the same steps
         np.testing.assert_allclose(replica["x"], expected, rtol=1e-10, atol=1e-12)
+    assert result.stats["chosen_replica"] is None  # no replica is chosen: all are equal
+    # the start barrier and each of the 18 steps send one message up and one down each tree
+    # edge; the coordinator's reads of published parameters for scoring are not counted
+    assert result.stats["messages_between_replicas"] == 2 * (n_replicas - 1) * (1 + 18)
 
 
 def _reference_local_sgd(model, X, y, rows, batch_size, epochs, seed, replica, rate):
@@ -250,7 +254,7 @@ def test_max_steps_and_callback_stop_every_method(client, softmax_data) -> None:
         result = method(model, softmax_data["train"], client=client, n_replicas=2, batch_size=10, epochs=3,
                         max_steps=200, learning_rate=0.05)
         assert result.success and result.message == "max_steps (200) reached", method
-        assert 200 <= result.nit < 3 * 960
+        assert result.nit == 200 and result.stats["steps_per_replica"] == [100, 100], method  # no overshoot
 
     def stop(entry):
         raise StopIteration
@@ -275,6 +279,8 @@ def test_non_finite_loss_stops_the_run(client, tmp_path, method) -> None:
     (easgd, {"alpha": 0.5, "rho": 1.0}, r"give alpha \(0.5\) or rho \(1.0\), not both"),
     (easgd, {"alpha": 1.5}, r"alpha \(the moving rate\) must be in \[0, 1\), got 1.5"),
     (easgd, {"rho": -1}, r"rho must be a non-negative number, got -1"),
+    (easgd, {"rho": 20.0, "learning_rate": 0.1},
+     r"rho \(20.0\) times learning_rate \(0.1\) gives the moving rate alpha = 2.0, which must be below 1"),
     (easgd, {"n_param_shards": 40}, r"n_param_shards \(40\) is larger than the model's 33 parameters"),
     (neighbour_sgd, {"topology": "star"}, r"topology must be one of \('ring', 'torus'\), got 'star'"),
     (neighbour_sgd, {"topology": "torus", "n_replicas": 5}, r"5 replicas is not one: use topology='ring'"),
@@ -287,7 +293,34 @@ def test_non_finite_loss_stops_the_run(client, tmp_path, method) -> None:
     (gossip_sgd, {"learning_rate": -1}, r"learning_rate must be a positive number, got -1"),
     (gossip_sgd, {"batch_size": 7000}, r"batch_size \(7000\) is larger than a replica's data"),
     (sync_sgd, {"eval_every": 5}, r"eval_every needs eval_data"),
+    (easgd, {"defer_eval": 1}, r"defer_eval must be True or False, got 1"),
 ])
 def test_errors(client, softmax_data, method, kwargs, match) -> None:
     with pytest.raises(ConfigurationError, match=match):
         method(Softmax(10, 3), softmax_data["train"], client=client, **kwargs)
+
+
+def test_run_peer_method_passes_every_option_the_method_takes(client, softmax_data) -> None:
+    from dasklbfgs.downpour.peers import run_peer_method
+
+    with pytest.raises(ConfigurationError, match=r"wait_timeout must be a positive number of seconds, got -1"):
+        run_peer_method("sync", Softmax(10, 3), softmax_data["train"], client=client, wait_timeout=-1)
+    with pytest.raises(ConfigurationError, match=r"beta"):
+        run_peer_method("gossip", Softmax(10, 3), softmax_data["train"], client=client, optimizer="momentum",
+                        optimizer_options={"beta": 2.0}, tau=5)  # tau belongs to easgd: left out
+
+
+def test_push_sum_conserves_the_total_weight_when_replicas_finish_apart(client, tmp_path) -> None:
+    rng = np.random.default_rng(2)
+    X = rng.standard_normal((1003, 3))
+    y = X @ np.array([1.0, -1.0, 2.0])
+    data = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=250)
+    # 1003 rows over 3 replicas: 334, 334 and 335 rows; 167-row batches make 2, 2 and 3
+    # steps an epoch, so replica 2 keeps sending shares after the others have finished
+    result = gossip_sgd(LeastSquares(3), data, client=client, n_replicas=3, batch_size=167, epochs=10,
+                        learning_rate=0.05, push_sum=True)
+    assert [r["steps"] for r in result.replicas] == [20, 20, 30]
+    # shares sent to a replica that had finished came back: the weights still add up to
+    # the number of replicas (nothing was dropped), and none underflowed
+    weights = [r["weight"] for r in result.replicas]
+    assert sum(weights) == pytest.approx(3.0, rel=1e-12) and min(weights) > 1e-3

@@ -127,6 +127,29 @@ def test_backup_tasks_beat_a_straggler_with_identical_results(client, datasets) 
     wait_until_quiet(client)
 
 
+def test_streaming_backups_beat_a_straggler_with_identical_results(client, datasets) -> None:
+    """Out of core, Dask hands portions to free workers; the straggler's last portion in
+    flight is read again on the idle worker, and the sums are bitwise those of the cache."""
+    data = datasets["logistic"]
+    slow = sorted(client.scheduler_info()["workers"])[1]
+    x = np.full(data.n_features + 1, 0.1)
+    cached = MegaBatchEvaluator(client, Logistic(data.n_features, l2=1e-3), data, portion_rows=250)
+    reference = cached.evaluate(x)
+    cached.close()
+    for backup_tasks in (True, False):
+        evaluator = MegaBatchEvaluator(client, SlowOnOneWorker(data.n_features, slow, 0.5, l2=1e-3), data,
+                                       portion_rows=250, cache=False, backup_tasks=backup_tasks)
+        loss, grad = evaluator.evaluate(x)
+        assert loss == reference[0]
+        np.testing.assert_array_equal(grad, reference[1])
+        if backup_tasks:
+            assert evaluator.stats.backups_won > 0
+        else:
+            assert evaluator.stats.backups_launched == 0
+        evaluator.close()
+    wait_until_quiet(client)
+
+
 def test_work_drifts_away_from_a_persistent_straggler(client, datasets) -> None:
     """Backups copy the straggler's shards to the helper; later evaluations give the helper
     more of those portions, so fewer backups are needed, and every sum stays bitwise equal."""

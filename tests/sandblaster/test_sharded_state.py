@@ -7,7 +7,8 @@ import pytest
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.checkpoints import CheckpointError, read_checkpoint
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 
@@ -47,7 +48,38 @@ def test_sharded_state_errors(client, datasets, tmp_path) -> None:
     data = datasets["logistic"]
     with pytest.raises(ConfigurationError, match="state must be 'local' or 'sharded', got 'remote'"):
         sandblaster_lbfgs(Logistic(8), data, client=client, state="remote")
-    with pytest.raises(ConfigurationError, match="does not combine with standardize=True or checkpoint_path"):
+    with pytest.raises(ConfigurationError, match="state='sharded' does not combine with standardize=True yet"):
         sandblaster_lbfgs(Logistic(8), data, client=client, state="sharded", standardize=True)
     with pytest.raises(ConfigurationError, match=r"n_param_shards \(50\) is larger than the model's 9 parameters"):
         sandblaster_lbfgs(Logistic(8), data, client=client, state="sharded", n_param_shards=50)
+
+
+def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_path) -> None:
+    """Each vector shard writes its own slices; a resumed run follows the uninterrupted one."""
+    data = datasets["multinomial"]
+    model = Softmax(8, 3, l2=1e-3)
+    sharded = dict(client=client, state="sharded", n_param_shards=3)
+    straight = sandblaster_lbfgs(model, data, maxiter=12, **sharded)
+    path = tmp_path / "state"
+    first = sandblaster_lbfgs(model, data, maxiter=5, checkpoint_path=path, checkpoint_every=2, **sharded)
+    assert first.nit == 5
+    gram, attrs = read_checkpoint(path, kind="sandblaster-sharded")
+    assert attrs["nit"] == 5 and attrs["bounds"] == [[0, 9], [9, 18], [18, 27]]
+    assert set(gram) == {"gram"}  # the coordinator's part holds no parameter-length vector
+    slices = [read_checkpoint(path / "shards" / str(i), kind="sandblaster-vector-shard")[0] for i in range(3)]
+    np.testing.assert_array_equal(np.concatenate([a["x"] for a in slices]), first.x)
+    assert all(a["S"].shape[0] == attrs["pairs"] for a in slices)
+    resumed = sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=path, resume=True, **sharded)
+    assert resumed.nit == straight.nit and resumed.nfev == straight.nfev
+    np.testing.assert_array_equal(resumed.x, straight.x)
+    assert [h["fun"] for h in resumed.history] == [h["fun"] for h in straight.history]
+
+    with pytest.raises(ModelDataMismatchError, match=r"was written with n_param_shards=3, not 2"):
+        sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=2, checkpoint_path=path,
+                          resume=True)
+    with pytest.raises(CheckpointError, match=r"is a sandblaster-sharded checkpoint, not a sandblaster checkpoint"):
+        sandblaster_lbfgs(model, data, client=client, checkpoint_path=path, resume=True)
+    chunk = next(p for p in (path / "shards" / "1" / "x").rglob("*") if p.is_file() and p.name != "zarr.json")
+    chunk.write_bytes(chunk.read_bytes()[:-8])  # truncate one shard's slice of x
+    with pytest.raises(CheckpointError, match=r"shards/1': array 'x' cannot be read"):
+        sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=path, resume=True, **sharded)
