@@ -41,6 +41,7 @@ from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.sandblaster.portions import Portion, default_portion_rows, plan_portions
 from dasklbfgs.sandblaster.tasks import (
     add_sums,
+    aligned_shard,
     column_moments,
     load_shard,
     portion_loss_grad,
@@ -53,10 +54,6 @@ MAX_ATTEMPTS = 3
 GATHER_TIMEOUT_SECONDS = 5.0
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 class _EvaluationLost(Exception):
@@ -286,12 +283,12 @@ class MegaBatchEvaluator:
         return out
 
     def _keep_copy(self, shard: int, worker: str) -> None:
-        """Keep the shard a backup fetched on ``worker`` as a key of its own (a plain
+        """Keep the shard a backup fetched on ``worker`` as a key of its own, aligned (a plain
         replica would be dropped by Dask's memory manager)."""
         if not self.cache or worker in self.copies.setdefault(shard, {}):
             return
         self.copies[shard][worker] = self.client.submit(
-            _same, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-on-{len(self.copies[shard])}",
+            aligned_shard, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-on-{len(self.copies[shard])}",
             workers=[worker], allow_other_workers=False, pure=False,
         )
 

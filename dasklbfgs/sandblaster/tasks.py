@@ -9,6 +9,23 @@ import numpy as np
 Shard = tuple[np.ndarray, np.ndarray]
 
 
+def aligned(a: np.ndarray) -> np.ndarray:
+    """``a`` itself, or an aligned copy when its buffer is not aligned to its item size.
+
+    Arrays that reach a worker over the wire (the parameters, a shard copied for a backup
+    task) can start at any byte of a message frame. numpy's matmul does not hand such
+    arrays to BLAS but uses its own loop, which rounds differently (and runs slower), so
+    the same portion would give other bits on a copied shard than on the original.
+    """
+    return a if a.flags.aligned else np.require(a, requirements="A")
+
+
+def aligned_shard(shard: Shard) -> Shard:
+    """The shard with both arrays aligned (see :func:`aligned`)."""
+    X, y = shard
+    return aligned(X), aligned(y)
+
+
 def load_shard(data: Any, index: int) -> Shard:
     """Read shard ``index`` from Zarr; the result stays in the worker's memory (affinity)."""
     return data.load_shard(index)
@@ -17,14 +34,14 @@ def load_shard(data: Any, index: int) -> Shard:
 def portion_loss_grad(shard: Shard, local: slice, *, model: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
     """Loss and gradient sums of one portion of a cached shard."""
     X, y = shard
-    return model.loss_grad_sum(x, X[local], y[local])
+    return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]))
 
 
 def portion_loss_grad_from_store(start: int, stop: int, *, model: Any, data: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
     worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)
-    return model.loss_grad_sum(x, X, y)
+    return model.loss_grad_sum(aligned(x), X, y)
 
 
 def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.ndarray]:

@@ -1,0 +1,45 @@
+"""Worker-side functions: the same bits whatever the alignment of the arrays they get."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dasklbfgs.models import MLP, Softmax
+from dasklbfgs.sandblaster.tasks import aligned, aligned_shard, portion_loss_grad
+
+
+def misaligned_copy(a: np.ndarray, offset: int = 3) -> np.ndarray:
+    """A copy of ``a`` starting ``offset`` bytes into a buffer, as a frame received over
+    the wire can be: numpy flags it as not aligned."""
+    buffer = np.empty(a.nbytes + 64, dtype=np.uint8)
+    start = (-buffer.ctypes.data) % 64 + offset
+    out = buffer[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("model", [Softmax(8, 3, l2=1e-3), MLP(8, (16,), 3, l2=1e-4)], ids=["softmax", "mlp"])
+def test_a_portion_of_a_misaligned_shard_copy_gives_the_same_bits(model) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1000, 8)) * np.logspace(0, 2, 8)
+    y = rng.integers(0, 3, size=1000).astype(np.float64)
+    x = rng.normal(size=model.n_params) * 3
+    shard, copy = (X, y), (misaligned_copy(X), misaligned_copy(y))
+    assert not copy[0].flags.aligned and not copy[1].flags.aligned
+    local = slice(500, 1000)
+    loss, grad = portion_loss_grad(shard, local, model=model, x=x)
+    copy_loss, copy_grad = portion_loss_grad(copy, local, model=model, x=misaligned_copy(x))
+    assert copy_loss == loss
+    np.testing.assert_array_equal(copy_grad, grad)
+
+
+def test_aligned_copies_only_what_is_misaligned() -> None:
+    a = np.arange(10.0)
+    assert aligned(a) is a
+    b = misaligned_copy(a)
+    fixed = aligned(b)
+    assert fixed.flags.aligned and fixed is not b
+    np.testing.assert_array_equal(fixed, a)
+    X, y = aligned_shard((misaligned_copy(np.ones((4, 2))), a))
+    assert X.flags.aligned and y is a
