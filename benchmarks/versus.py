@@ -21,6 +21,11 @@ objective in numpy, and a run counts as reaching the optimum when its objective 
 lower. Each (workload, method) runs in a fresh process, so its peak memory (VmHWM of
 that process: the driver, not Dask's workers or Spark's JVM) is its own. A peer that is missing or fails is reported as such.
 
+Repeats are interleaved (every method once, then every method again), so drift in the
+machine's load falls on all methods alike; a method is repeated while its runs take less
+than ``--repeat-below`` seconds (a 2-minute run that never reaches the optimum gains
+nothing from a second try). Seconds are medians, shown with the min-max of the runs.
+
 Writes ``benchmarks/results/versus.json`` and ``benchmarks/RESULTS-versus.md``.
 """
 
@@ -253,6 +258,17 @@ def read_pass_seconds(data, repeats: int) -> float:
     return float(np.median(times[1:]))
 
 
+def summarize(runs: list[dict]) -> dict:
+    """The first run's facts, with seconds replaced by the median over the runs that
+    finished (and their min, max and count)."""
+    timed = [r for r in runs if "seconds" in r]
+    if not timed:
+        return runs[0]
+    seconds = [r["seconds"] for r in timed]
+    return {**timed[0], "seconds": float(np.median(seconds)), "seconds_min": min(seconds),
+            "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds}
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -260,17 +276,26 @@ def main(argv=None) -> None:
     parser.add_argument("--softmax-classes", type=int, default=100)
     parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per (workload, method)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per (workload, method), interleaved")
+    parser.add_argument("--repeat-below", type=float, default=45.0,
+                        help="repeat a method only while its runs take less than this many seconds")
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     args = parser.parse_args(argv)
     command = " ".join(["python -m benchmarks.versus", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
-    out: dict = {"command": command, "machine": machine(), "l2": L2, "workloads": {}}
+    out: dict = {"command": command, "machine": machine(), "l2": L2, "workloads": {}, "repeats": args.repeats,
+                 "repeat_below": args.repeat_below}
     for name, spec in workloads(args).items():
         data = open_data(spec, args.data_dir)
         entry: dict = {"spec": spec, "read_pass_seconds": read_pass_seconds(data, 5), "methods": {}}
-        for method in args.methods:
-            print(f"{name}: {method} ...", flush=True)
-            entry["methods"][method] = run_one(method, spec, args.data_dir, args.timeout)
-            print(f"   {entry['methods'][method]}", flush=True)
+        runs: dict[str, list[dict]] = {method: [] for method in args.methods}
+        for repeat in range(args.repeats):
+            for method, done in runs.items():
+                if done and ("seconds" not in done[-1] or done[-1]["seconds"] >= args.repeat_below):
+                    continue
+                print(f"{name}: {method} (run {repeat + 1}) ...", flush=True)
+                done.append(run_one(method, spec, args.data_dir, args.timeout))
+                print(f"   {done[-1]}", flush=True)
+        entry["methods"] = {method: summarize(done) for method, done in runs.items()}
         out["workloads"][name] = entry
     write_result("versus", out)
     report = render(out)
@@ -292,6 +317,10 @@ def render(out: dict) -> str:
         "in-process methods it holds the data, for Sandblaster and dask-glm the data live on the workers, and for "
         "Spark in its JVM, which is not counted.", "",
     ]
+    if "repeats" in out:
+        lines += [f"Up to {out['repeats']} runs per method, interleaved (every method once, then again); a method "
+                  f"is run again only while its runs take under {out['repeat_below']:g} s. Seconds are the median, "
+                  "with the min-max and the number of runs; ratios are of medians.", ""]
     for name, entry in out["workloads"].items():
         spec = entry["spec"]
         methods = entry["methods"]
@@ -304,17 +333,19 @@ def render(out: dict) -> str:
                       else f" scipy stopped {scipy_fun - ref:.2e} above the best objective found, f*.")
         lines += [f"## {name} ({shape})", "",
                   f"One read pass `X @ v` over X (1 thread): {entry['read_pass_seconds']:.3f} s.{scipy_note}", "",
-                  "| method | seconds | / Sandblaster | objective - f* | reached | iterations | evaluations "
-                  "| driver peak MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| method | seconds (median) | min-max (runs) | / Sandblaster | objective - f* | reached | "
+                  "iterations | evaluations | driver peak MiB |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for method, r in methods.items():
             if "seconds" not in r:
-                lines.append(f"| {method} | {r.get('skipped') or 'failed: ' + r.get('failed', '?')} | | | | | | |")
+                lines.append(f"| {method} | {r.get('skipped') or 'failed: ' + r.get('failed', '?')} | | | | | | | |")
                 continue
             gap = r["fun"] - ref if ref is not None else float("nan")
             reached = ref is not None and abs(gap) <= 1e-6 * max(1.0, abs(ref))
             ratio = f"{r['seconds'] / sand:.2f}" if sand else ""
-            lines.append(f"| {method} | {r['seconds']:.2f} | {ratio} | {gap:.2e} | {'yes' if reached else 'no'} | "
+            spread = (f"{r['seconds_min']:.2f}-{r['seconds_max']:.2f} ({r['runs']})" if "runs" in r else "")
+            lines.append(f"| {method} | {r['seconds']:.2f} | {spread} | {ratio} | {gap:.2e} | "
+                         f"{'yes' if reached else 'no'} | "
                          f"{r.get('iterations', '') if r.get('iterations') is not None else ''} | "
                          f"{r.get('evaluations', '')} | {r['peak_rss_mib']:.0f} |")
         lines.append("")

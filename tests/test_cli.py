@@ -43,13 +43,13 @@ def test_train_saves_parameters_and_scores(tmp_path) -> None:
     run("data", "make", "breast_cancer", str(tmp_path / "bc"), "--shard-rows", "100")
     out = tmp_path / "model.npz"
     proc = run("train", "--data", str(tmp_path / "bc" / "train"), "--test", str(tmp_path / "bc" / "test"),
-               "--model", "logistic", "--l2", "0.01", "--standardize", "--maxiter", "2000", "--workers", "2",
+               "--model", "logistic", "--l2", "1", "--standardize", "--maxiter", "2000", "--workers", "2",
                "--output", str(out), "--json")
     report = json.loads(proc.stdout)
     assert report["success"] and report["test"]["accuracy"] > 0.9
     assert "\r" not in proc.stderr  # no progress line when stderr is not a terminal
     model, params, info = load_params(out)
-    assert model.n_features == 30 and model.l2 == 0.01
+    assert model.n_features == 30 and model.l2 == 1.0
     assert info["objective"] == pytest.approx(report["objective"])
     assert params.shape == (31,)
 

@@ -22,7 +22,7 @@ from dasklbfgs.estimators import LinearRegression, LogisticRegression, MLPClassi
 from dasklbfgs.models import MLP
 
 
-@parametrize_with_checks([LogisticRegression(), LinearRegression(), MLPClassifier((8,), max_iter=100)])
+@parametrize_with_checks([LogisticRegression(), LinearRegression(), MLPClassifier((8,), max_iter=40)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
     check(estimator)
 

@@ -107,7 +107,9 @@ def sandblaster_lbfgs(
         actors that do the vector arithmetic; this process holds only the Gram matrix and
         scalars, and parameters and gradients go from shards to workers and back without
         passing through it (:mod:`dasklbfgs.sandblaster.sharded`). Same iterates up to
-        rounding. Not yet combined with ``standardize``.
+        rounding, with or without ``standardize`` (the workers map the shards' standardized
+        coordinates to the model's parameters; the coordinator keeps only the per-feature
+        scales).
     cache
         ``True``: load every shard into worker memory once and keep it there (data
         affinity). ``False``: out of core, every evaluation streams the rows from Zarr,
@@ -148,11 +150,6 @@ def sandblaster_lbfgs(
     if state not in ("local", "sharded"):
         raise ConfigurationError(f"state must be 'local' or 'sharded', got {state!r}")
     n_param_shards = check_int(n_param_shards, "n_param_shards")
-    if state == "sharded" and standardize:
-        raise ConfigurationError(
-            "state='sharded' does not combine with standardize=True yet: standardize the features when "
-            "writing the dataset, or use state='local'"
-        )
     if state == "sharded" and n_param_shards > model.n_params:
         raise ConfigurationError(
             f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
@@ -211,7 +208,8 @@ def sandblaster_lbfgs(
                 )
 
             if state == "sharded":
-                space = ShardedSpace(active, evaluator, model, n, x_start, history, n_param_shards)
+                space = ShardedSpace(active, evaluator, model, n, x_start if transform is None else
+                                     transform.to_theta(x_start), history, n_param_shards, transform)
                 if saved is not None:
                     space.restore(checkpoint_path, saved.basis)
 
@@ -237,8 +235,9 @@ def sandblaster_lbfgs(
             try:
                 def on_iteration(current: LBFGSState) -> None:
                     if eval_set is not None and current.nit % eval_every == 0:
-                        x = space.x() if space is not None else (
-                            current.x if transform is None else transform.to_params(current.x))
+                        x = space.x() if space is not None else current.x
+                        if transform is not None:
+                            x = transform.to_params(x)
                         current.history[-1].update(held_out_metrics(model, x, eval_set))
                     metrics.send(**current.history[-1], n_portions=len(evaluator.portions),
                                  backups_won=evaluator.stats.backups_won)

@@ -149,10 +149,13 @@ def assemble_trial(shards: list[Any], alpha: float | None) -> np.ndarray:
 
 
 def finish_trial(model: Any, params: np.ndarray, n: int, bounds: list[tuple[int, int]], shards: list[Any],
-                 total: tuple[float, np.ndarray]) -> tuple[float, float]:
+                 total: tuple[float, np.ndarray], transform: Any = None) -> tuple[float, float]:
     """On a worker: the objective from the added sums; each shard gets its slice of the
-    gradient and answers with its part of ``g . p``. Returns ``(f, g . p)``."""
+    gradient (in the optimizer's coordinates when a ``transform`` standardizes them) and
+    answers with its part of ``g . p``. Returns ``(f, g . p)``."""
     f, g = model.objective_from_sums(params, total[0], total[1], n)
+    if transform is not None:
+        g = transform.gradient_to_theta(g)
     calls = [s.set_trial_gradient(g[a:b]) for s, (a, b) in zip(shards, bounds)]
     return float(f), float(sum(c.result() for c in calls))
 
@@ -161,8 +164,12 @@ class ShardedSpace:
     """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
 
     def __init__(self, client: Client, evaluator: Any, model: Any, n_samples: int, x0: np.ndarray,
-                 m: int, n_shards: int) -> None:
+                 m: int, n_shards: int, transform: Any = None) -> None:
+        """``x0`` in the optimizer's coordinates; ``transform`` (a
+        :class:`~dasklbfgs.sandblaster.standardize.Standardizer`, per-feature scales only)
+        maps them to the model's parameters on the workers."""
         self.client, self.evaluator, self.model, self.n = client, evaluator, model, n_samples
+        self.transform = transform
         self.bounds = vector_bounds(model.n_params, n_shards)
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self._futures = [
@@ -186,12 +193,14 @@ class ShardedSpace:
 
     def _evaluate(self, alpha: float | None) -> tuple[float, float]:
         client = self.client
-        params = client.submit(assemble_trial, self.shards, alpha, pure=False)
+        theta = client.submit(assemble_trial, self.shards, alpha, pure=False)
+        params = theta if self.transform is None else client.submit(self.transform.to_params, theta, pure=False)
         parts = self.evaluator.portion_sums(params)
         total = reduce_in_groups(parts, lambda *ps: client.submit(add_sums, *ps, pure=False))
-        finish = client.submit(finish_trial, self.model, params, self.n, self.bounds, self.shards, total, pure=False)
+        finish = client.submit(finish_trial, self.model, params, self.n, self.bounds, self.shards, total,
+                               self.transform, pure=False)
         f, gp = self._receive(finish.result())
-        for future in {params, *parts, total, finish}:
+        for future in {theta, params, *parts, total, finish}:
             future.release()
         self._last = (alpha, f)
         return f, gp

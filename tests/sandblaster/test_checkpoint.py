@@ -23,16 +23,17 @@ from dasklbfgs.sandblaster import sandblaster_lbfgs
 def test_resume_reaches_the_same_result_bitwise(client, datasets, tmp_path, standardize) -> None:
     data = datasets["multinomial-ill"]
     model = Softmax(data.n_features, 3, l2=1e-3)
-    straight = sandblaster_lbfgs(model, data, client=client, maxiter=300, standardize=standardize)
+    # 40 iterations: far enough past the checkpoint for rounding differences to show
+    straight = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize)
     path = tmp_path / "state"
     first = sandblaster_lbfgs(model, data, client=client, maxiter=4, standardize=standardize,
                               checkpoint_path=path, checkpoint_every=3)
     assert first.nit == 4 and not first.success
     arrays, attrs = read_checkpoint(path, kind="sandblaster")
     assert attrs["nit"] == 4  # the final state is saved even between checkpoint_every marks
-    resumed = sandblaster_lbfgs(model, data, client=client, maxiter=300, standardize=standardize,
+    resumed = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize,
                                 checkpoint_path=path, resume=True)
-    assert resumed.nit == straight.nit and resumed.success
+    assert resumed.nit == straight.nit and resumed.status == straight.status
     np.testing.assert_array_equal(resumed.x, straight.x)
     assert len(resumed.history) == straight.nit
 
