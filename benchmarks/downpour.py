@@ -162,7 +162,7 @@ def main(argv=None) -> None:
     parser.add_argument("--heavy-classes", type=int, default=128)
     parser.add_argument("--heavy-hidden", type=int, nargs="+", default=[1024, 1024])
     parser.add_argument("--heavy-batch-size", type=int, default=128)
-    parser.add_argument("--heavy-rate", type=float, default=0.01, help="Adagrad rate of the MLP runs")
+    parser.add_argument("--heavy-rate", type=float, default=0.005, help="Adagrad rate of the MLP runs")
     parser.add_argument("--heavy-epochs", type=int, default=2)
     parser.add_argument("--heavy-eval-every", type=int, default=25)
     parser.add_argument("--heavy-repeats", type=int, default=3)
