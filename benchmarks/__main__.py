@@ -28,9 +28,10 @@ from benchmarks._common import HERE, machine
 
 #: name -> (report file stem, args of the quick suite); the full suite runs the defaults.
 SUITE: dict[str, tuple[str, list[str]]] = {
-    "versus": ("versus", ["--rows", "100000", "--softmax-rows", "20000", "--softmax-classes", "20"]),
+    "versus": ("versus", ["--rows", "100000", "--softmax-rows", "20000", "--softmax-classes", "20", "--repeats", "1"]),
     "sandblaster": ("sandblaster", ["--rows", "200000", "--repeats", "3", "--skip-dask-glm"]),
-    "downpour": ("downpour", ["--rows", "20000", "--repeats", "5"]),
+    "downpour": ("downpour", ["--rows", "20000", "--repeats", "5", "--heavy-rows", "8000", "--heavy-epochs", "1",
+                              "--heavy-repeats", "1"]),
     "neural": ("neural", ["--rows", "20000", "--epochs", "1", "--kernel-rows", "2048", "--repeats", "3"]),
     "peers": ("peers", ["--rows", "20000", "--epochs", "1", "--runs", "1", "--replicas", "1", "2"]),
     "sharded_state": ("sharded-state", ["--widths", "1000", "100000", "--iterations", "3", "--limited-width", "0"]),

@@ -81,6 +81,21 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+def read_result(name: str) -> dict[str, Any]:
+    """The recorded ``results/<name>.json`` (to re-render a report without measuring again)."""
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def pyplot():
+    """matplotlib's pyplot on the file-only Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def accuracy_curve(history: list[dict[str, Any]], key: str = "eval_accuracy") -> list[tuple[float, float]]:
     """(wall time, held-out metric) pairs from a solver's history."""
     return [(h["time"], h[key]) for h in history if key in h]

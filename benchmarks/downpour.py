@@ -279,7 +279,8 @@ def render_heavy(h: dict, args) -> list[str]:
         f"{args.heavy_epochs} epochs, 2 parameter shards, float32 on the wire, held-out accuracy scored every "
         f"{args.heavy_eval_every} global steps (after each run). Target: 85% of the best final accuracy of any "
         f"run = **{h['target']:.3f}**. Runs interleaved (1, 2, 1, 2, ...).", "",
-        "| replicas | run | seconds to target | final accuracy | seconds | steps | updates/s | s/step (computing) |",
+        "| replicas | run | seconds to target | final accuracy | wall seconds (with scoring after the run) | steps "
+        "| updates/s | s/step (computing) |",
         "|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for k, rs in h["runs"].items():

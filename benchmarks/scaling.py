@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, machine, report_header, write_report, write_result
+from benchmarks._common import HERE, OUT, machine, pyplot, read_result, report_header, write_report, write_result
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic
@@ -96,7 +96,12 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--project-rows", type=int, nargs="+", default=[10_000_000, 1_000_000_000])
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
+    parser.add_argument("--from-results", action="store_true",
+                        help="only redraw the report and plot from results/scaling.json")
     args = parser.parse_args(argv)
+    if args.from_results:
+        finish(read_result("scaling"), record=False)
+        return
     command = " ".join(["python -m benchmarks.scaling", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict = {"command": command, "machine": machine(), "features": args.features, "points": []}
     for rows in args.rows:
@@ -109,10 +114,42 @@ def main(argv=None) -> None:
             print(f"{rows:>11,} rows, {workers} worker(s): {seconds:.4f} s per evaluation", flush=True)
     out["fit"] = fit(out["points"])
     out["projection"] = {str(rows): project(out["fit"], rows) for rows in args.project_rows}
-    write_result("scaling", out)
+    finish(out)
+
+
+def finish(out: dict, record: bool = True) -> None:
+    if record:
+        write_result("scaling", out)
+    plot(out, OUT / "scaling.png")
     report = render(out)
     write_report("scaling", report)
     print(report)
+
+
+def plot(out: dict, path: Path) -> None:
+    """Left: measured seconds per evaluation and the fitted model; right: the projected
+    speed-up (the paper's Fig. 3 style), drawn dashed because it is not a measurement."""
+    plt = pyplot()
+    f = out["fit"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+    for w in sorted({p["workers"] for p in out["points"]}):
+        pts = sorted((p["rows"], p["seconds"]) for p in out["points"] if p["workers"] == w)
+        rows = np.array([r for r, _ in pts], dtype=float)
+        left.plot(rows, [t for _, t in pts], "o", color=f"C{w}", label=f"{w} worker(s), measured")
+        grid = np.geomspace(rows.min(), rows.max(), 50)
+        left.plot(grid, f["a"] + f["b"] * grid / w + f["c"] * (w - 1), "-", color=f"C{w}", alpha=0.6,
+                  label=f"{w} worker(s), fit")
+    left.set(xscale="log", yscale="log", xlabel="rows", ylabel="seconds per evaluation", title="measured")
+    left.legend(fontsize=7)
+    for i, (rows, table) in enumerate(out["projection"].items()):
+        right.plot([r["workers"] for r in table], [r["speedup"] for r in table], "--o", color=f"C{i + 3}",
+                   label=f"{int(rows):,} rows")
+    right.set(xscale="log", yscale="log", xlabel="workers", ylabel="speed-up over 1 worker",
+              title="projection (not a measurement)")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def render(out: dict) -> str:
@@ -135,6 +172,7 @@ def render(out: dict) -> str:
         "one memory bus and two cores with the scheduler and the coordinator, so c also holds that contention; "
         "on separate machines it would be smaller and the projection below pessimistic.", "",
         "### Projection (not a measurement)", "",
+        "Plot: [scaling.png](scaling.png) (measured points and fit; the projected speed-up, dashed).", "",
     ]
     for rows, table in out["projection"].items():
         lines += [f"{int(rows):,} rows:", "", "| workers | seconds per evaluation | speed-up over 1 worker |",

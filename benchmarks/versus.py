@@ -26,7 +26,9 @@ machine's load falls on all methods alike; a method is repeated while its runs t
 than ``--repeat-below`` seconds (a 2-minute run that never reaches the optimum gains
 nothing from a second try). Seconds are medians, shown with the min-max of the runs.
 
-Writes ``benchmarks/results/versus.json`` and ``benchmarks/RESULTS-versus.md``.
+Writes ``benchmarks/results/versus.json``, ``benchmarks/RESULTS-versus.md`` and
+``benchmarks/versus-seconds.png``; ``--from-results`` redraws the report and the plot from
+the recorded JSON without measuring.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, machine, report_header, write_report, write_result
+from benchmarks._common import HERE, OUT, machine, pyplot, read_result, report_header, write_report, write_result
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
 L2 = 1e-4
@@ -260,13 +262,15 @@ def read_pass_seconds(data, repeats: int) -> float:
 
 def summarize(runs: list[dict]) -> dict:
     """The first run's facts, with seconds replaced by the median over the runs that
-    finished (and their min, max and count)."""
+    finished (and their min, max and count); runs that failed are counted, not dropped."""
     timed = [r for r in runs if "seconds" in r]
     if not timed:
         return runs[0]
     seconds = [r["seconds"] for r in timed]
+    failed = [r.get("failed", r.get("skipped")) for r in runs if "seconds" not in r]
     return {**timed[0], "seconds": float(np.median(seconds)), "seconds_min": min(seconds),
-            "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds}
+            "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds,
+            **({"failed_runs": failed} if failed else {})}
 
 
 def main(argv=None) -> None:
@@ -280,7 +284,12 @@ def main(argv=None) -> None:
     parser.add_argument("--repeat-below", type=float, default=45.0,
                         help="repeat a method only while its runs take less than this many seconds")
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
+    parser.add_argument("--from-results", action="store_true",
+                        help="only redraw the report and plot from results/versus.json")
     args = parser.parse_args(argv)
+    if args.from_results:
+        finish(read_result("versus"), record=False)
+        return
     command = " ".join(["python -m benchmarks.versus", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict = {"command": command, "machine": machine(), "l2": L2, "workloads": {}, "repeats": args.repeats,
                  "repeat_below": args.repeat_below}
@@ -297,10 +306,52 @@ def main(argv=None) -> None:
                 print(f"   {done[-1]}", flush=True)
         entry["methods"] = {method: summarize(done) for method, done in runs.items()}
         out["workloads"][name] = entry
-    write_result("versus", out)
+    finish(out)
+
+
+def finish(out: dict, record: bool = True) -> None:
+    if record:
+        write_result("versus", out)
+    plot(out, OUT / "versus-seconds.png")
     report = render(out)
     write_report("versus", report)
     print(report)
+
+
+def _reached(r: dict, ref: float | None) -> bool:
+    return "fun" in r and ref is not None and abs(r["fun"] - ref) <= 1e-6 * max(1.0, abs(ref))
+
+
+def plot(out: dict, path: Path) -> None:
+    """Seconds per method and workload (log scale), min-max whiskers; hatched bars did not
+    reach the optimum."""
+    plt = pyplot()
+    workloads = list(out["workloads"])
+    methods = list(dict.fromkeys(m for e in out["workloads"].values() for m in e["methods"]))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    width = 0.8 / max(len(methods), 1)
+    labelled: set[str] = set()
+    for j, method in enumerate(methods):
+        for i, name in enumerate(workloads):
+            entry = out["workloads"][name]
+            r = entry["methods"].get(method, {})
+            if "seconds" not in r:
+                continue
+            found = [m["fun"] for m in entry["methods"].values() if "fun" in m]
+            low, high = r.get("seconds_min", r["seconds"]), r.get("seconds_max", r["seconds"])
+            ax.bar(i + (j - (len(methods) - 1) / 2) * width, r["seconds"], width, color=f"C{j}",
+                   hatch=None if _reached(r, min(found)) else "//", edgecolor="black", linewidth=0.3,
+                   yerr=[[r["seconds"] - low], [high - r["seconds"]]], capsize=2,
+                   label=None if method in labelled else method)
+            labelled.add(method)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(workloads)), workloads, fontsize=8)
+    ax.set_ylabel("seconds to the optimum (median; hatched: not reached)")
+    ax.set_title("Sandblaster L-BFGS and its peers, same data, same machine")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def render(out: dict) -> str:
@@ -315,7 +366,7 @@ def render(out: dict) -> str:
         "in-process methods and building the DataFrame for Spark; Sandblaster's include loading its shards from "
         "Zarr. Peak memory is the driver process's (VmHWM before loading X to score the solution): for the "
         "in-process methods it holds the data, for Sandblaster and dask-glm the data live on the workers, and for "
-        "Spark in its JVM, which is not counted.", "",
+        "Spark in its JVM, which is not counted. Plot: [versus-seconds.png](versus-seconds.png).", "",
     ]
     if "repeats" in out:
         lines += [f"Up to {out['repeats']} runs per method, interleaved (every method once, then again); a method "
@@ -341,9 +392,11 @@ def render(out: dict) -> str:
                 lines.append(f"| {method} | {r.get('skipped') or 'failed: ' + r.get('failed', '?')} | | | | | | | |")
                 continue
             gap = r["fun"] - ref if ref is not None else float("nan")
-            reached = ref is not None and abs(gap) <= 1e-6 * max(1.0, abs(ref))
+            reached = _reached(r, ref)
             ratio = f"{r['seconds'] / sand:.2f}" if sand else ""
-            spread = (f"{r['seconds_min']:.2f}-{r['seconds_max']:.2f} ({r['runs']})" if "runs" in r else "")
+            spread = (f"{r['seconds_min']:.2f}-{r['seconds_max']:.2f} ({r['runs']}"
+                      + (f"; {len(r['failed_runs'])} failed" if r.get("failed_runs") else "") + ")"
+                      if "runs" in r else "")
             lines.append(f"| {method} | {r['seconds']:.2f} | {spread} | {ratio} | {gap:.2e} | "
                          f"{'yes' if reached else 'no'} | "
                          f"{r.get('iterations', '') if r.get('iterations') is not None else ''} | "

@@ -207,9 +207,10 @@ def sandblaster_lbfgs(
                     l2=model.l2,
                 )
 
+            theta0 = x_start if transform is None else transform.to_theta(x_start)
             if state == "sharded":
-                space = ShardedSpace(active, evaluator, model, n, x_start if transform is None else
-                                     transform.to_theta(x_start), history, n_param_shards, transform)
+                space = ShardedSpace(active, evaluator, model, n, theta0, history, n_param_shards, transform)
+                theta0 = x_start = None  # the shards hold it now: no d-length vector stays here
                 if saved is not None:
                     space.restore(checkpoint_path, saved.basis)
 
@@ -218,13 +219,11 @@ def sandblaster_lbfgs(
                 return model.objective_from_sums(params, loss, sums, n)
 
             if transform is None:
-                evaluate, theta0 = objective, x_start
+                evaluate = objective
             else:
                 def evaluate(theta: np.ndarray) -> tuple[float, np.ndarray]:
                     f, g = objective(transform.to_params(theta))
                     return f, transform.gradient_to_theta(g)
-
-                theta0 = transform.to_theta(x_start)
 
             user_callback = callback
             if transform is not None and callback is not None:

@@ -30,7 +30,7 @@ from distributed import Client
 
 from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix
-from dasklbfgs.sandblaster.tasks import add_sums, reduce_in_groups
+from dasklbfgs.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
 
@@ -64,13 +64,14 @@ class VectorShard:
 
     async def set_trial_gradient(self, g: np.ndarray) -> float:
         """Store this slice of the trial point's gradient; return its part of ``g . p``."""
-        self.g_trial = np.asarray(g, dtype=np.float64)
+        self.g_trial = aligned(np.asarray(g, dtype=np.float64))  # arrived over the wire
         return float(self.g_trial @ self.p)
 
     async def set_direction(self, delta: np.ndarray, k: int) -> None:
         """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""
         if k != self.k:
             raise RuntimeError(f"vector shard {self.index} holds {self.k} pairs, the coordinator {k}")
+        delta = aligned(delta)  # arrived over the wire
         self.p = delta[:k] @ self.S[:k] + delta[k : 2 * k] @ self.Y[:k] + delta[2 * k] * self.g
 
     async def curvature(self) -> np.ndarray:
@@ -152,12 +153,19 @@ def finish_trial(model: Any, params: np.ndarray, n: int, bounds: list[tuple[int,
                  total: tuple[float, np.ndarray], transform: Any = None) -> tuple[float, float]:
     """On a worker: the objective from the added sums; each shard gets its slice of the
     gradient (in the optimizer's coordinates when a ``transform`` standardizes them) and
-    answers with its part of ``g . p``. Returns ``(f, g . p)``."""
-    f, g = model.objective_from_sums(params, total[0], total[1], n)
+    answers with its part of ``g . p``. Returns ``(f, g . p)``. Arrays that arrived over
+    the wire are aligned first, so the bits do not depend on placement."""
+    f, g = model.objective_from_sums(aligned(params), total[0], aligned(total[1]), n)
     if transform is not None:
         g = transform.gradient_to_theta(g)
     calls = [s.set_trial_gradient(g[a:b]) for s, (a, b) in zip(shards, bounds)]
     return float(f), float(sum(c.result() for c in calls))
+
+
+def standardized_to_params(transform: Any, theta: np.ndarray) -> np.ndarray:
+    """On a worker: the model's parameters from the shards' standardized coordinates."""
+    transform.mean, transform.std = aligned(transform.mean), aligned(transform.std)
+    return transform.to_params(aligned(theta))
 
 
 class ShardedSpace:
@@ -194,7 +202,8 @@ class ShardedSpace:
     def _evaluate(self, alpha: float | None) -> tuple[float, float]:
         client = self.client
         theta = client.submit(assemble_trial, self.shards, alpha, pure=False)
-        params = theta if self.transform is None else client.submit(self.transform.to_params, theta, pure=False)
+        params = theta if self.transform is None else client.submit(standardized_to_params, self.transform, theta,
+                                                                      pure=False)
         parts = self.evaluator.portion_sums(params)
         total = reduce_in_groups(parts, lambda *ps: client.submit(add_sums, *ps, pure=False))
         finish = client.submit(finish_trial, self.model, params, self.n, self.bounds, self.shards, total,

@@ -51,7 +51,7 @@ def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.nda
 
 def column_moments(shard: Shard) -> tuple[int, np.ndarray, np.ndarray]:
     """Row count, column means and column sums of squared deviations of one shard."""
-    X = shard[0]
+    X = aligned(shard[0])
     mean = X.mean(axis=0, dtype=np.float64)
     centered = X - mean
     return X.shape[0], mean, np.einsum("ij,ij->j", centered, centered)

@@ -78,11 +78,12 @@ def test_sharded_state_errors(client, datasets, tmp_path) -> None:
         sandblaster_lbfgs(Logistic(8), data, client=client, state="sharded", n_param_shards=50)
 
 
-def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_path) -> None:
+@pytest.mark.parametrize("standardize", [False, True])
+def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_path, standardize) -> None:
     """Each vector shard writes its own slices; a resumed run follows the uninterrupted one."""
     data = datasets["multinomial"]
     model = Softmax(8, 3, l2=1e-3)
-    sharded = dict(client=client, state="sharded", n_param_shards=3)
+    sharded = dict(client=client, state="sharded", n_param_shards=3, standardize=standardize)
     straight = sandblaster_lbfgs(model, data, maxiter=12, **sharded)
     path = tmp_path / "state"
     first = sandblaster_lbfgs(model, data, maxiter=5, checkpoint_path=path, checkpoint_every=2, **sharded)
@@ -91,13 +92,19 @@ def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_p
     assert attrs["nit"] == 5 and attrs["bounds"] == [[0, 9], [9, 18], [18, 27]]
     assert set(gram) == {"gram"}  # the coordinator's part holds no parameter-length vector
     slices = [read_checkpoint(path / "shards" / str(i), kind="sandblaster-vector-shard")[0] for i in range(3)]
-    np.testing.assert_array_equal(np.concatenate([a["x"] for a in slices]), first.x)
+    if not standardize:  # (with it, the shards hold standardized coordinates)
+        np.testing.assert_array_equal(np.concatenate([a["x"] for a in slices]), first.x)
     assert all(a["S"].shape[0] == attrs["pairs"] for a in slices)
     resumed = sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=path, resume=True, **sharded)
     assert resumed.nit == straight.nit and resumed.nfev == straight.nfev
     np.testing.assert_array_equal(resumed.x, straight.x)
     assert [h["fun"] for h in resumed.history] == [h["fun"] for h in straight.history]
 
+    if standardize:  # the checkpoint's coordinates are standardized: refused without standardize
+        with pytest.raises(ModelDataMismatchError, match=r"was written with standardize=True, not False"):
+            sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=3,
+                              checkpoint_path=path, resume=True)
+        return
     with pytest.raises(ModelDataMismatchError, match=r"was written with n_param_shards=3, not 2"):
         sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=2, checkpoint_path=path,
                           resume=True)
