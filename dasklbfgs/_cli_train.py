@@ -114,7 +114,9 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
 
     return sandblaster_lbfgs(model, data, client=client, maxiter=args.maxiter, gtol=args.gtol,
                              standardize=args.standardize, backup_tasks=not args.no_backup_tasks,
-                             eval_data=eval_data, eval_every=getattr(args, "eval_every", None) or 1, callback=show)
+                             eval_data=eval_data, eval_every=getattr(args, "eval_every", None) or 1, callback=show,
+                             state=args.state, n_param_shards=args.param_shards, checkpoint_path=args.checkpoint,
+                             checkpoint_every=args.checkpoint_every or 1, resume=args.resume)
 
 
 def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
@@ -289,9 +291,13 @@ def add_train_commands(sub: Any) -> None:
     sandblaster.add_argument("--standardize", action="store_true",
                              help="optimise in standardised coordinates (same optimum, fewer iterations)")
     sandblaster.add_argument("--no-backup-tasks", action="store_true")
+    sandblaster.add_argument("--state", choices=("local", "sharded"), default="local",
+                             help="where the L-BFGS vectors live: in this process, or in slices on "
+                                  "--param-shards actors (the coordinator keeps only scalars)")
     downpour = train.add_argument_group("Downpour SGD and the peer methods")
     downpour.add_argument("--replicas", type=int, default=2)
-    downpour.add_argument("--param-shards", type=int, default=2)
+    downpour.add_argument("--param-shards", type=int, default=2,
+                          help="parameter shards (Sandblaster: with --state sharded)")
     downpour.add_argument("--batch-size", type=int, default=128)
     downpour.add_argument("--learning-rate", type=float, default=0.1)
     downpour.add_argument("--optimizer", choices=("adagrad", "sgd", "momentum"), default=None,
@@ -308,7 +314,8 @@ def add_train_commands(sub: Any) -> None:
     downpour.add_argument("--defer-eval", action="store_true",
                           help="keep the parameters due for --test scoring and score them after training "
                                "(scoring takes no CPU from the replicas)")
-    downpour.add_argument("--checkpoint", metavar="PATH", help="Zarr checkpoint of the parameter shards")
+    downpour.add_argument("--checkpoint", metavar="PATH",
+                          help="Zarr checkpoint: Downpour's parameter shards, or Sandblaster's L-BFGS state")
     downpour.add_argument("--checkpoint-every", type=int, default=None)
     downpour.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     downpour.add_argument("--seed", type=int, default=0)

@@ -108,6 +108,25 @@ def test_train_with_downpour(tmp_path) -> None:
     assert model.n_classes == 3 and params.shape == (21,)
 
 
+def test_sandblaster_sharded_state_checkpoint_and_resume_from_the_command_line(tmp_path) -> None:
+    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "4000", "--features", "6",
+        "--classes", "3", "--shard-rows", "1000")
+    common = ["train", "--data", str(tmp_path / "mn" / "train"), "--model", "softmax", "--l2", "0.01",
+              "--state", "sharded", "--param-shards", "3", "--workers", "2", "--json"]
+    straight = json.loads(run(*common, "--output", str(tmp_path / "a.npz")).stdout)
+    ckpt = tmp_path / "ckpt"
+    first = json.loads(run(*common, "--maxiter", "4", "--checkpoint", str(ckpt),
+                           "--output", str(tmp_path / "b.npz")).stdout)
+    assert first["iterations"] == 4 and not first["success"]
+    assert (ckpt / "shards" / "2" / "zarr.json").exists()  # each vector shard wrote its slices
+    resumed = json.loads(run(*common, "--checkpoint", str(ckpt), "--resume", "--output", str(tmp_path / "c.npz")).stdout)
+    assert resumed["success"] and resumed["iterations"] == straight["iterations"]
+    assert resumed["objective"] == pytest.approx(straight["objective"], rel=1e-12)
+    _, a, _ = load_params(tmp_path / "a.npz")
+    _, c, _ = load_params(tmp_path / "c.npz")
+    assert a.tolist() == c.tolist()
+
+
 def test_train_with_the_peer_methods(tmp_path) -> None:
     run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
         "--classes", "3", "--shard-rows", "2000")

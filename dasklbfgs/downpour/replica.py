@@ -133,6 +133,10 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
     X, y = data.load_rows(*rows)
     batches = Batches(X.shape[0], config, replica)
     wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
+    # Pushing every step (dense): each gradient is pushed as it is, instead of being added
+    # into a zeroed accumulator and the accumulator zeroed again (three passes over the
+    # parameters per step saved; 0 + g is g, so the values pushed are the same).
+    direct = config.n_push == 1 and not config.sparse
     accrued = np.zeros(model.n_params)
     touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
     accrued_steps, accrued_loss = 0, 0.0
@@ -186,7 +190,8 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
 
     def drop_accrued() -> None:
         nonlocal accrued_steps, accrued_loss
-        accrued[:] = 0.0
+        if not direct:  # (direct: the next step's gradient replaces it)
+            accrued[:] = 0.0
         if touched is not None:
             touched[:] = False
         accrued_steps, accrued_loss = 0, 0.0
@@ -213,7 +218,10 @@ def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], s
                 break
             if accrued_steps == 0:  # staleness is counted from the parameters the window began with
                 computed_from = versions
-            accrued += grad
+            if direct:
+                accrued = grad
+            else:
+                accrued += grad
             if touched is not None:
                 touched[model.touched_rows(Xb)] = True
             accrued_steps += 1
