@@ -115,8 +115,11 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
     return sandblaster_lbfgs(model, data, client=client, maxiter=args.maxiter, gtol=args.gtol,
                              standardize=args.standardize, backup_tasks=not args.no_backup_tasks,
                              eval_data=eval_data, eval_every=getattr(args, "eval_every", None) or 1, callback=show,
-                             state=args.state, n_param_shards=args.param_shards, checkpoint_path=args.checkpoint,
-                             checkpoint_every=args.checkpoint_every or 1, resume=args.resume)
+                             # (`dasklbfgs demo` has none of these options)
+                             state=getattr(args, "state", "local"), n_param_shards=getattr(args, "param_shards", 2),
+                             checkpoint_path=getattr(args, "checkpoint", None),
+                             checkpoint_every=getattr(args, "checkpoint_every", None) or 1,
+                             resume=getattr(args, "resume", False))
 
 
 def _report(model: Any, result: Any, data: Any, test: Any) -> dict[str, Any]:
