@@ -110,8 +110,9 @@ def _sandblaster(model, data, spec, load):
         res = sandblaster_lbfgs(model, data, client=client, maxiter=MAXITER, gtol=1e-9, ftol=1e-15, cache=True,
                                 standardize=spec["ill"])
         seconds = time.perf_counter() - started
+        workers = _worker_peaks(client)
     return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
-                            "load_seconds": res.timing["load_seconds"]}
+                            "load_seconds": res.timing["load_seconds"], **workers}
 
 
 def _sklearn(model, data, spec, load):
@@ -151,7 +152,8 @@ def _dask_glm(model, data, spec, load):
         started = time.perf_counter()
         beta = lbfgs(Xd, yd, regularizer="l2", lamduh=lamduh, family=family, max_iter=MAXITER, tol=1e-10)
         seconds = time.perf_counter() - started
-    return seconds, np.asarray(beta), {}
+        workers = _worker_peaks(client)
+    return seconds, np.asarray(beta), workers
 
 
 def _spark(model, data, spec, load):
@@ -192,18 +194,25 @@ def _spark(model, data, spec, load):
                     else est.coefficientMatrix.toArray().T.ravel())
         seconds = time.perf_counter() - started
         iterations = est.summary.totalIterations if est.hasSummary else None
+        jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # local[2]: one JVM
+        other = {"other_peak_rss_mib": _peak_rss_mib(jvm), "other_processes": "the JVM"}
     finally:
         spark.stop()
-    return seconds, coef, {"iterations": iterations}
+    return seconds, coef, {"iterations": iterations, **other}
 
 
-def _peak_rss_mib() -> float:
-    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
-    parent that forked it)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _peak_rss_mib(pid: int | str = "self") -> float:
+    """A process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
+    parent that forked it); this process by default."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _worker_peaks(client) -> dict:
+    """The largest peak resident memory of the cluster's worker processes, in MiB."""
+    return {"other_peak_rss_mib": max(client.run(_peak_rss_mib).values()), "other_processes": "largest worker"}
 
 
 class _Skipped(Exception):
@@ -318,6 +327,18 @@ def finish(out: dict, record: bool = True) -> None:
     print(report)
 
 
+IN_PROCESS = ("scipy L-BFGS-B", "scikit-learn")
+
+
+def _other_peak(method: str, r: dict) -> str:
+    """The peak of the processes besides the driver: Dask workers, Spark's JVM."""
+    if method in IN_PROCESS:
+        return "none"
+    if "other_peak_rss_mib" not in r:
+        return "not measured"
+    return f"{r['other_peak_rss_mib']:.0f} ({r['other_processes']})"
+
+
 def _reached(r: dict, ref: float | None) -> bool:
     return "fun" in r and ref is not None and abs(r["fun"] - ref) <= 1e-6 * max(1.0, abs(ref))
 
@@ -364,9 +385,9 @@ def render(out: dict) -> str:
         "Sandblaster runs with `standardize=True` (an exact change of variables: same objective and optimum), "
         "the peers as they come. Seconds exclude loading data into RAM for the "
         "in-process methods and building the DataFrame for Spark; Sandblaster's include loading its shards from "
-        "Zarr. Peak memory is the driver process's (VmHWM before loading X to score the solution): for the "
-        "in-process methods it holds the data, for Sandblaster and dask-glm the data live on the workers, and for "
-        "Spark in its JVM, which is not counted. Plot: [versus-seconds.png](versus-seconds.png).", "",
+        "Zarr. Peak memory is each process's VmHWM: the driver's before loading X to score the solution (for the "
+        "in-process methods it holds the data), and the other processes' at the end of the fit: the largest of the "
+        "2 Dask workers' for Sandblaster and dask-glm, Spark's JVM (driver and executors in local mode) for Spark. Plot: [versus-seconds.png](versus-seconds.png).", "",
     ]
     if "repeats" in out:
         lines += [f"Up to {out['repeats']} runs per method, interleaved (every method once, then again); a method "
@@ -385,11 +406,11 @@ def render(out: dict) -> str:
         lines += [f"## {name} ({shape})", "",
                   f"One read pass `X @ v` over X (1 thread): {entry['read_pass_seconds']:.3f} s.{scipy_note}", "",
                   "| method | seconds (median) | min-max (runs) | / Sandblaster | objective - f* | reached | "
-                  "iterations | evaluations | driver peak MiB |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "iterations | evaluations | driver peak MiB | other processes' peak MiB |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
         for method, r in methods.items():
             if "seconds" not in r:
-                lines.append(f"| {method} | {r.get('skipped') or 'failed: ' + r.get('failed', '?')} | | | | | | | |")
+                lines.append(f"| {method} | {r.get('skipped') or 'failed: ' + r.get('failed', '?')} | | | | | | | | |")
                 continue
             gap = r["fun"] - ref if ref is not None else float("nan")
             reached = _reached(r, ref)
@@ -400,7 +421,7 @@ def render(out: dict) -> str:
             lines.append(f"| {method} | {r['seconds']:.2f} | {spread} | {ratio} | {gap:.2e} | "
                          f"{'yes' if reached else 'no'} | "
                          f"{r.get('iterations', '') if r.get('iterations') is not None else ''} | "
-                         f"{r.get('evaluations', '')} | {r['peak_rss_mib']:.0f} |")
+                         f"{r.get('evaluations', '')} | {r['peak_rss_mib']:.0f} | {_other_peak(method, r)} |")
         lines.append("")
     return "\n".join(lines)
 
