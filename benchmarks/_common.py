@@ -96,6 +96,13 @@ def pyplot():
     return plt
 
 
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, write as PNG at the reports' resolution, and free the figure."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    pyplot().close(fig)
+
+
 def accuracy_curve(history: list[dict[str, Any]], key: str = "eval_accuracy") -> list[tuple[float, float]]:
     """(wall time, held-out metric) pairs from a solver's history."""
     return [(h["time"], h[key]) for h in history if key in h]

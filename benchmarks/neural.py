@@ -25,7 +25,20 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, OUT, accuracy_curve, acoustic_splits, machine, median_seconds, report_header, time_to, write_report, write_result
+from benchmarks._common import (
+    HERE,
+    OUT,
+    accuracy_curve,
+    acoustic_splits,
+    machine,
+    median_seconds,
+    pyplot,
+    report_header,
+    save_figure,
+    time_to,
+    write_report,
+    write_result,
+)
 from dasklbfgs import connect, downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import MLP, EmbeddingLM, SparseAutoencoder
 from dasklbfgs.models.metrics import evaluate_model
@@ -157,10 +170,7 @@ def main(argv=None) -> None:
 
 
 def plot(out, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for name, run in out["fig4"]["runs"].items():
@@ -172,9 +182,7 @@ def plot(out, path: Path) -> None:
     ax.set_ylabel("held-out frame accuracy")
     ax.set_title("Acoustic-like task, MLP, 2 workers x 1 thread")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def render(out, args) -> str:

@@ -32,7 +32,19 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, OUT, RESULTS, accuracy_curve, acoustic_splits, machine, time_to, write_report, write_result
+from benchmarks._common import (
+    HERE,
+    OUT,
+    RESULTS,
+    accuracy_curve,
+    acoustic_splits,
+    machine,
+    pyplot,
+    save_figure,
+    time_to,
+    write_report,
+    write_result,
+)
 from dasklbfgs import connect, downpour_sgd, easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.downpour.mailbox import PeerMailbox
 from dasklbfgs.models import MLP
@@ -205,10 +217,7 @@ def project(costs: dict, comparison: dict, args) -> dict:
 # -- the report -------------------------------------------------------------------------------
 
 def plot(out, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     counts = sorted({r["replicas"] for r in out["comparison"]["runs"].values()})
     fig, axes = plt.subplots(1, len(counts), figsize=(4.2 * len(counts), 4), sharey=True, squeeze=False)
@@ -223,9 +232,7 @@ def plot(out, path: Path) -> None:
     axes[0][0].set_ylabel("held-out frame accuracy")
     axes[0][-1].legend(fontsize=8)
     fig.suptitle("Acoustic-like task, MLP, 2 workers x 1 thread")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def render(out, args) -> str:

@@ -29,7 +29,17 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import HERE, OUT, machine, pyplot, read_result, report_header, write_report, write_result
+from benchmarks._common import (
+    HERE,
+    OUT,
+    machine,
+    pyplot,
+    read_result,
+    report_header,
+    save_figure,
+    write_report,
+    write_result,
+)
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic
@@ -147,9 +157,7 @@ def plot(out: dict, path: Path) -> None:
     right.set(xscale="log", yscale="log", xlabel="workers", ylabel="speed-up over 1 worker",
               title="projection (not a measurement)")
     right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def render(out: dict) -> str:

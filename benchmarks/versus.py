@@ -45,7 +45,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, OUT, machine, pyplot, read_result, report_header, write_report, write_result
+from benchmarks._common import (
+    HERE,
+    OUT,
+    machine,
+    pyplot,
+    read_result,
+    report_header,
+    save_figure,
+    write_report,
+    write_result,
+)
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
 L2 = 1e-4
@@ -370,9 +380,7 @@ def plot(out: dict, path: Path) -> None:
     ax.set_ylabel("seconds to the optimum (median; hatched: not reached)")
     ax.set_title("Sandblaster L-BFGS and its peers, same data, same machine")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def render(out: dict) -> str:
