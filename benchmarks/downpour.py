@@ -38,7 +38,7 @@ from benchmarks._common import (
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.downpour.replica import epoch_order
+from dasklbfgs.solvers.downpour.replica import epoch_order
 from dasklbfgs.models import MLP, Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import adagrad
@@ -50,7 +50,7 @@ def fetch_push_seconds(shards, bounds, n_params, repeats, dtype):
     a push to every shard whose reply carries the updated slice (the fetch)."""
     from distributed import secede
 
-    from dasklbfgs.downpour.wire import Wire
+    from dasklbfgs.solvers.downpour.wire import Wire
 
     secede()
     wire = Wire(bounds, dtype)

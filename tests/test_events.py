@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dasklbfgs import Logistic, Softmax, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
-from dasklbfgs.events import TOPIC
+from dasklbfgs.monitor.events import TOPIC
 
 
 def _events(client, run_id):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs import MLP, EmbeddingLM, ShardedDataset, connect, downpour_sgd, sandblaster_lbfgs
-from dasklbfgs.checkpoints import CheckpointError
+from dasklbfgs.checkpoint_store import CheckpointError
 from dasklbfgs.data import make_dataset
 from dasklbfgs.errors import (
     ClusterConnectionError,
@@ -25,7 +25,7 @@ from dasklbfgs.errors import (
 )
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.pipeline import load_config, validate_config
-from dasklbfgs.sandblaster.checkpoint import load_state
+from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import load_state
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(400, 4))

@@ -1,7 +1,7 @@
 """A "Training" page on the Dask dashboard, fed by the solvers' metric events.
 
 The page lives in the scheduler's process and reads the events the solvers log on
-:data:`dasklbfgs.events.TOPIC`, so it needs nothing from the client. The embedded cluster of
+:data:`dasklbfgs.monitor.events.TOPIC`, so it needs nothing from the client. The embedded cluster of
 :func:`dasklbfgs.connect` registers it; for a ``dask scheduler`` add
 ``--preload dasklbfgs.monitor.dashboard``. It is served at ``/training`` and listed in the
 dashboard's "More" menu.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dasklbfgs.events import TOPIC
+from dasklbfgs.monitor.events import TOPIC
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
 

@@ -3,7 +3,7 @@
 :class:`GramMatrix` is the bookkeeping every basis shares: the Gram matrix of
 ``[s_0..s_{k-1}, y_0..y_{k-1}, g]`` kept up to date from dot products. :class:`LocalBasis`
 keeps the vectors as numpy arrays in this process and computes those dot products itself;
-the sharded Sandblaster state (:mod:`dasklbfgs.sandblaster.sharded`) keeps slices of them on
+the sharded Sandblaster state (:mod:`dasklbfgs.solvers.sandblaster.sharded_space`) keeps slices of them on
 parameter shards and feeds the same Gram matrix with partial dot products summed over the
 shards. The optimizer only reads the Gram matrix and hands out coefficients.
 """

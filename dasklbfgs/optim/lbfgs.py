@@ -10,13 +10,13 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs._checks import check_int
-from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
+from dasklbfgs.errors import NonFiniteObjectiveError
+from dasklbfgs.options import Options, option
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
@@ -43,24 +43,19 @@ MSG_MAXFUN = "STOP: TOTAL NO. OF F,G EVALUATIONS EXCEEDS LIMIT"
 MSG_CALLBACK = "`callback` raised `StopIteration`."
 
 
-@dataclass(frozen=True)
-class LBFGSOptions:
-    """Validated options; defaults follow ``scipy.optimize.minimize(method="L-BFGS-B")``."""
+@dataclass(frozen=True, kw_only=True)
+class LBFGSOptions(Options):
+    """L-BFGS limits and memory; defaults and meanings follow scipy's ``L-BFGS-B``."""
 
-    history: int = 10
-    gtol: float = 1e-5
-    ftol: float = 2.220446049250313e-09
-    maxiter: int = 15000
-    maxfun: int = 15000
-    max_line_search: int = 20
+    solver: ClassVar[str] = "lbfgs"
 
-    def __post_init__(self) -> None:
-        for name in ("history", "maxiter", "maxfun", "max_line_search"):
-            check_int(getattr(self, name), name)
-        for name in ("gtol", "ftol"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float, np.floating)) or not value >= 0 or not math.isfinite(value):
-                raise ConfigurationError(f"{name} must be a finite number >= 0, got {value!r}")
+    history: int = option(10, "curvature pairs kept (L-BFGS memory m)", "int", minimum=1)
+    gtol: float = option(1e-5, "stop when the largest gradient component is at most this", "float", minimum=0)
+    ftol: float = option(2.220446049250313e-09, "stop when the relative decrease of the objective "
+                         "is at most this", "float", minimum=0)
+    maxiter: int = option(15000, "at most this many iterations", "int", minimum=1)
+    maxfun: int = option(15000, "at most this many objective evaluations", "int", minimum=1)
+    max_line_search: int = option(20, "evaluations per line search", "int", minimum=1)
 
 
 @dataclass
@@ -195,7 +190,7 @@ class LocalSpace:
     The iteration (:func:`_iterate`) only asks a space for the Gram matrix, to point the
     search direction along given coefficients, to evaluate ``f`` and ``g . p`` at a trial
     step, to accept a step, and for ``max |g|``; a space whose vectors live on parameter
-    shards (:class:`dasklbfgs.sandblaster.sharded.ShardedSpace`) answers the same questions
+    shards (:class:`dasklbfgs.solvers.sandblaster.sharded_space.ShardedSpace`) answers the same questions
     with scalars only.
     """
 

@@ -89,7 +89,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
         curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}
     else:
-        from dasklbfgs.downpour.peers import run_peer_method
+        from dasklbfgs.solvers.peers.coordinator import run_peer_method
 
         shape = options["torus_shape"]
         result = run_peer_method(

@@ -99,7 +99,7 @@ def test_without_a_checkpoint_a_lost_shard_is_a_clear_error(cluster, data) -> No
 
 
 def test_a_replica_waiting_for_a_shard_that_never_comes_gets_a_clear_error(client) -> None:
-    from dasklbfgs.downpour.directory import ShardDirectory
+    from dasklbfgs.solvers.downpour.directory import ShardDirectory
 
     directory = ShardDirectory("downpour-test-directory", 1, client)
     future = client.submit(lambda: 1, pure=False)

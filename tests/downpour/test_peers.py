@@ -10,14 +10,14 @@ import pytest
 
 from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
-from dasklbfgs.downpour.collective import (
+from dasklbfgs.optim.collective import (
     elastic_difference, exchange_weights, gossip_peer, gossip_pull, neighbours, push_sum_split, torus_shape, tree_children,
     tree_parent,
 )
-from dasklbfgs.downpour.replica import epoch_order, replica_rows
-from dasklbfgs.downpour.mailbox import PeerMailbox, Stopped
+from dasklbfgs.solvers.downpour.replica import epoch_order, replica_rows
+from dasklbfgs.solvers.peers.mailbox import PeerMailbox, Stopped
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
-from dasklbfgs.events import TOPIC
+from dasklbfgs.monitor.events import TOPIC
 from dasklbfgs.models import LeastSquares, Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import make_rule
@@ -301,7 +301,7 @@ def test_errors(client, softmax_data, method, kwargs, match) -> None:
 
 
 def test_run_peer_method_passes_every_option_the_method_takes(client, softmax_data) -> None:
-    from dasklbfgs.downpour.peers import run_peer_method
+    from dasklbfgs.solvers.peers.coordinator import run_peer_method
 
     with pytest.raises(ConfigurationError, match=r"wait_timeout must be a positive number of seconds, got -1"):
         run_peer_method("sync", Softmax(10, 3), softmax_data["train"], client=client, wait_timeout=-1)

@@ -9,7 +9,7 @@ import pytest
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.downpour.wire import Wire
+from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import EmbeddingLM, Softmax
 from dasklbfgs.models.embedding import RowTable

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dasklbfgs.checkpoints import CheckpointError, read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import CheckpointError, read_checkpoint, write_checkpoint
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs
@@ -82,7 +82,7 @@ def test_corrupted_or_truncated_checkpoints_are_refused(tmp_path) -> None:
 
 WRITER = """
 import sys, numpy as np
-from dasklbfgs.checkpoints import write_checkpoint
+from dasklbfgs.checkpoint_store import write_checkpoint
 path = sys.argv[1]
 i = 0
 while True:

@@ -19,7 +19,7 @@ from dasklbfgs.errors import (
 )
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
-from dasklbfgs.sandblaster.portions import shards_fit
+from dasklbfgs.solvers.sandblaster.portions import shards_fit
 from tests.sandblaster.conftest import load_all
 
 # Test-only model subclasses below travel to the workers by value.

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs.models import MLP, Softmax
-from dasklbfgs.sandblaster.tasks import aligned, aligned_shard, portion_loss_grad
+from dasklbfgs.solvers.sandblaster.tasks import aligned, aligned_shard, portion_loss_grad
 
 
 def misaligned_copy(a: np.ndarray, offset: int = 3) -> np.ndarray:

@@ -33,16 +33,16 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.cluster import resolve_client
-from dasklbfgs.downpour.collective import TOPOLOGIES
-from dasklbfgs.downpour.collective import torus_shape as torus_grid
-from dasklbfgs.downpour.mailbox import PeerMailbox
-from dasklbfgs.downpour.peer_replica import PeerConfig, run_peer_replica
-from dasklbfgs.downpour.run_checks import check_replica_run
-from dasklbfgs.downpour.shard import ParameterShard
-from dasklbfgs.downpour.watch import Progress, step_timing, watch
-from dasklbfgs.downpour.wire import param_bounds
+from dasklbfgs.optim.collective import TOPOLOGIES
+from dasklbfgs.optim.collective import torus_shape as torus_grid
+from dasklbfgs.solvers.peers.mailbox import PeerMailbox
+from dasklbfgs.solvers.peers.replica import PeerConfig, run_peer_replica
+from dasklbfgs.solvers._replicas.run_checks import check_replica_run
+from dasklbfgs.solvers.downpour.shard import ParameterShard
+from dasklbfgs.solvers._replicas.watch import Progress, step_timing, watch
+from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
-from dasklbfgs.events import MetricsStream
+from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.optim.updates import make_rule
 
@@ -157,7 +157,7 @@ def neighbour_sgd(model: Any, data: Any, *, client: Client | None = None, n_repl
     weighted by lazy Metropolis weights (own gradient 2/3 and each neighbour's 1/6 on a
     ring): applying the neighbours' raw gradients is unstable, since the mode where
     neighbours err in opposite directions grows every step
-    (:func:`dasklbfgs.downpour.collective.exchange_weights`). There is no barrier and
+    (:func:`dasklbfgs.optim.collective.exchange_weights`). There is no barrier and
     replicas are not kept equal. The replica with the lowest held-out
     objective is returned (without ``eval_data``: the lowest recent training loss), and
     all replicas are reported in ``replicas``.

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.downpour.directory import ShardDirectory
-from dasklbfgs.downpour.local_actors import bind_local
-from dasklbfgs.downpour.wire import Wire
+from dasklbfgs.solvers.downpour.directory import ShardDirectory
+from dasklbfgs.solvers._replicas.local_actors import bind_local
+from dasklbfgs.solvers.downpour.wire import Wire
 
 __all__ = ["Batches", "ReplicaConfig", "epoch_order", "leave_task_slot", "non_finite_message", "replica_rows",
            "run_replica"]

@@ -14,7 +14,7 @@ __all__ = ["main"]
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from dasklbfgs._format import format_description
+    from dasklbfgs.cli.format import format_description
     from dasklbfgs.data import ShardedDataset
 
     path = Path(args.path)
@@ -32,7 +32,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_data_make(args: argparse.Namespace) -> int:
-    from dasklbfgs._format import format_description
+    from dasklbfgs.cli.format import format_description
     from dasklbfgs.data import make_dataset
     from dasklbfgs.monitor.progress import Progress
 
@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--quiet", action="store_true")
     make.set_defaults(func=_cmd_data_make)
 
-    from dasklbfgs._cli_run import add_run_command
-    from dasklbfgs._cli_train import add_train_commands
+    from dasklbfgs.cli.run import add_run_command
+    from dasklbfgs.cli.train import add_train_commands
 
     add_train_commands(sub)
     add_run_command(sub)

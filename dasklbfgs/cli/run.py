@@ -9,7 +9,7 @@ from typing import Any
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from dasklbfgs._cli_train import cluster_from_args
+    from dasklbfgs.cli.train import cluster_from_args
     from dasklbfgs.pipeline import load_config, run_pipeline
 
     config = load_config(args.config, args.set or ())
@@ -28,7 +28,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def add_run_command(sub: Any) -> None:
-    from dasklbfgs._cli_train import add_cluster_arguments
+    from dasklbfgs.cli.train import add_cluster_arguments
 
     run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
     run.add_argument("config", help="YAML pipeline config")

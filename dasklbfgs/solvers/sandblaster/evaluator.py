@@ -38,8 +38,8 @@ import numpy as np
 from distributed import Client, Future, wait
 
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.sandblaster.portions import Portion, default_portion_rows, plan_portions
-from dasklbfgs.sandblaster.tasks import (
+from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions
+from dasklbfgs.solvers.sandblaster.tasks import (
     add_sums,
     aligned_shard,
     column_moments,

@@ -10,7 +10,7 @@ only the ``(2m+1)^2`` Gram matrix and scalars:
 * a trial step ``alpha``: an ``assemble_trial`` task on a worker asks every shard for its
   slice of ``x + alpha p`` and joins them; the portion tasks read the parameters from that
   task's result, their partial sums are added on the workers (the same grouping as the
-  local mode, :func:`~dasklbfgs.sandblaster.tasks.reduce_in_groups`), and a
+  local mode, :func:`~dasklbfgs.solvers.sandblaster.tasks.reduce_in_groups`), and a
   ``finish_trial`` task hands each shard its slice of the gradient; only ``f`` and
   ``g . p`` (summed from the shards' partial dot products) come back;
 * accepting a step: the shards form ``s`` and ``y`` and return partial dot products with
@@ -30,7 +30,7 @@ from distributed import Client
 
 from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix
-from dasklbfgs.sandblaster.tasks import add_sums, aligned, reduce_in_groups
+from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
 
@@ -115,8 +115,8 @@ class VectorShard:
 
     async def save(self, path: str) -> None:
         """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
-        from dasklbfgs.checkpoints import write_checkpoint
-        from dasklbfgs.sandblaster.checkpoint import SHARD_KIND
+        from dasklbfgs.checkpoint_store import write_checkpoint
+        from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 
         k = self.k
         write_checkpoint(path, {"x": self.x, "g": self.g, "S": self.S[:k], "Y": self.Y[:k]}, kind=SHARD_KIND,
@@ -125,8 +125,8 @@ class VectorShard:
     async def restore(self, path: str) -> dict[str, Any]:
         """Take this slice's state from the checkpoint at ``path`` (verified); return the
         gradient's partial dot products, as after accepting a step."""
-        from dasklbfgs.checkpoints import CheckpointError, read_checkpoint
-        from dasklbfgs.sandblaster.checkpoint import SHARD_KIND
+        from dasklbfgs.checkpoint_store import CheckpointError, read_checkpoint
+        from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 
         arrays, attrs = read_checkpoint(path, kind=SHARD_KIND)
         if (attrs.get("start"), attrs.get("stop")) != (self.start, self.stop):
@@ -174,7 +174,7 @@ class ShardedSpace:
     def __init__(self, client: Client, evaluator: Any, model: Any, n_samples: int, x0: np.ndarray,
                  m: int, n_shards: int, transform: Any = None) -> None:
         """``x0`` in the optimizer's coordinates; ``transform`` (a
-        :class:`~dasklbfgs.sandblaster.standardize.Standardizer`, per-feature scales only)
+        :class:`~dasklbfgs.solvers.sandblaster.standardize.Standardizer`, per-feature scales only)
         maps them to the model's parameters on the workers."""
         self.client, self.evaluator, self.model, self.n = client, evaluator, model, n_samples
         self.transform = transform
@@ -256,7 +256,7 @@ class ShardedSpace:
     def gmax(self) -> float:
         return float(self._gmax)
 
-    # -- checkpoints (dasklbfgs.sandblaster.checkpoint) -----------------------------------
+    # -- checkpoints (dasklbfgs.solvers.sandblaster.lbfgs_checkpoint) -----------------------------------
 
     def save_shards(self, directory: Any) -> None:
         """Each shard writes its slices to ``directory/shards/<i>`` from its own worker."""

@@ -22,16 +22,16 @@ from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
-from dasklbfgs.events import MetricsStream
+from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, LBFGSState, lbfgs_minimize
-from dasklbfgs.sandblaster.checkpoint import load_sharded_state, load_state, save_sharded_state, save_state
-from dasklbfgs.sandblaster.evaluator import MegaBatchEvaluator
-from dasklbfgs.sandblaster.portions import shards_fit
-from dasklbfgs.sandblaster.sharded import ShardedSpace
-from dasklbfgs.sandblaster.standardize import Standardizer, combine_moments
+from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import load_sharded_state, load_state, save_sharded_state, save_state
+from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.solvers.sandblaster.portions import shards_fit
+from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
+from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
 
 __all__ = ["sandblaster_lbfgs"]
 
@@ -106,7 +106,7 @@ def sandblaster_lbfgs(
         in this process. ``"sharded"`` keeps them in slices on ``n_param_shards``
         actors that do the vector arithmetic; this process holds only the Gram matrix and
         scalars, and parameters and gradients go from shards to workers and back without
-        passing through it (:mod:`dasklbfgs.sandblaster.sharded`). Same iterates up to
+        passing through it (:mod:`dasklbfgs.solvers.sandblaster.sharded_space`). Same iterates up to
         rounding, with or without ``standardize`` (the workers map the shards' standardized
         coordinates to the model's parameters; the coordinator keeps only the per-feature
         scales).

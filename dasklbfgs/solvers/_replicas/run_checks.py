@@ -7,7 +7,7 @@ from typing import Any
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.data.sharded import as_dataset
-from dasklbfgs.downpour.replica import replica_rows
+from dasklbfgs.solvers.downpour.replica import replica_rows
 from dasklbfgs.errors import ConfigurationError
 
 __all__ = ["ReplicaRun", "check_replica_run"]

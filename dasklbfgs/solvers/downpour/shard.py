@@ -3,7 +3,7 @@
 Each shard stores its slice and the optimizer state for it, and applies the update rule
 itself when a replica pushes an accrued gradient (ALGORITHMS.md §3). Shards never talk to
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
-(:mod:`dasklbfgs.downpour.wire`) and updates only the rows a push carries, which is
+(:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
 EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that several shards hosted by one worker interleave on
 its event loop instead of queueing behind one actor thread (DASK-NOTES.md, Actors).
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.downpour.collective import elastic_difference
-from dasklbfgs.downpour.wire import ShardLayout, payload_nbytes
+from dasklbfgs.optim.collective import elastic_difference
+from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.optim.updates import make_rule
 
 __all__ = ["ParameterShard"]

@@ -23,15 +23,15 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.cluster import resolve_client
-from dasklbfgs.downpour.checkpoint import read_shard_states, write_shard_states
-from dasklbfgs.downpour.directory import ShardDirectory
-from dasklbfgs.downpour.replica import ReplicaConfig, run_replica
-from dasklbfgs.downpour.run_checks import check_replica_run
-from dasklbfgs.downpour.shard import ParameterShard
-from dasklbfgs.downpour.watch import Progress, step_timing, watch
-from dasklbfgs.downpour.wire import param_bounds
+from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
+from dasklbfgs.solvers.downpour.directory import ShardDirectory
+from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
+from dasklbfgs.solvers._replicas.run_checks import check_replica_run
+from dasklbfgs.solvers.downpour.shard import ParameterShard
+from dasklbfgs.solvers._replicas.watch import Progress, step_timing, watch
+from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
-from dasklbfgs.events import MetricsStream
+from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.updates import make_rule

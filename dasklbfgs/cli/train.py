@@ -100,7 +100,7 @@ def _solve(client: Client, args: argparse.Namespace, model: Any, data: Any, eval
             resume=args.resume, overlap=args.overlap, callback=show,
         )
     if args.solver in PEER_SOLVERS:
-        from dasklbfgs.downpour.peers import run_peer_method
+        from dasklbfgs.solvers.peers.coordinator import run_peer_method
 
         return run_peer_method(
             args.solver, model, data, client=client, n_replicas=args.replicas, batch_size=args.batch_size,

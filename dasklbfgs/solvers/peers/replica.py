@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.downpour.collective import (
+from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
-from dasklbfgs.downpour.mailbox import Stopped
-from dasklbfgs.downpour.replica import Batches, leave_task_slot, non_finite_message
+from dasklbfgs.solvers.peers.mailbox import Stopped
+from dasklbfgs.solvers.downpour.replica import Batches, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
 
 __all__ = ["PeerConfig", "run_peer_replica"]

@@ -1,7 +1,7 @@
 """Sandblaster checkpoints: the whole L-BFGS state (iterate, gradient, history) after an
 iteration, so a restarted coordinator continues to the same result.
 
-Stored through :mod:`dasklbfgs.checkpoints` (atomic, checksummed Zarr). With the state
+Stored through :mod:`dasklbfgs.checkpoint_store` (atomic, checksummed Zarr). With the state
 sharded (``state="sharded"``), the coordinator writes the Gram matrix and the scalars,
 and each vector shard writes its own slices from its worker into ``shards/<i>`` of the
 same checkpoint before it is renamed into place: the vectors never pass through the
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from dasklbfgs.checkpoints import check_same_model, read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import check_same_model, read_checkpoint, write_checkpoint
 from dasklbfgs.optim import LBFGSState, LocalBasis
 from dasklbfgs.optim.basis import GramMatrix
 

@@ -1,6 +1,6 @@
 """Downpour checkpoints: every parameter shard's slice and optimizer state.
 
-Stored through :mod:`dasklbfgs.checkpoints` (atomic, checksummed Zarr); loading checks
+Stored through :mod:`dasklbfgs.checkpoint_store` (atomic, checksummed Zarr); loading checks
 that the checkpoint belongs to the same model and update rule.
 """
 
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dasklbfgs.checkpoints import check_same_model, read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import check_same_model, read_checkpoint, write_checkpoint
 from dasklbfgs.errors import ModelDataMismatchError
 
 __all__ = ["write_shard_states", "read_shard_states"]

@@ -1,0 +1,5 @@
+import sys
+
+from dasklbfgs.cli.main import main
+
+sys.exit(main())
