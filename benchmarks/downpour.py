@@ -38,7 +38,7 @@ from benchmarks._common import (
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.solvers.downpour.replica import epoch_order
+from dasklbfgs.solvers._replicas.batches import epoch_order
 from dasklbfgs.models import MLP, Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import adagrad

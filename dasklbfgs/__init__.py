@@ -8,11 +8,23 @@ the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`
 from dasklbfgs import errors
 from dasklbfgs.cluster import connect
 from dasklbfgs.data import ShardedDataset, make_dataset
-from dasklbfgs.downpour import downpour_sgd, easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, Logistic, Softmax, SparseAutoencoder
-from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.optim import Status
+from dasklbfgs.solvers import (
+    DownpourOptions, EASGDOptions, GossipOptions, NeighbourOptions, SandblasterOptions, SyncOptions, downpour_sgd,
+    easgd, gossip_sgd, minimize, neighbour_sgd, sandblaster_lbfgs, solver_names, sync_sgd,
+)
 
 __all__ = [
+    "DownpourOptions",
+    "EASGDOptions",
+    "GossipOptions",
+    "NeighbourOptions",
+    "SandblasterOptions",
+    "Status",
+    "SyncOptions",
+    "minimize",
+    "solver_names",
     "EmbeddingLM",
     "LeastSquares",
     "Logistic",

@@ -28,45 +28,68 @@ from dasklbfgs.data.sharded import unpack_xarray
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows
+from dasklbfgs.models.base import Model
+from dasklbfgs.optim.lbfgs import Status
+from dasklbfgs.options import Options
+from dasklbfgs.solvers import DownpourOptions, get_solver, minimize, solver_names
 
 __all__ = ["LogisticRegression", "LinearRegression", "MLPClassifier"]
 
-SOLVERS = ("sandblaster", "downpour")
+_REPLICAS = DownpourOptions  # the replica options' declared defaults
 
 
 class _ShardedEstimator(BaseEstimator):
-    """What both estimators share: input handling, solvers, fitted bookkeeping."""
+    """What the estimators share: input handling, solver options, fitted bookkeeping.
+
+    scikit-learn's names map onto the solvers' options in :meth:`_options`, the one place
+    that translates them: ``max_iter`` is L-BFGS's ``maxiter`` or the replica methods'
+    ``epochs``, ``tol`` is ``gtol``, ``random_state`` the batch-order ``seed``. Every
+    other option of the chosen solver is reachable through ``solver_options`` and checked
+    by the solver's options class.
+    """
 
     def _check_params(self) -> None:
-        if self.solver not in SOLVERS:
-            raise ConfigurationError(f"solver must be one of {SOLVERS!r}, got {self.solver!r}")
+        get_solver(self.solver)  # a registered solver, or an error listing them
         check_int(self.max_iter, "max_iter")
         if not (isinstance(self.tol, (int, float, np.floating)) and self.tol >= 0):
             raise ConfigurationError(f"tol must be a number >= 0, got {self.tol!r}")
+        if self.solver_options is not None and not isinstance(self.solver_options, dict):
+            raise ConfigurationError(f"solver_options must be a dict or None, got {self.solver_options!r}")
 
-    def _solve(self, model: Any, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
-        if self.solver == "sandblaster":
-            from dasklbfgs.sandblaster import sandblaster_lbfgs
-
+    def _options(self, model: Model, data: ShardedDataset) -> Options:
+        """The chosen solver's options from this estimator's parameters."""
+        solver = get_solver(self.solver)
+        if solver.unit == "iteration":
             # ftol as scikit-learn's lbfgs solvers set it, so tol alone decides convergence.
-            result = sandblaster_lbfgs(model, data, client=self.client, maxiter=self.max_iter,
-                                       gtol=self.tol, ftol=64 * np.finfo(float).eps, x0=x0,
-                                       standardize=getattr(self, "standardize", False))
+            mapped = {"maxiter": self.max_iter, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps,
+                      "standardize": getattr(self, "standardize", False)}
+        else:
+            n_replicas = 1 if data.n_samples < 2 * self.batch_size else self.n_replicas
+            mapped = {"epochs": self.max_iter, "learning_rate": self._learning_rate(),
+                      "batch_size": min(self.batch_size, data.n_samples), "n_replicas": n_replicas,
+                      "seed": self.random_state if self.random_state is not None else 0}
+            if "n_param_shards" in solver.options.fields():
+                mapped["n_param_shards"] = min(2, model.n_params)
+        extra = dict(self.solver_options or {})
+        clash = sorted(set(extra) & set(mapped))
+        if clash:
+            raise ConfigurationError(
+                f"solver_options {clash} are set by the estimator's own parameters (max_iter, tol, standardize, "
+                "learning_rate, batch_size, n_replicas, random_state): pass those instead"
+            )
+        return solver.options.from_mapping({**mapped, **extra})
+
+    def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
+        result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
+        if get_solver(self.solver).unit == "iteration":
             self.n_iter_ = np.array([result.nit], dtype=np.int32)
             self.loss_curve_ = [h["fun"] for h in result.history]
         else:
-            from dasklbfgs.downpour import downpour_sgd
-
-            result = downpour_sgd(model, data, client=self.client, epochs=self.max_iter, x0=x0,
-                                  learning_rate=self._learning_rate(), batch_size=min(self.batch_size, data.n_samples),
-                                  n_replicas=1 if data.n_samples < 2 * self.batch_size else self.n_replicas,
-                                  n_param_shards=min(2, model.n_params),
-                                  seed=self.random_state if self.random_state is not None else 0)
             self.n_iter_ = np.array([self.max_iter], dtype=np.int32)
             self.loss_curve_ = [h["train_loss"] for h in result.history if "train_loss" in h]
         if not result.success:
             advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
-                      "below the precision of the data (float32?)" if result.status == 2
+                      "below the precision of the data (float32?)" if result.status == Status.LINE_SEARCH_FAILED
                       else "increase max_iter or scale the features"
                       + (" (standardize=True)" if hasattr(self, "standardize") else ""))
             warnings.warn(
@@ -130,7 +153,8 @@ class _ShardedEstimator(BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.non_deterministic = self.solver == "downpour"
+        # the replica methods' asynchrony makes runs differ; Sandblaster repeats bitwise
+        tags.non_deterministic = self.solver not in solver_names() or get_solver(self.solver).unit != "iteration"
         return tags
 
 
@@ -149,11 +173,15 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         As in scikit-learn (``tol`` is the gradient tolerance; for Downpour ``max_iter``
         counts epochs).
     solver
-        ``"sandblaster"`` (L-BFGS over data shards) or ``"downpour"`` (asynchronous Adagrad).
+        A registered solver (:func:`dasklbfgs.solver_names`): ``"sandblaster"`` (L-BFGS over
+        data shards), ``"downpour"`` (asynchronous Adagrad) or a peer method.
     standardize
         Sandblaster only: optimise in standardised coordinates (same optimum).
     learning_rate, batch_size, n_replicas
-        Downpour only.
+        The replica methods (Downpour and the peers) only.
+    solver_options
+        Any other option of the chosen solver, by its name in the solver's options class
+        (e.g. ``{"history": 20}`` for Sandblaster, ``{"n_fetch": 4}`` for Downpour).
     shard_rows
         Rows per shard of the temporary store for in-memory input (default: 8 shards).
     random_state
@@ -163,8 +191,9 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
     """
 
     def __init__(self, *, C: float = 1.0, fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4,
-                 solver: str = "sandblaster", standardize: bool = True, learning_rate: float = 0.1,
-                 batch_size: int = 128, n_replicas: int = 2, shard_rows: int | None = None,
+                 solver: str = "sandblaster", standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
+                 batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
+                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
                  random_state: int | None = None, client: Any = None) -> None:
         self.C = C
         self.fit_intercept = fit_intercept
@@ -175,6 +204,7 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.n_replicas = n_replicas
+        self.solver_options = solver_options
         self.shard_rows = shard_rows
         self.random_state = random_state
         self.client = client
@@ -241,6 +271,7 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
         self.learning_rate = learning_rate
         self.batch_size = batch_size
         self.n_replicas = n_replicas
+        self.solver_options = solver_options
         self.shard_rows = shard_rows
         self.random_state = random_state
         self.client = client
@@ -284,7 +315,8 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
 
     def __init__(self, hidden_layer_sizes: tuple[int, ...] = (100,), *, activation: str = "relu",
                  alpha: float = 1e-4, max_iter: int = 200, tol: float = 1e-4, solver: str = "sandblaster",
-                 learning_rate_init: float = 0.05, batch_size: int = 128, n_replicas: int = 2,
+                 learning_rate_init: float = 0.05, batch_size: int = _REPLICAS.default("batch_size"),
+                 n_replicas: int = _REPLICAS.default("n_replicas"), solver_options: dict[str, Any] | None = None,
                  shard_rows: int | None = None, random_state: int | None = None, client: Any = None) -> None:
         self.hidden_layer_sizes = hidden_layer_sizes
         self.activation = activation
@@ -295,6 +327,7 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
         self.learning_rate_init = learning_rate_init
         self.batch_size = batch_size
         self.n_replicas = n_replicas
+        self.solver_options = solver_options
         self.shard_rows = shard_rows
         self.random_state = random_state
         self.client = client

@@ -193,6 +193,11 @@ class Options:
     # -- the vocabulary, for front ends ------------------------------------------------------
 
     @classmethod
+    def default(cls, name: str) -> Any:
+        """The declared default of option ``name``."""
+        return cls.fields()[name].default
+
+    @classmethod
     def spec(cls, name: str) -> OptionSpec:
         return cls.fields()[name].metadata["option"]
 
@@ -223,9 +228,9 @@ class Options:
             name = aliases.get(key, key)
             if name not in known:
                 close = difflib.get_close_matches(key, [*known, *aliases], n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigurationError(
-                    f"{where}{cls.solver} does not take option {key!r}{hint} Its options: {sorted(known)}"
+                    f"{where}{cls.solver} does not take option {key!r}{hint}; its options: {sorted(known)}"
                 )
             if name in resolved:
                 raise ConfigurationError(f"{where}{cls.solver} option {name} given twice (as {key!r} and another spelling)")
@@ -234,6 +239,10 @@ class Options:
             return cls(**resolved)
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where}{exc}") from None
+
+    def replace(self: T, **values: Any) -> T:
+        """A copy with ``values`` changed (checked like a new object)."""
+        return type(self).from_mapping({**self.to_dict(), **values})
 
     def to_dict(self) -> dict[str, Any]:
         """The values, by option name (plain Python types)."""

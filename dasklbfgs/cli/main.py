@@ -1,114 +1,30 @@
-"""The ``dasklbfgs`` command: datasets, training and the demo."""
+"""The ``dasklbfgs`` command: one module per subcommand, each with ``add_parser(sub)``."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
+from dasklbfgs.cli import data, demo, info, run, train
 from dasklbfgs.errors import DaskLBFGSError
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
-
-def _cmd_info(args: argparse.Namespace) -> int:
-    from dasklbfgs.cli.format import format_description
-    from dasklbfgs.data import ShardedDataset
-
-    path = Path(args.path)
-    if path.is_dir() and not (path / "zarr.json").exists():
-        splits = sorted(p for p in path.iterdir() if (p / "zarr.json").exists())
-    else:
-        splits = []
-    datasets = [ShardedDataset.open(p) for p in splits] or [ShardedDataset.open(path)]
-    infos = [d.describe() for d in datasets]
-    if args.json:
-        print(json.dumps(infos if len(infos) > 1 else infos[0], indent=2))
-    else:
-        print("\n\n".join(format_description(i) for i in infos))
-    return 0
-
-
-def _cmd_data_make(args: argparse.Namespace) -> int:
-    from dasklbfgs.cli.format import format_description
-    from dasklbfgs.data import make_dataset
-    from dasklbfgs.monitor.progress import Progress
-
-    bars: dict[str, Progress] = {}
-
-    def show(split: str, rows: int) -> None:
-        if split not in bars:
-            for bar in bars.values():
-                bar.close()
-            bars[split] = Progress(None, f"writing {split}", enabled=False if args.quiet else None)
-        bars[split].update(rows, unit="rows")
-
-    try:
-        splits = make_dataset(
-            args.kind, args.path, rows=args.rows, features=args.features, shard_rows=args.shard_rows,
-            seed=args.seed, n_classes=args.classes, ill_conditioned=args.ill_conditioned,
-            test_fraction=args.test_fraction, patch_size=args.patch_size, image_source=args.image_source,
-            vocab_size=args.vocab, context=args.context, overwrite=args.overwrite, on_progress=show,
-        )
-    finally:
-        for bar in bars.values():
-            bar.close()
-    if not args.quiet:
-        print("\n\n".join(format_description(d.describe()) for d in splits.values()))
-    return 0
+COMMANDS = (info, data, train, demo, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from dasklbfgs import __version__
-    from dasklbfgs.data.recipes import RECIPES
-    from dasklbfgs.data.workloads import PATCH_SOURCES
 
     parser = argparse.ArgumentParser(
         prog="dasklbfgs",
-        description="Sandblaster L-BFGS and Downpour SGD on Dask over sharded Zarr datasets.",
+        description="Sandblaster L-BFGS, Downpour SGD and their peers on Dask over sharded Zarr datasets.",
     )
     parser.add_argument("--version", action="version", version=f"dasklbfgs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    info = sub.add_parser("info", help="describe a sharded dataset (or a train/test folder)")
-    info.add_argument("path")
-    info.add_argument("--json", action="store_true", help="print JSON instead of text")
-    info.set_defaults(func=_cmd_info)
-
-    data = sub.add_parser("data", help="dataset commands")
-    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="SUBCOMMAND")
-    make = data_sub.add_parser(
-        "make",
-        help="write a recipe's train/test datasets",
-        description="Write PATH/train and PATH/test for a synthetic, bundled or workload recipe.",
-    )
-    make.add_argument("kind", choices=RECIPES)
-    make.add_argument("path")
-    make.add_argument("--rows", type=int, help="training rows (synthetic recipes)")
-    make.add_argument("--features", type=int, help="features (synthetic recipes)")
-    make.add_argument("--shard-rows", type=int, default=50_000)
-    make.add_argument("--seed", type=int, default=0)
-    make.add_argument("--classes", type=int,
-                      help="classes (multinomial recipe: default 3; acoustic: default 128)")
-    make.add_argument("--ill-conditioned", action="store_true",
-                      help="scale features over four orders of magnitude")
-    make.add_argument("--test-fraction", type=float, default=0.2)
-    make.add_argument("--patch-size", type=int, help="patch side (patches recipe: default 6)")
-    make.add_argument("--image-source", choices=PATCH_SOURCES,
-                      help="images to cut patches from (patches recipe: default synthetic)")
-    make.add_argument("--vocab", type=int, help="vocabulary size (text recipe: default 2000)")
-    make.add_argument("--context", type=int, help="previous words per pair (text recipe: default 3)")
-    make.add_argument("--overwrite", action="store_true")
-    make.add_argument("--quiet", action="store_true")
-    make.set_defaults(func=_cmd_data_make)
-
-    from dasklbfgs.cli.run import add_run_command
-    from dasklbfgs.cli.train import add_train_commands
-
-    add_train_commands(sub)
-    add_run_command(sub)
+    for command in COMMANDS:
+        command.add_parser(sub)
     return parser
 
 

@@ -7,9 +7,12 @@ import json
 import logging
 from typing import Any
 
+from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
 
-def _cmd_run(args: argparse.Namespace) -> int:
-    from dasklbfgs.cli.train import cluster_from_args
+__all__ = ["add_parser"]
+
+
+def command(args: argparse.Namespace) -> int:
     from dasklbfgs.pipeline import load_config, run_pipeline
 
     config = load_config(args.config, args.set or ())
@@ -27,9 +30,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0 if metrics["success"] else 1
 
 
-def add_run_command(sub: Any) -> None:
-    from dasklbfgs.cli.train import add_cluster_arguments
-
+def add_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
     run.add_argument("config", help="YAML pipeline config")
     run.add_argument("--output", default="pipeline-output", help="report folder (default ./pipeline-output)")
@@ -37,4 +38,4 @@ def add_run_command(sub: Any) -> None:
                      help="override a config value, e.g. --set data.rows=5000 (repeatable)")
     run.add_argument("--quiet", action="store_true", help="no log lines or summary")
     add_cluster_arguments(run)
-    run.set_defaults(func=_cmd_run)
+    run.set_defaults(func=command)

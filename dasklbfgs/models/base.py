@@ -44,17 +44,36 @@ class Model:
     task: ClassVar[str] = "classification"
     n_features: int
     n_params: int
+    #: The parameters' row table (word embeddings) whose rows a batch touches sparsely, or
+    #: None. With one, Downpour pushes and fetches only the rows batches touch.
+    row_table: Any = None
 
     @property
     def n_sums(self) -> int:
         """Length of the sum vector :meth:`loss_grad_sum` returns (the gradient first)."""
         return self.n_params
 
+    # -- what every solver calls; subclasses implement these ------------------------------
+
+    def init_params(self, seed: int | None = None) -> np.ndarray:
+        """Starting parameters (zeros, or a seeded random initialisation for neural models)."""
+        raise NotImplementedError
+
     def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """Summed loss over the rows of ``X`` and the ``n_sums`` sums (gradient first)."""
         raise NotImplementedError
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
+        """The penalty term of the objective and its gradient."""
         raise NotImplementedError
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Predictions for the rows of ``X`` (labels, values or reconstructions, by ``task``)."""
+        raise NotImplementedError
+
+    def touched_rows(self, X: np.ndarray) -> np.ndarray:
+        """Rows of :attr:`row_table` that the rows of ``X`` read (models with a row table)."""
+        raise NotImplementedError(f"{type(self).__name__} has no row table")
 
     def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
         """Mean objective over ``n`` rows and its gradient, from row sums added over any split."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from dasklbfgs.models.base import Model
 
-def evaluate_model(model: Any, params: np.ndarray, data: Any) -> dict[str, float]:
+
+def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, float]:
     """Objective and, by the model's task, accuracy (classification), RMSE and R^2
     (regression) or the mean squared reconstruction error (reconstruction) on ``data``.
 
@@ -44,7 +47,7 @@ def evaluate_model(model: Any, params: np.ndarray, data: Any) -> dict[str, float
     return metrics
 
 
-def held_out_metrics(model: Any, params: np.ndarray, data: Any) -> dict[str, float]:
+def held_out_metrics(model: Model, params: np.ndarray, data: Any) -> dict[str, float]:
     """:func:`evaluate_model` with keys prefixed ``eval_`` (history entries, metrics events)."""
     metrics = evaluate_model(model, params, data)
     return {f"eval_{k}": v for k, v in metrics.items() if k != "n_samples"}

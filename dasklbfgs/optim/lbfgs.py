@@ -10,6 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,8 +27,13 @@ __all__ = ["LBFGSOptions", "LBFGSState", "lbfgs_minimize", "Status"]
 Evaluate = Callable[[np.ndarray], tuple[float, np.ndarray]]
 
 
-class Status:
-    """``OptimizeResult.status`` codes (0-2 as scipy's L-BFGS-B, 99 as scipy's callbacks)."""
+class Status(IntEnum):
+    """``OptimizeResult.status`` of every solver (0-2 as scipy's L-BFGS-B, 99 as scipy's callbacks).
+
+    The replica methods use ``CONVERGED`` for a run that completed its epochs or
+    ``max_steps``, ``NON_FINITE`` when a replica's loss became NaN or infinite, and
+    ``CALLBACK_STOP``.
+    """
 
     CONVERGED = 0
     LIMIT = 1

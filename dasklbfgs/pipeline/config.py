@@ -12,9 +12,8 @@ from typing import Any
 
 from dasklbfgs.errors import ConfigurationError
 
-__all__ = ["SCHEMA", "SOLVERS", "load_config", "validate_config", "apply_overrides"]
+__all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "apply_overrides"]
 
-SOLVERS = ("sandblaster", "downpour", "sync", "easgd", "gossip", "neighbours")
 NUMBER = (int, float)
 # section -> key -> (accepted types, default); a default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
@@ -50,32 +49,7 @@ SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
         "beta": (NUMBER, None),
         "embed_dim": ((int,), None),
     },
-    "train": {
-        "solver": ((str,), "sandblaster"),
-        # Sandblaster
-        "maxiter": ((int,), 100),
-        "gtol": (NUMBER, 1e-5),
-        "standardize": ((bool,), False),
-        "backup_tasks": ((bool,), True),
-        # Downpour
-        "replicas": ((int,), 2),
-        "param_shards": ((int,), 2),
-        "batch_size": ((int,), 128),
-        "learning_rate": (NUMBER, 0.1),
-        "optimizer": ((str,), None),  # default: adagrad for downpour, sgd for the peer methods
-        "epochs": ((int,), 1),
-        "max_steps": ((int,), None),
-        "eval_every": ((int,), None),
-        "seed": ((int,), 0),
-        "overlap": ((bool,), False),
-        # the peer methods (sync, easgd, gossip, neighbours)
-        "tau": ((int,), None),
-        "alpha": (NUMBER, None),
-        "rho": (NUMBER, None),
-        "push_sum": ((bool,), None),
-        "topology": ((str,), None),
-        "torus_shape": ((list, int), None),
-    },
+    # "train": derived from the solvers' options classes (see train_keys and validate_train)
     "cluster": {
         "workers": ((int,), None),
     },
@@ -102,10 +76,11 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     """Check ``raw`` against :data:`SCHEMA`; return it with defaults filled in."""
     if not isinstance(raw, dict):
         raise ConfigurationError(f"{where}: the config must be a mapping of sections, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(SCHEMA))
+    sections = [*SCHEMA, "train"]
+    unknown = sorted(set(raw) - set(sections))
     if unknown:
-        raise ConfigurationError(f"{where}: unknown section(s) {unknown}; known sections: {sorted(SCHEMA)}")
-    config: dict[str, dict[str, Any]] = {}
+        raise ConfigurationError(f"{where}: unknown section(s) {unknown}; known sections: {sorted(sections)}")
+    config: dict[str, Any] = {"train": validate_train(raw.get("train"), where=where)}
     for section, keys in SCHEMA.items():
         given = raw.get(section) or {}
         if not isinstance(given, dict):
@@ -135,9 +110,24 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     data = config["data"]
     if (data["recipe"] is None) == (data["train"] is None):
         raise ConfigurationError(f"{where}: give exactly one of data.recipe (build a dataset) or data.train (use one)")
-    if config["train"]["solver"] not in SOLVERS:
-        raise ConfigurationError(f"{where}: train.solver must be one of {SOLVERS}, got {config['train']['solver']!r}")
     return config
+
+
+def validate_train(given: Any, *, where: str = "<config>") -> dict[str, Any]:
+    """The ``train:`` section: ``solver`` (default: the first registered) and that solver's
+    options, checked by its options class (:mod:`dasklbfgs.solvers`); returns
+    ``{"solver": name, "options": options object}``."""
+    from dasklbfgs.solvers import get_solver, solver_names
+
+    given = {} if given is None else given
+    if not isinstance(given, dict):
+        raise ConfigurationError(f"{where}: section 'train' must be a mapping, got {type(given).__name__}")
+    values = dict(given)
+    name = values.pop("solver", None) or solver_names()[0]
+    if name not in solver_names():
+        raise ConfigurationError(f"{where}: train.solver must be one of {solver_names()}, got {name!r}")
+    options = get_solver(name).options.from_mapping(values, where=f"{where}: train: ")
+    return {"solver": name, "options": options}
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

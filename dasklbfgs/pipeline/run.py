@@ -20,6 +20,7 @@ from dasklbfgs.models import model_for_dataset
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
+from dasklbfgs.solvers import get_solver, minimize
 
 __all__ = ["run_pipeline"]
 
@@ -65,48 +66,21 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     started = time.perf_counter()
     train, test = _datasets(config, out)
     logger.info("data ready: %r (test: %r)", train, test)
-    spec, options = config["model"], config["train"]
+    spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
     model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"],
                               **model_options(spec))
-    if options["solver"] == "sandblaster":
-        from dasklbfgs.sandblaster import sandblaster_lbfgs
-
-        result = sandblaster_lbfgs(model, train, client=client, maxiter=options["maxiter"],
-                                   gtol=float(options["gtol"]), standardize=options["standardize"],
-                                   backup_tasks=options["backup_tasks"], eval_data=test)
+    result = minimize(model, train, solver, options, client=client, eval_data=test)
+    if get_solver(solver).unit == "iteration":
         curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]
         facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
-    elif options["solver"] == "downpour":
-        from dasklbfgs.downpour import downpour_sgd
-
-        result = downpour_sgd(
-            model, train, client=client, n_replicas=options["replicas"], n_param_shards=options["param_shards"],
-            batch_size=options["batch_size"], learning_rate=float(options["learning_rate"]),
-            optimizer=options["optimizer"] or "adagrad", epochs=options["epochs"], max_steps=options["max_steps"],
-            eval_data=test, eval_every=options["eval_every"] if test is not None else None, seed=options["seed"],
-            overlap=options["overlap"],
-        )
-        curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
-        facts = {"steps": result.nit, **result.stats}
     else:
-        from dasklbfgs.solvers.peers.coordinator import run_peer_method
-
-        shape = options["torus_shape"]
-        result = run_peer_method(
-            options["solver"], model, train, client=client, n_replicas=options["replicas"],
-            n_param_shards=options["param_shards"], batch_size=options["batch_size"],
-            learning_rate=float(options["learning_rate"]), optimizer=options["optimizer"], epochs=options["epochs"],
-            max_steps=options["max_steps"], eval_data=test, seed=options["seed"],
-            eval_every=options["eval_every"] if test is not None else None, tau=options["tau"],
-            alpha=options["alpha"], rho=options["rho"], push_sum=options["push_sum"], topology=options["topology"],
-            torus_shape=tuple(shape) if shape is not None else None,
-        )
         curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}
 
     metrics: dict[str, Any] = {
         "pipeline": name,
-        "solver": options["solver"],
+        "solver": solver,
+        "options": {k: str(v) if hasattr(v, "__fspath__") else v for k, v in options.to_dict().items()},
         "model": repr(model),
         "success": bool(result.success),
         "message": result.message,
@@ -120,7 +94,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
     (out / "curves.json").write_text(json.dumps(curve, indent=2, default=float) + "\n")
     held_label = "held-out " + (_heldout_key(metrics["test"]) if test is not None else "metric")
-    plot_curves(curve, out / "curves.png", title=f"{name} ({options['solver']})", heldout_label=held_label)
+    plot_curves(curve, out / "curves.png", title=f"{name} ({solver})", heldout_label=held_label)
     return metrics
 
 

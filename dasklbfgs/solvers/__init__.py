@@ -1,0 +1,20 @@
+"""The solvers: one interface, one registry, one options class per solver.
+
+``minimize(model, data, solver, options)`` runs any registered solver; each solver's
+options class (``SandblasterOptions``, ``DownpourOptions``, ...) declares its options
+once, and the CLI, YAML pipelines, estimators and docs derive from it.
+"""
+
+# Imported in registration order (the order front ends list the solvers in).
+from dasklbfgs.solvers.sandblaster import SandblasterOptions, sandblaster_lbfgs  # isort: skip
+from dasklbfgs.solvers.downpour import DownpourOptions, downpour_sgd  # isort: skip
+from dasklbfgs.solvers.peers import (  # isort: skip
+    EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions, easgd, gossip_sgd, neighbour_sgd, sync_sgd,
+)
+from dasklbfgs.solvers.registry import Solver, get_solver, minimize, options_table, register, solver_names
+
+__all__ = [
+    "DownpourOptions", "EASGDOptions", "GossipOptions", "NeighbourOptions", "SandblasterOptions", "Solver",
+    "SyncOptions", "downpour_sgd", "easgd", "get_solver", "gossip_sgd", "minimize", "neighbour_sgd",
+    "options_table", "register", "sandblaster_lbfgs", "solver_names", "sync_sgd",
+]

@@ -9,7 +9,7 @@ import pytest
 
 from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.solvers.downpour.replica import epoch_order, replica_rows
+from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.models.metrics import evaluate_model

@@ -14,7 +14,7 @@ from dasklbfgs.optim.collective import (
     elastic_difference, exchange_weights, gossip_peer, gossip_pull, neighbours, push_sum_split, torus_shape, tree_children,
     tree_parent,
 )
-from dasklbfgs.solvers.downpour.replica import epoch_order, replica_rows
+from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
 from dasklbfgs.solvers.peers.mailbox import PeerMailbox, Stopped
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.monitor.events import TOPIC

@@ -5,49 +5,46 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dasklbfgs._checks import check_int
 from dasklbfgs.data.sharded import as_dataset
-from dasklbfgs.solvers.downpour.replica import replica_rows
+from dasklbfgs.solvers._replicas.batches import replica_rows
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.base import Model
 
-__all__ = ["ReplicaRun", "check_replica_run"]
+__all__ = ["ReplicaRun", "check_param_shards", "check_replica_run"]
 
 
 @dataclass(frozen=True)
 class ReplicaRun:
     dataset: Any
-    rows: list[tuple[int, int]]
-    batch_size: int
-    epochs: int
-    max_steps: int | None
+    rows: list[tuple[int, int]]   # each replica's contiguous block of rows
     eval_set: Any
-    eval_every: int | None
 
 
-def check_replica_run(model: Any, data: Any, *, n_replicas: Any, batch_size: Any, epochs: Any, max_steps: Any,
-                      eval_data: Any, eval_every: Any, defer_eval: Any = False) -> ReplicaRun:
-    """The dataset, each replica's rows and the checked counts; a clear error for bad ones."""
+def check_replica_run(model: Model, data: Any, options: Any, eval_data: Any) -> ReplicaRun:
+    """The dataset and each replica's rows for ``options`` (a
+    :class:`~dasklbfgs.solvers.common_options.ReplicaOptions`); a clear error when they do
+    not fit the data."""
     dataset = as_dataset(data)
     model.check_data(dataset)
-    n_replicas = check_int(n_replicas, "n_replicas")
-    batch_size = check_int(batch_size, "batch_size")
-    epochs = check_int(epochs, "epochs")
-    if max_steps is not None:
-        max_steps = check_int(max_steps, "max_steps")
-    rows = replica_rows(dataset.n_samples, n_replicas)
+    rows = replica_rows(dataset.n_samples, options.n_replicas)
     smallest = min(b - a for a, b in rows)
-    if batch_size > smallest:
+    if options.batch_size > smallest:
         raise ConfigurationError(
-            f"batch_size ({batch_size}) is larger than a replica's data ({smallest} rows with "
-            f"{n_replicas} replicas over {dataset.n_samples} rows)"
+            f"batch_size ({options.batch_size}) is larger than a replica's data ({smallest} rows with "
+            f"{options.n_replicas} replicas over {dataset.n_samples} rows)"
         )
-    if eval_every is not None:
-        eval_every = check_int(eval_every, "eval_every")
-        if eval_data is None:
-            raise ConfigurationError("eval_every needs eval_data")
-    if not isinstance(defer_eval, bool):
-        raise ConfigurationError(f"defer_eval must be True or False, got {defer_eval!r}")
+    if options.eval_every is not None and eval_data is None:
+        raise ConfigurationError("eval_every needs eval_data")
     eval_set = as_dataset(eval_data) if eval_data is not None else None
     if eval_set is not None:
         model.check_data(eval_set)
-    return ReplicaRun(dataset, rows, batch_size, epochs, max_steps, eval_set, eval_every)
+    return ReplicaRun(dataset, rows, eval_set)
+
+
+def check_param_shards(model: Model, n_param_shards: int) -> int:
+    """``n_param_shards``, or an error when the model has fewer parameters than shards."""
+    if n_param_shards > model.n_params:
+        raise ConfigurationError(
+            f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
+        )
+    return n_param_shards

@@ -19,6 +19,9 @@ import numpy as np
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs.models.metrics import held_out_metrics
+from dasklbfgs.optim.lbfgs import MSG_CALLBACK, Status
+from dasklbfgs.solvers._replicas.batches import is_non_finite
+from dasklbfgs.solvers.common_options import ReplicaOptions
 
 __all__ = ["Progress", "watch", "step_timing", "DONE_MESSAGE"]
 
@@ -37,25 +40,26 @@ class Progress:
     event: dict[str, Any] = field(default_factory=dict)  # extra fields for the metrics event
 
 
-def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
-          checkpoint_every: int | None, callback: Callable[[OptimizeResult], Any] | None,
-          poll_interval: float, defer_eval: bool = False) -> tuple[list[dict[str, Any]], int, str]:
+def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int, checkpoint_every: int | None,
+          callback: Callable[[OptimizeResult], Any] | None) -> tuple[list[dict[str, Any]], Status, str]:
     """Poll ``run`` until its replicas finish; return ``(history, status, message)``.
 
-    Status 0: epochs done or ``max_steps`` reached; 3: a replica's loss became non-finite;
-    99: the callback raised ``StopIteration``. With ``defer_eval``, the parameters due for
+    Status ``CONVERGED``: epochs done or ``max_steps`` reached; ``NON_FINITE``: a replica's
+    loss became non-finite; ``CALLBACK_STOP``: the callback raised ``StopIteration``. With
+    ``options.defer_eval``, the parameters due for
     held-out scoring are kept and scored once the replicas have finished, so that scoring
     does not take CPU from them (the entries keep the times the parameters were taken at).
     """
+    eval_every, defer_eval = options.eval_every, options.defer_eval
     history: list[dict[str, Any]] = []
-    status, message = 0, DONE_MESSAGE
+    status, message = Status.CONVERGED, DONE_MESSAGE
     last_loss = (0.0, 0)
     next_eval = None if eval_every is None else start_steps + eval_every
     next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
     stopped_by_callback = False
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
     while True:
-        time.sleep(poll_interval)
+        time.sleep(options.poll_interval)
         progress = run.poll()
         steps = progress.steps
         loss_sum, loss_count = progress.loss_sum - last_loss[0], progress.loss_count - last_loss[1]
@@ -84,13 +88,13 @@ def watch(run: Any, *, started: float, start_steps: int, eval_every: int | None,
                     callback(OptimizeResult(**entry))
                 except StopIteration:
                     stopped_by_callback = True
-                    status, message = 99, "`callback` raised `StopIteration`."
+                    status, message = Status.CALLBACK_STOP, MSG_CALLBACK
                     run.stop(message)
         reason = progress.stop_reason
-        if reason and "non-finite" in reason:
-            status, message = 3, reason
+        if is_non_finite(reason):
+            status, message = Status.NON_FINITE, reason
         elif reason and reason.startswith("max_steps") and not stopped_by_callback:
-            status, message = 0, reason
+            status, message = Status.CONVERGED, reason
         if progress.finished:
             for due, params in deferred:
                 due.update(held_out_metrics(run.model, params, run.eval_set))

@@ -1,7 +1,23 @@
 """Downpour SGD: parameter-shard actors and asynchronous replicas (docs/algorithms.md §3)."""
 
-from dasklbfgs.solvers.downpour.coordinator import downpour_sgd
+from dasklbfgs.solvers.downpour.coordinator import run_downpour
+from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.wire import param_bounds
+from dasklbfgs.solvers.registry import Solver, register, solver_function
 
-__all__ = ["ParameterShard", "downpour_sgd", "param_bounds"]
+__all__ = ["DownpourOptions", "ParameterShard", "downpour_sgd", "param_bounds"]
+
+SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
+
+    ``n_param_shards`` ParameterShard actors own contiguous slices of the parameters and
+    apply the update rule (Adagrad by default) themselves; ``n_replicas`` replica tasks,
+    each on its own contiguous block of rows, fetch every ``n_fetch`` steps, compute a
+    mini-batch gradient and push every ``n_push`` steps, never waiting for each other. A
+    lost parameter shard is re-created from the latest checkpoint. Returns an
+    ``OptimizeResult`` (``x``, ``nit`` = global steps, ``status``, ``success``, ``message``,
+    ``history``, ``stats``: updates/s, examples/s, staleness, bytes moved, pushes per shard,
+    steps per replica)."""
+
+SOLVER = register(Solver("downpour", DownpourOptions, run_downpour, SUMMARY, unit="global step"))
+downpour_sgd = solver_function("downpour_sgd", "downpour", DownpourOptions, SUMMARY)

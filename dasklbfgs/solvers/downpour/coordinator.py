@@ -21,12 +21,13 @@ import numpy as np
 from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs._checks import check_int
 from dasklbfgs.cluster import resolve_client
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
-from dasklbfgs.solvers._replicas.run_checks import check_replica_run
+from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
+from dasklbfgs.solvers.downpour.options import DownpourOptions
+from dasklbfgs.models.base import Model
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers._replicas.watch import Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.wire import param_bounds
@@ -34,167 +35,59 @@ from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
+from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import make_rule
 
-__all__ = ["downpour_sgd", "param_bounds"]
+__all__ = ["run_downpour"]
 
 
-def downpour_sgd(
-    model: Any,
-    data: Any,
-    *,
-    client: Client | None = None,
-    n_replicas: int = 2,
-    n_param_shards: int = 2,
-    batch_size: int = 128,
-    n_fetch: int = 1,
-    n_push: int = 1,
-    learning_rate: float = 0.1,
-    optimizer: str = "adagrad",
-    local_learning_rate: float | None = None,
-    epochs: int = 1,
-    max_steps: int | None = None,
-    warmstart_steps: int = 0,
-    x0: np.ndarray | None = None,
-    seed: int = 0,
-    eval_data: Any = None,
-    eval_every: int | None = None,
-    defer_eval: bool = False,
-    checkpoint_path: str | os.PathLike[str] | None = None,
-    checkpoint_every: int | None = None,
-    resume: bool = False,
-    callback: Callable[[OptimizeResult], Any] | None = None,
-    wire_dtype: str = "float64",
-    sparse: bool | None = None,
-    overlap: bool = False,
-    poll_interval: float = 0.05,
-) -> OptimizeResult:
-    """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
-
-    Parameters
-    ----------
-    model, data
-        A model from :mod:`dasklbfgs.models`; a :class:`ShardedDataset` or its path.
-    client
-        Dask client (default: the active one, else an embedded cluster closed on return).
-    n_replicas
-        Model replicas; replica r trains on the r-th contiguous block of rows.
-    n_param_shards
-        Parameter-shard actors, spread over the workers.
-    batch_size, n_fetch, n_push
-        Mini-batch rows; fetch every ``n_fetch`` steps, push every ``n_push`` steps.
-    learning_rate, optimizer
-        The shards' update rule: ``"adagrad"`` (default; gamma, usually ~10x the best
-        fixed SGD rate), ``"sgd"`` or ``"momentum"``.
-    local_learning_rate
-        Rate of the replica's local step on its own copy between fetches; default
-        ``learning_rate`` for sgd/momentum and 0 (no local step) for Adagrad, whose
-        per-parameter rates live on the shards.
-    epochs, max_steps
-        Each replica passes over its rows ``epochs`` times; ``max_steps`` stops the run once
-        the global step (mini-batch steps summed over replicas) reaches it (replicas finish
-        the step they are on, so a few more may be applied).
-    warmstart_steps
-        Train one replica alone for this many steps before releasing the others (paper).
-    x0, seed
-        Starting parameters (default zeros) and the seed of the batch order.
-    eval_data, eval_every
-        Held-out dataset scored every ``eval_every`` global steps and at the end.
-    defer_eval
-        Keep the parameters due for scoring and score them after training (the history
-        keeps the times they were taken at). Scoring then takes no CPU from the replicas:
-        use it where the coordinator shares cores with the workers, as on a laptop, and
-        when timing a run. Costs a copy of the parameters per scoring point.
-    checkpoint_path, checkpoint_every, resume
-        Write every shard's slice and optimizer state to this Zarr path every
-        ``checkpoint_every`` global steps and at the end (atomically); ``resume=True``
-        starts from the checkpoint there.
-    wire_dtype
-        dtype of parameters and gradients in transit (``"float32"`` halves the bytes;
-        shards keep float64 values and optimizer state).
-    sparse
-        Push and fetch only the rows of the model's row table (word embeddings) that
-        batches touch, plus the dense rest; default: on when the model has a row table
-        and the update rule allows it exactly (Adagrad, SGD; not momentum), unless
-        ``overlap`` is on.
-    overlap
-        Keep each push (and the fetch riding on its reply) in flight while the replica
-        computes its next gradient: hides the round trip to the shards, adds one step of
-        staleness. Dense transfer only.
-    callback
-        Called with each history entry (an ``OptimizeResult`` with ``time``, ``step``,
-        ``train_loss`` and held-out metrics when scored); ``StopIteration`` stops the run.
-
-    Returns
-    -------
-    OptimizeResult
-        ``x``, ``nit`` (global steps), ``status``/``success``/``message``, ``history`` and
-        ``stats`` (updates/s, examples/s, staleness histogram, bytes moved, pushes per
-        shard and steps per replica).
-    """
-    checked = check_replica_run(model, data, n_replicas=n_replicas, batch_size=batch_size, epochs=epochs,
-                                max_steps=max_steps, eval_data=eval_data, eval_every=eval_every,
-                                defer_eval=defer_eval)
-    dataset, rows, batch_size, epochs = checked.dataset, checked.rows, checked.batch_size, checked.epochs
-    max_steps, eval_set, eval_every = checked.max_steps, checked.eval_set, checked.eval_every
-    n_param_shards = check_int(n_param_shards, "n_param_shards")
-    n_fetch, n_push = check_int(n_fetch, "n_fetch"), check_int(n_push, "n_push")
-    if n_param_shards > model.n_params:
-        raise ConfigurationError(
-            f"n_param_shards ({n_param_shards}) is larger than the model's {model.n_params} parameters"
-        )
-    rule = make_rule(optimizer, learning_rate=learning_rate)
-    if wire_dtype not in ("float64", "float32"):
-        raise ConfigurationError(f"wire_dtype must be 'float64' or 'float32', got {wire_dtype!r}")
-    if local_learning_rate is None:
-        local_learning_rate = 0.0 if optimizer == "adagrad" else rule.hyper["learning_rate"]
-    if checkpoint_every is not None:
-        checkpoint_every = check_int(checkpoint_every, "checkpoint_every")
-    if (checkpoint_every is not None or resume) and checkpoint_path is None:
-        raise ConfigurationError("checkpoint_every and resume need checkpoint_path")
-    warmstart_steps = check_int(warmstart_steps, "warmstart_steps", minimum=0)
+def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: Client | None = None,
+                 x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
+                 eval_data: Any = None) -> OptimizeResult:
+    """Train ``model`` on ``data`` with Downpour SGD (the registered ``run``)."""
+    checked = check_replica_run(model, data, options, eval_data)
+    check_param_shards(model, options.n_param_shards)
+    rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
-    table = getattr(model, "row_table", None)
-    if sparse is None:
-        sparse = table is not None and rule.sparse_exact and not overlap
-    elif sparse and table is None:
-        raise ConfigurationError(f"sparse=True needs a model with a row table (e.g. EmbeddingLM); {model!r} has none")
-    elif sparse and not rule.sparse_exact:
-        raise ConfigurationError(
-            f"sparse=True needs an update rule where a zero gradient is a zero step; {optimizer!r} is not one"
-        )
-    if not isinstance(overlap, bool):
-        raise ConfigurationError(f"overlap must be True or False, got {overlap!r}")
-    if overlap and sparse:
-        raise ConfigurationError(
-            "overlap=True needs dense transfer: a row-sparse fetch must arrive before the batch that reads "
-            "its rows; pass sparse=False"
-        )
-    bounds = param_bounds(model.n_params, n_param_shards, table)
-    config = model_config(model)
-
-    states = None
-    if resume and checkpoint_path is not None and os.path.exists(checkpoint_path):
-        states, _ = read_shard_states(checkpoint_path, model_config=config, rule=rule.name)
-        if [(s["start"], s["stop"]) for s in states] != bounds:
-            raise ConfigurationError(
-                f"checkpoint {str(checkpoint_path)!r} has {len(states)} parameter shards "
-                f"{[(s['start'], s['stop']) for s in states]}; this run asks for {bounds}"
-            )
-
+    table = _row_table(model, options, rule)
+    bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table)
+    states = _resume_states(options, model, rule, bounds)
     with resolve_client(client) as active:
-        run = _DownpourRun(active, model, dataset, rows, bounds, rule, x_start, states, eval_set,
-                           table if sparse else None)
+        run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table)
         try:
-            return run.train(
-                ReplicaConfig(batch_size, n_fetch, n_push, epochs, float(local_learning_rate), seed,
-                              wire_dtype, bool(sparse), overlap),
-                max_steps=max_steps, warmstart_steps=warmstart_steps, eval_every=eval_every, defer_eval=defer_eval,
-                checkpoint_path=checkpoint_path, checkpoint_every=checkpoint_every,
-                callback=callback, poll_interval=poll_interval, model_config=config,
-            )
+            return run.train(callback)
         finally:
             run.close()
+
+
+def _row_table(model: Model, options: DownpourOptions, rule: Any) -> Any:
+    """The model's row table when pushes and fetches are row-sparse, else None."""
+    table = model.row_table
+    sparse = options.sparse
+    if sparse is None:
+        return table if table is not None and rule.sparse_exact and not options.overlap else None
+    if sparse and table is None:
+        raise ConfigurationError(f"sparse=True needs a model with a row table (e.g. EmbeddingLM); {model!r} has none")
+    if sparse and not rule.sparse_exact:
+        raise ConfigurationError(
+            f"sparse=True needs an update rule where a zero gradient is a zero step; {options.optimizer!r} is not one"
+        )
+    return table if sparse else None
+
+
+def _resume_states(options: DownpourOptions, model: Model, rule: Any, bounds: list[tuple[int, int]]
+                   ) -> list[dict[str, Any]] | None:
+    """The shards' states to start from when resuming from an existing checkpoint."""
+    path = options.checkpoint_path
+    if not (options.resume and os.path.exists(path)):
+        return None
+    states, _ = read_shard_states(path, model_config=model_config(model), rule=rule.name)
+    if [(s["start"], s["stop"]) for s in states] != bounds:
+        raise ConfigurationError(
+            f"checkpoint {str(path)!r} has {len(states)} parameter shards "
+            f"{[(s['start'], s['stop']) for s in states]}; this run asks for {bounds}"
+        )
+    return states
 
 
 class _DownpourRun:
@@ -206,10 +99,12 @@ class _DownpourRun:
     whose worker died, and the replica resumes at the step the shards have counted for it.
     """
 
-    def __init__(self, client, model, data, rows, bounds, rule, x_start, states, eval_set, table) -> None:
-        self.client, self.model, self.data, self.rows = client, model, data, rows
-        self.bounds, self.rule, self.eval_set, self.table = bounds, rule, eval_set, table
-        self.x_start = x_start
+    def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: DownpourOptions,
+                 bounds: list[tuple[int, int]], rule: Any, x_start: np.ndarray, states: list[dict[str, Any]] | None,
+                 table: Any) -> None:
+        self.client, self.model, self.options = client, model, options
+        self.data, self.rows, self.eval_set = checked.dataset, checked.rows, checked.eval_set
+        self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
         self.token = uuid.uuid4().hex[:8]
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self.workers = workers
@@ -226,9 +121,9 @@ class _DownpourRun:
         self.replica_futures: dict[int, Future] = {}
         self.metrics = MetricsStream(client, "downpour")
         self.recoveries: list[dict[str, Any]] = []
-        self.checkpoint_path: Any = None
-        self.model_config: dict[str, Any] = {}
-        self.max_steps: int | None = None
+        self.checkpoint_path = options.checkpoint_path
+        self.model_config = model_config(model)
+        self.max_steps = options.max_steps
         self.stop_reason: str | None = None
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
@@ -313,41 +208,57 @@ class _DownpourRun:
                 pure=False,
             )
 
-    def train(self, config: ReplicaConfig, *, max_steps, warmstart_steps, eval_every, defer_eval,
-              checkpoint_path, checkpoint_every, callback, poll_interval, model_config) -> OptimizeResult:
+    def replica_config(self) -> ReplicaConfig:
+        opts = self.options
+        local_rate = opts.local_learning_rate
+        if local_rate is None:
+            local_rate = 0.0 if opts.optimizer == "adagrad" else self.rule.hyper["learning_rate"]
+        return ReplicaConfig(opts.batch_size, opts.n_fetch, opts.n_push, opts.epochs, float(local_rate), opts.seed,
+                             opts.wire_dtype, self.table is not None, opts.overlap)
+
+    def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = time.perf_counter()
+        opts, config = self.options, self.replica_config()
         n_replicas = len(self.rows)
         steps_per_epoch = sum(math.ceil((b - a) / config.batch_size) for a, b in self.rows)
         first_epoch = self.start_steps // steps_per_epoch
-        self.checkpoint_path, self.model_config, self.max_steps = checkpoint_path, model_config, max_steps
-        if max_steps is not None:
-            self.shard_calls("stop_at", max_steps)
-            if self.start_steps >= max_steps:
-                self.stop(f"max_steps ({max_steps}) reached")
-        self.config, self.first_epoch, self.warmstart_steps = config, first_epoch, warmstart_steps
-        self.released = warmstart_steps == 0 or n_replicas == 1
+        if opts.max_steps is not None:
+            self.shard_calls("stop_at", opts.max_steps)
+            if self.start_steps >= opts.max_steps:
+                self.stop(f"max_steps ({opts.max_steps}) reached")
+        self.config, self.first_epoch, self.warmstart_steps = config, first_epoch, opts.warmstart_steps
+        self.released = opts.warmstart_steps == 0 or n_replicas == 1
         self.launch(range(n_replicas) if self.released else range(1), config, first_epoch)
-        history, status, message = watch(self, started=started, start_steps=self.start_steps, eval_every=eval_every,
-                                         checkpoint_every=checkpoint_every, callback=callback,
-                                         poll_interval=poll_interval, defer_eval=defer_eval)
+        history, status, message = watch(self, opts, started=started, start_steps=self.start_steps,
+                                         checkpoint_every=opts.checkpoint_every, callback=callback)
 
         replica_stats = [f.result() for f in self.replica_futures.values()]
         shard_stats = self.shard_calls("stats")
         x = self.fetch_params()
         wall = time.perf_counter() - started
         steps = max(st["steps"] for st in shard_stats)
-        if checkpoint_path is not None and status != 3:
+        if self.checkpoint_path is not None and status != Status.NON_FINITE:
             self.checkpoint(steps)
         final: dict[str, Any] = {"time": wall, "step": steps}
         if self.eval_set is not None:
             final.update(held_out_metrics(self.model, x, self.eval_set))
             history.append(final)
+        stats = self._stats(replica_stats, shard_stats, wall, steps)
+        self.metrics.send(**final, pushes_per_shard=stats["pushes_per_shard"], finished=True)
+        return OptimizeResult(
+            x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message,
+            history=history, stats=stats, final=final, run_id=self.metrics.run, solver="downpour",
+        )
+
+    def _stats(self, replica_stats: list[dict[str, Any]], shard_stats: list[dict[str, Any]], wall: float,
+               steps: int) -> dict[str, Any]:
+        """The run's counters: rates, staleness, bytes moved, per shard and per replica."""
         staleness: Counter[int] = Counter()
         for s in shard_stats:
             staleness.update({int(k): v for k, v in s["staleness"].items()})
         pushes = sum(s["version"] for s in shard_stats)
         examples = sum(r["examples"] for r in replica_stats)
-        stats_out = {
+        return {
             "wall_seconds": wall,
             "global_steps": steps,
             "steps_this_run": steps - self.start_steps,
@@ -366,11 +277,6 @@ class _DownpourRun:
             "shard_recoveries": self.recoveries,
             **step_timing(replica_stats),
         }
-        self.metrics.send(**final, pushes_per_shard=stats_out["pushes_per_shard"], finished=True)
-        return OptimizeResult(
-            x=x, nit=steps, status=status, success=status == 0, message=message,
-            history=history, stats=stats_out, final=final, run_id=self.metrics.run,
-        )
 
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""

@@ -19,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs.solvers._replicas.batches import Batches, leave_task_slot, non_finite_message
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers._replicas.local_actors import bind_local
 from dasklbfgs.solvers.downpour.wire import Wire
+from dasklbfgs.models.base import Model
 
-__all__ = ["Batches", "ReplicaConfig", "epoch_order", "leave_task_slot", "non_finite_message", "replica_rows",
-           "run_replica"]
+__all__ = ["ReplicaConfig", "run_replica"]
 
 
 @dataclass(frozen=True)
@@ -38,53 +39,6 @@ class ReplicaConfig:
     wire_dtype: str = "float64"
     sparse: bool = False
     overlap: bool = False
-
-
-def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
-    """Contiguous, nearly equal row ranges, one per replica (its training subset)."""
-    edges = [n_samples * r // n_replicas for r in range(n_replicas + 1)]
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:
-    """The replica's row order for one epoch: seeded, so runs repeat exactly."""
-    return np.random.default_rng([seed, replica, epoch]).permutation(n_rows)
-
-
-class Batches:
-    """The replica's mini-batches in order, step after step across epochs (with lookahead).
-
-    ``config`` needs ``batch_size``, ``epochs`` and ``seed`` (a Downpour or peer config).
-    """
-
-    def __init__(self, n_rows: int, config: Any, replica: int) -> None:
-        self.n_rows, self.config, self.replica = n_rows, config, replica
-        self.per_epoch = math.ceil(n_rows / config.batch_size)
-        self.total = config.epochs * self.per_epoch
-        self._orders: dict[int, np.ndarray] = {}
-
-    def __getitem__(self, step: int) -> tuple[int, np.ndarray]:
-        epoch = step // self.per_epoch
-        if epoch not in self._orders:
-            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
-            self._orders[epoch] = epoch_order(self.n_rows, self.config.seed, self.replica, epoch)
-        start = (step % self.per_epoch) * self.config.batch_size
-        return epoch, np.sort(self._orders[epoch][start : start + self.config.batch_size])
-
-
-def leave_task_slot() -> None:
-    """Secede: a long-running replica must not hold one of the worker's task threads."""
-    try:
-        from distributed import secede
-
-        secede()
-    except ValueError:  # not inside a Dask task (unit tests call replicas directly)
-        pass
-
-
-def non_finite_message(replica: int, loss: float, step: int, epoch: int, synchronous: bool = False) -> str:
-    where = f"synchronous step {step}" if synchronous else f"its step {step} (epoch {epoch})"
-    return f"replica {replica} computed a non-finite loss ({loss}) at {where}; the gradient was not applied"
 
 
 def _stop_reason(replies: list[Any], position: int) -> str | None:
@@ -111,7 +65,7 @@ def _replacements(replica: int, directory: ShardDirectory | None, generation: in
     return generation, bind_local(shards)
 
 
-def run_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], shards: list[Any] | None,
+def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], shards: list[Any] | None,
                 bounds: list[tuple[int, int]], config: ReplicaConfig, first_epoch: int = 0,
                 directory: ShardDirectory | None = None) -> dict[str, Any]:
     """Train until the epochs are done or a shard asks to stop; return the replica's tallies.

@@ -31,244 +31,76 @@ import numpy as np
 from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs._checks import check_int
 from dasklbfgs.cluster import resolve_client
-from dasklbfgs.optim.collective import TOPOLOGIES
+from dasklbfgs.models.base import Model
 from dasklbfgs.optim.collective import torus_shape as torus_grid
+from dasklbfgs.optim.lbfgs import Status
+from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
 from dasklbfgs.solvers.peers.mailbox import PeerMailbox
 from dasklbfgs.solvers.peers.replica import PeerConfig, run_peer_replica
-from dasklbfgs.solvers._replicas.run_checks import check_replica_run
+from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers._replicas.watch import Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.wire import param_bounds
-from dasklbfgs.errors import ConfigurationError, WorkerLostError
+from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.optim.updates import make_rule
 
-__all__ = ["sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd", "PEER_METHODS", "run_peer_method"]
+__all__ = ["peer_config", "run_peers"]
+
+PeerOptions = SyncOptions | EASGDOptions | GossipOptions | NeighbourOptions
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
 
-_COMMON_DOC = """
-    Parameters shared by the peer methods
-    -------------------------------------
-    model, data
-        A model from :mod:`dasklbfgs.models`; a :class:`ShardedDataset` or its path.
-    client
-        Dask client (default: the active one, else an embedded cluster closed on return).
-    n_replicas
-        Model replicas; replica r trains on the r-th contiguous block of rows, with the
-        same seeded mini-batches as a Downpour replica.
-    batch_size, epochs, max_steps
-        Mini-batch rows per replica; passes over each replica's rows; stop once the global
-        step (mini-batch steps summed over replicas) reaches ``max_steps``. Each replica
-        also stops by itself after ``ceil(max_steps / n_replicas)`` steps, so the run
-        never overshoots by more than ``n_replicas - 1`` steps.
-    learning_rate, optimizer, optimizer_options
-        Each replica's own update rule (``"sgd"``, ``"momentum"`` or ``"adagrad"``), built
-        by :func:`dasklbfgs.optim.updates.make_rule`; e.g. ``optimizer="momentum",
-        optimizer_options={"beta": 0.9, "nesterov": True}``.
-    x0, seed
-        Starting parameters (default: the model's initialisation) and the batch-order seed.
-    eval_data, eval_every, defer_eval
-        Held-out dataset scored every ``eval_every`` global steps and at the end; with
-        ``defer_eval`` the parameters are kept and scored after training, taking no CPU
-        from the replicas (see :func:`downpour_sgd`).
-    callback
-        Called with each history entry; ``StopIteration`` stops the run.
-
-    Returns an ``OptimizeResult`` like :func:`downpour_sgd`'s: ``x``, ``nit``, ``status``,
-    ``message``, ``history``, ``stats`` (updates/s, examples/s, messages and bytes
-    between replicas, steps per replica) and ``replicas``: each replica's final
-    parameters, steps and, with ``eval_data``, held-out metrics.
-"""
-
-
-def sync_sgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: int = 2, batch_size: int = 128,
-             learning_rate: float = 0.1, optimizer: str = "sgd", optimizer_options: dict[str, Any] | None = None,
-             epochs: int = 1, max_steps: int | None = None, x0: np.ndarray | None = None, seed: int = 0,
-             eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
-             callback: Callable[[OptimizeResult], Any] | None = None, poll_interval: float = 0.05,
-             wait_timeout: float = 120.0) -> OptimizeResult:
-    """Synchronous all-reduce SGD (Jin et al.; ALGORITHMS.md §6).
-
-    Every step each replica computes the row sums of its mini-batch; the sums are added up
-    a binary tree of replicas (children send to parents through their mailboxes), the root
-    turns the total into the mean objective and gradient of the union of the batches, and
-    sends that gradient back down. Every replica applies the same update, so the run
-    equals single-process SGD on batches of ``n_replicas * batch_size`` rows. Replicas
-    with fewer rows add empty batches once theirs run out. A replica that waits longer
-    than ``wait_timeout`` seconds for a peer raises :class:`WorkerLostError`.
-    """
-    return _train("sync", model, data, locals())
-
-
-def easgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: int = 2, batch_size: int = 128,
-          tau: int = 10, alpha: float | None = None, rho: float | None = None, n_param_shards: int = 1,
-          learning_rate: float = 0.1, optimizer: str = "sgd", optimizer_options: dict[str, Any] | None = None,
-          epochs: int = 1, max_steps: int | None = None, x0: np.ndarray | None = None, seed: int = 0,
-          eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
-          callback: Callable[[OptimizeResult], Any] | None = None, poll_interval: float = 0.05) -> OptimizeResult:
-    """Elastic averaging SGD, asynchronous form (Zhang et al.; ALGORITHMS.md §6).
-
-    Replicas take local steps with their own rule (SGD, or Nesterov momentum via
-    ``optimizer="momentum", optimizer_options={"nesterov": True}``). Every ``tau`` steps a
-    replica sends its parameters to the center, held by ``n_param_shards`` parameter-shard
-    actors; each shard computes ``d = alpha (x_i - x~)`` and adds it to its slice of the
-    center in one atomic call, and the replica subtracts ``d``. ``alpha`` is the moving
-    rate; give it, or the elastic coupling ``rho`` (``alpha = learning_rate * rho``), or
-    neither for the paper's choice ``alpha = 0.9 / n_replicas``. The center is returned.
-    """
-    return _train("easgd", model, data, locals())
-
-
-def gossip_sgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: int = 2, batch_size: int = 128,
-               push_sum: bool = False, learning_rate: float = 0.1, optimizer: str = "sgd",
-               optimizer_options: dict[str, Any] | None = None, epochs: int = 1, max_steps: int | None = None,
-               x0: np.ndarray | None = None, seed: int = 0, eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
-               callback: Callable[[OptimizeResult], Any] | None = None, poll_interval: float = 0.05) -> OptimizeResult:
-    """Gossiping SGD (Jin et al.; ALGORITHMS.md §6): no central state.
-
-    Pull (default): every step a replica reads the parameters a random peer last
-    published and moves to ``(x_i + x_k) / 2`` plus its own step. ``push_sum=True``: a
-    replica keeps a numerator and a weight and trains at numerator / weight; every step it
-    adds its step times its weight to the numerator (so numerator / weight moves by one
-    step of the rule), adds the shares it received, keeps half of both and sends the other
-    half to a random peer. Mixing never changes the totals, so the weighted average stays
-    unbiased. The replicas' average is returned.
-    """
-    return _train("gossip", model, data, locals())
-
-
-def neighbour_sgd(model: Any, data: Any, *, client: Client | None = None, n_replicas: int = 4,
-                  batch_size: int = 128, topology: str = "ring", torus_shape: tuple[int, int] | None = None,
-                  learning_rate: float = 0.1, optimizer: str = "sgd",
-                  optimizer_options: dict[str, Any] | None = None, epochs: int = 1, max_steps: int | None = None,
-                  x0: np.ndarray | None = None, seed: int = 0, eval_data: Any = None, eval_every: int | None = None, defer_eval: bool = False,
-                  callback: Callable[[OptimizeResult], Any] | None = None,
-                  poll_interval: float = 0.05) -> OptimizeResult:
-    """Nearest-neighbour gradient exchange (Viviani et al.; ALGORITHMS.md §7).
-
-    Replicas sit on a ``"ring"`` (2 neighbours) or a 2-D ``"torus"`` (4 neighbours;
-    ``torus_shape=(rows, cols)``, default the most nearly square grid of at least 2 x 2).
-    After each mini-batch a replica applies its gradient and sends it to its neighbours;
-    gradients received are applied as extra steps between its own batches. Each step is
-    weighted by lazy Metropolis weights (own gradient 2/3 and each neighbour's 1/6 on a
-    ring): applying the neighbours' raw gradients is unstable, since the mode where
-    neighbours err in opposite directions grows every step
-    (:func:`dasklbfgs.optim.collective.exchange_weights`). There is no barrier and
-    replicas are not kept equal. The replica with the lowest held-out
-    objective is returned (without ``eval_data``: the lowest recent training loss), and
-    all replicas are reported in ``replicas``.
-    """
-    return _train("neighbours", model, data, locals())
-
-
-for _method in (sync_sgd, easgd, gossip_sgd, neighbour_sgd):
-    _method.__doc__ = (_method.__doc__ or "") + _COMMON_DOC
-
-#: The peer methods by the names the CLI and pipelines use, with their own options.
-PEER_METHODS: dict[str, tuple[Callable[..., OptimizeResult], tuple[str, ...]]] = {
-    "sync": (sync_sgd, ()),
-    "easgd": (easgd, ("tau", "alpha", "rho", "n_param_shards")),
-    "gossip": (gossip_sgd, ("push_sum",)),
-    "neighbours": (neighbour_sgd, ("topology", "torus_shape")),
-}
-
-
-def run_peer_method(name: str, model: Any, data: Any, **options: Any) -> OptimizeResult:
-    """Run peer method ``name`` with the options it takes from ``options``; options that
-    are ``None`` or belong to other methods are left out (the CLI and pipelines pass all)."""
-    method, own = PEER_METHODS[name]
-    common = ("client", "n_replicas", "batch_size", "learning_rate", "optimizer", "optimizer_options", "epochs",
-              "max_steps", "x0", "seed", "eval_data", "eval_every", "defer_eval", "callback", "poll_interval")
-    if name == "sync":
-        own = (*own, "wait_timeout")
-    return method(model, data, **{k: v for k, v in options.items() if (k in common or k in own) and v is not None})
-
-
-def _train(method: str, model: Any, data: Any, options: dict[str, Any]) -> OptimizeResult:
-    """Check the arguments, start the mailboxes (and EASGD's center), run, clean up."""
-    checked = check_replica_run(model, data, n_replicas=options["n_replicas"], batch_size=options["batch_size"],
-                                epochs=options["epochs"], max_steps=options["max_steps"],
-                                eval_data=options["eval_data"], eval_every=options["eval_every"],
-                                defer_eval=options["defer_eval"])
-    n_replicas = len(checked.rows)
-    rule = make_rule(options["optimizer"], learning_rate=options["learning_rate"],
-                     **dict(options["optimizer_options"] or {}))
-    x_start = model.init_params(None) if options["x0"] is None else model.check_params(options["x0"], "x0")
-    config = PeerConfig(
-        method=method, n_replicas=n_replicas, batch_size=checked.batch_size, epochs=checked.epochs,
-        seed=options["seed"], rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
-        total_steps=checked.epochs * max(math.ceil((b - a) / checked.batch_size) for a, b in checked.rows),
-        step_cap=None if checked.max_steps is None else math.ceil(checked.max_steps / n_replicas),
-        **_method_options(method, n_replicas, options, rule),
-    )
+def run_peers(model: Model, data: Any, options: PeerOptions, *, client: Client | None = None, x0: Any = None,
+              callback: Callable[[OptimizeResult], Any] | None = None, eval_data: Any = None) -> OptimizeResult:
+    """Train ``model`` with the peer method ``options.solver`` (the registered ``run``)."""
+    checked = check_replica_run(model, data, options, eval_data)
+    rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
+    x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
+    config = peer_config(options, checked, rule)
     n_center_shards = 0
-    if method == "easgd":
-        n_center_shards = check_int(options["n_param_shards"], "n_param_shards")
-        if n_center_shards > model.n_params:
-            raise ConfigurationError(
-                f"n_param_shards ({n_center_shards}) is larger than the model's {model.n_params} parameters"
-            )
-    with resolve_client(options["client"]) as active:
-        run = _PeerRun(active, model, checked, config, x_start, n_center_shards)
+    if isinstance(options, EASGDOptions):
+        n_center_shards = check_param_shards(model, options.n_param_shards)
+    with resolve_client(client) as active:
+        run = _PeerRun(active, model, checked, config, x_start, n_center_shards, options)
         try:
-            return run.train(callback=options["callback"], poll_interval=options["poll_interval"],
-                             defer_eval=options["defer_eval"])
+            return run.train(callback)
         finally:
             run.close()
 
 
-def _method_options(method: str, n_replicas: int, options: dict[str, Any], rule: Any) -> dict[str, Any]:
-    """The method's own parameters, checked, as :class:`PeerConfig` fields."""
-    if method == "sync":
-        timeout = options["wait_timeout"]
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ConfigurationError(f"wait_timeout must be a positive number of seconds, got {timeout!r}")
-        return {"wait_timeout": float(timeout)}
-    if method == "easgd":
-        tau = check_int(options["tau"], "tau")
-        alpha, rho = options["alpha"], options["rho"]
-        if alpha is not None and rho is not None:
-            raise ConfigurationError(f"give alpha ({alpha!r}) or rho ({rho!r}), not both: alpha = learning_rate * rho")
-        if rho is not None:
-            if not (isinstance(rho, (int, float)) and rho >= 0):
-                raise ConfigurationError(f"rho must be a non-negative number, got {rho!r}")
-            alpha = rule.hyper["learning_rate"] * rho
-            if not alpha < 1:
-                raise ConfigurationError(
-                    f"rho ({rho!r}) times learning_rate ({rule.hyper['learning_rate']!r}) gives the moving rate "
-                    f"alpha = {alpha!r}, which must be below 1: lower rho"
-                )
-        elif alpha is None:
-            alpha = 0.9 / n_replicas
-        if not (isinstance(alpha, (int, float)) and 0 <= alpha < 1):
-            raise ConfigurationError(f"alpha (the moving rate) must be in [0, 1), got {alpha!r}")
-        return {"tau": tau, "alpha": float(alpha)}
-    if method == "gossip":
-        if not isinstance(options["push_sum"], bool):
-            raise ConfigurationError(f"push_sum must be True or False, got {options['push_sum']!r}")
-        return {"push_sum": options["push_sum"]}
-    topology, shape = options["topology"], options["torus_shape"]
-    if topology not in TOPOLOGIES:
-        raise ConfigurationError(f"topology must be one of {TOPOLOGIES!r}, got {topology!r}")
-    if shape is not None and topology != "torus":
-        raise ConfigurationError(f"torus_shape {shape!r} is only for topology='torus', not {topology!r}")
-    if topology == "torus":
-        shape = torus_grid(n_replicas, shape)
-    return {"topology": topology, "torus_shape": shape}
+def peer_config(options: PeerOptions, checked: ReplicaRun, rule: Any) -> PeerConfig:
+    """What every replica task of the run needs to know, from the checked options."""
+    n_replicas, batch_size = len(checked.rows), options.batch_size
+    method_fields: dict[str, Any] = {}
+    if isinstance(options, SyncOptions):
+        method_fields = {"wait_timeout": options.wait_timeout}
+    elif isinstance(options, EASGDOptions):
+        method_fields = {"tau": options.tau, "alpha": options.moving_rate()}
+    elif isinstance(options, GossipOptions):
+        method_fields = {"push_sum": options.push_sum}
+    elif isinstance(options, NeighbourOptions):
+        shape = torus_grid(n_replicas, options.torus_shape) if options.topology == "torus" else None
+        method_fields = {"topology": options.topology, "torus_shape": shape}
+    return PeerConfig(
+        method=options.solver, n_replicas=n_replicas, batch_size=batch_size, epochs=options.epochs,
+        seed=options.seed, rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
+        total_steps=options.epochs * max(math.ceil((b - a) / batch_size) for a, b in checked.rows),
+        step_cap=None if options.max_steps is None else math.ceil(options.max_steps / n_replicas),
+        **method_fields,
+    )
 
 
 class _PeerRun:
     """The mailboxes, the center (EASGD) and the replica tasks of one run."""
 
-    def __init__(self, client: Client, model: Any, checked: Any, config: PeerConfig, x_start: np.ndarray,
-                 n_center_shards: int) -> None:
+    def __init__(self, client: Client, model: Model, checked: ReplicaRun, config: PeerConfig, x_start: np.ndarray,
+                 n_center_shards: int, options: PeerOptions) -> None:
         self.client, self.model, self.config, self.x_start = client, model, config, x_start
-        self.rows, self.eval_set, self.eval_every = checked.rows, checked.eval_set, checked.eval_every
-        self.data, self.max_steps = checked.dataset, checked.max_steps
+        self.rows, self.eval_set, self.options = checked.rows, checked.eval_set, options
+        self.data, self.max_steps = checked.dataset, options.max_steps
         self.token = uuid.uuid4().hex[:8]
         # a replica must run where its mailbox lives: place both on a named worker
         client.wait_for_workers(1, timeout=WORKER_WAIT)
@@ -357,8 +189,7 @@ class _PeerRun:
 
     # -- the run ----------------------------------------------------------------------------
 
-    def train(self, *, callback: Callable[[OptimizeResult], Any] | None, poll_interval: float,
-              defer_eval: bool = False) -> OptimizeResult:
+    def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = time.perf_counter()
         for r, worker in enumerate(self.placement):
             self.replica_futures.append(self.client.submit(
@@ -368,9 +199,8 @@ class _PeerRun:
                 # a replica uses its own mailbox in-process: it must run where the mailbox lives
                 workers=None if worker is None else [worker], allow_other_workers=False, pure=False,
             ))
-        history, status, message = watch(self, started=started, start_steps=0, eval_every=self.eval_every,
-                                         checkpoint_every=None, callback=callback, poll_interval=poll_interval,
-                                         defer_eval=defer_eval)
+        history, status, message = watch(self, self.options, started=started, start_steps=0,
+                                         checkpoint_every=None, callback=callback)
         tallies = [f.result() for f in self.replica_futures]
         mailbox_stats = [c.result() for c in [m.stats() for m in self.mailboxes]]
         wall = time.perf_counter() - started
@@ -408,8 +238,8 @@ class _PeerRun:
         }
         self.metrics.send(**final, finished=True)
         return OptimizeResult(
-            x=x, nit=steps, status=status, success=status == 0, message=message, history=history,
-            stats=stats, final=final, run_id=self.metrics.run, replicas=replicas,
+            x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message, history=history,
+            stats=stats, final=final, run_id=self.metrics.run, replicas=replicas, solver=self.config.method,
         )
 
     def _final_params(self, tallies: list[dict[str, Any]], replicas: list[dict[str, Any]]

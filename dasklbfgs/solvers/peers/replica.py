@@ -31,8 +31,9 @@ from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
 from dasklbfgs.solvers.peers.mailbox import Stopped
-from dasklbfgs.solvers.downpour.replica import Batches, leave_task_slot, non_finite_message
+from dasklbfgs.solvers._replicas.batches import Batches, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.models.base import Model
 
 __all__ = ["PeerConfig", "run_peer_replica"]
 
@@ -118,7 +119,7 @@ def _barrier(replica: int, peers: _Peers, own: Any, n_replicas: int) -> None:
     _wait([peers.send(child, "put", ("go",), True) for child in tree_children(replica, n_replicas)])
 
 
-def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, int], config: PeerConfig,
+def run_peer_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
                      mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
                      bounds: list[tuple[int, int]] | None = None) -> dict[str, Any]:
     """Train one replica of ``config.method``; return its tallies and final parameters."""
@@ -253,7 +254,7 @@ def run_peer_replica(replica: int, *, model: Any, data: Any, rows: tuple[int, in
             "seconds_computing": clock["computing"]}
 
 
-def _all_reduce(replica: int, step: int, model: Any, params: np.ndarray, Xb: np.ndarray, yb: np.ndarray,
+def _all_reduce(replica: int, step: int, model: Model, params: np.ndarray, Xb: np.ndarray, yb: np.ndarray,
                 peers: _Peers, own: Any, config: PeerConfig, clock: dict[str, float]) -> tuple[Any, np.ndarray]:
     """One synchronous step's large-batch objective and gradient, the same on every replica.
 

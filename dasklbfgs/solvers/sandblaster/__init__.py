@@ -1,7 +1,20 @@
 """Sandblaster L-BFGS: a coordinator over Dask futures computing mega-batch gradients
 (docs/algorithms.md §1, §2)."""
 
-from dasklbfgs.solvers.sandblaster.coordinator import sandblaster_lbfgs
+from dasklbfgs.solvers.registry import Solver, register, solver_function
+from dasklbfgs.solvers.sandblaster.coordinator import run_sandblaster
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 
-__all__ = ["MegaBatchEvaluator", "sandblaster_lbfgs"]
+__all__ = ["MegaBatchEvaluator", "SandblasterOptions", "sandblaster_lbfgs"]
+
+SUMMARY = """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS on Dask.
+
+    Each evaluation cuts the dataset into portions that run as Dask tasks next to the
+    workers' cached shards and are summed in portion order (bitwise the same iterates with
+    any number of workers); a coordinator in this process runs L-BFGS with a strong Wolfe
+    line search and scipy's stopping rules. Returns an ``OptimizeResult`` (``x, fun, jac,
+    nit, nfev, njev, status, success, message, history, timing, run_id``)."""
+
+SOLVER = register(Solver("sandblaster", SandblasterOptions, run_sandblaster, SUMMARY, unit="iteration"))
+sandblaster_lbfgs = solver_function("sandblaster_lbfgs", "sandblaster", SandblasterOptions, SUMMARY)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from distributed import Client, Future, wait
 
+from dasklbfgs.models.base import Model
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions
 from dasklbfgs.solvers.sandblaster.tasks import (
@@ -89,7 +90,7 @@ class MegaBatchEvaluator:
     def __init__(
         self,
         client: Client,
-        model: Any,
+        model: Model,
         data: Any,
         *,
         portion_rows: int | None = None,

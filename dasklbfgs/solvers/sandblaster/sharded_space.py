@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
+from dasklbfgs.models.base import Model
 from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix
 from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
@@ -149,7 +150,7 @@ def assemble_trial(shards: list[Any], alpha: float | None) -> np.ndarray:
     return np.concatenate([c.result() for c in calls])
 
 
-def finish_trial(model: Any, params: np.ndarray, n: int, bounds: list[tuple[int, int]], shards: list[Any],
+def finish_trial(model: Model, params: np.ndarray, n: int, bounds: list[tuple[int, int]], shards: list[Any],
                  total: tuple[float, np.ndarray], transform: Any = None) -> tuple[float, float]:
     """On a worker: the objective from the added sums; each shard gets its slice of the
     gradient (in the optimizer's coordinates when a ``transform`` standardizes them) and
@@ -171,7 +172,7 @@ def standardized_to_params(transform: Any, theta: np.ndarray) -> np.ndarray:
 class ShardedSpace:
     """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
 
-    def __init__(self, client: Client, evaluator: Any, model: Any, n_samples: int, x0: np.ndarray,
+    def __init__(self, client: Client, evaluator: Any, model: Model, n_samples: int, x0: np.ndarray,
                  m: int, n_shards: int, transform: Any = None) -> None:
         """``x0`` in the optimizer's coordinates; ``transform`` (a
         :class:`~dasklbfgs.solvers.sandblaster.standardize.Standardizer`, per-feature scales only)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from dasklbfgs.models.base import Model
 
 Shard = tuple[np.ndarray, np.ndarray]
 
@@ -31,13 +32,13 @@ def load_shard(data: Any, index: int) -> Shard:
     return data.load_shard(index)
 
 
-def portion_loss_grad(shard: Shard, local: slice, *, model: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
+def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, np.ndarray]:
     """Loss and gradient sums of one portion of a cached shard."""
     X, y = shard
     return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]))
 
 
-def portion_loss_grad_from_store(start: int, stop: int, *, model: Any, data: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
+def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
     worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)

@@ -1,0 +1,52 @@
+"""The cluster flags every command that trains shares, and connecting from them."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Iterator
+
+from distributed import Client
+
+__all__ = ["add_cluster_arguments", "cluster_from_args", "dashboard_line"]
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("cluster")
+    where = group.add_mutually_exclusive_group()
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="use a running Dask scheduler (default: $DASKLBFGS_SCHEDULER, "
+                            "else an embedded LocalCluster)")
+    where.add_argument("--scheduler-file", metavar="FILE", help="scheduler file of a running cluster")
+    group.add_argument("--workers", type=int, default=None,
+                       help="workers of the embedded cluster (default: one per core)")
+    group.add_argument("--timeout", type=float, default=30.0,
+                       help="seconds to wait for a running scheduler (default 30)")
+    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate of a TLS cluster")
+    group.add_argument("--tls-cert", metavar="PEM", help="client certificate for a TLS cluster")
+    group.add_argument("--tls-key", metavar="PEM", help="client private key for a TLS cluster")
+
+
+@contextlib.contextmanager
+def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
+    from dasklbfgs.cluster import connect
+
+    security = None
+    if args.tls_ca_file or args.tls_cert or args.tls_key:
+        from distributed.security import Security
+
+        security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
+                            tls_client_key=args.tls_key, require_encryption=True)
+    client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
+                     timeout=args.timeout, security=security)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def dashboard_line(client: Client) -> str:
+    link = client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
+    if not link:
+        return "dashboard  (not running)"
+    return f"dashboard  {link} (training curves: {link.rsplit('/', 1)[0]}/training)"

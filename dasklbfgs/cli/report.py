@@ -1,0 +1,94 @@
+"""What ``dasklbfgs train`` and ``dasklbfgs demo`` print and save about a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.models.base import Model
+from dasklbfgs.solvers.registry import get_solver
+
+__all__ = ["format_report", "train_report"]
+
+
+def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> dict[str, Any]:
+    """The run's facts as plain data (the JSON of ``--json`` and the ``.npz`` report)."""
+    from dasklbfgs.models.metrics import evaluate_model
+
+    report: dict[str, Any] = {
+        "model": repr(model),
+        "n_params": model.n_params,
+        "solver": result.solver,
+        "success": bool(result.success),
+        "message": result.message,
+        "train": evaluate_model(model, result.x, data),
+    }
+    if get_solver(result.solver).unit == "iteration":
+        report.update({
+            "objective": result.fun,
+            "iterations": result.nit,
+            "evaluations": result.nfev,
+            "seconds": result.timing["total_seconds"],
+            "seconds_per_evaluation": result.timing["eval_seconds_median"],
+            "backup_tasks": {"launched": result.timing["backups_launched"], "won": result.timing["backups_won"]},
+        })
+    else:
+        stats = result.stats
+        report.update({
+            "objective": report["train"]["objective"],
+            "steps": result.nit,
+            "seconds": stats["wall_seconds"],
+            "updates_per_second": stats["updates_per_second"],
+            "examples_per_second": stats["examples_per_second"],
+            "steps_per_replica": stats["steps_per_replica"],
+        })
+        if result.solver == "downpour":
+            report["staleness"] = stats["staleness"]
+        else:
+            report["between_replicas"] = {"messages": stats["messages_between_replicas"],
+                                          "bytes": stats["bytes_between_replicas"],
+                                          "center_exchanges": stats["center_exchanges"]}
+            if stats["chosen_replica"] is not None:
+                report["chosen_replica"] = stats["chosen_replica"]
+    if test is not None:
+        report["test"] = evaluate_model(model, result.x, test)
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    lines = [
+        f"model      {report['model']} ({report['n_params']} parameters)",
+        f"objective  {report['objective']:.10g}",
+        f"stopped    {report['message']} (success={report['success']})",
+    ]
+    if "iterations" in report:
+        lines += [
+            f"work       {report['iterations']} iterations, {report['evaluations']} evaluations, "
+            f"{report['seconds']:.2f} s ({1e3 * report['seconds_per_evaluation']:.1f} ms per evaluation)",
+            f"backups    {report['backup_tasks']['launched']} launched, {report['backup_tasks']['won']} won",
+        ]
+    else:
+        lines.append(
+            f"work       {report['steps']} steps over replicas {report['steps_per_replica']} in "
+            f"{report['seconds']:.2f} s ({report['updates_per_second']:.0f} updates/s, "
+            f"{report['examples_per_second']:.0f} examples/s)")
+        if "staleness" in report:
+            lines.append(f"staleness  {report['staleness']} (pushes by how many updates they lagged)")
+        else:
+            between = report["between_replicas"]
+            lines.append(f"exchange   {between['messages']} messages, {between['bytes'] / 1e6:.1f} MB between "
+                         f"replicas; {between['center_exchanges']} center exchanges")
+        if "chosen_replica" in report:
+            lines.append(f"returned   replica {report['chosen_replica']} (best held-out objective, else recent loss)")
+    for split in ("train", "test"):
+        if split in report:
+            m = report[split]
+            if "accuracy" in m:
+                score = f"accuracy {m['accuracy']:.4f}"
+            elif "rmse" in m:
+                score = f"rmse {m['rmse']:.4g}, r2 {m['r2']:.4f}"
+            else:
+                score = f"reconstruction mse {m['reconstruction_mse']:.4g}"
+            lines.append(f"{split:<10} {m['n_samples']} rows: {score}, objective {m['objective']:.6g}")
+    return "\n".join(lines)

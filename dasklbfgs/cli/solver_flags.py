@@ -1,0 +1,114 @@
+"""Command-line flags derived from the registered solvers' options classes.
+
+Every option of every solver becomes one flag (``n_replicas`` -> ``--n-replicas``, plus
+its older spellings such as ``--replicas``); the help text, valid values and defaults come
+from the option's declaration. A flag given for a solver that does not take it is an
+error, not silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from typing import Any
+
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.options import Options, OptionSpec, describe_default
+from dasklbfgs.solvers.registry import get_solver, solver_names
+
+__all__ = ["add_solver_flags", "flag", "options_from_args", "parse_ints", "parse_mapping"]
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 2,3, got {text!r}") from None
+
+
+def parse_mapping(text: str) -> dict[str, Any]:
+    """``name=value,name=value`` with YAML values (``beta=0.9,nesterov=true``)."""
+    import yaml
+
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if not pairs or any(len(pair) != 2 or not pair[0] for pair in pairs):
+        raise argparse.ArgumentTypeError(f"must look like name=value,name=value, got {text!r}")
+    return {key.strip(): yaml.safe_load(value) for key, value in pairs}
+
+
+def _parse_bool_or_auto(text: str) -> bool | str:
+    choices = {"true": True, "false": False, "auto": "auto"}
+    if text.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"must be true, false or auto, got {text!r}")
+    return choices[text.lower()]
+
+
+def _argument(spec: OptionSpec) -> dict[str, Any]:
+    """argparse keywords for an option's kind."""
+    kind = spec.kind
+    if kind in ("bool", "optional_bool"):
+        return {"action": argparse.BooleanOptionalAction}
+    if kind == "int":
+        return {"type": int, "metavar": "N"}
+    if kind == "float":
+        return {"type": float, "metavar": "X"}
+    if kind == "choice":
+        return {"choices": spec.choices}
+    if kind == "ints":
+        return {"type": parse_ints, "metavar": "N,N"}
+    if kind == "mapping":
+        return {"type": parse_mapping, "metavar": "NAME=VALUE,..."}
+    if kind == "bool_or_auto":
+        return {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"}
+    return {"metavar": "PATH"}
+
+
+def _declarations() -> dict[str, list[tuple[str, Any, OptionSpec]]]:
+    """option name -> [(solver, default, spec)] over every registered solver."""
+    found: dict[str, list[tuple[str, Any, OptionSpec]]] = defaultdict(list)
+    for solver in solver_names():
+        for name, default, spec in get_solver(solver).options.items():
+            found[name].append((solver, default, spec))
+    return found
+
+
+def _defaults_text(entries: list[tuple[str, Any, OptionSpec]], n_solvers: int) -> str:
+    """``[sandblaster; default: 1]``, or per solver when the defaults differ."""
+    by_default: dict[str, list[str]] = defaultdict(list)
+    for solver, default, spec in entries:
+        by_default[describe_default(default, spec)].append(solver)
+    solvers = [solver for solver, _, _ in entries]
+    where = "" if len(solvers) == n_solvers else f"{', '.join(solvers)}; "
+    if len(by_default) == 1:
+        return f"[{where}default: {next(iter(by_default))}]"
+    per_value = "; ".join(f"{value} ({', '.join(names)})" for value, names in by_default.items())
+    return f"[{where}default: {per_value}]"
+
+
+def add_solver_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per option of the registered solvers; absent flags stay absent."""
+    names = solver_names()
+    group = parser.add_argument_group(
+        "solver options", "each option applies to the solvers listed in its brackets "
+        "(the same options as the Python API and the YAML train: section)")
+    for name, entries in _declarations().items():
+        spec = entries[0][2]
+        flags = [flag(name), *(flag(alias) for alias in spec.aliases)]
+        group.add_argument(*flags, dest=name, default=argparse.SUPPRESS,
+                           help=f"{spec.help} {_defaults_text(entries, len(names))}", **_argument(spec))
+
+
+def options_from_args(args: argparse.Namespace, solver: str) -> Options:
+    """The chosen solver's options from the flags that were given."""
+    options = get_solver(solver).options
+    given = {name: getattr(args, name) for name in _declarations() if hasattr(args, name)}
+    foreign = sorted(name for name in given if name not in options.fields())
+    if foreign:
+        takers = {name: [s for s, _, _ in _declarations()[name]] for name in foreign}
+        detail = "; ".join(f"{flag(n)} applies to {', '.join(takers[n])}" for n in foreign)
+        raise ConfigurationError(f"--solver {solver} does not take {', '.join(map(flag, foreign))} ({detail})")
+    return options.from_mapping(given)

@@ -1,0 +1,74 @@
+"""Options more than one solver takes, declared once as dataclass mixins.
+
+A solver's options class inherits the groups it uses; where a solver's natural default
+differs, it re-declares the field with :func:`dasklbfgs.options.override` (same help text
+and checks, another default).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dasklbfgs._typing import PathLike
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.optim.updates import RULES
+from dasklbfgs.options import Options, option
+
+__all__ = ["CheckpointOptions", "HeldOutOptions", "ParamShardOptions", "ReplicaOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeldOutOptions(Options):
+    eval_every: int | None = option(
+        None, "score the held-out data (eval_data, --test) every N iterations (Sandblaster) or global steps "
+        "(the replica methods) and at the end", "int", minimum=1, nullable=True,
+        none_means="only at the end")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParamShardOptions(Options):
+    n_param_shards: int = option(
+        2, "parameter-shard actors, each holding a contiguous slice of the parameters (Sandblaster: with "
+        "state='sharded'; EASGD: the center)", "int", minimum=1, aliases=("param_shards",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointOptions(Options):
+    checkpoint_path: PathLike | None = option(
+        None, "Zarr checkpoint, written atomically (Sandblaster: the L-BFGS state; Downpour: the parameter "
+        "shards and their optimizer state)", "path", nullable=True, none_means="no checkpoints",
+        aliases=("checkpoint",))
+    checkpoint_every: int | None = option(
+        None, "write the checkpoint every N iterations (Sandblaster) or global steps (Downpour), and at the end",
+        "int", minimum=1, nullable=True, none_means="only at the end")
+    resume: bool = option(False, "continue from the checkpoint at checkpoint_path, if there is one", "bool")
+
+    def check_together(self) -> None:
+        super().check_together()
+        if self.resume and self.checkpoint_path is None:
+            raise ConfigurationError(f"{self.solver}: resume=True needs checkpoint_path")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaOptions(HeldOutOptions):
+    """Downpour's and the peer methods' shared options: replicas, batches, the update rule."""
+
+    n_replicas: int = option(2, "model replicas; replica r trains on the r-th contiguous block of rows", "int",
+                             minimum=1, aliases=("replicas",))
+    batch_size: int = option(128, "mini-batch rows per replica step", "int", minimum=1)
+    learning_rate: float = option(0.1, "rate of the update rule (Adagrad: gamma, usually ~10x the best fixed "
+                                  "SGD rate)", "float", positive=True)
+    optimizer: str = option("sgd", "update rule", "choice", choices=tuple(RULES))
+    optimizer_options: dict[str, Any] | None = option(
+        None, "further hyper-parameters of the update rule, e.g. {beta: 0.9, nesterov: true} for momentum",
+        "mapping", nullable=True, none_means="the rule's defaults")
+    epochs: int = option(1, "passes of each replica over its rows", "int", minimum=1)
+    max_steps: int | None = option(
+        None, "stop once the global step (mini-batch steps summed over replicas) reaches this", "int",
+        minimum=1, nullable=True, none_means="no limit")
+    seed: int = option(0, "seed of the mini-batch order", "int", minimum=0)
+    defer_eval: bool = option(False, "keep the parameters due for held-out scoring and score them after "
+                              "training (scoring then takes no CPU from the replicas)", "bool")
+    poll_interval: float = option(0.05, "seconds between the coordinator's progress polls", "float",
+                                  positive=True)

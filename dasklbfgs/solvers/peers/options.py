@@ -1,0 +1,79 @@
+"""The peer methods' options: the shared replica options plus each method's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.optim.collective import TOPOLOGIES
+from dasklbfgs.options import option, override
+from dasklbfgs.solvers.common_options import ParamShardOptions, ReplicaOptions
+
+__all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "SyncOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncOptions(ReplicaOptions):
+    solver: ClassVar[str] = "sync"
+
+    wait_timeout: float = option(120.0, "seconds a replica waits for a peer's sums before the run fails",
+                                 "float", positive=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EASGDOptions(ReplicaOptions, ParamShardOptions):
+    solver: ClassVar[str] = "easgd"
+
+    n_param_shards: int = override(ParamShardOptions, "n_param_shards", default=1)
+    tau: int = option(10, "steps between a replica's elastic exchanges with the center", "int", minimum=1)
+    alpha: float | None = option(None, "moving rate of the elastic exchange", "float", minimum=0, below=1,
+                                 nullable=True, none_means="0.9 / n_replicas, or learning_rate * rho")
+    rho: float | None = option(None, "elastic coupling (alpha = learning_rate * rho)", "float", minimum=0,
+                               nullable=True, none_means="from alpha")
+
+    def check_together(self) -> None:
+        super().check_together()
+        if self.alpha is not None and self.rho is not None:
+            raise ConfigurationError(
+                f"easgd: give alpha ({self.alpha!r}) or rho ({self.rho!r}), not both: alpha = learning_rate * rho"
+            )
+        if self.rho is not None and not self.learning_rate * self.rho < 1:
+            raise ConfigurationError(
+                f"easgd: rho ({self.rho!r}) times learning_rate ({self.learning_rate!r}) gives the moving rate "
+                f"alpha = {self.learning_rate * self.rho!r}, which must be below 1: lower rho"
+            )
+
+    def moving_rate(self) -> float:
+        """alpha: as given, from rho, or the paper's 0.9 / n_replicas."""
+        if self.alpha is not None:
+            return self.alpha
+        if self.rho is not None:
+            return self.learning_rate * self.rho
+        return 0.9 / self.n_replicas
+
+
+@dataclass(frozen=True, kw_only=True)
+class GossipOptions(ReplicaOptions):
+    solver: ClassVar[str] = "gossip"
+
+    push_sum: bool = option(False, "push-sum gossip (send half of numerator and weight to a random peer) "
+                            "instead of pulling a peer's parameters", "bool")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NeighbourOptions(ReplicaOptions):
+    solver: ClassVar[str] = "neighbours"
+
+    n_replicas: int = override(ReplicaOptions, "n_replicas", default=4)
+    topology: str = option("ring", "who exchanges gradients with whom", "choice", choices=TOPOLOGIES)
+    torus_shape: tuple[int, int] | None = option(
+        None, "rows, cols of the torus", "ints", length=2, nullable=True,
+        none_means="the most nearly square grid of n_replicas")
+
+    def check_together(self) -> None:
+        super().check_together()
+        if self.torus_shape is not None and self.topology != "torus":
+            raise ConfigurationError(
+                f"neighbours: torus_shape {self.torus_shape!r} is only for topology='torus', not {self.topology!r}"
+            )

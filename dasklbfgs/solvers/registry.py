@@ -1,0 +1,179 @@
+"""The solver interface: one registered :class:`Solver` per method, one entry point.
+
+A solver is a name, an options class (:mod:`dasklbfgs.options`) and a ``run`` function::
+
+    run(model, data, options, *, client, x0, callback, eval_data) -> OptimizeResult
+
+Adding a solver is one module that defines those and calls :func:`register`. The generic
+entry point :func:`minimize`, the named functions (``sandblaster_lbfgs``, ...), the CLI,
+the YAML pipelines, the estimators and the docs' options tables all find solvers here:
+solver names are written nowhere else.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.options import Options, describe_default
+from dasklbfgs.models.base import Model
+
+__all__ = ["Solver", "register", "get_solver", "solver_names", "minimize", "solver_function", "options_table"]
+
+
+@dataclass(frozen=True)
+class Solver:
+    """A registered solver.
+
+    ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``).
+    """
+
+    name: str
+    options: type[Options]
+    run: Callable[..., OptimizeResult]
+    summary: str
+    unit: str = "iteration"
+
+
+_SOLVERS: dict[str, Solver] = {}
+
+
+def register(solver: Solver) -> Solver:
+    """Add ``solver`` to the registry (its name must be new)."""
+    if solver.name in _SOLVERS:
+        raise ValueError(f"a solver named {solver.name!r} is already registered")
+    _SOLVERS[solver.name] = solver
+    return solver
+
+
+def _load() -> dict[str, Solver]:
+    # The built-in solvers register themselves when their packages are imported.
+    import dasklbfgs.solvers  # noqa: F401
+
+    return _SOLVERS
+
+
+def solver_names() -> tuple[str, ...]:
+    """Names of the registered solvers, in registration order."""
+    return tuple(_load())
+
+
+def get_solver(name: str) -> Solver:
+    solvers = _load()
+    if name not in solvers:
+        raise ConfigurationError(f"solver must be one of {tuple(solvers)!r}, got {name!r}")
+    return solvers[name]
+
+
+def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None, values: Mapping[str, Any]
+                    ) -> Options:
+    """An options object of ``solver`` from an object, a mapping and/or keyword values."""
+    if isinstance(options, Options):
+        if not isinstance(options, solver.options):
+            raise ConfigurationError(
+                f"options for solver {solver.name!r} must be {solver.options.__name__}, "
+                f"got {type(options).__name__}"
+            )
+        return options.replace(**values) if values else options
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigurationError(
+            f"options must be a {solver.options.__name__}, a mapping or None, got {type(options).__name__}"
+        )
+    return solver.options.from_mapping({**(options or {}), **values})
+
+
+def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Options | Mapping[str, Any] | None = None,
+             *, client: Any = None, x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
+             eval_data: Any = None, **values: Any) -> OptimizeResult:
+    """Train ``model`` on ``data`` with a registered solver.
+
+    Parameters
+    ----------
+    model
+        A model from :mod:`dasklbfgs.models`.
+    data
+        A :class:`~dasklbfgs.ShardedDataset` or the path of one.
+    solver
+        A registered solver's name: see :func:`solver_names` (``"sandblaster"``,
+        ``"downpour"``, ``"sync"``, ``"easgd"``, ``"gossip"``, ``"neighbours"``).
+    options
+        The solver's options object (e.g. ``SandblasterOptions(gtol=1e-8)``) or a mapping;
+        keyword ``values`` are added on top. Unknown names are refused.
+    client
+        Dask client; default: the active client, else an embedded ``LocalCluster`` closed on
+        return.
+    x0
+        Starting parameters (default: the model's initialisation).
+    callback
+        Called with each iteration's (Sandblaster) or history entry's (the replica
+        methods) ``OptimizeResult``; raising ``StopIteration`` stops the run cleanly.
+    eval_data
+        A held-out dataset, scored every ``eval_every`` iterations or steps.
+
+    Returns
+    -------
+    OptimizeResult
+        See :mod:`dasklbfgs.solvers.result` for the fields.
+
+    Examples
+    --------
+    >>> result = minimize(Logistic(d, l2=1e-4), "train.zarr", "sandblaster", standardize=True)  # doctest: +SKIP
+    """
+    chosen = get_solver(solver)
+    resolved = resolve_options(chosen, options, values)
+    if callback is not None and not callable(callback):
+        raise ConfigurationError(f"callback must be callable, got {callback!r}")
+    return chosen.run(model, data, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
+
+
+_RUN_INPUTS = (
+    ("client", None), ("x0", None), ("callback", None), ("eval_data", None),
+)
+
+
+def solver_function(function_name: str, name: str, options: type[Options], summary: str
+                    ) -> Callable[..., OptimizeResult]:
+    """The named function of solver ``name`` (``sandblaster_lbfgs(model, data, **options)``).
+
+    Its signature and docstring are generated from ``options``, so each option's default
+    and help text stay written once; it calls :func:`minimize`.
+    """
+
+    def solve(model: Model, data: Any, **kwargs: Any) -> OptimizeResult:
+        inputs = {key: kwargs.pop(key, default) for key, default in _RUN_INPUTS}
+        return minimize(model, data, name, None, **inputs, **kwargs)
+
+    solve.__name__ = solve.__qualname__ = function_name
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                  inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(key, keyword, default=default) for key, default in _RUN_INPUTS]
+    parameters += [inspect.Parameter(n, keyword, default=d) for n, d, _ in options.items()]
+    solve.__signature__ = inspect.Signature(parameters, return_annotation=OptimizeResult)  # type: ignore[attr-defined]
+    solve.__doc__ = f"{summary}\n\n    Equivalent to ``minimize(model, data, {name!r}, ...)``; see " \
+                    f":func:`dasklbfgs.minimize` for ``model``, ``data``, ``client``, ``x0``, ``callback`` " \
+                    f"and ``eval_data``.\n\n    Options\n    -------\n{options_doc(options)}"
+    return solve
+
+
+def options_doc(options: type[Options], indent: str = "    ") -> str:
+    """Numpydoc-style entries for every option of ``options``."""
+    lines = []
+    for name, default, spec in options.items():
+        lines.append(f"{indent}{name} : {spec.expected()}, default {describe_default(default, spec)}")
+        lines.append(f"{indent}    {spec.help[0].upper()}{spec.help[1:]}.")
+    return "\n".join(lines)
+
+
+def options_table(options: type[Options]) -> str:
+    """A Markdown table of ``options``: name, default, valid values, meaning."""
+    rows = ["| option | default | valid | meaning |", "|---|---|---|---|"]
+    for name, default, spec in options.items():
+        aliases = f" (also {', '.join(spec.aliases)})" if spec.aliases else ""
+        rows.append(f"| `{name}`{aliases} | {describe_default(default, spec)} | {spec.expected()} | {spec.help} |")
+    return "\n".join(rows)

@@ -1,0 +1,36 @@
+"""Sandblaster L-BFGS's options: the L-BFGS limits plus how the mega-batch is computed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from dasklbfgs.optim.lbfgs import LBFGSOptions
+from dasklbfgs.options import option, override
+from dasklbfgs.solvers.common_options import CheckpointOptions, HeldOutOptions, ParamShardOptions
+
+__all__ = ["SandblasterOptions"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, LBFGSOptions):
+    solver: ClassVar[str] = "sandblaster"
+
+    # Every iteration is a pass over the whole dataset on the cluster: a run that has not
+    # converged after 100 says so (success=False) rather than running on for scipy's 15000.
+    maxiter: int = override(LBFGSOptions, "maxiter", default=100)
+    eval_every: int | None = override(HeldOutOptions, "eval_every", default=1)
+    checkpoint_every: int | None = override(CheckpointOptions, "checkpoint_every", default=1)
+    portion_rows: int | None = option(
+        None, "rows per portion, the unit of work of one task", "int", minimum=1, nullable=True,
+        none_means="about four portions per worker thread, at most one shard each")
+    backup_tasks: bool = option(True, "copy the outstanding portions of straggling workers to idle ones and "
+                                "take the first result", "bool")
+    standardize: bool = option(False, "optimise in standardised feature coordinates (linear models; the "
+                               "objective and its minimiser are unchanged)", "bool")
+    state: str = option("local", "where the L-BFGS vectors live: in the coordinator ('local') or in slices "
+                        "on n_param_shards actors ('sharded'; the coordinator keeps only scalars)", "choice",
+                        choices=("local", "sharded"))
+    cache: bool | str = option("auto", "keep shards in worker memory (True), stream them from Zarr every "
+                               "evaluation (False), or cache when they fit in half the workers' memory "
+                               "('auto')", "bool_or_auto")
