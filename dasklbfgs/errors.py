@@ -16,6 +16,7 @@ __all__ = [
     "CorruptDatasetError",
     "ClusterConnectionError",
     "ConfigurationError",
+    "UnknownOptionError",
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
     "WorkerLostError",
@@ -30,6 +31,11 @@ class DaskLBFGSError(Exception):
 
 class ConfigurationError(DaskLBFGSError, ValueError):
     """An argument or option has a bad value (unknown name, wrong type, out of range)."""
+
+
+class UnknownOptionError(ConfigurationError, TypeError):
+    """A solver was given an option it does not take (a ``TypeError`` too, like an
+    unexpected keyword argument)."""
 
 
 class ClusterConnectionError(DaskLBFGSError, ConnectionError):

@@ -260,8 +260,10 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
 
     def __init__(self, *, alpha: float = 0.0, fit_intercept: bool = True, max_iter: int = 200,
                  tol: float = 1e-6, solver: str = "sandblaster", standardize: bool = True,
-                 learning_rate: float = 0.1, batch_size: int = 128, n_replicas: int = 2,
-                 shard_rows: int | None = None, random_state: int | None = None, client: Any = None) -> None:
+                 learning_rate: float = _REPLICAS.default("learning_rate"),
+                 batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
+                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 random_state: int | None = None, client: Any = None) -> None:
         self.alpha = alpha
         self.fit_intercept = fit_intercept
         self.max_iter = max_iter

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
 __all__ = ["OptionSpec", "Options", "option", "override", "describe_default"]
 
@@ -65,7 +65,7 @@ class OptionSpec:
         """What a valid value is, in words (used in error messages and help)."""
         kind = self.kind
         if kind == "choice":
-            text = "one of " + ", ".join(repr(c) for c in self.choices)
+            text = f"one of {self.choices!r}"
         elif kind == "bool":
             text = "True or False"
         elif kind == "optional_bool":
@@ -79,16 +79,22 @@ class OptionSpec:
         elif kind == "ints":
             text = f"{self.length} integers" if self.length else "a list of integers"
         else:
-            noun = "an integer" if kind == "int" else "a finite number"
-            if self.positive:
-                text = f"{noun} > 0"
-            elif self.minimum is not None:
-                text = f"{noun} >= {self.minimum:g}"
-            else:
-                text = noun
-            if self.below is not None:
-                text += f" and < {self.below:g}"
+            text = self._expected_number()
         return text + (" or None" if self.nullable and kind != "optional_bool" else "")
+
+    def _expected_number(self) -> str:
+        if self.kind == "int":
+            return f"an integer >= {self.minimum:g}" if self.minimum is not None else "an integer"
+        noun = "number"
+        if self.positive:
+            return f"a positive {noun}"
+        if self.minimum == 0 and self.below is not None:
+            return f"a {noun} in [0, {self.below:g})"
+        if self.minimum == 0:
+            return f"a non-negative {noun}"
+        if self.minimum is not None:
+            return f"a {noun} >= {self.minimum:g}"
+        return "a finite number"
 
     # -- one checker per kind; each returns the normalised value or _BAD -----------------
 
@@ -229,7 +235,7 @@ class Options:
             if name not in known:
                 close = difflib.get_close_matches(key, [*known, *aliases], n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
-                raise ConfigurationError(
+                raise UnknownOptionError(
                     f"{where}{cls.solver} does not take option {key!r}{hint}; its options: {sorted(known)}"
                 )
             if name in resolved:

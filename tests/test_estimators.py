@@ -133,7 +133,7 @@ def test_not_converging_warns(client) -> None:
 @pytest.mark.parametrize(
     ("estimator", "match"),
     [
-        (LogisticRegression(solver="lbfgs"), r"solver must be one of \('sandblaster', 'downpour'\), got 'lbfgs'"),
+        (LogisticRegression(solver="lbfgs"), r"solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'lbfgs'"),
         (LogisticRegression(C=0), r"C must be a positive number, got 0"),
         (LogisticRegression(max_iter=0), r"max_iter must be an integer >= 1, got 0"),
         (LinearRegression(alpha=-1), r"alpha must be a number >= 0, got -1"),

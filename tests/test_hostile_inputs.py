@@ -233,7 +233,7 @@ CASES = [
     (overwrite_a_plain_folder, DatasetExistsError, r"docs"),
     (negative_shard_rows, ConfigurationError, r"shard_rows must be a positive integer, got -5"),
     (unknown_config_key, ConfigurationError, r"job.yaml: unknown key\(s\) \['data.rowz'\]"),
-    (config_wrong_type, ConfigurationError, r"job.yaml: train.maxiter must be int, got str 'lots'"),
+    (config_wrong_type, ConfigurationError, r"job.yaml: train: sandblaster option maxiter must be an integer >= 1, got 'lots'"),
     (scheduler_not_there, ClusterConnectionError, r"tcp://127.0.0.1:9"),
     (checkpoint_of_another_model, ModelDataMismatchError, r"ckpt"),
     (corrupted_checkpoint, CheckpointError, r"ckpt"),

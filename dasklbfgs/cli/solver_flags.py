@@ -27,7 +27,7 @@ def parse_ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 2,3, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 256,256, got {text!r}") from None
 
 
 def parse_mapping(text: str) -> dict[str, Any]:

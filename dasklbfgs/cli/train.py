@@ -50,11 +50,11 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models.registry import model_options
 
     options = options_from_args(args, args.solver)  # bad flags fail before a cluster starts
-    data = ShardedDataset.open(args.data)
-    test = ShardedDataset.open(args.test) if args.test else None
-    model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept,
-                              **model_options(vars(args)))
     with cluster_from_args(args) as client:
+        data = ShardedDataset.open(args.data)
+        test = ShardedDataset.open(args.test) if args.test else None
+        model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept,
+                                  **model_options(vars(args)))
         result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
                                      quiet=args.quiet or args.json)
         report = train_report(model, result, data, test)

@@ -166,7 +166,7 @@ def test_helpers() -> None:
         ({"optimizer": "adam"}, ConfigurationError, r"optimizer must be one of"),
         ({"eval_every": 10}, ConfigurationError, r"eval_every needs eval_data"),
         ({"defer_eval": "yes"}, ConfigurationError, r"defer_eval must be True or False, got 'yes'"),
-        ({"resume": True}, ConfigurationError, r"checkpoint_every and resume need checkpoint_path"),
+        ({"resume": True}, ConfigurationError, r"resume=True needs checkpoint_path"),
         ({"x0": np.zeros(2)}, ModelDataMismatchError, r"x0 must have shape \(33,\)"),
     ],
 )

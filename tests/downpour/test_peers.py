@@ -277,8 +277,8 @@ def test_non_finite_loss_stops_the_run(client, tmp_path, method) -> None:
 @pytest.mark.parametrize("method, kwargs, match", [
     (easgd, {"tau": 0}, r"tau must be an integer >= 1, got 0"),
     (easgd, {"alpha": 0.5, "rho": 1.0}, r"give alpha \(0.5\) or rho \(1.0\), not both"),
-    (easgd, {"alpha": 1.5}, r"alpha \(the moving rate\) must be in \[0, 1\), got 1.5"),
-    (easgd, {"rho": -1}, r"rho must be a non-negative number, got -1"),
+    (easgd, {"alpha": 1.5}, r"alpha must be a number in \[0, 1\) or None, got 1.5"),
+    (easgd, {"rho": -1}, r"rho must be a non-negative number or None, got -1"),
     (easgd, {"rho": 20.0, "learning_rate": 0.1},
      r"rho \(20.0\) times learning_rate \(0.1\) gives the moving rate alpha = 2.0, which must be below 1"),
     (easgd, {"n_param_shards": 40}, r"n_param_shards \(40\) is larger than the model's 33 parameters"),
@@ -287,7 +287,7 @@ def test_non_finite_loss_stops_the_run(client, tmp_path, method) -> None:
     (neighbour_sgd, {"topology": "torus", "torus_shape": (2, 3)}, r"torus_shape \(2, 3\) does not lay out 4"),
     (neighbour_sgd, {"torus_shape": (2, 2)}, r"torus_shape \(2, 2\) is only for topology='torus'"),
     (gossip_sgd, {"push_sum": "yes"}, r"push_sum must be True or False, got 'yes'"),
-    (sync_sgd, {"wait_timeout": 0}, r"wait_timeout must be a positive number of seconds, got 0"),
+    (sync_sgd, {"wait_timeout": 0}, r"wait_timeout must be a positive number, got 0"),
     (sync_sgd, {"n_replicas": 0}, r"n_replicas must be an integer >= 1, got 0"),
     (sync_sgd, {"optimizer": "adam"}, r"optimizer must be one of"),
     (gossip_sgd, {"learning_rate": -1}, r"learning_rate must be a positive number, got -1"),
@@ -300,14 +300,16 @@ def test_errors(client, softmax_data, method, kwargs, match) -> None:
         method(Softmax(10, 3), softmax_data["train"], client=client, **kwargs)
 
 
-def test_run_peer_method_passes_every_option_the_method_takes(client, softmax_data) -> None:
-    from dasklbfgs.solvers.peers.coordinator import run_peer_method
+def test_minimize_passes_every_option_the_method_takes_and_refuses_others(client, softmax_data) -> None:
+    from dasklbfgs import minimize
 
-    with pytest.raises(ConfigurationError, match=r"wait_timeout must be a positive number of seconds, got -1"):
-        run_peer_method("sync", Softmax(10, 3), softmax_data["train"], client=client, wait_timeout=-1)
+    with pytest.raises(ConfigurationError, match=r"wait_timeout must be a positive number, got -1"):
+        minimize(Softmax(10, 3), softmax_data["train"], "sync", client=client, wait_timeout=-1)
     with pytest.raises(ConfigurationError, match=r"beta"):
-        run_peer_method("gossip", Softmax(10, 3), softmax_data["train"], client=client, optimizer="momentum",
-                        optimizer_options={"beta": 2.0}, tau=5)  # tau belongs to easgd: left out
+        minimize(Softmax(10, 3), softmax_data["train"], "gossip", client=client, optimizer="momentum",
+                 optimizer_options={"beta": 2.0})
+    with pytest.raises(ConfigurationError, match=r"gossip does not take option 'tau'"):
+        minimize(Softmax(10, 3), softmax_data["train"], "gossip", client=client, tau=5)
 
 
 def test_push_sum_conserves_the_total_weight_when_replicas_finish_apart(client, tmp_path) -> None:

@@ -48,7 +48,7 @@ def test_resume_refuses_other_models_and_settings(client, datasets, tmp_path) ->
         sandblaster_lbfgs(Logistic(8), data, client=client, history=5, checkpoint_path=path, resume=True)
     with pytest.raises(ConfigurationError, match=r"resume=True needs checkpoint_path"):
         sandblaster_lbfgs(Logistic(8), data, client=client, resume=True)
-    with pytest.raises(ConfigurationError, match=r"checkpoint_every must be an integer >= 1, got 0"):
+    with pytest.raises(ConfigurationError, match=r"checkpoint_every must be an integer >= 1 or None, got 0"):
         sandblaster_lbfgs(Logistic(8), data, client=client, checkpoint_path=path, checkpoint_every=0)
 
 

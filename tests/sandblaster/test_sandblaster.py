@@ -256,7 +256,7 @@ def test_errors(client, datasets, tmp_path) -> None:
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, x0=np.r_[np.inf, np.zeros(26)])
     with pytest.raises(ConfigurationError, match=r"l2 must be a non-negative finite number, got -0.1"):
         Softmax(8, 3, l2=-0.1)
-    with pytest.raises(ConfigurationError, match=r"portion_rows must be a positive integer, got 0"):
+    with pytest.raises(ConfigurationError, match=r"portion_rows must be an integer >= 1 or None, got 0"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, portion_rows=0)
     with pytest.raises(ConfigurationError, match=r"cache must be True, False or 'auto', got 'yes'"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, cache="yes")
@@ -266,7 +266,7 @@ def test_errors(client, datasets, tmp_path) -> None:
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, maxiter=0)
     with pytest.raises(ConfigurationError, match=r"data must be a ShardedDataset or a path to one, got ndarray"):
         sandblaster_lbfgs(Softmax(8, 3), np.zeros((3, 8)), client=client)
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'max_iter'"):
+    with pytest.raises(TypeError, match=r"sandblaster does not take option 'max_iter' \(did you mean 'maxiter'\?\)"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, max_iter=3)
     huge = ShardedDataset.create(tmp_path / "huge", np.ones((20, 2)), np.full(20, 1e200), shard_rows=10)
     with pytest.raises(NonFiniteObjectiveError, match=r"the objective at x0 is not finite \(f = inf\).*huge"):
@@ -298,7 +298,7 @@ def test_float32_data_converges(client, tmp_path) -> None:
 
 
 def test_errors_propagate_with_the_default_client(client, datasets) -> None:
-    with pytest.raises(ConfigurationError, match=r"portion_rows must be a positive integer, got 0"):
+    with pytest.raises(ConfigurationError, match=r"portion_rows must be an integer >= 1 or None, got 0"):
         sandblaster_lbfgs(Logistic(8), datasets["logistic"], portion_rows=0)
 
 

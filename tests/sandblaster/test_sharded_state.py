@@ -72,7 +72,7 @@ def test_bytes_reaching_the_coordinator_do_not_grow_with_the_parameters(client, 
 
 def test_sharded_state_errors(client, datasets, tmp_path) -> None:
     data = datasets["logistic"]
-    with pytest.raises(ConfigurationError, match="state must be 'local' or 'sharded', got 'remote'"):
+    with pytest.raises(ConfigurationError, match=r"state must be one of \('local', 'sharded'\), got 'remote'"):
         sandblaster_lbfgs(Logistic(8), data, client=client, state="remote")
     with pytest.raises(ConfigurationError, match=r"n_param_shards \(50\) is larger than the model's 9 parameters"):
         sandblaster_lbfgs(Logistic(8), data, client=client, state="sharded", n_param_shards=50)

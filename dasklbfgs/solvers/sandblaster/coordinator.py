@@ -145,7 +145,7 @@ class SandblasterRun:
             )
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
-        if opts.checkpoint_path is not None and final.nit % opts.checkpoint_every:
+        if opts.checkpoint_path is not None and not self._due(final.nit, opts.checkpoint_every):
             self._save(final)  # the last iterations since a checkpoint: the state the run ended in
         if self.transform is not None:
             result.x = self.transform.to_params(result.x)
@@ -170,13 +170,18 @@ class SandblasterRun:
     def _on_iteration(self, state: LBFGSState) -> None:
         """Held-out scores, the metrics event and the checkpoint after each iteration."""
         opts, entry = self.options, state.history[-1]
-        if self.eval_set is not None and state.nit % opts.eval_every == 0:
+        if self.eval_set is not None and self._due(state.nit, opts.eval_every):
             theta = self.space.x() if self.space is not None else state.x
             entry.update(held_out_metrics(self.model, self._params(theta), self.eval_set))
         self.metrics.send(**entry, n_portions=len(self.evaluator.portions),
                           backups_won=self.evaluator.stats.backups_won)
-        if opts.checkpoint_path is not None and state.nit % opts.checkpoint_every == 0:
+        if opts.checkpoint_path is not None and self._due(state.nit, opts.checkpoint_every):
             self._save(state)
+
+    @staticmethod
+    def _due(nit: int, every: int | None) -> bool:
+        """Whether iteration ``nit`` is one of every ``every`` (None: none is)."""
+        return every is not None and nit % every == 0
 
     def _finish(self, result: OptimizeResult, started: float, bytes_received: int | None) -> OptimizeResult:
         result.timing = {
