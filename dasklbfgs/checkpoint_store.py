@@ -18,16 +18,12 @@ import numpy as np
 import zarr
 
 from dasklbfgs.data._writer import written_aside
-from dasklbfgs.errors import DaskLBFGSError, ModelDataMismatchError
+from dasklbfgs.errors import CheckpointError, ModelDataMismatchError
 
 __all__ = ["CheckpointError", "write_checkpoint", "read_checkpoint"]
 
 FORMAT = 1
 KEY = "dasklbfgs_checkpoint"
-
-
-class CheckpointError(DaskLBFGSError):
-    """A checkpoint is missing, unreadable, truncated, corrupted or of another kind."""
 
 
 def _digest(array: np.ndarray) -> str:

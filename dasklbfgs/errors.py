@@ -17,11 +17,11 @@ __all__ = [
     "ClusterConnectionError",
     "ConfigurationError",
     "UnknownOptionError",
+    "CheckpointError",
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
     "WorkerLostError",
     "DaskLBFGSWarning",
-    "DaskLBFGSConvergenceWarning",
 ]
 
 
@@ -62,6 +62,10 @@ class CorruptDatasetError(DatasetError):
     """A stored dataset's chunk file is missing, truncated or not decodable."""
 
 
+class CheckpointError(DaskLBFGSError):
+    """A checkpoint is missing, unreadable, truncated, corrupted or of another kind."""
+
+
 class ModelDataMismatchError(DaskLBFGSError, ValueError):
     """A model does not fit the data: feature count, label range or parameter length."""
 
@@ -78,6 +82,3 @@ class DaskLBFGSWarning(UserWarning):
 class NonFiniteObjectiveError(DaskLBFGSError, FloatingPointError):
     """The objective or its gradient is NaN or infinite where a finite value is required."""
 
-
-class DaskLBFGSConvergenceWarning(DaskLBFGSWarning):
-    """An optimizer stopped before meeting its tolerances."""

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs import MLP, EmbeddingLM, ShardedDataset, connect, downpour_sgd, sandblaster_lbfgs
-from dasklbfgs.checkpoint_store import CheckpointError
+from dasklbfgs.errors import CheckpointError
 from dasklbfgs.data import make_dataset
 from dasklbfgs.errors import (
     ClusterConnectionError,

@@ -126,7 +126,8 @@ class VectorShard:
     async def restore(self, path: str) -> dict[str, Any]:
         """Take this slice's state from the checkpoint at ``path`` (verified); return the
         gradient's partial dot products, as after accepting a step."""
-        from dasklbfgs.checkpoint_store import CheckpointError, read_checkpoint
+        from dasklbfgs.checkpoint_store import read_checkpoint
+        from dasklbfgs.errors import CheckpointError
         from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 
         arrays, attrs = read_checkpoint(path, kind=SHARD_KIND)

@@ -7,7 +7,8 @@ import pytest
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
-from dasklbfgs.checkpoint_store import CheckpointError, read_checkpoint
+from dasklbfgs.checkpoint_store import read_checkpoint
+from dasklbfgs.errors import CheckpointError
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dasklbfgs.checkpoint_store import CheckpointError, read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
+from dasklbfgs.errors import CheckpointError
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs

@@ -20,7 +20,7 @@ from dasklbfgs.errors import (
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
-from tests.sandblaster.conftest import load_all
+from tests.solvers.sandblaster.conftest import load_all
 
 # Test-only model subclasses below travel to the workers by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
