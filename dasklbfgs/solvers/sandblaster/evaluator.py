@@ -308,93 +308,24 @@ class MegaBatchEvaluator:
         * portions pinned to a worker that has left the cluster (or whose copies were all
           lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
         """
-        n = len(primaries)
-        winners: list[Future | None] = [None] * n
-        copies = [1] * n          # copies of each portion still pending
-        backed_up: set[int] = set()
-        rescued: set[int] = set()
-        pending = set(primaries)
-        owned = Counter(w for w in pinned if w is not None)  # primaries per worker
-        done_by: Counter[str | None] = Counter()
-        finished_at: dict[str, float] = {}
+        collection = _Collection(self, primaries, pinned, x_future, e, started)
         poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
-        next_rescue_check = started + RESCUE_CHECK_SECONDS
-        launched = False
-        ran_on: dict[int, str] = {}          # where each backup copy runs
-        tail: dict[str, float] = {}          # streaming: when the queue drained, seconds per portion
-        winner_ran_on: dict[int, str] = {}   # portions a backup won: its worker
-        n_done = 0
-        while n_done < n:
+        while collection.n_done < len(primaries):
             try:
-                done, pending = wait(pending, timeout=poll,
-                                     return_when="FIRST_COMPLETED" if launched else "ALL_COMPLETED")
+                done, collection.pending = wait(collection.pending, timeout=poll,
+                                                return_when="FIRST_COMPLETED" if collection.launched else "ALL_COMPLETED")
             except TimeoutError:
-                done = {f for f in pending if f.done()}
-                pending -= done
+                done = {f for f in collection.pending if f.done()}
+                collection.pending -= done
             now = time.perf_counter()
-            if x_future.status == "error":
-                x_future.result()  # the task producing the parameters failed: its exception
-            if x_future.status in ("lost", "cancelled"):  # the parameters were lost with their worker
-                raise _EvaluationLost()
-            for f in done:
-                i = portion_index(f.key)
-                copies[i] -= 1
-                if winners[i] is not None:
-                    continue
-                if f.status == "error":
-                    f.result()  # re-raise the task's exception
-                if f.status != "finished":  # lost with its worker, or cancelled
-                    continue
-                winners[i] = f
-                n_done += 1
-                w = pinned[i]
-                done_by[w] += 1
-                if w is not None and done_by[w] == owned[w]:
-                    finished_at[w] = now
-                if f.key.startswith("sandblaster-backup"):
-                    self.stats.backups_won += 1
-                    winner_ran_on[i] = ran_on[i]
-                    self._keep_copy(self.portions[i].shard, ran_on[i])
-                losers = [g for g in pending if portion_index(g.key) == i]
-                if losers:
-                    self.client.cancel(losers)
-                    pending.difference_update(losers)
-            for i, f in enumerate(winners):  # a finished copy lost with its worker: not a winner after all
-                if f is not None and f.status != "finished":
-                    winners[i] = None
-                    n_done -= 1
-                    done_by[pinned[i]] -= 1
-                    finished_at.pop(pinned[i], None)  # type: ignore[arg-type]
-            if n_done == n:
+            collection.check_parameters()
+            collection.take(done, now)
+            if collection.n_done == len(primaries):
                 break
-            orphans = [i for i in range(n) if winners[i] is None and copies[i] == 0]
-            if now >= next_rescue_check or orphans:
-                next_rescue_check = now + RESCUE_CHECK_SECONDS
-                alive = set(self._workers())
-                stranded = [p for p in self.portions
-                            if winners[p.index] is None and p.index not in rescued
-                            and (copies[p.index] == 0 or (pinned[p.index] is not None and pinned[p.index] not in alive))]
-                for p, future in zip(stranded, self._rescue(stranded, x_future, e)):
-                    rescued.add(p.index)
-                    copies[p.index] += 1
-                    pending.add(future)
-            late: list[Portion] = []
-            if self.backup_tasks and not self.cache:
-                late, idle = self._streaming_stragglers(now, started, e, winners, backed_up | rescued, tail)
-            elif self.backup_tasks and finished_at:
-                late, idle = self._stragglers(now - started, owned, done_by, finished_at, started, winners, pinned,
-                                              backed_up | rescued)
-            if late:
-                backups = [self._backup(p, x_future, e, idle[j % len(idle)]) for j, p in enumerate(late)]
-                ran_on.update((p.index, idle[j % len(idle)]) for j, p in enumerate(late))
-                self.stats.backups_launched += len(backups)
-                for b in backups:
-                    backed_up.add(portion_index(b.key))
-                    copies[portion_index(b.key)] += 1
-                pending.update(backups)
-                launched = launched or bool(backups)
-        self._measure_speeds(started, time.perf_counter(), pinned, winner_ran_on, finished_at)
-        return winners, launched
+            collection.rescue_stranded(now)
+            collection.back_up_stragglers(now)
+        self._measure_speeds(started, time.perf_counter(), pinned, collection.winner_ran_on, collection.finished_at)
+        return collection.winners, collection.launched
 
     def _measure_speeds(self, started, ended, pinned, winner_ran_on, finished_at) -> None:
         """Rows per second each worker delivered in this evaluation (placement uses them)."""
@@ -504,3 +435,105 @@ class MegaBatchEvaluator:
 def portion_index(key: str) -> int:
     """Portion index from a task key ``sandblaster-<kind>-<token>-<eval>-<index>``."""
     return int(key.rsplit("-", 1)[1])
+
+
+class _Collection:
+    """The bookkeeping of one evaluation's wait for its portions (see
+    :meth:`MegaBatchEvaluator._collect`): winners, pending copies, rescues and backups."""
+
+    def __init__(self, evaluator: MegaBatchEvaluator, primaries: list[Future], pinned: list[str | None],
+                 x_future: Future, e: int, started: float) -> None:
+        self.evaluator, self.pinned, self.x_future, self.e, self.started = evaluator, pinned, x_future, e, started
+        n = len(primaries)
+        self.winners: list[Future | None] = [None] * n
+        self.copies = [1] * n          # copies of each portion still pending
+        self.backed_up: set[int] = set()
+        self.rescued: set[int] = set()
+        self.pending = set(primaries)
+        self.owned = Counter(w for w in pinned if w is not None)  # primaries per worker
+        self.done_by: Counter[str | None] = Counter()
+        self.finished_at: dict[str, float] = {}
+        self.next_rescue_check = started + RESCUE_CHECK_SECONDS
+        self.launched = False
+        self.ran_on: dict[int, str] = {}          # where each backup copy runs
+        self.tail: dict[str, float] = {}          # streaming: when the queue drained, seconds per portion
+        self.winner_ran_on: dict[int, str] = {}   # portions a backup won: its worker
+        self.n_done = 0
+
+    def check_parameters(self) -> None:
+        """Raise when the task producing the parameters failed or they were lost."""
+        if self.x_future.status == "error":
+            self.x_future.result()  # the task producing the parameters failed: its exception
+        if self.x_future.status in ("lost", "cancelled"):  # the parameters were lost with their worker
+            raise _EvaluationLost()
+
+    def take(self, done: set[Future], now: float) -> None:
+        """Record the first finished copy of each portion; cancel the other copies."""
+        evaluator = self.evaluator
+        for f in done:
+            i = portion_index(f.key)
+            self.copies[i] -= 1
+            if self.winners[i] is not None:
+                continue
+            if f.status == "error":
+                f.result()  # re-raise the task's exception
+            if f.status != "finished":  # lost with its worker, or cancelled
+                continue
+            self.winners[i] = f
+            self.n_done += 1
+            w = self.pinned[i]
+            self.done_by[w] += 1
+            if w is not None and self.done_by[w] == self.owned[w]:
+                self.finished_at[w] = now
+            if f.key.startswith("sandblaster-backup"):
+                evaluator.stats.backups_won += 1
+                self.winner_ran_on[i] = self.ran_on[i]
+                evaluator._keep_copy(evaluator.portions[i].shard, self.ran_on[i])
+            losers = [g for g in self.pending if portion_index(g.key) == i]
+            if losers:
+                evaluator.client.cancel(losers)
+                self.pending.difference_update(losers)
+        for i, f in enumerate(self.winners):  # a finished copy lost with its worker: not a winner after all
+            if f is not None and f.status != "finished":
+                self.winners[i] = None
+                self.n_done -= 1
+                self.done_by[self.pinned[i]] -= 1
+                self.finished_at.pop(self.pinned[i], None)  # type: ignore[arg-type]
+
+    def rescue_stranded(self, now: float) -> None:
+        """Re-run from Zarr the portions whose worker left or whose copies were all lost."""
+        n = len(self.winners)
+        orphans = [i for i in range(n) if self.winners[i] is None and self.copies[i] == 0]
+        if now < self.next_rescue_check and not orphans:
+            return
+        self.next_rescue_check = now + RESCUE_CHECK_SECONDS
+        alive = set(self.evaluator._workers())
+        stranded = [p for p in self.evaluator.portions
+                    if self.winners[p.index] is None and p.index not in self.rescued
+                    and (self.copies[p.index] == 0
+                         or (self.pinned[p.index] is not None and self.pinned[p.index] not in alive))]
+        for p, future in zip(stranded, self.evaluator._rescue(stranded, self.x_future, self.e)):
+            self.rescued.add(p.index)
+            self.copies[p.index] += 1
+            self.pending.add(future)
+
+    def back_up_stragglers(self, now: float) -> None:
+        """Copy the outstanding portions of straggling workers to idle ones."""
+        evaluator = self.evaluator
+        late: list[Portion] = []
+        if evaluator.backup_tasks and not evaluator.cache:
+            late, idle = evaluator._streaming_stragglers(now, self.started, self.e, self.winners,
+                                                         self.backed_up | self.rescued, self.tail)
+        elif evaluator.backup_tasks and self.finished_at:
+            late, idle = evaluator._stragglers(now - self.started, self.owned, self.done_by, self.finished_at,
+                                               self.started, self.winners, self.pinned, self.backed_up | self.rescued)
+        if not late:
+            return
+        backups = [evaluator._backup(p, self.x_future, self.e, idle[j % len(idle)]) for j, p in enumerate(late)]
+        self.ran_on.update((p.index, idle[j % len(idle)]) for j, p in enumerate(late))
+        evaluator.stats.backups_launched += len(backups)
+        for b in backups:
+            self.backed_up.add(portion_index(b.key))
+            self.copies[portion_index(b.key)] += 1
+        self.pending.update(backups)
+        self.launched = self.launched or bool(backups)
