@@ -127,28 +127,8 @@ def make_dataset(
         n_classes = DEFAULT_CLASSES.get(kind, 3)
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
-    if kind in SYNTHETIC:
-        splits = _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction)
-    elif kind in WORKLOADS:
-        if features is not None:
-            width = {"acoustic": f"{FRAMES * BANDS} features ({FRAMES} frames x {BANDS} bands)",
-                     "patches": "patch_size**2 features", "text": "context features"}[kind]
-            raise ConfigurationError(
-                f"the {kind!r} recipe has {width}; do not pass features, got {features!r}"
-            )
-        if kind == "acoustic":
-            splits = _acoustic_splits(rows, seed, test_fraction, n_classes)
-        elif kind == "patches":
-            splits = _patch_splits(rows, seed, test_fraction, patch_size, image_source)
-        else:
-            splits = _text_splits(rows, seed, test_fraction, vocab_size, context)
-    else:
-        if rows is not None or features is not None:
-            raise ConfigurationError(
-                f"the {kind!r} dataset has a fixed size; do not pass rows or features"
-            )
-        splits = _bundled_splits(kind, seed, test_fraction)
-
+    splits = _recipe_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction,
+                            patch_size, image_source, vocab_size, context)
     with written_aside(target, overwrite=overwrite) as staging:
         for name, split in splits.items():
             blocks = split.blocks if on_progress is None else _counted(split.blocks, name, on_progress)
@@ -157,6 +137,30 @@ def make_dataset(
                 feature_names=split.feature_names, dtype=split.dtype,
             )
     return {name: ShardedDataset.open(target / name) for name in splits}
+
+
+
+def _recipe_splits(kind: str, rows: int | None, features: int | None, seed: int, n_classes: int,
+                   ill_conditioned: bool, test_fraction: float, patch_size: int | None, image_source: str | None,
+                   vocab_size: int | None, context: int | None) -> dict[str, Any]:
+    """The recipe's train/test splits as block generators (nothing written yet)."""
+    if kind in SYNTHETIC:
+        return _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction)
+    if kind in WORKLOADS:
+        if features is not None:
+            width = {"acoustic": f"{FRAMES * BANDS} features ({FRAMES} frames x {BANDS} bands)",
+                     "patches": "patch_size**2 features", "text": "context features"}[kind]
+            raise ConfigurationError(
+                f"the {kind!r} recipe has {width}; do not pass features, got {features!r}"
+            )
+        if kind == "acoustic":
+            return _acoustic_splits(rows, seed, test_fraction, n_classes)
+        if kind == "patches":
+            return _patch_splits(rows, seed, test_fraction, patch_size, image_source)
+        return _text_splits(rows, seed, test_fraction, vocab_size, context)
+    if rows is not None or features is not None:
+        raise ConfigurationError(f"the {kind!r} dataset has a fixed size; do not pass rows or features")
+    return _bundled_splits(kind, seed, test_fraction)
 
 
 def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callable[[str, int], Any]):
