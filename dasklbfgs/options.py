@@ -17,7 +17,7 @@ import dataclasses
 import difflib
 import math
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -27,7 +27,40 @@ from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
 __all__ = ["OptionSpec", "Options", "option", "override", "describe_default"]
 
-KINDS = ("int", "float", "bool", "choice", "path", "ints", "mapping", "bool_or_auto", "optional_bool")
+_BAD = object()  # what a kind's normaliser returns for a value of the wrong type
+
+
+def _number(value: Any, integral: bool) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer) if integral else (int, float, np.number)):
+        return _BAD
+    return int(value) if integral else (float(value) if math.isfinite(value) else _BAD)
+
+
+def _boolean(value: Any) -> Any:
+    return bool(value) if isinstance(value, (bool, np.bool_)) else _BAD
+
+
+def _ints(value: Any) -> Any:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        return _BAD
+    items = list(value)
+    ok = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items)
+    return tuple(int(v) for v in items) if ok else _BAD
+
+
+#: kind -> (normalise a value or return _BAD, what a valid value is in words)
+_KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "int": (lambda v: _number(v, True), "an integer"),
+    "float": (lambda v: _number(v, False), "a finite number"),
+    "bool": (_boolean, "True or False"),
+    "optional_bool": (_boolean, "True, False or None"),
+    "bool_or_auto": (lambda v: v if v == "auto" else _boolean(v), "True, False or 'auto'"),
+    "choice": (lambda v: v, "one of"),
+    "path": (lambda v: v if isinstance(v, (str, os.PathLike)) and str(v) else _BAD, "a path"),
+    "ints": (_ints, "a list of integers"),
+    "mapping": (lambda v: dict(v) if isinstance(v, Mapping) and all(isinstance(k, str) for k in v) else _BAD,
+                "a mapping of names to values"),
+}
 
 
 @dataclass(frozen=True)
@@ -35,119 +68,54 @@ class OptionSpec:
     """How one option is checked and shown (its default lives on the dataclass field)."""
 
     help: str
-    kind: str
+    kind: str                              # a key of _KINDS
     minimum: float | None = None
     below: float | None = None             # exclusive upper bound
     positive: bool = False                 # > 0 rather than >= minimum
     choices: tuple[Any, ...] = ()
-    nullable: bool = False                 # None is a valid value (with the meaning in ``none_means``)
+    nullable: bool = False                 # None is a valid value, meaning ``none_means``
     none_means: str = ""
     aliases: tuple[str, ...] = ()          # older spellings accepted by the CLI and YAML
     length: int | None = None              # ``ints``: exact number of integers
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"option kind must be one of {KINDS}, got {self.kind!r}")
+        if self.kind not in _KINDS:
+            raise ValueError(f"option kind must be one of {tuple(_KINDS)}, got {self.kind!r}")
 
     def check(self, name: str, value: Any, owner: str) -> Any:
         """``value`` normalised, or :class:`ConfigurationError` saying what is valid."""
-        if value is None:
-            if self.nullable:
-                return None
-            raise ConfigurationError(f"{owner} option {name} must be {self.expected()}, got None")
-        checker = getattr(self, f"_check_{self.kind}")
-        result = checker(value)
-        if result is _BAD:
+        if value is None and self.nullable:
+            return None
+        checked = _BAD if value is None else _KINDS[self.kind][0](value)
+        if checked is not _BAD and not self._valid(checked):
+            checked = _BAD
+        if checked is _BAD:
             raise ConfigurationError(f"{owner} option {name} must be {self.expected()}, got {value!r}")
-        return result
+        return checked
+
+    def _valid(self, value: Any) -> bool:
+        if self.kind == "choice":
+            return isinstance(value, str) and value in self.choices
+        if self.kind == "ints":
+            return self.length is None or len(value) == self.length
+        if self.kind not in ("int", "float"):
+            return True
+        return ((not self.positive or value > 0) and (self.minimum is None or value >= self.minimum)
+                and (self.below is None or value < self.below))
 
     def expected(self) -> str:
-        """What a valid value is, in words (used in error messages and help)."""
-        kind = self.kind
-        if kind == "choice":
+        """What a valid value is, in words (error messages, help, docs)."""
+        text = _KINDS[self.kind][1]
+        if self.kind == "choice":
             text = f"one of {self.choices!r}"
-        elif kind == "bool":
-            text = "True or False"
-        elif kind == "optional_bool":
-            text = "True, False or None"
-        elif kind == "bool_or_auto":
-            text = "True, False or 'auto'"
-        elif kind == "path":
-            text = "a path"
-        elif kind == "mapping":
-            text = "a mapping of names to values"
-        elif kind == "ints":
-            text = f"{self.length} integers" if self.length else "a list of integers"
-        else:
-            text = self._expected_number()
-        return text + (" or None" if self.nullable and kind != "optional_bool" else "")
-
-    def _expected_number(self) -> str:
-        if self.kind == "int":
-            return f"an integer >= {self.minimum:g}" if self.minimum is not None else "an integer"
-        noun = "number"
-        if self.positive:
-            return f"a positive {noun}"
-        if self.minimum == 0 and self.below is not None:
-            return f"a {noun} in [0, {self.below:g})"
-        if self.minimum == 0:
-            return f"a non-negative {noun}"
-        if self.minimum is not None:
-            return f"a {noun} >= {self.minimum:g}"
-        return "a finite number"
-
-    # -- one checker per kind; each returns the normalised value or _BAD -----------------
-
-    def _in_range(self, value: float) -> bool:
-        if self.positive and not value > 0:
-            return False
-        if self.minimum is not None and value < self.minimum:
-            return False
-        return self.below is None or value < self.below
-
-    def _check_int(self, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            return _BAD
-        return int(value) if self._in_range(value) else _BAD
-
-    def _check_float(self, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            return _BAD
-        value = float(value)
-        return value if math.isfinite(value) and self._in_range(value) else _BAD
-
-    def _check_bool(self, value: Any) -> Any:
-        return bool(value) if isinstance(value, (bool, np.bool_)) else _BAD
-
-    def _check_optional_bool(self, value: Any) -> Any:
-        return self._check_bool(value)
-
-    def _check_bool_or_auto(self, value: Any) -> Any:
-        return value if value == "auto" else self._check_bool(value)
-
-    def _check_choice(self, value: Any) -> Any:
-        return value if isinstance(value, str) and value in self.choices else _BAD
-
-    def _check_path(self, value: Any) -> Any:
-        return value if isinstance(value, (str, os.PathLike)) and str(value) else _BAD
-
-    def _check_ints(self, value: Any) -> Any:
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            return _BAD
-        items = list(value)
-        if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in items):
-            return _BAD
-        if self.length is not None and len(items) != self.length:
-            return _BAD
-        return tuple(int(v) for v in items)
-
-    def _check_mapping(self, value: Any) -> Any:
-        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-            return _BAD
-        return dict(value)
-
-
-_BAD = object()
+        elif self.kind == "ints" and self.length:
+            text = f"{self.length} integers"
+        elif self.kind == "int" and self.minimum is not None:
+            text = f"an integer >= {self.minimum:g}"
+        elif self.kind == "float" and (self.positive or self.minimum == 0):
+            text = ("a positive number" if self.positive else
+                    f"a number in [0, {self.below:g})" if self.below is not None else "a non-negative number")
+        return text + (" or None" if self.nullable and self.kind != "optional_bool" else "")
 
 
 def option(default: Any, help: str, kind: str, **spec: Any) -> Any:
@@ -161,17 +129,14 @@ def override(base: type[Options], name: str, *, default: Any) -> Any:
     For a solver whose natural default differs (Downpour's optimizer is Adagrad, the peer
     methods' is SGD); the option is still described once.
     """
-    spec = base.spec(name)
-    return field(default=default, metadata={"option": spec})
+    return field(default=default, metadata={"option": base.spec(name)})
 
 
 def describe_default(value: Any, spec: OptionSpec) -> str:
     """A default as shown in help text and tables."""
     if value is None:
         return spec.none_means or "none"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 T = TypeVar("T", bound="Options")
@@ -200,7 +165,6 @@ class Options:
 
     @classmethod
     def default(cls, name: str) -> Any:
-        """The declared default of option ``name``."""
         return cls.fields()[name].default
 
     @classmethod

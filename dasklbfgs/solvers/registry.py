@@ -90,39 +90,17 @@ def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None,
 def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Options | Mapping[str, Any] | None = None,
              *, client: Any = None, x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
              eval_data: Any = None, **values: Any) -> OptimizeResult:
-    """Train ``model`` on ``data`` with a registered solver.
+    """Train ``model`` (a :mod:`dasklbfgs.models` model) on ``data`` (a ShardedDataset or
+    its path) with the registered solver ``solver`` (see :func:`solver_names`).
 
-    Parameters
-    ----------
-    model
-        A model from :mod:`dasklbfgs.models`.
-    data
-        A :class:`~dasklbfgs.ShardedDataset` or the path of one.
-    solver
-        A registered solver's name: see :func:`solver_names` (``"sandblaster"``,
-        ``"downpour"``, ``"sync"``, ``"easgd"``, ``"gossip"``, ``"neighbours"``).
-    options
-        The solver's options object (e.g. ``SandblasterOptions(gtol=1e-8)``) or a mapping;
-        keyword ``values`` are added on top. Unknown names are refused.
-    client
-        Dask client; default: the active client, else an embedded ``LocalCluster`` closed on
-        return.
-    x0
-        Starting parameters (default: the model's initialisation).
-    callback
-        Called with each iteration's (Sandblaster) or history entry's (the replica
-        methods) ``OptimizeResult``; raising ``StopIteration`` stops the run cleanly.
-    eval_data
-        A held-out dataset, scored every ``eval_every`` iterations or steps.
-
-    Returns
-    -------
-    OptimizeResult
-        See :mod:`dasklbfgs.solvers.result` for the fields.
-
-    Examples
-    --------
-    >>> result = minimize(Logistic(d, l2=1e-4), "train.zarr", "sandblaster", standardize=True)  # doctest: +SKIP
+    ``options`` is the solver's options object (``SandblasterOptions(gtol=1e-8)``) or a
+    mapping; keyword ``values`` are added on top; unknown names are refused. ``client``:
+    default the active client, else an embedded ``LocalCluster`` closed on return. ``x0``:
+    starting parameters (default: the model's initialisation). ``callback`` is called with
+    each iteration's or history entry's ``OptimizeResult``; raising ``StopIteration`` stops
+    the run cleanly. ``eval_data``: a held-out dataset scored every ``eval_every``
+    iterations or steps. Returns a scipy ``OptimizeResult`` (``status`` a
+    :class:`~dasklbfgs.optim.lbfgs.Status`, plus ``solver`` and ``run_id``).
     """
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)

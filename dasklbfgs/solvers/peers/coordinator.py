@@ -33,7 +33,6 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs.cluster import resolve_client
 from dasklbfgs.models.base import Model
-from dasklbfgs.optim.collective import torus_shape as torus_grid
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
 from dasklbfgs.solvers.peers.mailbox import PeerMailbox
@@ -53,6 +52,7 @@ PeerOptions = SyncOptions | EASGDOptions | GossipOptions | NeighbourOptions
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
 
+
 def run_peers(model: Model, data: Any, options: PeerOptions, *, client: Client | None = None, x0: Any = None,
               callback: Callable[[OptimizeResult], Any] | None = None, eval_data: Any = None) -> OptimizeResult:
     """Train ``model`` with the peer method ``options.solver`` (the registered ``run``)."""
@@ -61,7 +61,7 @@ def run_peers(model: Model, data: Any, options: PeerOptions, *, client: Client |
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     config = peer_config(options, checked, rule)
     n_center_shards = 0
-    if isinstance(options, EASGDOptions):
+    if isinstance(options, EASGDOptions):  # the center lives on parameter shards
         n_center_shards = check_param_shards(model, options.n_param_shards)
     with resolve_client(client) as active:
         run = _PeerRun(active, model, checked, config, x_start, n_center_shards, options)
@@ -74,22 +74,12 @@ def run_peers(model: Model, data: Any, options: PeerOptions, *, client: Client |
 def peer_config(options: PeerOptions, checked: ReplicaRun, rule: Any) -> PeerConfig:
     """What every replica task of the run needs to know, from the checked options."""
     n_replicas, batch_size = len(checked.rows), options.batch_size
-    method_fields: dict[str, Any] = {}
-    if isinstance(options, SyncOptions):
-        method_fields = {"wait_timeout": options.wait_timeout}
-    elif isinstance(options, EASGDOptions):
-        method_fields = {"tau": options.tau, "alpha": options.moving_rate()}
-    elif isinstance(options, GossipOptions):
-        method_fields = {"push_sum": options.push_sum}
-    elif isinstance(options, NeighbourOptions):
-        shape = torus_grid(n_replicas, options.torus_shape) if options.topology == "torus" else None
-        method_fields = {"topology": options.topology, "torus_shape": shape}
     return PeerConfig(
         method=options.solver, n_replicas=n_replicas, batch_size=batch_size, epochs=options.epochs,
         seed=options.seed, rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
         total_steps=options.epochs * max(math.ceil((b - a) / batch_size) for a, b in checked.rows),
         step_cap=None if options.max_steps is None else math.ceil(options.max_steps / n_replicas),
-        **method_fields,
+        **options.replica_fields(n_replicas),
     )
 
 

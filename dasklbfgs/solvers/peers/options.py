@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.optim.collective import TOPOLOGIES
+from dasklbfgs.optim.collective import TOPOLOGIES, torus_shape
 from dasklbfgs.options import option, override
 from dasklbfgs.solvers.common_options import ParamShardOptions, ReplicaOptions
 
@@ -19,6 +19,10 @@ class SyncOptions(ReplicaOptions):
 
     wait_timeout: float = option(120.0, "seconds a replica waits for a peer's sums before the run fails",
                                  "float", positive=True)
+
+    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
+        """This method's fields of the replicas' ``PeerConfig``."""
+        return {"wait_timeout": self.wait_timeout}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,13 +48,11 @@ class EASGDOptions(ReplicaOptions, ParamShardOptions):
                 f"alpha = {self.learning_rate * self.rho!r}, which must be below 1: lower rho"
             )
 
-    def moving_rate(self) -> float:
-        """alpha: as given, from rho, or the paper's 0.9 / n_replicas."""
-        if self.alpha is not None:
-            return self.alpha
-        if self.rho is not None:
-            return self.learning_rate * self.rho
-        return 0.9 / self.n_replicas
+    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
+        # alpha as given, from rho, or the paper's 0.9 / n_replicas
+        alpha = self.alpha if self.alpha is not None else (
+            self.learning_rate * self.rho if self.rho is not None else 0.9 / n_replicas)
+        return {"tau": self.tau, "alpha": alpha}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,6 +61,9 @@ class GossipOptions(ReplicaOptions):
 
     push_sum: bool = option(False, "push-sum gossip (send half of numerator and weight to a random peer) "
                             "instead of pulling a peer's parameters", "bool")
+
+    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
+        return {"push_sum": self.push_sum}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,3 +82,7 @@ class NeighbourOptions(ReplicaOptions):
             raise ConfigurationError(
                 f"neighbours: torus_shape {self.torus_shape!r} is only for topology='torus', not {self.topology!r}"
             )
+
+    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
+        shape = torus_shape(n_replicas, self.torus_shape) if self.topology == "torus" else None
+        return {"topology": self.topology, "torus_shape": shape}
