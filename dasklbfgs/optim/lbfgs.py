@@ -161,7 +161,7 @@ def lbfgs_minimize(
             "nit": state.nit,
             "fun": state.f,
             "gnorm": space.gmax(),
-            "step": state.last_step,
+            "step_length": state.last_step,
             "nfev": state.nfev,
             "time": time.perf_counter() - started,
         })

@@ -16,7 +16,7 @@ def test_sandblaster_logs_every_iteration(client, datasets) -> None:
     events = _events(client, result.run_id)
     assert [e["nit"] for e in events] == list(range(1, result.nit + 1))
     assert events[-1]["fun"] == result.fun
-    assert {"gnorm", "step", "nfev", "time", "n_portions"} <= set(events[0])
+    assert {"gnorm", "step_length", "nfev", "time", "n_portions"} <= set(events[0])
 
 
 def test_downpour_logs_progress_and_the_end(client, datasets) -> None:

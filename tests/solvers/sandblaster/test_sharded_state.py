@@ -26,7 +26,7 @@ def test_same_iterates_as_the_local_mode(client, datasets, name) -> None:
     np.testing.assert_allclose(sharded.jac, local.jac, rtol=1e-8, atol=1e-12)
     assert sharded.fun == pytest.approx(local.fun, rel=1e-12)
     for a, b in zip(sharded.history, local.history):
-        assert a["fun"] == pytest.approx(b["fun"], rel=1e-12) and a["step"] == pytest.approx(b["step"], rel=1e-8)
+        assert a["fun"] == pytest.approx(b["fun"], rel=1e-12) and a["step_length"] == pytest.approx(b["step_length"], rel=1e-8)
 
 
 @pytest.mark.parametrize("name", ["logistic-very-ill", "multinomial-ill"])
