@@ -91,8 +91,8 @@ def test_non_finite_start_raises() -> None:
     [
         ({"history": 0}, r"history must be an integer >= 1, got 0"),
         ({"maxiter": 2.5}, r"maxiter must be an integer >= 1, got 2.5"),
-        ({"gtol": -1.0}, r"gtol must be a finite number >= 0, got -1.0"),
-        ({"ftol": float("nan")}, r"ftol must be a finite number >= 0, got nan"),
+        ({"gtol": -1.0}, r"gtol must be a non-negative number, got -1.0"),
+        ({"ftol": float("nan")}, r"ftol must be a non-negative number, got nan"),
     ],
 )
 def test_option_errors(kwargs, match) -> None:
