@@ -2,7 +2,7 @@
 
 Synchronous SGD reduces gradients up a binary tree of replicas and broadcasts the result
 down it; neighbour exchange sends gradients along a ring or a 2-D torus; gossip mixes with
-a random peer; EASGD moves a replica and the center toward each other (ALGORITHMS.md §6,
+a random peer; EASGD moves a replica and the center toward each other (docs/algorithms.md §6,
 §7). Nothing here touches Dask, so every rule is unit-tested on plain arrays.
 """
 

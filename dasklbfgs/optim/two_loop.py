@@ -3,7 +3,7 @@
 With the basis ``b = [s_0 .. s_{k-1}, y_0 .. y_{k-1}, g]`` (oldest pair first) and its
 Gram matrix ``B_ij = b_i . b_j``, the search direction ``p = -H g`` is a linear
 combination ``p = sum_l delta_l b_l`` whose coefficients follow from ``B`` alone
-(Chen, Wang and Zhou 2014, "Large-scale L-BFGS using MapReduce"; ALGORITHMS.md §2). So
+(Chen, Wang and Zhou 2014, "Large-scale L-BFGS using MapReduce"; docs/algorithms.md §2). So
 whoever holds the vectors -- one process, or parameter shards each holding a slice --
 only has to supply dot products and apply the coefficients.
 """

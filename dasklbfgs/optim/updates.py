@@ -3,7 +3,7 @@
 ``rule.init(params) -> state`` and ``rule.update(grad, state) -> (delta, state)``; the
 caller applies ``params += delta``. States are dicts of numpy arrays, so they pickle,
 checkpoint to Zarr and move between processes unchanged. The same functions run in a
-unit test and inside a Downpour parameter shard (ALGORITHMS.md §3).
+unit test and inside a Downpour parameter shard (docs/algorithms.md §3).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def momentum(learning_rate: float, beta: float = 0.9, nesterov: bool = False) ->
 
 
 def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float = 0.0) -> UpdateRule:
-    """Adagrad (Duchi et al. 2011; DistBelief's choice at the shards, ALGORITHMS.md §3).
+    """Adagrad (Duchi et al. 2011; DistBelief's choice at the shards, docs/algorithms.md §3).
 
     ``acc += g^2``; ``delta = -lr g / (sqrt(acc) + eps)``: each parameter gets its own rate,
     shrinking with the gradients it has seen.

@@ -1,4 +1,4 @@
-"""``downpour_sgd``: asynchronous SGD with sharded parameter servers (ALGORITHMS.md §3).
+"""``downpour_sgd``: asynchronous SGD with sharded parameter servers (docs/algorithms.md §3).
 
 P :class:`ParameterShard` actors own contiguous slices of the parameters and apply the
 update rule (Adagrad by default); R replica tasks, one per training subset, fetch, compute

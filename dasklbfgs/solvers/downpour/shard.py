@@ -1,7 +1,7 @@
 """``ParameterShard``: a Dask actor that owns one contiguous slice of the parameters.
 
 Each shard stores its slice and the optimizer state for it, and applies the update rule
-itself when a replica pushes an accrued gradient (ALGORITHMS.md §3). Shards never talk to
+itself when a replica pushes an accrued gradient (docs/algorithms.md §3). Shards never talk to
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
 (:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
@@ -108,7 +108,7 @@ class ParameterShard:
         return self.version, self.stop_reason, values
 
     async def elastic(self, x: np.ndarray, alpha: float) -> np.ndarray:
-        """EASGD's exchange with the center (ALGORITHMS.md §6), atomic on this slice:
+        """EASGD's exchange with the center (docs/algorithms.md §6), atomic on this slice:
         ``d = alpha (x_i - x~)``; the center adds ``d`` and the replica subtracts it."""
         x = np.asarray(x, dtype=np.float64)
         self.bytes_in += x.nbytes

@@ -1,6 +1,6 @@
 """Synchronous and decentralized data parallelism: the alternatives to Downpour's servers.
 
-Four methods from the papers that argue with DistBelief's parameter server (ALGORITHMS.md
+Four methods from the papers that argue with DistBelief's parameter server (docs/algorithms.md
 §6, §7), one family with :func:`~dasklbfgs.downpour.downpour_sgd`: the same replicas on
 the same rows and batches, the same update rules, the same result object, history and
 metrics events (so the dashboard's Training page shows them), and the same coordinator

@@ -7,7 +7,7 @@ order, so the result does not depend on which worker computed what (DESIGN.md,
 Dask runs a portion where its shard lives (data affinity) and reloads a shard from Zarr
 if the worker holding it is lost.
 
-Backup tasks (ALGORITHMS.md §1, after MapReduce): once a worker has finished its
+Backup tasks (docs/algorithms.md §1, after MapReduce): once a worker has finished its
 portions, the outstanding portions of any worker progressing ``backup_slack`` times slower
 are copied to the idle workers, which fetch the shard from its holder; whichever copy
 finishes first is used and the other is cancelled. Both copies compute the same numbers.
@@ -124,7 +124,7 @@ class MegaBatchEvaluator:
         started = time.perf_counter()
         addresses = sorted(workers)
         n = data.n_shards
-        # Sequential shards go to the same worker (data affinity, ALGORITHMS.md §1).
+        # Sequential shards go to the same worker (data affinity, docs/algorithms.md §1).
         self.shards = [
             client.submit(
                 load_shard, data, i,
@@ -303,7 +303,7 @@ class MegaBatchEvaluator:
           progressing ``backup_slack`` times slower than the fastest finished one (portions
           per second) is a straggler: its outstanding portions are copied to the idle
           workers, last-queued first, each reading its rows from Zarr (MapReduce's backup
-          tasks, ALGORITHMS.md §1). A worker that stops progressing slows down by this
+          tasks, docs/algorithms.md §1). A worker that stops progressing slows down by this
           measure too, so a hung portion is backed up as well;
         * portions pinned to a worker that has left the cluster (or whose copies were all
           lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.

@@ -30,7 +30,7 @@ def default_portion_rows(n_samples: int, shard_rows: int, n_threads: int) -> int
     """About ``PORTIONS_PER_THREAD`` portions per worker thread, never more than a shard.
 
     Fewer, larger portions keep Dask's per-task overhead (about a millisecond) small next
-    to the work; a few per thread still lets faster workers take more (ALGORITHMS.md §1).
+    to the work; a few per thread still lets faster workers take more (docs/algorithms.md §1).
     """
     target = math.ceil(n_samples / (PORTIONS_PER_THREAD * max(n_threads, 1)))
     return max(1, min(shard_rows, target))
