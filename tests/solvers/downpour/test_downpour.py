@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 import numpy as np
 import pytest
 
 from dasklbfgs import ShardedDataset, make_dataset
+from dasklbfgs.checkpoint_store import read_checkpoint
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
+from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.updates import sgd
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fail_writes, tree_bytes
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +139,58 @@ def test_checkpoint_and_resume(client, softmax_data, tmp_path) -> None:
         downpour_sgd(Softmax(10, 3, l2=1.0), train, client=client, n_replicas=1, checkpoint_path=path, resume=True)
     with pytest.raises(ModelDataMismatchError, match=r"was trained with optimizer 'adagrad', not 'sgd'"):
         downpour_sgd(model, train, client=client, n_replicas=1, optimizer="sgd", checkpoint_path=path, resume=True)
+
+
+def _shard_states(pushes: int) -> list[dict]:
+    """``get_state`` of two adagrad parameter shards after ``pushes`` pushes each (no cluster)."""
+    async def scenario():
+        rng = np.random.default_rng(pushes)
+        shards = [ParameterShard(0, 0, 4, np.zeros(4), "adagrad", {"learning_rate": 0.1}),
+                  ParameterShard(1, 4, 7, np.zeros(3), "adagrad", {"learning_rate": 0.1})]
+        for shard in shards:
+            version = 0
+            for _ in range(pushes):
+                version, _, _ = await shard.push(rng.normal(size=shard.stop - shard.start), version, replica=0,
+                                                 steps=1, loss_sum=1.0)
+        return [await shard.get_state() for shard in shards]
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("where", "n"), FAILURES, ids=FAILURE_IDS)
+def test_a_failed_checkpoint_write_leaves_the_previous_one_intact(tmp_path, monkeypatch, where, n) -> None:
+    """The next checkpoint's write fails at a chosen step (an array, the final renames): the
+    previous checkpoint is still there, bit for bit, and nothing a later load could pick up
+    is left beside it."""
+    path = tmp_path / "ckpt"
+    config = model_config(Softmax(2, 3))
+    write = dict(model_config=config, rule="adagrad", hyper={"learning_rate": 0.1})
+    before, after = _shard_states(2), _shard_states(5)
+    assert len(before[0]["optimizer_state"]) == 1  # 2 shards x (values + accumulator) = 4 arrays
+    write_shard_states(path, before, **write, extra={"steps": 4})
+    files = tree_bytes(path)
+    _, attrs = read_checkpoint(path, kind="downpour")
+
+    with monkeypatch.context() as patched:
+        fail_writes(patched, path, where, n)
+        with pytest.raises(InjectedFailure, match=r"failed"):
+            write_shard_states(path, after, **write, extra={"steps": 10})
+
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]
+    assert tree_bytes(path) == files
+    states, loaded_attrs = read_shard_states(path, model_config=config, rule="adagrad")
+    assert loaded_attrs == attrs and loaded_attrs["steps"] == 4
+    for loaded, saved in zip(states, before, strict=True):
+        assert {k: loaded[k] for k in ("index", "start", "stop", "version", "steps", "steps_by_replica")} == \
+            {k: saved[k] for k in ("index", "start", "stop", "version", "steps", "steps_by_replica")}
+        np.testing.assert_array_equal(loaded["values"], saved["values"], strict=True)
+        assert loaded["optimizer_state"].keys() == saved["optimizer_state"].keys()
+        for key, value in saved["optimizer_state"].items():
+            np.testing.assert_array_equal(loaded["optimizer_state"][key], value, strict=True)
+    write_shard_states(path, after, **write, extra={"steps": 10})  # the next write goes through
+    states, _ = read_shard_states(path, model_config=config, rule="adagrad")
+    np.testing.assert_array_equal(states[1]["values"], after[1]["values"], strict=True)
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]
 
 
 def test_non_finite_loss_stops_the_run(client, tmp_path) -> None:

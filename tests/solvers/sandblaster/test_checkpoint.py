@@ -17,7 +17,11 @@ from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
 from dasklbfgs.errors import CheckpointError
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
+from dasklbfgs.models.persist import model_config
+from dasklbfgs.optim import LBFGSOptions, lbfgs_minimize
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import load_state, save_state
+from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fail_writes, tree_bytes
 
 
 @pytest.mark.parametrize("standardize", [False, True])
@@ -106,3 +110,51 @@ def test_a_kill_during_writing_leaves_a_loadable_checkpoint(tmp_path) -> None:
             proc.kill()
     arrays, attrs = read_checkpoint(path, kind="sandblaster")
     assert np.all(arrays["x"] == float(attrs["nit"]))  # one consistent checkpoint, not a mixture
+
+
+def _lbfgs_state(maxiter: int):
+    """A real L-BFGS state (iterate, gradient, curvature pairs, history) after ``maxiter``
+    iterations on a small least-squares problem, computed in this process."""
+    rng = np.random.default_rng(3)
+    A, b = rng.normal(size=(40, 6)), rng.normal(size=40)
+    _, state = lbfgs_minimize(lambda x: (0.5 * float((A @ x - b) @ (A @ x - b)), A.T @ (A @ x - b)),
+                              np.zeros(6), LBFGSOptions(history=4, maxiter=maxiter, gtol=0.0, ftol=0.0))
+    return state
+
+
+def _assert_same_state(loaded, saved) -> None:
+    for name in ("x", "g"):
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(saved, name), strict=True)
+    for name in ("S", "Y", "_G"):
+        np.testing.assert_array_equal(getattr(loaded.basis, name), getattr(saved.basis, name), strict=True)
+    assert loaded.basis.k == saved.basis.k
+    assert (loaded.f, loaded.nit, loaded.nfev, loaded.last_step) == (saved.f, saved.nit, saved.nfev, saved.last_step)
+    assert loaded.history == saved.history
+
+
+@pytest.mark.parametrize(("where", "n"), FAILURES, ids=FAILURE_IDS)
+def test_a_failed_state_write_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch, where, n) -> None:
+    """Deterministic counterpart of the kill test above: the write of the next L-BFGS state
+    fails at a chosen step, and the previous checkpoint is still there, bit for bit."""
+    path = tmp_path / "state"
+    config, settings = model_config(Logistic(5)), {"standardize": False, "history_size": 4, "n_samples": 40}
+    before, after = _lbfgs_state(3), _lbfgs_state(6)
+    assert before.nit == 3 and after.nit == 6 and before.basis.k == 3  # the two differ in every array
+    save_state(path, before, model_config=config, settings=settings)
+    files = tree_bytes(path)
+    _, attrs = read_checkpoint(path, kind="sandblaster")
+
+    with monkeypatch.context() as patched:
+        fail_writes(patched, path, where, n)
+        with pytest.raises(InjectedFailure, match=r"failed"):
+            save_state(path, after, model_config=config, settings=settings)
+
+    # Nothing beside the checkpoint (a staged copy or a moved-aside one) and nothing changed in it.
+    assert sorted(os.listdir(tmp_path)) == ["state"]
+    assert tree_bytes(path) == files
+    assert read_checkpoint(path, kind="sandblaster")[1] == attrs
+    _assert_same_state(load_state(path, model_config=config, settings=settings), before)
+    # The next write goes through as if nothing had happened.
+    save_state(path, after, model_config=config, settings=settings)
+    _assert_same_state(load_state(path, model_config=config, settings=settings), after)
+    assert sorted(os.listdir(tmp_path)) == ["state"]

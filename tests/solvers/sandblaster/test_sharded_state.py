@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from dasklbfgs.errors import CheckpointError
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from tests._checkpoint_faults import InjectedFailure, fail_writes, tree_bytes
 
 
 @pytest.mark.parametrize("name", ["logistic", "multinomial", "regression"])
@@ -115,3 +118,28 @@ def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_p
     chunk.write_bytes(chunk.read_bytes()[:-8])  # truncate one shard's slice of x
     with pytest.raises(CheckpointError, match=r"shards/1': array 'x' cannot be read"):
         sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=path, resume=True, **sharded)
+
+
+@pytest.mark.parametrize(("where", "n"), [("create_array", 1), ("rename", "publish")], ids=["gram", "rename-publish"])
+def test_a_failed_sharded_checkpoint_write_leaves_the_previous_one_intact(client, datasets, tmp_path, monkeypatch,
+                                                                          where, n) -> None:
+    """The vector shards write their slices into the staged checkpoint from their workers;
+    then the coordinator's own write fails (its Gram matrix, or the final rename). None of
+    the shards' new slices may reach the previous checkpoint, which still loads as it was."""
+    data = datasets["multinomial"]
+    model = Softmax(8, 3, l2=1e-3)
+    path = tmp_path / "state"
+    sharded = dict(client=client, state="sharded", n_param_shards=3, checkpoint_path=path)
+    sandblaster_lbfgs(model, data, maxiter=2, **sharded)
+    files = tree_bytes(path)
+    assert sum(name.startswith("shards/") for name in files) > 3 * 4  # the shards' parts are in it
+    with monkeypatch.context() as patched:
+        fail_writes(patched, path, where, n)  # in this process only: the coordinator's part
+        with pytest.raises(InjectedFailure, match=r"failed"):
+            sandblaster_lbfgs(model, data, maxiter=4, resume=True, **sharded)
+    assert sorted(os.listdir(tmp_path)) == ["state"]
+    assert tree_bytes(path) == files
+    _, attrs = read_checkpoint(path, kind="sandblaster-sharded")
+    assert attrs["nit"] == 2
+    for i in range(3):
+        assert read_checkpoint(path / "shards" / str(i), kind="sandblaster-vector-shard")[1]["stop"] > 0
