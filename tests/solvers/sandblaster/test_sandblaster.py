@@ -83,6 +83,69 @@ def test_bitwise_identical_with_one_or_two_workers_and_with_backups(client, data
         assert other.fun == two.fun
 
 
+REDUCE_GROUP = 8  # the documented reduction: groups of 8 partial sums, then groups of those
+
+
+def _add_left_to_right(parts):
+    loss, sums = 0.0, np.zeros_like(parts[0][1])
+    for part_loss, part_sums in parts:
+        loss += part_loss
+        sums += part_sums
+    return loss, sums
+
+
+def _reduce_in_portion_order(parts):
+    """The documented reduction, written out here: consecutive groups of 8 partial sums in
+    portion order, each added left to right from zero, then the same over the groups'
+    totals until one is left."""
+    while len(parts) > 1:
+        parts = [_add_left_to_right(parts[i:i + REDUCE_GROUP]) for i in range(0, len(parts), REDUCE_GROUP)]
+    return parts[0]
+
+
+def test_evaluation_is_bitwise_the_documented_reduction_in_portion_order(client, tmp_path) -> None:
+    """Against a reference computed here with plain numpy, not against the evaluator itself
+    (the other bitwise tests compare the code with itself, and would pass for any fixed
+    order): each portion's ``loss_grad_sum`` on rows sliced out of its shard as a worker
+    loads it, reduced in portion order."""
+    rng = np.random.default_rng(11)
+    n, d, shard_rows, portion_rows = 5000, 6, 600, 140
+    # Rows spanning six decades: the portions' partial sums differ widely in magnitude, so
+    # the order of the additions shows in the last bits (checked below).
+    scale = 10.0 ** rng.uniform(-3, 3, size=(n, 1))
+    data = ShardedDataset.create(tmp_path / "mixed", rng.normal(size=(n, d)) * scale,
+                                 rng.normal(size=n) * scale[:, 0] * 3, shard_rows=shard_rows)
+    model = LeastSquares(d, l2=1e-3)
+    x = rng.normal(size=model.n_params)
+
+    # Portions as documented: every shard cut into equal pieces of at most portion_rows rows.
+    plan = []
+    for lo, hi in data.shard_bounds:
+        pieces = -(-(hi - lo) // portion_rows)
+        edges = [lo + (hi - lo) * i // pieces for i in range(pieces + 1)]
+        plan += [(lo, start, stop) for start, stop in zip(edges[:-1], edges[1:])]
+    assert len(plan) == 8 * 5 + 2  # 8 full shards in 5 pieces, the 200-row last one in 2
+    shards = {lo: data.load_rows(lo, hi) for lo, hi in data.shard_bounds}  # one contiguous read per shard
+    parts = []
+    for lo, start, stop in plan:
+        X, y = shards[lo]
+        parts.append(model.loss_grad_sum(x, X[start - lo:stop - lo], y[start - lo:stop - lo]))
+    loss, sums = _reduce_in_portion_order(parts)
+    # The data make the order matter: the reverse order gives other bits.
+    reversed_loss, reversed_sums = _reduce_in_portion_order(parts[::-1])
+    assert reversed_loss != loss and not np.array_equal(reversed_sums, sums)
+
+    evaluator = MegaBatchEvaluator(client, model, data, portion_rows=portion_rows)
+    try:
+        assert [(p.start, p.stop) for p in evaluator.portions] == [(start, stop) for _, start, stop in plan]
+        for _ in range(2):  # the second evaluation places portions by measured speed: same bits
+            got_loss, got_sums = evaluator.evaluate(x)
+            assert got_loss == loss
+            np.testing.assert_array_equal(got_sums, sums, strict=True)
+    finally:
+        evaluator.close()
+
+
 def wait_until_quiet(client, timeout=10.0) -> None:
     """Wait for tasks a test cancelled but a worker thread is still running to end."""
     deadline = time.monotonic() + timeout
