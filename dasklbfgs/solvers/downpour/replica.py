@@ -25,7 +25,7 @@ from dasklbfgs.solvers._replicas.local_actors import bind_local
 from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.models.base import Model
 
-__all__ = ["ReplicaConfig", "run_replica"]
+__all__ = ["DownpourReplica", "ReplicaConfig", "run_replica"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,189 @@ def _replacements(replica: int, directory: ShardDirectory | None, generation: in
     return generation, bind_local(shards)
 
 
+class DownpourReplica:
+    """One Downpour replica's state between steps and the calls it makes to the shards.
+
+    Build it on the replica's worker (it loads the rows), take :meth:`resume_step`, then
+    :meth:`run` from there; :func:`run_replica` does both.
+    """
+
+    def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int],
+                 shards: list[Any] | None, bounds: list[tuple[int, int]], config: ReplicaConfig,
+                 directory: ShardDirectory | None = None) -> None:
+        self.replica, self.model, self.config, self.directory = replica, model, config, directory
+        self.generation = -1
+        if directory is not None:
+            self.generation, shards = directory.current()
+        if shards is None:
+            raise ValueError("run_replica needs shards or a directory to find them in")
+        self.shards = bind_local(shards)  # the shard on this worker: called in-process, not over TCP
+        self.X, self.y = data.load_rows(*rows)
+        self.batches = Batches(self.X.shape[0], config, replica)
+        self.wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
+        # Pushing every step (dense): each gradient is pushed as it is, instead of being added
+        # into a zeroed accumulator and the accumulator zeroed again (three passes over the
+        # parameters per step saved; 0 + g is g, so the values pushed are the same).
+        self.direct = config.n_push == 1 and not config.sparse
+        self.accrued = np.zeros(model.n_params)
+        self.touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
+        self.accrued_steps, self.accrued_loss = 0, 0.0
+        self.steps = self.fetches = self.pushes = self.examples = self.reconnects = 0
+        self.stop: str | None = None
+        self.params = np.zeros(model.n_params)
+        self.versions: list[int] = [0] * len(self.shards)
+        self.computed_from = self.versions  # the versions the accrued gradient was computed from
+        self.need_fetch = True
+        self.in_flight: tuple[list[Any], bool] | None = None
+        self.seconds_computing = 0.0
+
+    def take_replacements(self, lost: _ShardsLost) -> None:
+        self.generation, self.shards = _replacements(self.replica, self.directory, self.generation, lost)
+
+    def resume_step(self, first_epoch: int) -> int:
+        """The step to start at: the shards' count of this replica's steps, or ``first_epoch``'s first."""
+        while True:  # a shard may die before this replica (re)starts: wait for its replacement
+            try:
+                done_before = max(st["steps_by_replica"].get(self.replica, 0)
+                                  for st in _results([sh.stats() for sh in self.shards]))
+                break
+            except _ShardsLost as lost:
+                self.take_replacements(lost)
+        return max(first_epoch * self.batches.per_epoch, done_before)
+
+    def rows_ahead(self, step: int) -> np.ndarray | None:
+        """Table rows the batches from ``step`` up to the next fetch read."""
+        if not self.config.sparse:
+            return None
+        ahead = range(step, min(step + self.config.n_fetch, self.batches.total))
+        return np.unique(np.concatenate([self.model.touched_rows(self.X[self.batches[t][1]]) for t in ahead]))
+
+    def fetch(self, step: int) -> str | None:
+        calls = [s.fetch(self.config.wire_dtype, r)
+                 for s, r in zip(self.shards, self.wire.split_rows(self.rows_ahead(step)))]
+        replies = _results(calls)  # all in flight before the first wait
+        self.wire.apply_fetched(self.params, [r[0] for r in replies])
+        self.versions = [r[1] for r in replies]
+        return _stop_reason(replies, 2)
+
+    def send_push(self, with_fetch_from: int | None) -> tuple[list[Any], bool]:
+        """Push the accrued gradient to every shard, asking for a fetch from step
+        ``with_fetch_from`` on in the same reply; returns the calls in flight."""
+        touched_rows = np.flatnonzero(self.touched) if self.touched is not None else None
+        fetch_rows = (self.wire.split_rows(self.rows_ahead(with_fetch_from)) if with_fetch_from is not None
+                      else [None] * len(self.shards))
+        calls = [
+            s.push(payload, v, self.replica, self.accrued_steps, self.accrued_loss, with_fetch_from is not None, f)
+            for s, payload, v, f in zip(self.shards, self.wire.payloads(self.accrued, touched_rows),
+                                        self.computed_from, fetch_rows)
+        ]
+        return calls, with_fetch_from is not None
+
+    def collect(self, in_flight: tuple[list[Any], bool] | None) -> str | None:
+        """Wait for a push's replies (and apply the fetch riding on them); the stop reason, if any."""
+        if in_flight is None:
+            return None
+        calls, fetched = in_flight
+        replies = _results(calls)
+        if fetched:
+            self.wire.apply_fetched(self.params, [r[2] for r in replies])
+            self.versions = [r[0] for r in replies]
+        return _stop_reason(replies, 1)
+
+    def drop_accrued(self) -> None:
+        if not self.direct:  # (direct: the next step's gradient replaces it)
+            self.accrued[:] = 0.0
+        if self.touched is not None:
+            self.touched[:] = False
+        self.accrued_steps, self.accrued_loss = 0, 0.0
+
+    def accrue(self, loss: float, grad: np.ndarray, Xb: Any) -> None:
+        if self.accrued_steps == 0:  # staleness is counted from the parameters the window began with
+            self.computed_from = self.versions
+        if self.direct:
+            self.accrued = grad
+        else:
+            self.accrued += grad
+        if self.touched is not None:
+            self.touched[self.model.touched_rows(Xb)] = True
+        self.accrued_steps += 1
+        self.accrued_loss += loss
+
+    def step(self, step: int) -> bool:
+        """One mini-batch: fetch if due, compute, accrue, push if due; True to stop."""
+        epoch, index = self.batches[step]
+        if self.need_fetch:
+            self.stop = self.fetch(step)
+            self.fetches += 1
+            if self.stop:
+                return True
+        Xb = self.X[index]
+        started = time.perf_counter()
+        loss, grad = self.model.objective(self.params, Xb, self.y[index])
+        self.seconds_computing += time.perf_counter() - started
+        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
+            self.stop = non_finite_message(self.replica, loss, self.steps, epoch)
+            _results([s.request_stop(self.stop) for s in self.shards])
+            return True
+        self.accrue(loss, grad, Xb)
+        self.examples += index.size
+        if self.config.local_learning_rate:
+            self.params -= self.config.local_learning_rate * grad
+        self.steps += 1
+        self.need_fetch = self.steps % self.config.n_fetch == 0 and step + 1 < self.batches.total
+        return self.steps % self.config.n_push == 0 and self.push(step)
+
+    def push(self, step: int) -> bool:
+        """Push the accrued gradient (the next fetch riding on it when due); True to stop."""
+        if self.config.overlap:  # the previous push's reply, then this push stays in flight
+            self.stop = self.collect(self.in_flight)
+            self.in_flight = None
+            if self.stop:
+                return True
+            self.in_flight = self.send_push(step + 1 if self.need_fetch else None)
+        else:
+            self.stop = self.collect(self.send_push(step + 1 if self.need_fetch else None))
+        self.pushes += 1
+        if self.need_fetch:
+            self.fetches += 1
+            self.need_fetch = False
+        self.drop_accrued()
+        return bool(self.stop)
+
+    def reconnect(self, lost: _ShardsLost) -> None:
+        """Go on with the re-created shards: drop the accrued gradient and fetch again."""
+        self.take_replacements(lost)
+        self.reconnects += 1
+        self.drop_accrued()
+        self.in_flight, self.need_fetch = None, True
+
+    def finish(self) -> None:
+        """Collect the push in flight, then push what has accrued since (unless stopping)."""
+        try:
+            last = self.collect(self.in_flight)
+            self.stop = self.stop or last
+            if self.accrued_steps and not self.stop:
+                self.collect(self.send_push(None))
+                self.pushes += 1
+        except _ShardsLost:
+            pass  # the run is ending; the last accrued gradient is lost with the shard
+
+    def run(self, first_step: int) -> dict[str, Any]:
+        """Train from ``first_step`` until the epochs are done or a shard asks to stop."""
+        loop_started = time.perf_counter()
+        for step in range(first_step, self.batches.total):
+            try:
+                if self.step(step):
+                    break
+            except _ShardsLost as lost:
+                self.reconnect(lost)
+        self.finish()
+        return {"replica": self.replica, "steps": self.steps, "fetches": self.fetches, "pushes": self.pushes,
+                "examples": self.examples, "seconds_in_loop": time.perf_counter() - loop_started,
+                "seconds_computing": self.seconds_computing, "stopped_by": self.stop, "first_step": first_step,
+                "reconnects": self.reconnects}
+
+
 def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], shards: list[Any] | None,
                 bounds: list[tuple[int, int]], config: ReplicaConfig, first_epoch: int = 0,
                 directory: ShardDirectory | None = None) -> dict[str, Any]:
@@ -78,142 +261,6 @@ def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int],
     restarts on another worker continues where its applied pushes left off.
     """
     leave_task_slot()
-    generation = -1
-    if directory is not None:
-        generation, shards = directory.current()
-    if shards is None:
-        raise ValueError("run_replica needs shards or a directory to find them in")
-    shards = bind_local(shards)  # the shard on this worker: called in-process, not over TCP
-    X, y = data.load_rows(*rows)
-    batches = Batches(X.shape[0], config, replica)
-    wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
-    # Pushing every step (dense): each gradient is pushed as it is, instead of being added
-    # into a zeroed accumulator and the accumulator zeroed again (three passes over the
-    # parameters per step saved; 0 + g is g, so the values pushed are the same).
-    direct = config.n_push == 1 and not config.sparse
-    accrued = np.zeros(model.n_params)
-    touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
-    accrued_steps, accrued_loss = 0, 0.0
-    steps = fetches = pushes = examples = reconnects = 0
-    stop: str | None = None
-    params = np.zeros(model.n_params)
-    versions: list[int] = [0] * len(shards)
-    while True:  # a shard may die before this replica (re)starts: wait for its replacement
-        try:
-            done_before = max(st["steps_by_replica"].get(replica, 0)
-                              for st in _results([sh.stats() for sh in shards]))
-            break
-        except _ShardsLost as lost:
-            generation, shards = _replacements(replica, directory, generation, lost)
-    first_step = max(first_epoch * batches.per_epoch, done_before)
-
-    def rows_ahead(step: int) -> np.ndarray | None:
-        """Table rows the batches from ``step`` up to the next fetch read."""
-        if not config.sparse:
-            return None
-        ahead = range(step, min(step + config.n_fetch, batches.total))
-        return np.unique(np.concatenate([model.touched_rows(X[batches[t][1]]) for t in ahead]))
-
-    def fetch(step: int) -> str | None:
-        nonlocal versions
-        calls = [s.fetch(config.wire_dtype, r) for s, r in zip(shards, wire.split_rows(rows_ahead(step)))]
-        replies = _results(calls)  # all in flight before the first wait
-        wire.apply_fetched(params, [r[0] for r in replies])
-        versions = [r[1] for r in replies]
-        return _stop_reason(replies, 2)
-
-    def send_push(with_fetch_from: int | None) -> tuple[list[Any], bool]:
-        touched_rows = np.flatnonzero(touched) if touched is not None else None
-        fetch_rows = wire.split_rows(rows_ahead(with_fetch_from)) if with_fetch_from is not None else [None] * len(shards)
-        calls = [
-            s.push(payload, v, replica, accrued_steps, accrued_loss, with_fetch_from is not None, f)
-            for s, payload, v, f in zip(shards, wire.payloads(accrued, touched_rows), computed_from, fetch_rows)
-        ]
-        return calls, with_fetch_from is not None
-
-    def collect(in_flight: tuple[list[Any], bool] | None) -> str | None:
-        nonlocal versions
-        if in_flight is None:
-            return None
-        calls, fetched = in_flight
-        replies = _results(calls)
-        if fetched:
-            wire.apply_fetched(params, [r[2] for r in replies])
-            versions = [r[0] for r in replies]
-        return _stop_reason(replies, 1)
-
-    def drop_accrued() -> None:
-        nonlocal accrued_steps, accrued_loss
-        if not direct:  # (direct: the next step's gradient replaces it)
-            accrued[:] = 0.0
-        if touched is not None:
-            touched[:] = False
-        accrued_steps, accrued_loss = 0, 0.0
-
-    need_fetch = True
-    in_flight: tuple[list[Any], bool] | None = None
-    computed_from = versions
-    seconds_computing, loop_started = 0.0, time.perf_counter()
-    for step in range(first_step, batches.total):
-        try:
-            epoch, index = batches[step]
-            if need_fetch:
-                stop = fetch(step)
-                fetches += 1
-                if stop:
-                    break
-            Xb = X[index]
-            started = time.perf_counter()
-            loss, grad = model.objective(params, Xb, y[index])
-            seconds_computing += time.perf_counter() - started
-            if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-                stop = non_finite_message(replica, loss, steps, epoch)
-                _results([s.request_stop(stop) for s in shards])
-                break
-            if accrued_steps == 0:  # staleness is counted from the parameters the window began with
-                computed_from = versions
-            if direct:
-                accrued = grad
-            else:
-                accrued += grad
-            if touched is not None:
-                touched[model.touched_rows(Xb)] = True
-            accrued_steps += 1
-            accrued_loss += loss
-            examples += index.size
-            if config.local_learning_rate:
-                params -= config.local_learning_rate * grad
-            steps += 1
-            need_fetch = steps % config.n_fetch == 0 and step + 1 < batches.total
-            if steps % config.n_push == 0:
-                if config.overlap:  # the previous push's reply, then this push stays in flight
-                    stop = collect(in_flight)
-                    in_flight = None
-                    if stop:
-                        break
-                    in_flight = send_push(step + 1 if need_fetch else None)
-                else:
-                    stop = collect(send_push(step + 1 if need_fetch else None))
-                pushes += 1
-                if need_fetch:
-                    fetches += 1
-                    need_fetch = False
-                drop_accrued()
-                if stop:
-                    break
-        except _ShardsLost as lost:
-            generation, shards = _replacements(replica, directory, generation, lost)
-            reconnects += 1
-            drop_accrued()
-            in_flight, need_fetch = None, True
-    try:
-        last = collect(in_flight)
-        stop = stop or last
-        if accrued_steps and not stop:
-            collect(send_push(None))
-            pushes += 1
-    except _ShardsLost:
-        pass  # the run is ending; the last accrued gradient is lost with the shard
-    return {"replica": replica, "steps": steps, "fetches": fetches, "pushes": pushes, "examples": examples,
-            "seconds_in_loop": time.perf_counter() - loop_started, "seconds_computing": seconds_computing,
-            "stopped_by": stop, "first_step": first_step, "reconnects": reconnects}
+    trainer = DownpourReplica(replica, model=model, data=data, rows=rows, shards=shards, bounds=bounds,
+                              config=config, directory=directory)
+    return trainer.run(trainer.resume_step(first_epoch))

@@ -56,21 +56,21 @@ class PeerMailbox:
             self._lock.notify_all()
 
     def deliver_now(self, sender: int, gradient: np.ndarray) -> bool:
-        with self._lock:
-            if self.finished:
-                return False
-            self._queue.append((sender, gradient))
-            self._count(gradient)
-            return True
+        return self._accept("_queue", (sender, gradient), gradient)
 
     def share_now(self, numerator: np.ndarray, weight: float) -> bool:
         """Take a push-sum share; False once the owner has finished (the sender keeps it,
         so no share of the sums is ever lost)."""
+        return self._accept("_shares", (numerator, weight), numerator)
+
+    def _accept(self, queue: str, item: tuple[Any, Any], payload: np.ndarray) -> bool:
+        """Append ``item`` to the list named ``queue``; False once the owner has finished.
+        The list is looked up under the lock: draining and finishing replace it."""
         with self._lock:
             if self.finished:
                 return False
-            self._shares.append((numerator, weight))
-            self._count(numerator)
+            getattr(self, queue).append(item)
+            self._count(payload)
             return True
 
     def _count(self, value: Any) -> None:

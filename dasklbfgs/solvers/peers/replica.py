@@ -35,9 +35,10 @@ from dasklbfgs.solvers._replicas.batches import Batches, leave_task_slot, non_fi
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model
 
-__all__ = ["PeerConfig", "run_peer_replica"]
-
-METHODS = ("sync", "easgd", "gossip", "neighbours")
+__all__ = [
+    "EASGDReplica", "GossipReplica", "NeighbourReplica", "PeerConfig", "PeerReplica", "SyncReplica",
+    "run_peer_replica",
+]
 
 
 @dataclass(frozen=True)
@@ -119,170 +120,300 @@ def _barrier(replica: int, peers: _Peers, own: Any, n_replicas: int) -> None:
     _wait([peers.send(child, "put", ("go",), True) for child in tree_children(replica, n_replicas)])
 
 
+class PeerReplica:
+    """The loop every peer method shares: load the rows, wait at the barrier, walk the
+    mini-batches, stop when asked, publish and report, and finish with push-sum's settlement.
+
+    Subclasses implement :meth:`step`; :data:`REPLICAS` maps each method's name to its class.
+    ``center`` and ``bounds`` (the center's shards and their slices) are EASGD's; the other
+    methods take them, so that one call builds any method's replica, and ignore them.
+    """
+
+    # A stop request ends the loop between steps. Sync replicas leave it to the root, which
+    # reads it inside a step and sends it down the tree, so that all stop at the same step.
+    stoppable = True
+
+    def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
+                 mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
+                 bounds: list[tuple[int, int]] | None = None) -> None:
+        self.replica, self.model, self.config = replica, model, config
+        self.peers = _Peers(mailboxes)
+        self.own = self.peers.own(replica)
+        self.X, self.y = data.load_rows(*rows)
+        self.batches = Batches(self.X.shape[0], config, replica)
+        self.rule = make_rule(config.rule, **dict(config.hyper))
+        self.params = np.array(x0, dtype=np.float64)
+        self.state = self.rule.init(self.params)
+        self.weight = 1.0                                 # push-sum (1 for the other methods)
+        self.pending: list[tuple[Any, Any]] = []          # (reply, share kept if refused), collected next step
+        self.steps = self.examples = self.exchanges = self.received = 0
+        self.loss_sum, self.recent_loss = 0.0, math.nan
+        self.stop: str | None = None
+        self.n_steps = self.planned_steps()
+        if config.step_cap is not None:
+            self.n_steps = min(self.n_steps, config.step_cap)
+        self.report_at = 0.0
+        self.seconds_computing = 0.0
+
+    def planned_steps(self) -> int:
+        return self.batches.total
+
+    def rule_step(self, gradient: np.ndarray) -> np.ndarray:
+        """The update rule's step for ``gradient`` (advances the rule's state)."""
+        delta, self.state = self.rule.update(gradient, self.state)
+        return delta
+
+    def estimate(self) -> np.ndarray:
+        """The replica's parameters: push-sum's numerator over its weight."""
+        return self.params / self.weight if self.config.push_sum else self.params
+
+    def add_shares(self, shares: list[tuple[np.ndarray, float]]) -> None:
+        for share, w in shares:
+            self.params += share
+            self.weight += w
+
+    def barrier(self) -> None:
+        try:
+            if self.config.n_replicas > 1:
+                _barrier(self.replica, self.peers, self.own, self.config.n_replicas)
+        except Stopped as stopped:
+            self.stop, self.n_steps = str(stopped), 0
+
+    def stopped(self) -> bool:
+        if self.own.aborted or (self.stoppable and self.own.stop_reason is not None):
+            self.stop = self.own.stop_reason or "the run was aborted"
+            return True
+        return False
+
+    def batch(self, step: int) -> tuple[int, np.ndarray, Any, Any]:
+        """``(epoch, index, Xb, yb)`` of ``step``."""
+        if step < self.batches.total:
+            epoch, index = self.batches[step]
+            return epoch, index, self.X[index], self.y[index]
+        # sync only: this replica ran out of batches; it adds nothing to the sums
+        return -1, np.zeros(0, dtype=np.intp), self.X[:0], self.y[:0]
+
+    def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
+        """Train on one mini-batch and talk to the peers; the loss, or None to stop (see ``stop``)."""
+        raise NotImplementedError
+
+    def publishes(self) -> bool:
+        """Whether the parameters are published after each step (for pulls and scoring)."""
+        return False
+
+    def record(self, step: int, loss: float, n_examples: int) -> None:
+        self.steps += 1
+        self.examples += n_examples
+        self.loss_sum += loss
+        self.recent_loss = loss if self.steps == 1 else 0.9 * self.recent_loss + 0.1 * loss
+        now = time.monotonic()
+        if now >= self.report_at or step + 1 == self.n_steps:
+            self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
+            self.report_at = now + 0.02
+
+    def settle(self) -> None:
+        """Refuse shares from now on, then take back the refused ones and add those that came:
+        push-sum's totals are conserved however the replicas' last steps interleave."""
+        arrived = self.own.finish()
+        self.received += len(arrived)
+        self.add_shares(arrived + _settle(self.pending))
+
+    def run(self) -> dict[str, Any]:
+        """Train until the steps are done or the run stops; the replica's tallies and final parameters."""
+        self.barrier()
+        loop_started = time.perf_counter()
+        for step in range(self.n_steps):
+            if self.stopped():
+                break
+            epoch, index, Xb, yb = self.batch(step)
+            loss = self.step(step, epoch, Xb, yb)
+            if loss is None:
+                break
+            if self.publishes():
+                self.own.publish(self.estimate(), step)  # for pulls and scoring
+            self.record(step, loss, index.size)
+        self.settle()
+        seconds_in_loop = time.perf_counter() - loop_started
+        if self.stop is not None:
+            self.own.request_stop_now(self.stop)
+        x = self.estimate()
+        self.own.publish(x, self.steps)
+        self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
+        return {"replica": self.replica, "steps": self.steps, "examples": self.examples,
+                "exchanges": self.exchanges, "received": self.received, "stopped_by": self.stop, "x": x,
+                "weight": self.weight, "recent_loss": self.recent_loss, "seconds_in_loop": seconds_in_loop,
+                "seconds_computing": self.seconds_computing}
+
+
+class SyncReplica(PeerReplica):
+    """Synchronous SGD: every replica takes the same large-batch step (:meth:`all_reduce`)."""
+
+    stoppable = False
+
+    def planned_steps(self) -> int:
+        return self.config.total_steps  # the longest replica's: every replica takes part in each step
+
+    def publishes(self) -> bool:
+        return self.replica == 0
+
+    def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
+        try:
+            loss, gradient = self.all_reduce(step, Xb, yb)
+        except Stopped as stopped:
+            self.stop = str(stopped)
+            return None
+        if isinstance(loss, str):
+            self.stop = loss
+            return None
+        self.params += self.rule_step(gradient)
+        return loss
+
+    def row_sums(self, Xb: Any, yb: Any) -> tuple[float, np.ndarray]:
+        if Xb.shape[0]:
+            started = time.perf_counter()
+            loss_sum, sums = self.model.loss_grad_sum(self.params, Xb, yb)
+            self.seconds_computing += time.perf_counter() - started
+            return loss_sum, sums
+        return 0.0, np.zeros(self.model.n_sums)
+
+    def all_reduce(self, step: int, Xb: Any, yb: Any) -> tuple[Any, np.ndarray | None]:
+        """One synchronous step's large-batch objective and gradient, the same on every replica.
+
+        Row sums (not means) travel up the tree, so replicas with unequal batches (the last
+        batch of an epoch, a replica out of rows) weigh exactly as in one large batch.
+        Returns ``(reason, None)`` when the root stops the run.
+        """
+        own, children = self.own, tree_children(self.replica, self.config.n_replicas)
+        loss_sum, sums = self.row_sums(Xb, yb)
+        n = Xb.shape[0]
+        for child in children:
+            child_loss, child_sums, child_n = own.take(("up", step, child), self.config.wait_timeout, stoppable=False)
+            loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
+        parent = tree_parent(self.replica)
+        if parent is not None:
+            _wait([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))])
+            down = own.take(("down", step), self.config.wait_timeout, stoppable=False)
+        elif own.stop_reason is not None:
+            down = (own.stop_reason, None)
+        else:
+            loss, gradient = self.model.objective_from_sums(self.params, loss_sum, sums, n)
+            if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
+                down = (non_finite_message(self.replica, loss, step, -1, synchronous=True), None)
+            else:
+                down = (loss, gradient)
+        _wait([self.peers.send(child, "put", ("down", step), down) for child in children])
+        return down
+
+
+class LocalStepReplica(PeerReplica):
+    """The asynchronous methods: a gradient at the replica's own parameters, then an exchange."""
+
+    def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
+        started = time.perf_counter()
+        loss, gradient = self.model.objective(self.estimate(), Xb, yb)
+        self.seconds_computing += time.perf_counter() - started
+        if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
+            self.stop = non_finite_message(self.replica, loss, self.steps, epoch)
+            _wait([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)])
+            return None
+        self.add_shares(_settle(self.pending))  # last step's sends: refused push-sum shares come back
+        self.pending = []
+        self.update(step, gradient)
+        return loss
+
+    def update(self, step: int, gradient: np.ndarray) -> None:
+        """Apply ``gradient`` and exchange with the peers."""
+        raise NotImplementedError
+
+
+class EASGDReplica(LocalStepReplica):
+    """EASGD: every ``tau`` steps an elastic exchange with the center held by the shards."""
+
+    def __init__(self, replica: int, *, center: list[Any] | None = None,
+                 bounds: list[tuple[int, int]] | None = None, **kwargs: Any) -> None:
+        super().__init__(replica, **kwargs)
+        self.center, self.bounds = center, bounds
+
+    def update(self, step: int, gradient: np.ndarray) -> None:
+        if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
+            calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
+            self.params -= np.concatenate(_wait(calls))
+            self.exchanges += 1
+        self.params += self.rule_step(gradient)
+
+
+class GossipReplica(LocalStepReplica):
+    """Gossip: pull a random peer's parameters and mix, or push half a push-sum share to one."""
+
+    def __init__(self, replica: int, **kwargs: Any) -> None:
+        super().__init__(replica, **kwargs)
+        self.rng = np.random.default_rng([self.config.seed, replica, 7919])
+
+    def publishes(self) -> bool:
+        return True
+
+    def update(self, step: int, gradient: np.ndarray) -> None:
+        if self.config.push_sum:
+            self.push_sum(gradient)
+        else:
+            self.pull(gradient)
+
+    def push_sum(self, gradient: np.ndarray) -> None:
+        # the step is scaled by the weight, so that numerator / weight moves by
+        # exactly one step of the rule whatever weight random pushes left here
+        self.params += self.weight * self.rule_step(gradient)
+        shares = self.own.drain_shares()
+        self.add_shares(shares)
+        self.received += len(shares)
+        R = self.config.n_replicas
+        if R > 1:
+            share, self.weight = push_sum_split(self.params, self.weight)
+            reply = self.peers.send(gossip_peer(self.rng, self.replica, R), "share", share, self.weight)
+            self.pending.append((reply, (share, self.weight)))
+            self.exchanges += 1
+
+    def pull(self, gradient: np.ndarray) -> None:
+        delta = self.rule_step(gradient)
+        R = self.config.n_replicas
+        if R > 1:
+            peer, _ = self.peers.read(gossip_peer(self.rng, self.replica, R))
+            if peer is not None:
+                self.params[:] = gossip_pull(self.params, peer)
+                self.exchanges += 1
+        self.params += delta
+
+
+class NeighbourReplica(LocalStepReplica):
+    """Neighbour exchange: weighted steps, see :func:`.collective.exchange_weights`."""
+
+    def __init__(self, replica: int, **kwargs: Any) -> None:
+        super().__init__(replica, **kwargs)
+        config = self.config
+        self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
+
+    def publishes(self) -> bool:
+        return True
+
+    def update(self, step: int, gradient: np.ndarray) -> None:
+        self.params += self.rule_step(self.own_weight * gradient)
+        self.pending = [(self.peers.send(k, "deliver", self.replica, gradient), None) for k in self.near]
+        self.exchanges += len(self.near)
+        for sender, g in self.own.drain():
+            self.params += self.rule_step(self.near[sender] * g)
+            self.received += 1
+
+
+REPLICAS: dict[str, type[PeerReplica]] = {
+    "sync": SyncReplica, "easgd": EASGDReplica, "gossip": GossipReplica, "neighbours": NeighbourReplica,
+}
+METHODS = tuple(REPLICAS)
+
+
 def run_peer_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
                      mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
                      bounds: list[tuple[int, int]] | None = None) -> dict[str, Any]:
     """Train one replica of ``config.method``; return its tallies and final parameters."""
     leave_task_slot()
-    peers = _Peers(mailboxes)
-    own = peers.own(replica)
-    X, y = data.load_rows(*rows)
-    batches = Batches(X.shape[0], config, replica)
-    rule = make_rule(config.rule, **dict(config.hyper))
-    params = np.array(x0, dtype=np.float64)
-    state = rule.init(params)
-    rng = np.random.default_rng([config.seed, replica, 7919])
-    R = config.n_replicas
-    own_weight, near = (exchange_weights(replica, R, config.topology, config.torus_shape)
-                        if config.method == "neighbours" else (1.0, {}))
-    weight = 1.0                                 # push-sum
-    pending: list[tuple[Any, Any]] = []          # (reply, share kept if refused), collected next step
-    steps = examples = exchanges = received = 0
-    loss_sum, recent_loss, stop = 0.0, math.nan, None
-    n_steps = config.total_steps if config.method == "sync" else batches.total
-    if config.step_cap is not None:
-        n_steps = min(n_steps, config.step_cap)
-    report_at = 0.0
-
-    def step_rule(gradient: np.ndarray) -> np.ndarray:
-        nonlocal state
-        delta, state = rule.update(gradient, state)
-        return delta
-
-    clock = {"computing": 0.0}
-    try:
-        if R > 1:
-            _barrier(replica, peers, own, R)
-    except Stopped as stopped:
-        stop, n_steps = str(stopped), 0
-    loop_started = time.perf_counter()
-    for step in range(n_steps):
-        if own.aborted or (config.method != "sync" and own.stop_reason is not None):
-            stop = own.stop_reason or "the run was aborted"
-            break
-        if step < batches.total:
-            epoch, index = batches[step]
-            Xb, yb = X[index], y[index]
-        else:  # sync only: this replica ran out of batches; it adds nothing to the sums
-            epoch, index = -1, np.zeros(0, dtype=np.intp)
-            Xb, yb = X[:0], y[:0]
-
-        if config.method == "sync":
-            try:
-                loss, gradient = _all_reduce(replica, step, model, params, Xb, yb, peers, own, config, clock)
-            except Stopped as stopped:
-                stop = str(stopped)
-                break
-            if isinstance(loss, str):
-                stop = loss
-                break
-            params += step_rule(gradient)
-        else:
-            x_eval = params / weight if config.push_sum else params
-            started = time.perf_counter()
-            loss, gradient = model.objective(x_eval, Xb, yb)
-            clock["computing"] += time.perf_counter() - started
-            if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
-                stop = non_finite_message(replica, loss, steps, epoch)
-                _wait([peers.send(k, "request_stop", stop) for k in range(R)])
-                break
-            for share, w in _settle(pending):
-                params += share
-                weight += w
-            pending = []
-            if config.method == "easgd":
-                if step % config.tau == 0 and center is not None and bounds is not None:
-                    calls = [sh.elastic(params[a:b], config.alpha) for sh, (a, b) in zip(center, bounds)]
-                    params -= np.concatenate(_wait(calls))
-                    exchanges += 1
-                params += step_rule(gradient)
-            elif config.method == "gossip":
-                if config.push_sum:
-                    # the step is scaled by the weight, so that numerator / weight moves by
-                    # exactly one step of the rule whatever weight random pushes left here
-                    params += weight * step_rule(gradient)
-                    for share, w in own.drain_shares():
-                        params += share
-                        weight += w
-                        received += 1
-                    if R > 1:
-                        share, weight = push_sum_split(params, weight)
-                        reply = peers.send(gossip_peer(rng, replica, R), "share", share, weight)
-                        pending.append((reply, (share, weight)))
-                        exchanges += 1
-                else:
-                    delta = step_rule(gradient)
-                    if R > 1:
-                        peer, _ = peers.read(gossip_peer(rng, replica, R))
-                        if peer is not None:
-                            params[:] = gossip_pull(params, peer)
-                            exchanges += 1
-                    params += delta
-            else:  # neighbours: weighted steps, see collective.exchange_weights
-                params += step_rule(own_weight * gradient)
-                pending = [(peers.send(k, "deliver", replica, gradient), None) for k in near]
-                exchanges += len(near)
-                for sender, g in own.drain():
-                    params += step_rule(near[sender] * g)
-                    received += 1
-        if config.method in ("gossip", "neighbours") or (config.method == "sync" and replica == 0):
-            own.publish(params / weight if config.push_sum else params, step)  # for pulls and scoring
-        steps += 1
-        examples += index.size
-        loss_sum += loss
-        recent_loss = loss if steps == 1 else 0.9 * recent_loss + 0.1 * loss
-        now = time.monotonic()
-        if now >= report_at or step + 1 == n_steps:
-            own.report(steps, loss_sum, steps, recent_loss)
-            report_at = now + 0.02
-    # Refuse shares from now on, then take back the refused ones and add those that came:
-    # push-sum's totals are conserved however the replicas' last steps interleave.
-    arrived = own.finish()
-    received += len(arrived)
-    for share, w in arrived + _settle(pending):
-        params += share
-        weight += w
-    seconds_in_loop = time.perf_counter() - loop_started
-    if stop is not None:
-        own.request_stop_now(stop)
-    x = params / weight if config.push_sum else params
-    own.publish(x, steps)
-    own.report(steps, loss_sum, steps, recent_loss)
-    return {"replica": replica, "steps": steps, "examples": examples, "exchanges": exchanges,
-            "received": received, "stopped_by": stop, "x": x, "weight": weight,
-            "recent_loss": recent_loss, "seconds_in_loop": seconds_in_loop,
-            "seconds_computing": clock["computing"]}
-
-
-def _all_reduce(replica: int, step: int, model: Model, params: np.ndarray, Xb: np.ndarray, yb: np.ndarray,
-                peers: _Peers, own: Any, config: PeerConfig, clock: dict[str, float]) -> tuple[Any, np.ndarray]:
-    """One synchronous step's large-batch objective and gradient, the same on every replica.
-
-    Row sums (not means) travel up the tree, so replicas with unequal batches (the last
-    batch of an epoch, a replica out of rows) weigh exactly as in one large batch.
-    Returns ``(reason, None)`` when the root stops the run.
-    """
-    if Xb.shape[0]:
-        started = time.perf_counter()
-        loss_sum, sums = model.loss_grad_sum(params, Xb, yb)
-        clock["computing"] += time.perf_counter() - started
-    else:
-        loss_sum, sums = 0.0, np.zeros(model.n_sums)
-    n = Xb.shape[0]
-    for child in tree_children(replica, config.n_replicas):
-        child_loss, child_sums, child_n = own.take(("up", step, child), config.wait_timeout, stoppable=False)
-        loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
-    parent = tree_parent(replica)
-    if parent is not None:
-        _wait([peers.send(parent, "put", ("up", step, replica), (loss_sum, sums, n))])
-        down = own.take(("down", step), config.wait_timeout, stoppable=False)
-    elif own.stop_reason is not None:
-        down = (own.stop_reason, None)
-    else:
-        loss, gradient = model.objective_from_sums(params, loss_sum, sums, n)
-        if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
-            down = (non_finite_message(replica, loss, step, -1, synchronous=True), None)
-        else:
-            down = (loss, gradient)
-    _wait([peers.send(child, "put", ("down", step), down) for child in tree_children(replica, config.n_replicas)])
-    return down
+    trainer = REPLICAS[config.method](replica, model=model, data=data, rows=rows, config=config,
+                                      mailboxes=mailboxes, x0=x0, center=center, bounds=bounds)
+    return trainer.run()
