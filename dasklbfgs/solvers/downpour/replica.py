@@ -1,6 +1,6 @@
 """A Downpour model replica: a long-running task that trains on its own rows.
 
-The loop is the paper's (ALGORITHMS.md §3): fetch the parameters every ``n_fetch`` steps,
+The loop is the paper's (docs/algorithms.md §3): fetch the parameters every ``n_fetch`` steps,
 compute a mini-batch gradient, accrue it (and optionally take a local step), and push the
 accrued gradient to the shards every ``n_push`` steps. Fetches and pushes go to all
 shards at once and run in parallel. With ``overlap`` a push (and the fetch riding on its

@@ -3,7 +3,7 @@
 A peer replica is a long-running task like a Downpour replica (:mod:`.replica`): it reads
 its contiguous block of rows once, walks the same seeded mini-batches, and applies its own
 copy of the update rule to its own copy of the parameters. What differs is whom it talks
-to after each mini-batch (ALGORITHMS.md §6, §7):
+to after each mini-batch (docs/algorithms.md §6, §7):
 
 - ``sync``: gradients' row sums go up a binary tree of replicas, the root turns the total
   into the large-batch gradient and sends it down; every replica takes the same step.
