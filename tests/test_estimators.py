@@ -40,6 +40,16 @@ def test_same_coefficients_as_scikit_learn(client, loader) -> None:
     assert ours.n_iter_.shape == (1,) and len(ours.loss_curve_) == ours.n_iter_[0]
 
 
+def test_solver_options_reach_the_solver(client) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    # one L-BFGS pair of memory converges too, but needs more iterations than ten
+    short = LogisticRegression(tol=1e-8, max_iter=500, solver_options={"history": 1}).fit(X, y)
+    full = LogisticRegression(tol=1e-8, max_iter=500).fit(X, y)
+    assert short.n_iter_[0] > full.n_iter_[0]
+    np.testing.assert_allclose(short.coef_, full.coef_, atol=1e-5)
+
+
 def test_linear_regression_matches_ridge(client) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)
@@ -140,6 +150,10 @@ def test_not_converging_warns(client) -> None:
         (MLPClassifier(activation="softplus"), r"activation must be one of .* got 'softplus'"),
         (MLPClassifier(hidden_layer_sizes=(4, 0)), r"hidden\[1\] must be an integer >= 1, got 0"),
         (MLPClassifier(alpha=-1.0), r"alpha must be a number >= 0, got -1.0"),
+        (LogisticRegression(solver_options={"maxiter": 3}), r"solver_options \['maxiter'\] are set by the estimator"),
+        (LogisticRegression(solver_options={"n_fetch": 3}), r"sandblaster does not take option 'n_fetch'"),
+        (LogisticRegression(solver="downpour", solver_options={"n_fetch": 0}), r"n_fetch must be an integer >= 1"),
+        (LogisticRegression(solver_options=[("history", 3)]), r"solver_options must be a dict or None"),
     ],
 )
 def test_parameter_errors(client, estimator, match) -> None:
