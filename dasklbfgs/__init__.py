@@ -11,7 +11,7 @@ from dasklbfgs.data import ShardedDataset, make_dataset
 from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.optim import Status
 from dasklbfgs.solvers import (
-    DownpourOptions, EASGDOptions, GossipOptions, NeighbourOptions, SandblasterOptions, SyncOptions, downpour_sgd,
+    DownpourOptions, EASGDOptions, GossipOptions, Result, NeighbourOptions, SandblasterOptions, SyncOptions, downpour_sgd,
     easgd, gossip_sgd, minimize, neighbour_sgd, sandblaster_lbfgs, solver_names, sync_sgd,
 )
 
@@ -20,6 +20,7 @@ __all__ = [
     "EASGDOptions",
     "GossipOptions",
     "NeighbourOptions",
+    "Result",
     "SandblasterOptions",
     "Status",
     "SyncOptions",

@@ -12,9 +12,10 @@ from dasklbfgs.solvers.peers import (  # isort: skip
     EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions, easgd, gossip_sgd, neighbour_sgd, sync_sgd,
 )
 from dasklbfgs.solvers.registry import Solver, get_solver, minimize, options_table, register, solver_names
+from dasklbfgs.solvers.result import Result
 
 __all__ = [
-    "DownpourOptions", "EASGDOptions", "GossipOptions", "NeighbourOptions", "SandblasterOptions", "Solver",
+    "DownpourOptions", "EASGDOptions", "Result", "GossipOptions", "NeighbourOptions", "SandblasterOptions", "Solver",
     "SyncOptions", "downpour_sgd", "easgd", "get_solver", "gossip_sgd", "minimize", "neighbour_sgd",
     "options_table", "register", "sandblaster_lbfgs", "solver_names", "sync_sgd",
 ]

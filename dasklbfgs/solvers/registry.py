@@ -99,8 +99,8 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     starting parameters (default: the model's initialisation). ``callback`` is called with
     each iteration's or history entry's ``OptimizeResult``; raising ``StopIteration`` stops
     the run cleanly. ``eval_data``: a held-out dataset scored every ``eval_every``
-    iterations or steps. Returns a scipy ``OptimizeResult`` (``status`` a
-    :class:`~dasklbfgs.optim.lbfgs.Status`, plus ``solver`` and ``run_id``).
+    iterations or steps. Returns a :class:`~dasklbfgs.solvers.result.Result` (a scipy
+    ``OptimizeResult``; its docstring lists the fields).
     """
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)

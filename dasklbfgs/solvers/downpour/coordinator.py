@@ -25,6 +25,7 @@ from dasklbfgs.cluster import resolve_client
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
+from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.models.base import Model
@@ -245,7 +246,7 @@ class _DownpourRun:
             history.append(final)
         stats = self._stats(replica_stats, shard_stats, wall, steps)
         self.metrics.send(**final, pushes_per_shard=stats["pushes_per_shard"], finished=True)
-        return OptimizeResult(
+        return Result(
             x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message,
             history=history, stats=stats, final=final, run_id=self.metrics.run, solver="downpour",
         )

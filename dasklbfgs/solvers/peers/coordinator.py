@@ -37,6 +37,7 @@ from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
 from dasklbfgs.solvers.peers.mailbox import PeerMailbox
 from dasklbfgs.solvers.peers.replica import PeerConfig, run_peer_replica
+from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers._replicas.watch import Progress, step_timing, watch
@@ -227,7 +228,7 @@ class _PeerRun:
             **step_timing(tallies),
         }
         self.metrics.send(**final, finished=True)
-        return OptimizeResult(
+        return Result(
             x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message, history=history,
             stats=stats, final=final, run_id=self.metrics.run, replicas=replicas, solver=self.config.method,
         )

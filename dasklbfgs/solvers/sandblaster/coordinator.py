@@ -27,6 +27,7 @@ from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.optim import LBFGSState, lbfgs_minimize
+from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     load_sharded_state, load_state, save_sharded_state, save_state,
@@ -183,7 +184,8 @@ class SandblasterRun:
         """Whether iteration ``nit`` is one of every ``every`` (None: none is)."""
         return every is not None and nit % every == 0
 
-    def _finish(self, result: OptimizeResult, started: float, bytes_received: int | None) -> OptimizeResult:
+    def _finish(self, optimized: OptimizeResult, started: float, bytes_received: int | None) -> Result:
+        result = Result(optimized)
         result.timing = {
             "total_seconds": time.perf_counter() - started,
             **self.evaluator.stats.as_dict(),
