@@ -1,7 +1,7 @@
 """Calls from a long-running task to actors hosted by its own worker, without the network.
 
-A Downpour replica pushes to and fetches from every parameter shard; one of them usually
-lives on the replica's own worker. Through the actor handle that call still goes over a
+A Downpour replica pushes to and fetches from every parameter shard, and a peer replica
+sends to its peers' mailboxes; some of them usually live on the replica's own worker. Through the actor handle that call still goes over a
 TCP connection to the same process, and both the payload and the reply are serialised
 (a megabyte each way for a million float64 parameters). :func:`bind_local` swaps such
 handles for :class:`OnWorkerLoop`, which schedules the same ``async`` method on the
@@ -24,6 +24,11 @@ class OnWorkerLoop:
 
     def __init__(self, instance: Any, loop: asyncio.AbstractEventLoop, key: str) -> None:
         self._instance, self._loop, self.key = instance, loop, key
+
+    @property
+    def instance(self) -> Any:
+        """The actor object itself, for calls that must run in the caller's thread."""
+        return self._instance
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._instance, name)

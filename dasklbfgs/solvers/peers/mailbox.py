@@ -5,7 +5,8 @@ its own worker. Peers write into it with actor calls (tree messages, neighbour g
 push-sum shares) and read the parameters the replica last published (gossip pulls,
 held-out scoring). The owning replica runs in the same process and uses the instance
 directly, so publishing, reporting progress and waiting for a message cost no round trip
-and no serialisation. A lock makes the two sides (the worker's event loop and the
+and no serialisation; peers on the same worker call it in-process through
+:func:`~dasklbfgs.solvers._replicas.local_actors.bind_local`, like Downpour's shards. A lock makes the two sides (the worker's event loop and the
 replica's thread) safe; the replica is the only one that ever waits.
 """
 
@@ -47,20 +48,22 @@ class PeerMailbox:
         self.aborted = False      # the run is over (a peer was lost): no message will come
         self.finished = False     # the owner took its last step: it takes no more gradients or shares
 
-    # -- called by peers through the actor, and by the owner directly ---------------------
+    # -- called by peers through the actor (in-process when on the same worker) ----------
 
-    def put_now(self, key: Hashable, value: Any) -> None:
+    async def put(self, key: Hashable, value: Any) -> None:
+        """Leave ``value`` under ``key`` for the owner (a tree message)."""
         with self._lock:
             self._slots[key] = value
             self._count(value)
             self._lock.notify_all()
 
-    def deliver_now(self, sender: int, gradient: np.ndarray) -> bool:
+    async def deliver(self, sender: int, gradient: np.ndarray) -> bool:
+        """Queue neighbour ``sender``'s gradient; the owner applies it between its own batches."""
         return self._accept("_queue", (sender, gradient), gradient)
 
-    def share_now(self, numerator: np.ndarray, weight: float) -> bool:
-        """Take a push-sum share; False once the owner has finished (the sender keeps it,
-        so no share of the sums is ever lost)."""
+    async def share(self, numerator: np.ndarray, weight: float) -> bool:
+        """Take a push-sum share (half of a peer's numerator and weight); False once the owner
+        has finished (the sender keeps it, so no share of the sums is ever lost)."""
         return self._accept("_shares", (numerator, weight), numerator)
 
     def _accept(self, queue: str, item: tuple[Any, Any], payload: np.ndarray) -> bool:
@@ -78,28 +81,13 @@ class PeerMailbox:
         self.bytes_in += sum(v.nbytes for v in (value if isinstance(value, tuple) else (value,))
                              if isinstance(v, np.ndarray))
 
-    async def put(self, key: Hashable, value: Any) -> None:
-        """Leave ``value`` under ``key`` for the owner (a tree message)."""
-        self.put_now(key, value)
-
-    async def deliver(self, sender: int, gradient: np.ndarray) -> bool:
-        """Queue neighbour ``sender``'s gradient; the owner applies it between its own batches."""
-        return self.deliver_now(sender, gradient)
-
-    async def share(self, numerator: np.ndarray, weight: float) -> bool:
-        """Add a push-sum share (half of a peer's numerator and weight); False if the owner finished."""
-        return self.share_now(numerator, weight)
-
-    def read_now(self) -> tuple[np.ndarray | None, int]:
+    async def read(self) -> tuple[np.ndarray | None, int]:
+        """The parameters the owner last published and the step it published them at."""
         published = self.published
         if published is not None:
             self.reads += 1
             self.bytes_out += published.nbytes
         return published, self.published_step
-
-    async def read(self) -> tuple[np.ndarray | None, int]:
-        """The parameters the owner last published and the step it published them at."""
-        return self.read_now()
 
     async def peek(self) -> tuple[np.ndarray | None, int]:
         """Like :meth:`read`, for the coordinator: not counted as traffic between replicas."""

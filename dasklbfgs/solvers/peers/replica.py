@@ -30,6 +30,7 @@ import numpy as np
 from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
+from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local
 from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import Batches, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
@@ -61,41 +62,24 @@ class PeerConfig:
 
 
 class _Peers:
-    """The replicas' mailboxes: in-process calls for those on this worker, actor calls for the rest."""
+    """The replicas' mailboxes, those on this worker called in-process (:func:`bind_local`)."""
 
     def __init__(self, handles: list[Any]) -> None:
-        from distributed import get_worker
-
-        actors = get_worker().state.actors
-        self.handles = handles
-        self.local = [actors.get(h.key) for h in handles]
+        self.handles = bind_local(handles)
 
     def own(self, replica: int) -> Any:
-        mailbox = self.local[replica]
-        if mailbox is None:
+        """This replica's own mailbox instance (its blocking ``take`` runs in this thread)."""
+        mailbox = self.handles[replica]
+        if not isinstance(mailbox, OnWorkerLoop):
             raise RuntimeError(f"replica {replica} runs on a worker other than its mailbox's")
-        return mailbox
+        return mailbox.instance
 
     def send(self, k: int, method: str, *args: Any) -> Any:
         """Call ``method`` on peer ``k``'s mailbox; returns what to call ``.result()`` on."""
-        if self.local[k] is not None:
-            return _Done(getattr(self.local[k], f"{method}_now")(*args))
         return getattr(self.handles[k], method)(*args)
 
     def read(self, k: int) -> tuple[np.ndarray | None, int]:
-        if self.local[k] is not None:
-            return self.local[k].read_now()
         return self.handles[k].read().result()
-
-
-class _Done:
-    """The reply of an in-process call, shaped like an actor call's future."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def result(self) -> Any:
-        return self.value
 
 
 def _wait(pending: list[Any]) -> list[Any]:

@@ -87,7 +87,7 @@ def test_mixing_rules() -> None:
 
 def test_mailbox_waits_wakes_and_times_out() -> None:
     box = PeerMailbox(3)
-    threading.Timer(0.05, box.put_now, args=(("up", 0, 7), (1.0, np.ones(2), 5))).start()
+    threading.Timer(0.05, lambda: asyncio.run(box.put(("up", 0, 7), (1.0, np.ones(2), 5)))).start()
     loss, sums, n = box.take(("up", 0, 7), timeout=5)
     assert (loss, n) == (1.0, 5) and box.messages_in == 1 and box.bytes_in == 16
     with pytest.raises(WorkerLostError, match=r"replica 3 waited 0 s for \('down', 4\) from a peer"):
@@ -100,7 +100,7 @@ def test_mailbox_waits_wakes_and_times_out() -> None:
     asyncio.run(box.abort())
     with pytest.raises(Stopped):  # ... unless the run is aborted (a peer was lost)
         box.take(("down", 5), timeout=5, stoppable=False)
-    box.deliver_now(1, np.zeros(3))
+    assert asyncio.run(box.deliver(1, np.zeros(3))) is True
     assert [sender for sender, _ in box.drain()] == [1] and box.drain() == []
 
 
