@@ -38,6 +38,13 @@ __all__ = ["LogisticRegression", "LinearRegression", "MLPClassifier"]
 _REPLICAS = DownpourOptions  # the replica options' declared defaults
 
 
+def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
+    """What an estimator's ``__init__`` does, as scikit-learn asks: store each parameter."""
+    for name, value in values.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
+
+
 class _ShardedEstimator(BaseEstimator):
     """What the estimators share: input handling, solver options, fitted bookkeeping.
 
@@ -195,19 +202,7 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
                  random_state: int | None = None, client: Any = None) -> None:
-        self.C = C
-        self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
-        self.tol = tol
-        self.solver = solver
-        self.standardize = standardize
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.n_replicas = n_replicas
-        self.solver_options = solver_options
-        self.shard_rows = shard_rows
-        self.random_state = random_state
-        self.client = client
+        _store_parameters(self, locals())
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
         self._check_params()
@@ -264,19 +259,7 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
                  random_state: int | None = None, client: Any = None) -> None:
-        self.alpha = alpha
-        self.fit_intercept = fit_intercept
-        self.max_iter = max_iter
-        self.tol = tol
-        self.solver = solver
-        self.standardize = standardize
-        self.learning_rate = learning_rate
-        self.batch_size = batch_size
-        self.n_replicas = n_replicas
-        self.solver_options = solver_options
-        self.shard_rows = shard_rows
-        self.random_state = random_state
-        self.client = client
+        _store_parameters(self, locals())
 
     def fit(self, X: Any, y: Any = None) -> LinearRegression:
         self._check_params()
@@ -320,19 +303,7 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
                  learning_rate_init: float = 0.05, batch_size: int = _REPLICAS.default("batch_size"),
                  n_replicas: int = _REPLICAS.default("n_replicas"), solver_options: dict[str, Any] | None = None,
                  shard_rows: int | None = None, random_state: int | None = None, client: Any = None) -> None:
-        self.hidden_layer_sizes = hidden_layer_sizes
-        self.activation = activation
-        self.alpha = alpha
-        self.max_iter = max_iter
-        self.tol = tol
-        self.solver = solver
-        self.learning_rate_init = learning_rate_init
-        self.batch_size = batch_size
-        self.n_replicas = n_replicas
-        self.solver_options = solver_options
-        self.shard_rows = shard_rows
-        self.random_state = random_state
-        self.client = client
+        _store_parameters(self, locals())
 
     def _learning_rate(self) -> float:
         return self.learning_rate_init

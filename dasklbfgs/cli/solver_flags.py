@@ -47,24 +47,21 @@ def _parse_bool_or_auto(text: str) -> bool | str:
     return choices[text.lower()]
 
 
+#: argparse keywords for each kind of option
+_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "bool": {"action": argparse.BooleanOptionalAction},
+    "optional_bool": {"action": argparse.BooleanOptionalAction},
+    "int": {"type": int, "metavar": "N"},
+    "float": {"type": float, "metavar": "X"},
+    "ints": {"type": parse_ints, "metavar": "N,N"},
+    "mapping": {"type": parse_mapping, "metavar": "NAME=VALUE,..."},
+    "bool_or_auto": {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"},
+    "path": {"metavar": "PATH"},
+}
+
+
 def _argument(spec: OptionSpec) -> dict[str, Any]:
-    """argparse keywords for an option's kind."""
-    kind = spec.kind
-    if kind in ("bool", "optional_bool"):
-        return {"action": argparse.BooleanOptionalAction}
-    if kind == "int":
-        return {"type": int, "metavar": "N"}
-    if kind == "float":
-        return {"type": float, "metavar": "X"}
-    if kind == "choice":
-        return {"choices": spec.choices}
-    if kind == "ints":
-        return {"type": parse_ints, "metavar": "N,N"}
-    if kind == "mapping":
-        return {"type": parse_mapping, "metavar": "NAME=VALUE,..."}
-    if kind == "bool_or_auto":
-        return {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"}
-    return {"metavar": "PATH"}
+    return {"choices": spec.choices} if spec.kind == "choice" else _ARGUMENTS[spec.kind]
 
 
 def _declarations() -> dict[str, list[tuple[str, Any, OptionSpec]]]:
