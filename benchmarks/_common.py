@@ -81,6 +81,17 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
     return path
 
 
+def publish(name: str, out: dict[str, Any], render: Callable[[dict[str, Any]], str],
+            plot: Callable[[dict[str, Any], Path], None], png: Path, record: bool = True) -> None:
+    """Record the results (unless redrawing recorded ones), draw the plot, write and print the report."""
+    if record:
+        write_result(name, out)
+    plot(out, png)
+    report = render(out)
+    write_report(name, report)
+    print(report)
+
+
 def read_result(name: str) -> dict[str, Any]:
     """The recorded ``results/<name>.json`` (to re-render a report without measuring again)."""
     return json.loads((RESULTS / f"{name}.json").read_text())

@@ -29,17 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._common import (
-    HERE,
-    OUT,
-    machine,
-    pyplot,
-    read_result,
-    report_header,
-    save_figure,
-    write_report,
-    write_result,
-)
+from benchmarks._common import HERE, OUT, machine, publish, pyplot, read_result, report_header, save_figure
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic
@@ -128,12 +118,7 @@ def main(argv=None) -> None:
 
 
 def finish(out: dict, record: bool = True) -> None:
-    if record:
-        write_result("scaling", out)
-    plot(out, OUT / "scaling.png")
-    report = render(out)
-    write_report("scaling", report)
-    print(report)
+    publish("scaling", out, render, plot, OUT / "scaling.png", record)
 
 
 def plot(out: dict, path: Path) -> None:

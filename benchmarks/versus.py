@@ -45,17 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import (
-    HERE,
-    OUT,
-    machine,
-    pyplot,
-    read_result,
-    report_header,
-    save_figure,
-    write_report,
-    write_result,
-)
+from benchmarks._common import HERE, OUT, machine, publish, pyplot, read_result, report_header, save_figure
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
 L2 = 1e-4
@@ -329,12 +319,7 @@ def main(argv=None) -> None:
 
 
 def finish(out: dict, record: bool = True) -> None:
-    if record:
-        write_result("versus", out)
-    plot(out, OUT / "versus-seconds.png")
-    report = render(out)
-    write_report("versus", report)
-    print(report)
+    publish("versus", out, render, plot, OUT / "versus-seconds.png", record)
 
 
 IN_PROCESS = ("scipy L-BFGS-B", "scikit-learn")
