@@ -2,7 +2,7 @@
 
 ``phi(alpha)`` returns ``(f(x + alpha p), grad f(x + alpha p) . p)``: the objective and
 the directional derivative along ``p``. Nothing here touches a vector, so the same search
-serves a coordinator that never holds the parameters (ALGORITHMS.md §1).
+serves a coordinator that never holds the parameters (docs/algorithms.md §1).
 
 Bracketing and zoom with safeguarded cubic interpolation (Nocedal & Wright, *Numerical
 Optimization*, 2nd ed., Algorithms 3.5 and 3.6). Trial steps where the objective is not

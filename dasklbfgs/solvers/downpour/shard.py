@@ -6,7 +6,8 @@ each other. A shard of a model with a row table also takes row-sparse pushes and
 (:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
 EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that several shards hosted by one worker interleave on
-its event loop instead of queueing behind one actor thread (DASK-NOTES.md, Actors).
+its event loop instead of queueing behind one actor thread (Dask runs every synchronous
+actor method of a worker on one thread).
 """
 
 from __future__ import annotations

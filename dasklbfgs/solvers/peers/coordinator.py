@@ -4,7 +4,7 @@ Four methods from the papers that argue with DistBelief's parameter server (docs
 §6, §7), one family with :func:`~dasklbfgs.downpour.downpour_sgd`: the same replicas on
 the same rows and batches, the same update rules, the same result object, history and
 metrics events (so the dashboard's Training page shows them), and the same coordinator
-watch loop (:mod:`.watch`).
+watch loop (:mod:`dasklbfgs.solvers._replicas.watch`).
 
 - :func:`sync_sgd` -- all-reduce SGD: every step the replicas' gradients are added up a
   tree of replicas on the workers and the same large-batch update is applied everywhere.

@@ -2,8 +2,8 @@
 
 Per evaluation the parameters are scattered once, one ``sandblaster-gradient`` task is
 submitted per portion, and the partial ``(loss, gradient)`` sums are added in portion
-order, so the result does not depend on which worker computed what (DESIGN.md,
-"Determinism"). Shards are loaded from Zarr once and stay in worker memory as Dask data;
+order, so the result does not depend on which worker computed what (docs/algorithms.md
+§1). Shards are loaded from Zarr once and stay in worker memory as Dask data;
 Dask runs a portion where its shard lives (data affinity) and reloads a shard from Zarr
 if the worker holding it is lost.
 
@@ -302,7 +302,8 @@ class MegaBatchEvaluator:
         * with backup tasks, once some worker has finished all its portions, any worker
           progressing ``backup_slack`` times slower than the fastest finished one (portions
           per second) is a straggler: its outstanding portions are copied to the idle
-          workers, last-queued first, each reading its rows from Zarr (MapReduce's backup
+          workers, last-queued first, each fetching the shard from the straggler's memory when
+          shards are cached, or reading its rows from Zarr when streaming (MapReduce's backup
           tasks, docs/algorithms.md §1). A worker that stops progressing slows down by this
           measure too, so a hung portion is backed up as well;
         * portions pinned to a worker that has left the cluster (or whose copies were all

@@ -1,4 +1,4 @@
-"""Sharded L-BFGS state: the coordinator never holds the parameters (ALGORITHMS.md §1, §2).
+"""Sharded L-BFGS state: the coordinator never holds the parameters (docs/algorithms.md §1, §2).
 
 Every d-length vector L-BFGS uses -- the iterate ``x``, the gradient ``g``, the search
 direction ``p``, the trial point and its gradient, and the ``m`` pairs ``(s, y)`` -- lives

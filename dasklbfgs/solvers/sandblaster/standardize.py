@@ -1,6 +1,7 @@
 """Optimising in standardised feature coordinates without changing the objective.
 
-With column means ``mu`` and scales ``sigma`` (standard deviations, see
+With column means ``mu`` and scales ``sigma`` (``sqrt(variance + l2)``, or of the second
+moment about zero without an intercept; see
 :meth:`Standardizer.from_moments`), the coordinator optimises
 ``theta = (C, c)`` where the model's parameters are
 
