@@ -15,6 +15,18 @@ import numpy as np
 __all__ = ["GramMatrix", "LocalBasis"]
 
 
+def keep_pair(sy: float, descent: float) -> bool:
+    """Whether the curvature pair ``(s, y)`` of a step is stored.
+
+    L-BFGS-B's test (Byrd, Lu, Nocedal and Zhu 1995): keep it when ``s . y > eps * (-g . s)``,
+    with ``g`` the gradient where the step began (``descent = -g . s > 0`` along a descent
+    direction). Both sides scale like the objective, so multiplying ``f`` by a constant
+    keeps or drops the same pairs; a test against ``eps * y . y`` (which scales like the
+    square) drops every pair of a large objective and leaves steepest descent.
+    """
+    return bool(sy > np.finfo(float).eps * descent)
+
+
 class GramMatrix:
     """The ``(2k+1)^2`` Gram matrix of up to ``m`` pairs (oldest first) and the gradient.
 

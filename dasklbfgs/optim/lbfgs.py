@@ -18,7 +18,7 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.options import Options, option
-from dasklbfgs.optim.basis import GramMatrix, LocalBasis
+from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
 
@@ -123,7 +123,10 @@ def lbfgs_minimize(
     Stopping is scipy's: ``max|g| <= gtol``; ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)
     <= ftol``; ``nit >= maxiter``; ``nfev >= maxfun``. The first step along ``-g`` has
     length 1 (``alpha = 1 / ||g||``), later ones start at ``alpha = 1``. A pair with
-    ``s.y <= eps y.y`` is skipped. When the line search fails the history is dropped and
+    ``s.y <= eps (-g.s)`` is skipped (:func:`~dasklbfgs.optim.basis.keep_pair`: scale
+    invariant, as L-BFGS-B). As in scipy, the relative decrease is measured against at least
+    1, so for objectives below 1 in size ``ftol`` acts as an absolute tolerance. When the
+    line search fails the history is dropped and
     the search retried along ``-g`` once before giving up (status 2).
     """
     opts = options or LBFGSOptions()
@@ -220,7 +223,7 @@ class LocalSpace:
         """Move to the trial point at ``alpha``; store the pair when its curvature is positive."""
         x_new, f_new, g_new = self._trials[alpha]
         s, y = x_new - self.state.x, g_new - self.state.g
-        if float(s @ y) > np.finfo(float).eps * float(y @ y):
+        if keep_pair(float(s @ y), -float(self.state.g @ s)):
             self.basis.push_pair(s, y)
         self.basis.set_gradient(g_new)
         self.state.x, self.state.g = x_new, g_new
@@ -270,7 +273,9 @@ def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
             return space.trial(alpha)
 
         budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
-        search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, max_evals=budget)
+        # the largest step is relative to the first trial: along -g that is 1 / ||g||, so an
+        # absolute cap would depend on the objective's scale (the step in x is what matters)
+        search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, alpha_max=1e10 * alpha1, max_evals=budget)
         if search.success:
             break
         if state.nfev >= opts.maxfun:

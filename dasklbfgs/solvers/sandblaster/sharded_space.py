@@ -30,7 +30,7 @@ from distributed import Client
 
 from dasklbfgs.models.base import Model
 from dasklbfgs.errors import NonFiniteObjectiveError
-from dasklbfgs.optim.basis import GramMatrix
+from dasklbfgs.optim.basis import GramMatrix, keep_pair
 from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
@@ -76,9 +76,9 @@ class VectorShard:
         self.p = delta[:k] @ self.S[:k] + delta[k : 2 * k] @ self.Y[:k] + delta[2 * k] * self.g
 
     async def curvature(self) -> np.ndarray:
-        """Parts of ``s . y`` and ``y . y`` for the trial step."""
+        """Parts of ``s . y`` and ``-g . s`` for the trial step (see :func:`keep_pair`)."""
         s, y = self.x_trial - self.x, self.g_trial - self.g
-        return np.array([s @ y, y @ y])
+        return np.array([s @ y, -(self.g @ s)])
 
     async def accept(self, push: bool) -> dict[str, Any]:
         """Move to the trial point (storing the pair when ``push``); return the partial dot
@@ -243,8 +243,8 @@ class ShardedSpace:
     def accept(self, alpha: float) -> float:
         if self._last is None or self._last[0] != alpha:
             raise RuntimeError(f"step {alpha} is not the last trial evaluated ({self._last})")
-        sy, yy = np.sum(self._on_shards("curvature"), axis=0)
-        push = bool(sy > np.finfo(float).eps * yy)
+        sy, descent = np.sum(self._on_shards("curvature"), axis=0)
+        push = keep_pair(sy, descent)
         if push:
             self.basis.make_room()
         replies = self._on_shards("accept", push)
