@@ -131,24 +131,8 @@ def lbfgs_minimize(
     """
     opts = options or LBFGSOptions()
     started = time.perf_counter()
-    if space is None:
-        if state is None:
-            x = np.array(x0, dtype=np.float64)
-            f, g = evaluate(x)
-            if not (math.isfinite(f) and np.all(np.isfinite(g))):
-                raise NonFiniteObjectiveError(
-                    f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
-                )
-            basis = LocalBasis(x.size, opts.history)
-            basis.set_gradient(g)
-            state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
-        space = LocalSpace(evaluate, state)
-    elif state is None:
-        state = LBFGSState(x=None, f=space.start(), g=None, basis=space.basis, nfev=1)
-    else:  # continue in a space restored from the same checkpoint as ``state``
-        state.basis = space.basis
+    space, state = _start(evaluate, x0, opts, state, space)
     status, message = _check_gradient(space, opts)
-
     while status is None:
         if state.nit >= opts.maxiter:
             status, message = Status.LIMIT, MSG_MAXITER
@@ -160,14 +144,9 @@ def lbfgs_minimize(
         if outcome is not None:
             status, message = outcome
             break
-        state.history.append({
-            "nit": state.nit,
-            "fun": state.f,
-            "gnorm": space.gmax(),
-            "step_length": state.last_step,
-            "nfev": state.nfev,
-            "time": time.perf_counter() - started,
-        })
+        state.history.append({"nit": state.nit, "fun": state.f, "gnorm": space.gmax(),
+                              "step_length": state.last_step, "nfev": state.nfev,
+                              "time": time.perf_counter() - started})
         if on_iteration is not None:
             on_iteration(state)
         if callback is not None:
@@ -177,20 +156,31 @@ def lbfgs_minimize(
                 status, message = Status.CALLBACK_STOP, MSG_CALLBACK
                 break
         status, message = _check_convergence(space, state, opts)
-
-    result = OptimizeResult(
-        x=space.x(),
-        fun=state.f,
-        jac=space.g(),
-        nit=state.nit,
-        nfev=state.nfev,
-        njev=state.nfev,
-        status=status,
-        success=status == Status.CONVERGED,
-        message=message,
-        history=list(state.history),
-    )
+    result = OptimizeResult(x=space.x(), fun=state.f, jac=space.g(), nit=state.nit, nfev=state.nfev,
+                            njev=state.nfev, status=status, success=status == Status.CONVERGED,
+                            message=message, history=list(state.history))
     return result, state
+
+
+def _start(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBFGSState | None,
+           space: Any) -> tuple[Any, LBFGSState]:
+    """The space and state to iterate from: a new local run, a restored one, or a space's."""
+    if space is None:
+        if state is None:
+            x = np.array(x0, dtype=np.float64)
+            f, g = evaluate(x)
+            if not (math.isfinite(f) and np.all(np.isfinite(g))):
+                raise NonFiniteObjectiveError(
+                    f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
+                )
+            basis = LocalBasis(x.size, opts.history)
+            basis.set_gradient(g)
+            state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
+        return LocalSpace(evaluate, state), state
+    if state is None:
+        return space, LBFGSState(x=None, f=space.start(), g=None, basis=space.basis, nfev=1)
+    state.basis = space.basis  # continue in a space restored from the same checkpoint as ``state``
+    return space, state
 
 
 class LocalSpace:
