@@ -36,7 +36,30 @@ def test_a_small_first_step_is_extended_until_the_slope_flattens() -> None:
     assert result.alpha > 0.05  # well past the first trial
 
 
-@settings(max_examples=100, deadline=None)
+def test_zoom_goes_on_past_a_point_with_sufficient_decrease_but_too_steep() -> None:
+    """phi(a) = -a + a^4 / 4 from a first trial of 3 (far past the minimum at 1, so the
+    bracket [0, 3] is zoomed). The first interpolated point decreases phi enough but
+    climbs out of the minimum too steeply for c2 = 0.5; the search must not stop there."""
+    calls = []
+
+    def phi(alpha):
+        calls.append(alpha)
+        return -alpha + alpha**4 / 4, -1.0 + alpha**3
+
+    c1, c2 = 1e-4, 0.5
+    res = strong_wolfe(phi, 0.0, -1.0, alpha1=3.0, c1=c1, c2=c2)
+    assert res.success
+    f_first, _ = phi(3.0)
+    assert f_first > 0.0  # the premise: the first trial does not decrease phi, so zoom runs,
+    f_zoom, d_zoom = phi(calls[1])  # and its first point is acceptable but for the curvature
+    assert f_zoom <= c1 * calls[1] * -1.0 and abs(d_zoom) > c2
+    assert res.alpha != calls[1] and res.n_evals >= 3
+    assert (res.f, res.derivative) == phi(res.alpha)
+    assert res.f <= c1 * res.alpha * -1.0
+    assert abs(res.derivative) <= c2 * 1.0
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, database=None)
 @given(
     curvature=st.floats(0.05, 50.0),
     minimum=st.floats(0.1, 20.0),

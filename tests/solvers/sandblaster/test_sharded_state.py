@@ -15,6 +15,7 @@ from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 from tests._checkpoint_faults import InjectedFailure, fail_writes, tree_bytes
+from tests._datasets import load_all
 
 
 @pytest.mark.parametrize("name", ["logistic", "multinomial", "regression"])
@@ -56,6 +57,24 @@ def test_standardized_sharded_run_follows_the_standardized_local_run(client, dat
     scored = [h for h in sharded.history if "eval_objective" in h]
     assert scored and all(h["eval_objective"] == pytest.approx(g["eval_objective"], rel=1e-10)
                           for h, g in zip(scored, [h for h in local.history if "eval_objective" in h]))
+
+
+def test_sharded_run_does_not_depend_on_the_scale_of_the_objective(client, datasets, tmp_path) -> None:
+    """Features and targets times 1e10, l2 times 1e20, no intercept: the objective is
+    exactly 1e20 times the original one. The shards keep a pair by the rule the local mode
+    uses (relative to the line search's slope), so with gtol times 1e20 the sharded run on
+    the scaled problem takes the local run's steps on the original one."""
+    X, y = load_all(datasets["regression-ill"])
+    scale = 1e10
+    scaled_data = ShardedDataset.from_blocks(tmp_path / "scaled", [(scale * X, scale * y)], shard_rows=1000)
+    local = sandblaster_lbfgs(LeastSquares(8, l2=1e-3, fit_intercept=False), datasets["regression-ill"],
+                              client=client, maxiter=20, gtol=1e-9)
+    sharded = sandblaster_lbfgs(LeastSquares(8, l2=1e-3 * scale**2, fit_intercept=False), scaled_data,
+                                client=client, maxiter=20, gtol=1e-9 * scale**2, state="sharded", n_param_shards=3)
+    assert local.nit == 20  # (L-BFGS steps throughout: steepest descent would be far off by then)
+    assert (sharded.nit, sharded.nfev, sharded.message) == (local.nit, local.nfev, local.message)
+    np.testing.assert_allclose(sharded.x, local.x, rtol=1e-9, atol=1e-12)
+    assert sharded.fun / scale**2 == pytest.approx(local.fun, rel=1e-9)
 
 
 def test_bytes_reaching_the_coordinator_do_not_grow_with_the_parameters(client, tmp_path) -> None:
