@@ -132,6 +132,9 @@ def test_pickles_by_path(tmp_path, Xy) -> None:
     ds = ShardedDataset.create(tmp_path / "d", *Xy, shard_rows=50)
     clone = pickle.loads(pickle.dumps(ds))
     assert clone.path == ds.path and clone.n_shards == ds.n_shards
+    X_clone, y_clone = clone.load_rows(40, 100)  # the clone reads the same rows from the store
+    np.testing.assert_array_equal(X_clone, Xy[0][40:100])
+    np.testing.assert_array_equal(y_clone, Xy[1][40:100])
 
 
 def test_overwrite_replaces_only_after_success(tmp_path, Xy) -> None:

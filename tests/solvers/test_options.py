@@ -140,7 +140,7 @@ def test_a_flag_for_another_solver_is_refused_not_dropped() -> None:
 
 def test_options_are_immutable_and_replace_checks_again() -> None:
     options = SandblasterOptions(maxiter=5)
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match=r"cannot assign to field 'maxiter'"):
         options.maxiter = 6  # type: ignore[misc]
     assert options.replace(maxiter=7).maxiter == 7 and options.maxiter == 5
     with pytest.raises(ConfigurationError, match=r"maxiter must be an integer >= 1, got -1"):

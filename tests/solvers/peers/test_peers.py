@@ -95,10 +95,10 @@ def test_mailbox_waits_wakes_and_times_out() -> None:
     threading.Timer(0.05, box.request_stop_now, args=("max_steps (10) reached",)).start()
     with pytest.raises(Stopped, match=r"max_steps \(10\) reached"):
         box.take(("down", 5), timeout=5)
-    with pytest.raises(WorkerLostError):  # a synchronous step does not stop half-way: it waits on
+    with pytest.raises(WorkerLostError, match=r"waited 0 s for \('down', 5\)"):  # a synchronous step does not stop half-way: it waits on
         box.take(("down", 5), timeout=0.05, stoppable=False)
     asyncio.run(box.abort())
-    with pytest.raises(Stopped):  # ... unless the run is aborted (a peer was lost)
+    with pytest.raises(Stopped, match=r"max_steps \(10\) reached"):  # ... unless the run is aborted (a peer was lost)
         box.take(("down", 5), timeout=5, stoppable=False)
     assert asyncio.run(box.deliver(1, np.zeros(3))) is True
     assert [sender for sender, _ in box.drain()] == [1] and box.drain() == []
@@ -228,7 +228,10 @@ def test_gossip_keeps_replicas_near_consensus_on_a_quadratic(client, tmp_path, p
     consensus = xs.mean(axis=0)
     assert np.max(np.linalg.norm(xs - consensus, axis=1)) < 0.02 * np.linalg.norm(consensus)
     optimum = np.linalg.lstsq(np.c_[X, np.ones(4000)], y, rcond=None)[0]
-    np.testing.assert_allclose(result.x[:5], optimum[:5], atol=0.05)
+    # constant-rate SGD on 20-row batches stays within its noise of the least-squares
+    # optimum: measured max |x - x*| 0.003-0.006 over four runs; a quarter of that bound
+    # would be a wrong method
+    np.testing.assert_allclose(result.x, optimum, atol=0.02)
     exchanges = sum(result.stats["exchanges_per_replica"])
     # a pull is skipped while the drawn peer has not published yet (it is still starting)
     assert exchanges == 4 * 3 * 50 if push_sum else 0.9 * 4 * 3 * 50 <= exchanges <= 4 * 3 * 50
