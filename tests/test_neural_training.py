@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from scipy.optimize import minimize
 
 from dasklbfgs import downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import model_for_dataset
@@ -30,20 +31,27 @@ def test_sandblaster_and_downpour_reduce_the_held_out_objective(client, workload
     _, options, downpour_options = WORKLOADS[name]
     model = model_for_dataset(name, data["train"], l2=1e-4, **options)
     x0 = model.init_params(0)
-    start = evaluate_model(model, x0, data["test"])["objective"]
 
     lbfgs = sandblaster_lbfgs(model, data["train"], client=client, x0=x0, maxiter=25, portion_rows=250)
     assert lbfgs.nit >= 5
     # Sandblaster's objective is the in-process one at its final point (float32 acoustic data: to 1e-6).
     X, y = data["train"].load_rows(0, data["train"].n_samples)
     assert lbfgs.fun == pytest.approx(model.objective(lbfgs.x, X, y)[0], rel=1e-6)
-    assert lbfgs.fun < 0.8 * model.objective(x0, X, y)[0]
+    # the reference: scipy's L-BFGS-B on the same objective in process, from the same start,
+    # for the same 25 iterations (measured: ours within 0.01% of it on mlp and the
+    # autoencoder, 1.3% above it on the language model)
+    reference = minimize(lambda w: model.objective(w, X, y), x0, jac=True, method="L-BFGS-B",
+                         options={"maxiter": 25})
+    assert lbfgs.fun <= 1.03 * reference.fun
+    held_out_reference = evaluate_model(model, reference.x, data["test"])["objective"]
 
     sgd = downpour_sgd(model, data["train"], client=client, x0=x0, n_replicas=2, n_param_shards=2, epochs=2,
                        **downpour_options)
     assert sgd.success, sgd.message
-    for x in (lbfgs.x, sgd.x):
-        assert evaluate_model(model, x, data["test"])["objective"] < 0.9 * start
+    assert evaluate_model(model, lbfgs.x, data["test"])["objective"] <= 1.03 * held_out_reference
+    # two epochs of Downpour come near 25 full-batch L-BFGS iterations on held-out data
+    # (measured: 1.20x on mlp, 1.08x on the autoencoder, 0.99x on the language model)
+    assert evaluate_model(model, sgd.x, data["test"])["objective"] <= 1.3 * held_out_reference
     if name == "embedding_lm":
         assert sgd.stats["sparse"]
         assert sgd.stats["bytes_in"] < 0.9 * sgd.stats["dense_bytes_in"]
