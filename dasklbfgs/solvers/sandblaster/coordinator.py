@@ -105,7 +105,8 @@ class SandblasterRun:
         started = time.perf_counter()
         opts = self.options
         self.evaluator = MegaBatchEvaluator(client, self.model, self.dataset, portion_rows=opts.portion_rows,
-                                            backup_tasks=opts.backup_tasks, cache=self._cache(client))
+                                            backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
+                                            cache=self._cache(client))
         self.metrics = MetricsStream(client, "sandblaster")
         try:
             result = self._minimize(client)

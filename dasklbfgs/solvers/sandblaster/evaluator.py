@@ -39,6 +39,7 @@ from distributed import Client, Future, wait
 
 from dasklbfgs.models.base import Model
 from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions
 from dasklbfgs.solvers.sandblaster.tasks import (
     add_sums,
@@ -95,7 +96,7 @@ class MegaBatchEvaluator:
         *,
         portion_rows: int | None = None,
         backup_tasks: bool = True,
-        backup_slack: float = 1.5,
+        backup_slack: float = SandblasterOptions.default("backup_slack"),
         cache: bool = True,
     ) -> None:
         self.client = client

@@ -26,6 +26,8 @@ class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, L
         none_means="about four portions per worker thread, at most one shard each")
     backup_tasks: bool = option(True, "copy the outstanding portions of straggling workers to idle ones and "
                                 "take the first result", "bool")
+    backup_slack: float = option(1.5, "a worker is a straggler when it progresses this many times slower than "
+                                 "the fastest finished one", "float", minimum=1)
     standardize: bool = option(False, "optimise in standardised feature coordinates (linear models; the "
                                "objective and its minimiser are unchanged)", "bool")
     state: str = option("local", "where the L-BFGS vectors live: in the coordinator ('local') or in slices "
