@@ -112,9 +112,12 @@ class OptionSpec:
             text = f"{self.length} integers"
         elif self.kind == "int" and self.minimum is not None:
             text = f"an integer >= {self.minimum:g}"
-        elif self.kind == "float" and (self.positive or self.minimum == 0):
-            text = ("a positive number" if self.positive else
-                    f"a number in [0, {self.below:g})" if self.below is not None else "a non-negative number")
+        elif self.kind == "float" and self.positive:
+            text = "a positive number"
+        elif self.kind == "float" and self.minimum == 0:
+            text = f"a number in [0, {self.below:g})" if self.below is not None else "a non-negative number"
+        elif self.kind == "float" and self.minimum is not None:
+            text = f"a number >= {self.minimum:g}"
         return text + (" or None" if self.nullable and self.kind != "optional_bool" else "")
 
 

@@ -30,7 +30,7 @@ def other_value(default, spec: OptionSpec):
         value = (default or int(spec.minimum or 0)) + 1
         return value, [str(value)]
     if kind == "float":
-        value = 0.5 if default in (None, 0.0) else default / 2
+        value = 0.5 if default in (None, 0.0) else default * 2
         if spec.below is not None:
             value = min(value, spec.below / 2)
         return value, [repr(value)]
