@@ -66,25 +66,26 @@ class _ShardedEstimator(BaseEstimator):
     def _options(self, model: Model, data: ShardedDataset) -> Options:
         """The chosen solver's options from this estimator's parameters."""
         solver = get_solver(self.solver)
+        defaults: dict[str, Any] = {}  # the estimators' own choices, which solver_options may change
         if solver.unit == "iteration":
+            mapped = {"maxiter": self.max_iter, "gtol": self.tol, "standardize": getattr(self, "standardize", False)}
             # ftol as scikit-learn's lbfgs solvers set it, so tol alone decides convergence.
-            mapped = {"maxiter": self.max_iter, "gtol": self.tol, "ftol": 64 * np.finfo(float).eps,
-                      "standardize": getattr(self, "standardize", False)}
+            defaults["ftol"] = 64 * np.finfo(float).eps
         else:
             n_replicas = 1 if data.n_samples < 2 * self.batch_size else self.n_replicas
             mapped = {"epochs": self.max_iter, "learning_rate": self._learning_rate(),
                       "batch_size": min(self.batch_size, data.n_samples), "n_replicas": n_replicas,
                       "seed": self.random_state if self.random_state is not None else 0}
             if "n_param_shards" in solver.options.fields():
-                mapped["n_param_shards"] = min(2, model.n_params)
-        extra = dict(self.solver_options or {})
+                defaults["n_param_shards"] = min(solver.options.default("n_param_shards"), model.n_params)
+        extra = solver.options.canonical(self.solver_options or {})
         clash = sorted(set(extra) & set(mapped))
         if clash:
             raise ConfigurationError(
                 f"solver_options {clash} are set by the estimator's own parameters (max_iter, tol, standardize, "
                 "learning_rate, batch_size, n_replicas, random_state): pass those instead"
             )
-        return solver.options.from_mapping({**mapped, **extra})
+        return solver.options.from_mapping({**defaults, **mapped, **extra})
 
     def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
         result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)

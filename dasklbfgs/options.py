@@ -200,7 +200,7 @@ class Options:
         for key, value in values.items():
             name = aliases.get(key, key)
             if name not in known:
-                close = difflib.get_close_matches(key, [*known, *aliases], n=1)
+                close = difflib.get_close_matches(str(key), [*known, *aliases], n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise UnknownOptionError(
                     f"{where}{cls.solver} does not take option {key!r}{hint}; its options: {sorted(known)}"
@@ -214,8 +214,14 @@ class Options:
             raise ConfigurationError(f"{where}{exc}") from None
 
     def replace(self: T, **values: Any) -> T:
-        """A copy with ``values`` changed (checked like a new object)."""
-        return type(self).from_mapping({**self.to_dict(), **values})
+        """A copy with ``values`` (option names or older spellings) changed, checked anew."""
+        return type(self).from_mapping({**self.to_dict(), **self.canonical(values)})
+
+    @classmethod
+    def canonical(cls, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` with older spellings replaced by the option names."""
+        aliases = cls.aliases()
+        return {aliases.get(key, key): value for key, value in values.items()}
 
     def to_dict(self) -> dict[str, Any]:
         """The values, by option name (plain Python types)."""

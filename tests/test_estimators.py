@@ -50,6 +50,21 @@ def test_solver_options_reach_the_solver(client) -> None:
     np.testing.assert_allclose(short.coef_, full.coef_, atol=1e-5)
 
 
+def test_estimator_choices_are_defaults_solver_options_can_change() -> None:
+    from dasklbfgs.models import Logistic
+
+    class Data:
+        n_samples = 1000
+
+    model = Logistic(30)
+    sandblaster = LogisticRegression(solver_options={"ftol": 1e-3})._options(model, Data())
+    assert sandblaster.ftol == 1e-3 and sandblaster.standardize is True
+    easgd = LogisticRegression(solver="easgd", n_replicas=2, solver_options={"n_param_shards": 3})
+    options = easgd._options(model, Data())
+    assert options.n_param_shards == 3 and options.n_replicas == 2
+    assert LogisticRegression(solver="easgd")._options(model, Data()).n_param_shards == 1  # easgd's own default
+
+
 def test_linear_regression_matches_ridge(client) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)

@@ -9,6 +9,7 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options
+from dasklbfgs.solvers.common_options import without_held_out
 from dasklbfgs.solvers.registry import get_solver, minimize
 
 __all__ = ["train_with_progress"]
@@ -29,6 +30,7 @@ def train_with_progress(client: Client, model: Model, data: Any, solver: str, op
         else:
             progress.update(entry.step, **{k: entry[k] for k in ("train_loss", "eval_accuracy") if k in entry})
 
+    options = without_held_out(options, eval_data)
     try:
         return minimize(model, data, solver, options, client=client, callback=show, eval_data=eval_data)
     finally:

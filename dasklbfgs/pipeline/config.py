@@ -122,7 +122,7 @@ def validate_train(given: Any, *, where: str = "<config>") -> dict[str, Any]:
     given = {} if given is None else given
     if not isinstance(given, dict):
         raise ConfigurationError(f"{where}: section 'train' must be a mapping, got {type(given).__name__}")
-    values = dict(given)
+    values = {key: value for key, value in given.items() if value is not None}  # null: the default
     name = values.pop("solver", None) or solver_names()[0]
     if name not in solver_names():
         raise ConfigurationError(f"{where}: train.solver must be one of {solver_names()}, got {name!r}")

@@ -21,6 +21,7 @@ from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
 from dasklbfgs.solvers import get_solver, minimize
+from dasklbfgs.solvers.common_options import without_held_out
 
 __all__ = ["run_pipeline"]
 
@@ -69,7 +70,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
     model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"],
                               **model_options(spec))
-    result = minimize(model, train, solver, options, client=client, eval_data=test)
+    result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test)
     if get_solver(solver).unit == "iteration":
         curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]
         facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}

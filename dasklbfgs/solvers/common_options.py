@@ -15,7 +15,7 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.updates import RULES
 from dasklbfgs.options import Options, option
 
-__all__ = ["CheckpointOptions", "HeldOutOptions", "ParamShardOptions", "ReplicaOptions"]
+__all__ = ["CheckpointOptions", "HeldOutOptions", "ParamShardOptions", "ReplicaOptions", "without_held_out"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,6 +24,15 @@ class HeldOutOptions(Options):
         None, "score the held-out data (eval_data, --test) every N iterations (Sandblaster) or global steps "
         "(the replica methods) and at the end", "int", minimum=1, nullable=True,
         none_means="only at the end")
+
+
+def without_held_out(options: Options, eval_data: Any) -> Options:
+    """``options`` with ``eval_every`` unset when there is no held-out data: what the CLI and
+    pipelines do with a config that sets it for runs with and without a test set (the API
+    itself refuses eval_every without eval_data)."""
+    if eval_data is None and getattr(options, "eval_every", None) is not None:
+        return options.replace(eval_every=None)
+    return options
 
 
 @dataclass(frozen=True, kw_only=True)

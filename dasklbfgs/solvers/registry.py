@@ -84,7 +84,8 @@ def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None,
         raise ConfigurationError(
             f"options must be a {solver.options.__name__}, a mapping or None, got {type(options).__name__}"
         )
-    return solver.options.from_mapping({**(options or {}), **values})
+    return solver.options.from_mapping({**solver.options.canonical(options or {}),
+                                        **solver.options.canonical(values)})
 
 
 def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Options | Mapping[str, Any] | None = None,

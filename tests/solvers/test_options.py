@@ -151,3 +151,24 @@ def test_the_options_reference_in_docs_is_generated_from_the_classes() -> None:
     assert (ROOT / "docs" / "options.md").read_text() == options_reference(), (
         "docs/options.md is stale: run python -m dasklbfgs.solvers.reference > docs/options.md"
     )
+
+
+def test_older_spellings_mix_with_an_options_object_and_null_means_the_default() -> None:
+    from dasklbfgs.solvers.registry import resolve_options
+
+    downpour = get_solver("downpour")
+    assert resolve_options(downpour, DownpourOptions(batch_size=64), {"replicas": 3}).n_replicas == 3
+    assert resolve_options(downpour, {"param_shards": 4}, {"replicas": 3}).n_param_shards == 4
+    config = validate_train({"solver": "easgd", "tau": None, "optimizer": None})["options"]
+    assert (config.tau, config.optimizer) == (10, "sgd")
+    with pytest.raises(UnknownOptionError, match=r"sandblaster does not take option 1"):
+        validate_train({1: 2})
+
+
+def test_front_ends_drop_eval_every_without_held_out_data() -> None:
+    from dasklbfgs.solvers.common_options import without_held_out
+
+    options = DownpourOptions(eval_every=50)
+    assert without_held_out(options, None).eval_every is None
+    assert without_held_out(options, "test.zarr").eval_every == 50
+    assert without_held_out(SandblasterOptions(), None).eval_every is None

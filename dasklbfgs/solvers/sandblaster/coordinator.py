@@ -149,6 +149,9 @@ class SandblasterRun:
             raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
         if opts.checkpoint_path is not None and not self._due(final.nit, opts.checkpoint_every):
             self._save(final)  # the last iterations since a checkpoint: the state the run ended in
+        if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
+            # held-out scores at the end too, whatever eval_every (None: only here)
+            result.history[-1].update(held_out_metrics(self.model, self._params(result.x), self.eval_set))
         if self.transform is not None:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)

@@ -375,3 +375,17 @@ def test_callback_sees_model_coordinates_with_standardize(client, datasets) -> N
     assert len(seen) == result.nit
     np.testing.assert_array_equal(seen[-1].x, result.x)
     assert seen[-1].fun == pytest.approx(model.objective(seen[-1].x, X, y)[0], rel=1e-10)
+
+
+@pytest.mark.parametrize("eval_every", [None, 4])
+def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_every) -> None:
+    model = Logistic(8, l2=1e-3)
+    held_out = datasets["logistic-ill"]  # other rows of the same shape
+    result = sandblaster_lbfgs(model, datasets["logistic"], client=client, eval_data=held_out, eval_every=eval_every)
+    scored = [h["nit"] for h in result.history if "eval_objective" in h]
+    expected = [] if eval_every is None else list(range(eval_every, result.nit + 1, eval_every))
+    assert scored == sorted(set(expected) | {result.nit})
+    from dasklbfgs.models.metrics import evaluate_model
+
+    assert result.history[-1]["eval_objective"] == pytest.approx(
+        evaluate_model(model, result.x, held_out)["objective"], rel=1e-12)
