@@ -9,17 +9,21 @@ from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
 def check_shard_rows(shard_rows: object) -> int:
     """Return ``shard_rows`` as an int, or raise if it is not a positive integer."""
-    if isinstance(shard_rows, bool) or not isinstance(shard_rows, (int, np.integer)):
-        raise ConfigurationError(f"shard_rows must be a positive integer, got {shard_rows!r}")
-    if shard_rows <= 0:
+    integer = isinstance(shard_rows, (int, np.integer)) and not isinstance(shard_rows, bool)
+    if not integer or shard_rows <= 0:
         raise ConfigurationError(f"shard_rows must be a positive integer, got {shard_rows!r}")
     return int(shard_rows)
 
 
+def check_fraction(value: float, name: str) -> None:
+    """Raise unless ``value`` is in [0, 1)."""
+    if not (0.0 <= value < 1.0):
+        raise ConfigurationError(f"{name} must be in [0, 1), got {value!r}")
+
+
 def check_numeric(array: np.ndarray, name: str) -> None:
     """Reject dtypes that are not real numbers (strings, objects, complex, datetimes)."""
-    kind = array.dtype.kind
-    if kind not in "biuf":
+    if array.dtype.kind not in "biuf":
         raise InvalidDataError(
             f"{name} must hold real numbers, got dtype {array.dtype!s} "
             "(convert or encode the column before writing)"
@@ -44,19 +48,23 @@ def check_block_shapes(X: np.ndarray, y: np.ndarray, *, where: str) -> None:
         )
 
 
+def _first_bad(bad: np.ndarray, first_row: int) -> tuple[tuple[int, ...], str]:
+    """Index of the first True of ``bad`` and where it is in the dataset, ``"row 7, column 2"``."""
+    index = tuple(int(i) for i in np.argwhere(bad)[0])
+    column = f", column {index[1]}" if bad.ndim == 2 else ""
+    return index, f"row {first_row + index[0]}{column}"
+
+
 def check_finite(array: np.ndarray, name: str, *, first_row: int, shard: int) -> None:
     """Raise naming the shard, row and column of the first NaN or infinity."""
     if array.dtype.kind != "f":
         return
-    finite = np.isfinite(array)
-    if finite.all():
+    bad = ~np.isfinite(array)
+    if not bad.any():
         return
-    bad = np.argwhere(~finite)[0]
-    row = first_row + int(bad[0])
-    column = f", column {int(bad[1])}" if array.ndim == 2 else ""
-    value = array[tuple(bad)]
+    index, where = _first_bad(bad, first_row)
     raise InvalidDataError(
-        f"{name} holds a non-finite value ({value}) in shard {shard} at row {row}{column}; "
+        f"{name} holds a non-finite value ({array[index]}) in shard {shard} at {where}; "
         "drop or impute such rows before writing"
     )
 
@@ -65,16 +73,11 @@ def check_cast(given: np.ndarray, stored: np.ndarray, name: str, *, first_row: i
     """Raise when casting to the stored dtype changed a value (overflow, truncation)."""
     if given.dtype == stored.dtype:
         return
-    if stored.dtype.kind == "f":
-        changed = ~np.isfinite(stored)
-    else:
-        changed = stored != given
+    changed = ~np.isfinite(stored) if stored.dtype.kind == "f" else stored != given
     if not changed.any():
         return
-    bad = np.argwhere(changed)[0]
-    row = first_row + int(bad[0])
-    column = f", column {int(bad[1])}" if given.ndim == 2 else ""
+    index, where = _first_bad(changed, first_row)
     raise InvalidDataError(
-        f"{name} value {given[tuple(bad)].item()!r} in shard {shard} at row {row}{column} does not fit the "
+        f"{name} value {given[index].item()!r} in shard {shard} at {where} does not fit the "
         f"stored dtype {stored.dtype} (fixed by the first block or the dtype argument)"
     )

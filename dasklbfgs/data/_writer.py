@@ -28,17 +28,12 @@ ATTRS_KEY = "dasklbfgs"
 MAX_LABELS_COUNTED = 1000
 
 
-def default_compressor() -> zarr.abc.codec.BytesBytesCodec:
-    """Blosc/zstd with byte shuffle: cheap to decompress, good on float columns."""
-    return zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
-
-
 def resolve_compressor(compressor: Any) -> tuple:
+    """The arrays' ``compressors``: ``"default"`` is Blosc/zstd with byte shuffle (cheap to
+    decompress, good on float columns), ``None`` is none."""
     if compressor == "default":
-        return (default_compressor(),)
-    if compressor is None:
-        return ()
-    return (compressor,)
+        compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+    return () if compressor is None else (compressor,)
 
 
 class _LabelSummary:
@@ -56,14 +51,10 @@ class _LabelSummary:
         self.minimum = min(self.minimum, float(y.min()))
         self.maximum = max(self.maximum, float(y.max()))
         self.integral = self.integral and y.ndim == 1 and bool(np.all(np.mod(y, 1) == 0))
-        if self.counts is None:
-            return
-        if not self.integral:
-            self.counts = None
-            return
-        values, counts = np.unique(y, return_counts=True)
-        self.counts.update({int(v): int(c) for v, c in zip(values, counts)})
-        if len(self.counts) > MAX_LABELS_COUNTED:
+        if self.integral and self.counts is not None:
+            values, counts = np.unique(y, return_counts=True)
+            self.counts.update({int(v): int(c) for v, c in zip(values, counts)})
+        if not self.integral or (self.counts is not None and len(self.counts) > MAX_LABELS_COUNTED):
             self.counts = None
 
     def as_attrs(self) -> dict[str, Any]:
@@ -93,25 +84,18 @@ class ShardWriter:
         self.labels = _LabelSummary()
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._pending_rows = 0
+
+        def create(name: str, tail: tuple[int, ...], dtype: Any, dims: tuple[str, ...]) -> Any:
+            # write_empty_chunks: every shard's chunk exists, so a missing one is damage
+            return group.create_array(
+                name, shape=(0, *tail), chunks=(shard_rows, *tail), dtype=dtype,
+                compressors=compressors, config={"write_empty_chunks": True}, dimension_names=dims,
+            )
+
+        self.X = create("X", (self.n_features,), x_dtype, ("sample", "feature"))
         y_dims = ("sample",) if first_y.ndim == 1 else ("sample", "output")
-        self.X = group.create_array(
-            "X",
-            shape=(0, self.n_features),
-            chunks=(shard_rows, self.n_features),
-            dtype=x_dtype,
-            compressors=compressors,
-            config={"write_empty_chunks": True},  # every shard's chunk exists: a missing one is damage
-            dimension_names=("sample", "feature"),
-        )
-        self.y = group.create_array(
-            "y",
-            shape=(0, *self.y_tail),
-            chunks=(shard_rows, *self.y_tail),
-            dtype=first_y.dtype if first_y.dtype.kind in "iuf" else np.float64,
-            compressors=compressors,
-            config={"write_empty_chunks": True},  # every shard's chunk exists: a missing one is damage
-            dimension_names=y_dims,
-        )
+        y_dtype = first_y.dtype if first_y.dtype.kind in "iuf" else np.float64
+        self.y = create("y", self.y_tail, y_dtype, y_dims)
 
     def append(self, X: np.ndarray, y: np.ndarray) -> None:
         where = f"in the block starting at row {self.n_rows + self._pending_rows}"
@@ -140,12 +124,11 @@ class ShardWriter:
             self._write_shard(self._pending_rows)
 
     def _write_shard(self, rows: int) -> None:
-        X_all = np.concatenate([b[0] for b in self._pending]) if len(self._pending) > 1 else self._pending[0][0]
-        y_all = np.concatenate([b[1] for b in self._pending]) if len(self._pending) > 1 else self._pending[0][1]
+        X_all, y_all = (np.concatenate(parts) if len(parts) > 1 else parts[0]
+                        for parts in zip(*self._pending))
         X, y = X_all[:rows], y_all[:rows]
-        rest = (X_all[rows:], y_all[rows:])
-        self._pending = [rest] if rest[0].shape[0] else []
-        self._pending_rows = rest[0].shape[0]
+        self._pending = [(X_all[rows:], y_all[rows:])] if len(X_all) > rows else []
+        self._pending_rows = len(X_all) - rows
 
         shard = self.n_rows // self.shard_rows
         check_finite(X, "X", first_row=self.n_rows, shard=shard)
@@ -215,9 +198,8 @@ def write_dataset(
     target = Path(path)
     compressors = resolve_compressor(compressor)
     with written_aside(target, overwrite=overwrite) as temp:
-        iterator: Iterator[tuple[Any, Any]] = iter(blocks)
         writer = None
-        for X, y in iterator:
+        for X, y in blocks:
             X, y = np.asarray(X), np.asarray(y)
             if writer is None:
                 check_block_shapes(X, y, where="in the first block")

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dasklbfgs._checks import check_int
-from dasklbfgs.data._validate import check_shard_rows
+from dasklbfgs.data._validate import check_fraction, check_shard_rows
 from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
@@ -118,8 +118,7 @@ def make_dataset(
     if kind not in RECIPES:
         raise ConfigurationError(f"dataset kind must be one of {RECIPES!r}, got {kind!r}")
     shard_rows = check_shard_rows(shard_rows)
-    if not (0.0 <= test_fraction < 1.0):
-        raise ConfigurationError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+    check_fraction(test_fraction, "test_fraction")
     workload_options = {"patch_size": patch_size, "image_source": image_source,
                         "vocab_size": vocab_size, "context": context}
     _check_options_apply(kind, workload_options, n_classes, ill_conditioned)
@@ -137,7 +136,6 @@ def make_dataset(
                 feature_names=split.feature_names, dtype=split.dtype,
             )
     return {name: ShardedDataset.open(target / name) for name in splits}
-
 
 
 def _recipe_splits(kind: str, rows: int | None, features: int | None, seed: int, n_classes: int,
@@ -174,26 +172,14 @@ def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callabl
 def _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction):
     if rows is None or features is None:
         raise ConfigurationError(f"the {kind!r} recipe needs rows and features")
-    problem = SyntheticProblem(
-        {"logistic": "logistic", "multinomial": "multinomial", "regression": "regression"}[kind],
-        n_features=int(features),
-        n_classes=n_classes if kind == "multinomial" else 2,
-        seed=seed,
-        ill_conditioned=ill_conditioned,
-    )
-    attrs: dict[str, Any] = {
-        "task": SYNTHETIC[kind],
-        "source": f"synthetic:{kind}",
-        "seed": seed,
-        "ill_conditioned": ill_conditioned,
-    }
+    n_classes = n_classes if kind == "multinomial" else 2
+    problem = SyntheticProblem(kind, n_features=int(features), n_classes=n_classes, seed=seed,
+                               ill_conditioned=ill_conditioned)
+    attrs: dict[str, Any] = {"task": SYNTHETIC[kind], "source": f"synthetic:{kind}", "seed": seed,
+                             "ill_conditioned": ill_conditioned}
     if kind != "regression":
         attrs["n_classes"] = problem.n_classes
-    splits = {"train": Split(problem.blocks(int(rows)), attrs)}
-    test_rows = int(round(rows * test_fraction))
-    if test_rows:
-        splits["test"] = Split(problem.blocks(test_rows, first_block=TEST_BLOCK_OFFSET), attrs)
-    return splits
+    return _generated_splits(problem.blocks, rows, test_fraction, attrs)
 
 
 def _bundled_splits(kind, seed, test_fraction):
@@ -203,12 +189,8 @@ def _bundled_splits(kind, seed, test_fraction):
     bunch = getattr(datasets, f"load_{kind}")()
     X, y = bunch.data.astype(np.float64), bunch.target.astype(np.int64)
     names = [str(n) for n in getattr(bunch, "feature_names", [])] or None
-    attrs = {
-        "task": BUNDLED[kind],
-        "n_classes": int(len(np.unique(y))),
-        "source": f"sklearn.datasets.load_{kind}",
-        "seed": seed,
-    }
+    attrs = {"task": BUNDLED[kind], "n_classes": int(len(np.unique(y))),
+             "source": f"sklearn.datasets.load_{kind}", "seed": seed}
     if test_fraction == 0:
         return {"train": Split([(X, y)], attrs, names)}
     X_tr, X_te, y_tr, y_te = train_test_split(
@@ -234,6 +216,16 @@ def _rows_on_top(rows, test_fraction) -> int:
     return int(round(rows * test_fraction))
 
 
+def _generated_splits(blocks, rows, test_fraction, attrs, names=None, **test_options):
+    """Train rows from the first blocks of ``blocks(n_rows, first_block=...)`` and, if
+    ``test_fraction`` of them round to any, test rows on top from blocks no train row uses."""
+    splits = {"train": Split(blocks(int(rows)), attrs, names)}
+    if test_rows := _rows_on_top(rows, test_fraction):
+        test_blocks = blocks(test_rows, first_block=TEST_BLOCK_OFFSET, **test_options)
+        splits["test"] = Split(test_blocks, attrs, names)
+    return splits
+
+
 def _acoustic_splits(rows, seed, test_fraction, n_classes):
     if rows is None:
         raise ConfigurationError("the 'acoustic' recipe needs rows")
@@ -241,11 +233,7 @@ def _acoustic_splits(rows, seed, test_fraction, n_classes):
     frames = AcousticFrames(n_classes=n_classes, seed=seed)
     attrs = {"task": WORKLOADS["acoustic"], "n_classes": frames.n_classes, "source": "synthetic:acoustic",
              "frames": FRAMES, "bands": BANDS, "seed": seed}
-    names = frames.feature_names()
-    splits = {"train": Split(frames.blocks(rows), attrs, names)}
-    if test_rows := _rows_on_top(rows, test_fraction):
-        splits["test"] = Split(frames.blocks(test_rows, first_block=TEST_BLOCK_OFFSET), attrs, names)
-    return splits
+    return _generated_splits(frames.blocks, rows, test_fraction, attrs, frames.feature_names())
 
 
 def _patch_splits(rows, seed, test_fraction, patch_size, image_source):
@@ -262,11 +250,7 @@ def _patch_splits(rows, seed, test_fraction, patch_size, image_source):
     attrs = {"task": WORKLOADS["patches"], "patch_size": patches.patch_size, "source": source,
              "scaled_range": [0.1, 0.9], "seed": seed}
     names = patches.feature_names()
-    splits = {"train": Split(patches.blocks(rows), attrs, names)}
-    if test_rows := _rows_on_top(rows, test_fraction):
-        held_out = patches.blocks(test_rows, first_block=TEST_BLOCK_OFFSET, held_out=True)
-        splits["test"] = Split(held_out, attrs, names)
-    return splits
+    return _generated_splits(patches.blocks, rows, test_fraction, attrs, names, held_out=True)
 
 
 def _text_splits(rows, seed, test_fraction, vocab_size, context):

@@ -126,8 +126,10 @@ class ShardedDataset:
             raise InvalidDataError(
                 f"the dataset is empty (shape {tuple(X.shape)}); give at least one row and one feature"
             )
-        blocks = _row_blocks(X, y, shard_rows)
-        return cls._write(path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype)
+        return cls.from_blocks(
+            path, _row_blocks(X, y, shard_rows), shard_rows=shard_rows, feature_names=feature_names,
+            attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
+        )
 
     @classmethod
     def from_blocks(
@@ -149,24 +151,14 @@ class ShardedDataset:
         memory is written. Other parameters as in :meth:`create`.
         """
         shard_rows = check_shard_rows(shard_rows)
-        return cls._write(path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype)
-
-    @classmethod
-    def _write(cls, path, blocks, shard_rows, feature_names, attrs, overwrite, compressor, dtype):
         if attrs is not None:
             if not isinstance(attrs, dict):
                 raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
             if ATTRS_KEY in attrs:
                 raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
         target = write_dataset(
-            path,
-            blocks,
-            shard_rows=shard_rows,
-            feature_names=feature_names,
-            attrs=attrs,
-            overwrite=overwrite,
-            compressor=compressor,
-            dtype=dtype,
+            path, blocks, shard_rows=shard_rows, feature_names=feature_names, attrs=attrs,
+            overwrite=overwrite, compressor=compressor, dtype=dtype,
         )
         return cls(target)
 
@@ -353,10 +345,8 @@ def _open_group(path: Path) -> zarr.Group:
 def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None):
     """``(X, y, feature_names)`` from an ``xarray.Dataset`` with ``X`` and ``y`` variables
     (``X`` as (sample, feature)); other inputs pass through unchanged."""
-    try:
-        import xarray as xr
-    except ImportError:  # pragma: no cover - xarray is a dependency
-        return X, y, feature_names
+    import xarray as xr
+
     if not isinstance(X, xr.Dataset):
         return X, y, feature_names
     if y is not None:
@@ -387,11 +377,9 @@ def _as_array(a: Any, name: str):
 
 def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (X, y) row blocks of one shard each; dask inputs are computed block by block."""
-    n = X.shape[0]
     lazy = hasattr(X, "dask") or hasattr(y, "dask")
-    for start in range(0, n, shard_rows):
-        stop = min(start + shard_rows, n)
-        Xb, yb = X[start:stop], y[start:stop]
+    for start in range(0, X.shape[0], shard_rows):
+        Xb, yb = X[start : start + shard_rows], y[start : start + shard_rows]
         if lazy:
             import dask
 

@@ -17,6 +17,18 @@ from dasklbfgs.errors import ConfigurationError
 GENERATOR_BLOCK_ROWS = 65_536
 
 
+def seeded_blocks(
+    n_rows: int, block_rows: int, seed: int, first_block: int, *stream: int
+) -> Iterator[tuple[np.random.Generator, int]]:
+    """``(rng, rows)`` for each block of ``n_rows`` rows: block ``b`` has ``block_rows``
+    rows (the last one fewer) and draws from ``default_rng([seed, first_block + b, *stream])``."""
+    if n_rows < 1:
+        raise ConfigurationError(f"rows must be >= 1, got {n_rows}")
+    for b, start in enumerate(range(0, n_rows, block_rows)):
+        rng = np.random.default_rng([seed, first_block + b, *stream])
+        yield rng, min(block_rows, n_rows - start)
+
+
 @dataclass(frozen=True)
 class SyntheticProblem:
     """A planted linear model; ``kind`` is ``"logistic"``, ``"multinomial"`` or ``"regression"``.
@@ -61,13 +73,9 @@ class SyntheticProblem:
 
     def blocks(self, n_rows: int, *, first_block: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(X, y)`` blocks that together hold ``n_rows`` rows."""
-        if n_rows < 1:
-            raise ConfigurationError(f"rows must be >= 1, got {n_rows}")
         coef, intercept = self.planted()
         scales = self.scales
-        for b, start in enumerate(range(0, n_rows, GENERATOR_BLOCK_ROWS)):
-            rows = min(GENERATOR_BLOCK_ROWS, n_rows - start)
-            rng = np.random.default_rng([self.seed, first_block + b])
+        for rng, rows in seeded_blocks(n_rows, GENERATOR_BLOCK_ROWS, self.seed, first_block):
             Z = rng.normal(size=(rows, self.n_features))
             margin = Z @ coef + intercept
             yield Z * scales, self._labels(margin, rng)

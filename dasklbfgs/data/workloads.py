@@ -28,12 +28,9 @@ from functools import cached_property
 import numpy as np
 
 from dasklbfgs._checks import check_int
-from dasklbfgs.data._stdlib_text import (
-    BOUNDARY,
-    STDLIB_MODULES,
-    stdlib_docstrings,
-    tokenize,
-)
+from dasklbfgs.data._stdlib_text import BOUNDARY, STDLIB_MODULES, stdlib_docstrings, tokenize
+from dasklbfgs.data._validate import check_fraction
+from dasklbfgs.data.synthetic import seeded_blocks
 from dasklbfgs.errors import ConfigurationError
 
 __all__ = ["AcousticFrames", "ImagePatches", "DocstringCorpus", "PATCH_SOURCES"]
@@ -52,18 +49,6 @@ _ACOUSTIC_STREAM, _PATCH_STREAM, _TEXT_STREAM = 1, 2, 3
 _TEACHER_KEY = 2**31 - 2  # the planted linear models use 2**31 - 1
 _CALIBRATION_KEY = 2**31 - 3
 _CALIBRATION_ROWS = 8192
-
-
-def _check_fraction(value: float, name: str) -> None:
-    if not (0.0 <= value < 1.0):
-        raise ConfigurationError(f"{name} must be in [0, 1), got {value!r}")
-
-
-def _blocks_of(n_rows: int, block_rows: int) -> Iterator[tuple[int, int]]:
-    if n_rows < 1:
-        raise ConfigurationError(f"rows must be >= 1, got {n_rows}")
-    for b, start in enumerate(range(0, n_rows, block_rows)):
-        yield b, min(block_rows, n_rows - start)
 
 
 # -- speech-like frames -----------------------------------------------------------------
@@ -97,8 +82,7 @@ class AcousticFrames:
     def __post_init__(self) -> None:
         check_int(self.n_classes, "n_classes", minimum=2)
         check_int(self.hidden_units, "hidden_units", minimum=1)
-        if not (0.0 <= self.ar_coefficient < 1.0):
-            raise ConfigurationError(f"ar_coefficient must be in [0, 1), got {self.ar_coefficient!r}")
+        check_fraction(self.ar_coefficient, "ar_coefficient")
 
     @property
     def n_features(self) -> int:
@@ -147,8 +131,8 @@ class AcousticFrames:
 
     def blocks(self, n_rows: int, *, first_block: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(X, y)`` blocks that together hold ``n_rows`` rows."""
-        for b, rows in _blocks_of(n_rows, ACOUSTIC_BLOCK_ROWS):
-            rng = np.random.default_rng([self.seed, first_block + b, _ACOUSTIC_STREAM])
+        blocks = seeded_blocks(n_rows, ACOUSTIC_BLOCK_ROWS, self.seed, first_block, _ACOUSTIC_STREAM)
+        for rng, rows in blocks:
             X = self.frames(rng, rows)
             yield X, self.labels(X)
 
@@ -188,7 +172,7 @@ class ImagePatches:
         if self.source not in PATCH_SOURCES:
             raise ConfigurationError(f"image source must be one of {PATCH_SOURCES!r}, got {self.source!r}")
         check_int(self.patch_size, "patch_size", minimum=2)  # a 1x1 patch minus its mean is 0
-        _check_fraction(self.held_out_fraction, "held_out_fraction")
+        check_fraction(self.held_out_fraction, "held_out_fraction")
         if self.source == "digits" and self.patch_size > DIGITS_SIDE:
             raise ConfigurationError(
                 f"patch_size must be at most {DIGITS_SIDE} for the 8x8 digits images, "
@@ -273,8 +257,7 @@ class ImagePatches:
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(X, y)`` blocks holding ``n_rows`` patches; ``y`` is a zero column (the
         data is unsupervised). ``held_out`` draws digit patches from the held-out images."""
-        for b, rows in _blocks_of(n_rows, PATCH_BLOCK_ROWS):
-            rng = np.random.default_rng([self.seed, first_block + b, _PATCH_STREAM])
+        for rng, rows in seeded_blocks(n_rows, PATCH_BLOCK_ROWS, self.seed, first_block, _PATCH_STREAM):
             if self.source == "digits":
                 raw = self._digits(rng, rows, held_out)
             else:
@@ -307,7 +290,7 @@ class DocstringCorpus:
     def __post_init__(self) -> None:
         check_int(self.vocab_size, "vocab_size", minimum=3)
         check_int(self.context, "context", minimum=1)
-        _check_fraction(self.test_fraction, "test_fraction")
+        check_fraction(self.test_fraction, "test_fraction")
         available = len(self._word_counts) + 2
         if self.vocab_size > available:
             raise ConfigurationError(
