@@ -42,6 +42,13 @@ def weight_decay(layout: Layout, params: np.ndarray, l2: float, names: list[str]
     return 0.5 * l2 * value, grad
 
 
+def affine(x: np.ndarray, W: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``x W + b``, the bias added in place."""
+    z = x @ W
+    z += b
+    return z
+
+
 def _sigmoid(z: np.ndarray) -> np.ndarray:
     # 1 / (1 + e^-z) = (1 + tanh(z / 2)) / 2: no overflow for any z.
     z *= 0.5
@@ -51,31 +58,11 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return a
 
 
-def _relu(z: np.ndarray) -> np.ndarray:
-    return np.maximum(z, 0.0, out=z)
-
-
-def _tanh(z: np.ndarray) -> np.ndarray:
-    return np.tanh(z, out=z)
-
-
-def _sigmoid_grad(a: np.ndarray) -> np.ndarray:
-    return a * (1.0 - a)
-
-
-def _relu_grad(a: np.ndarray) -> np.ndarray:
-    return (a > 0).astype(a.dtype)
-
-
-def _tanh_grad(a: np.ndarray) -> np.ndarray:
-    return 1.0 - a * a
-
-
 #: name -> (activation applied in place to pre-activations, derivative from the *output*)
 ACTIVATIONS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
-    "sigmoid": (_sigmoid, _sigmoid_grad),
-    "relu": (_relu, _relu_grad),
-    "tanh": (_tanh, _tanh_grad),
+    "sigmoid": (_sigmoid, lambda a: a * (1.0 - a)),
+    "relu": (lambda z: np.maximum(z, 0.0, out=z), lambda a: (a > 0).astype(a.dtype)),
+    "tanh": (lambda z: np.tanh(z, out=z), lambda a: 1.0 - a * a),
 }
 
 
@@ -93,6 +80,9 @@ def init_weights(rng: np.random.Generator, fan_in: int, fan_out: int, activation
     return rng.uniform(-limit, limit, size=(fan_in, fan_out))
 
 
-def seed_or_default(seed: int | None) -> int:
-    """Neural models never start from zeros (a saddle where hidden units stay identical)."""
-    return 0 if seed is None else int(seed)
+def seeded_zeros(layout: Layout, seed: int | None) -> tuple[np.random.Generator, np.ndarray, dict]:
+    """A generator from ``seed`` and a zero parameter vector with its views, to initialise.
+    ``None`` means seed 0: neural models never start from zeros (a saddle where hidden units
+    stay identical)."""
+    params = np.zeros(layout.size)
+    return np.random.default_rng(0 if seed is None else int(seed)), params, layout.views(params)

@@ -29,7 +29,9 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows
-from dasklbfgs.models._layers import ACTIVATIONS, Layout, init_weights, seed_or_default, weight_decay
+from dasklbfgs.models._layers import (
+    ACTIVATIONS, Layout, affine, init_weights, seeded_zeros, weight_decay,
+)
 from dasklbfgs.models.base import Model, check_l2
 
 __all__ = ["SparseAutoencoder"]
@@ -76,22 +78,16 @@ class SparseAutoencoder(Model):
         return self.stats_layout.size
 
     def init_params(self, seed: int | None = None) -> np.ndarray:
-        rng = np.random.default_rng(seed_or_default(seed))
-        params = np.zeros(self.n_params)
-        views = self.layout.views(params)
+        rng, params, views = seeded_zeros(self.layout, seed)
         views["W1"][...] = init_weights(rng, self.n_features, self.n_hidden, "tanh")
         views["W2"][...] = init_weights(rng, self.n_hidden, self.n_features, "tanh")
         return params
 
     def _hidden(self, views: dict[str, np.ndarray], X: np.ndarray) -> np.ndarray:
-        z = X @ views["W1"]
-        z += views["b1"]
-        return _sigmoid(z)
+        return _sigmoid(affine(X, views["W1"], views["b1"]))
 
     def _reconstruct(self, views: dict[str, np.ndarray], a: np.ndarray) -> np.ndarray:
-        z = a @ views["W2"]
-        z += views["b2"]
-        return _sigmoid(z)
+        return _sigmoid(affine(a, views["W2"], views["b2"]))
 
     def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
         """Reconstruction loss sum, its gradient and the sparsity statistics; ``y`` is ignored."""

@@ -17,7 +17,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
-
 from dasklbfgs.models._kernels import softmax_rows
 
 __all__ = ["Model", "SoftmaxOutput", "check_l2"]
@@ -142,12 +141,18 @@ class Model:
 
 
 class SoftmaxOutput:
-    """Prediction for models whose ``decision_function(params, X)`` gives class scores (n, K)."""
+    """Prediction and label checks for models whose ``decision_function(params, X)`` gives
+    class scores (n, K), labels 0..n_classes-1."""
 
     decision_function: Any
+    n_classes: int
+    _check_class_labels: Any
 
     def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return softmax_rows(self.decision_function(params, X))
 
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return np.argmax(self.decision_function(params, X), axis=1)
+
+    def _check_labels(self, data: Any) -> None:
+        self._check_class_labels(data, self.n_classes)

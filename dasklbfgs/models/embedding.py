@@ -24,7 +24,7 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ModelDataMismatchError
 from dasklbfgs.models._kernels import softmax_link
-from dasklbfgs.models._layers import Layout, init_weights, seed_or_default, weight_decay
+from dasklbfgs.models._layers import Layout, affine, init_weights, seeded_zeros, weight_decay
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 
 __all__ = ["EmbeddingLM", "RowTable"]
@@ -85,9 +85,7 @@ class EmbeddingLM(SoftmaxOutput, Model):
         return self.vocab_size
 
     def init_params(self, seed: int | None = None) -> np.ndarray:
-        rng = np.random.default_rng(seed_or_default(seed))
-        params = np.zeros(self.n_params)
-        views = self.layout.views(params)
+        rng, params, views = seeded_zeros(self.layout, seed)
         views["E"][...] = rng.normal(scale=0.1, size=views["E"].shape)
         views["W1"][...] = init_weights(rng, *views["W1"].shape, "tanh")
         views["W2"][...] = init_weights(rng, *views["W2"].shape, "tanh")
@@ -95,9 +93,8 @@ class EmbeddingLM(SoftmaxOutput, Model):
 
     def _ids(self, X: np.ndarray) -> np.ndarray:
         ids = np.asarray(X)
-        if ids.dtype.kind == "f":
-            if not np.array_equal(ids, np.round(ids)):
-                raise ModelDataMismatchError("EmbeddingLM needs integer word ids in X, got fractional values")
+        if ids.dtype.kind == "f" and not np.array_equal(ids, np.round(ids)):
+            raise ModelDataMismatchError("EmbeddingLM needs integer word ids in X, got fractional values")
         ids = ids.astype(np.intp, copy=False)
         if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
             raise ModelDataMismatchError(
@@ -112,8 +109,7 @@ class EmbeddingLM(SoftmaxOutput, Model):
 
     def _hidden(self, views: dict[str, np.ndarray], ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         e = views["E"][ids].reshape(ids.shape[0], -1)
-        z = e @ views["W1"]
-        z += views["b1"]
+        z = affine(e, views["W1"], views["b1"])
         return e, np.tanh(z, out=z)
 
     def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -123,11 +119,9 @@ class EmbeddingLM(SoftmaxOutput, Model):
         g = self.layout.views(grad)
         loss = 0.0
         for start in range(0, ids.shape[0], _BLOCK_ROWS):
-            block = ids[start : start + _BLOCK_ROWS]
+            block, y_block = ids[start : start + _BLOCK_ROWS], y[start : start + _BLOCK_ROWS]
             e, h = self._hidden(views, block)
-            z = h @ views["W2"]
-            z += views["b2"]
-            block_loss, dz = softmax_link(z, y[start : start + _BLOCK_ROWS])
+            block_loss, dz = softmax_link(affine(h, views["W2"], views["b2"]), y_block)
             loss += block_loss
             g["W2"] += h.T @ dz
             g["b2"] += dz.sum(axis=0)
@@ -145,9 +139,7 @@ class EmbeddingLM(SoftmaxOutput, Model):
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         views = self.layout.views(np.asarray(params, dtype=np.float64))
         _, h = self._hidden(views, self._ids(X))
-        return h @ views["W2"] + views["b2"]
-
-
+        return affine(h, views["W2"], views["b2"])
 
     def check_data(self, data: Any) -> None:
         super().check_data(data)
@@ -157,9 +149,6 @@ class EmbeddingLM(SoftmaxOutput, Model):
                 f"the dataset at {str(data.path)!r} has a vocabulary of {vocab} words; "
                 f"{self!r} has {self.vocab_size}"
             )
-
-    def _check_labels(self, data: Any) -> None:
-        self._check_class_labels(data, self.vocab_size)
 
     def _config(self) -> dict[str, Any]:
         return {"vocab_size": self.vocab_size, "embed_dim": self.embed_dim, "context": self.context,

@@ -26,7 +26,6 @@ from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
 
-
 class LinearModel(Model):
     """Shared machinery of the linear objectives; subclasses set the link and label rules."""
 
@@ -165,11 +164,6 @@ class Softmax(SoftmaxOutput, LinearModel):
     @property
     def n_classes(self) -> int:
         return self.n_outputs
-
-
-
-    def _check_labels(self, data: Any) -> None:
-        self._check_class_labels(data, self.n_classes)
 
     def _config(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "n_classes": self.n_classes, **{

@@ -20,7 +20,9 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, softmax_link
-from dasklbfgs.models._layers import ACTIVATIONS, Layout, check_activation, init_weights, seed_or_default, weight_decay
+from dasklbfgs.models._layers import (
+    ACTIVATIONS, Layout, affine, check_activation, init_weights, seeded_zeros, weight_decay,
+)
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 
 __all__ = ["MLP"]
@@ -77,9 +79,7 @@ class MLP(SoftmaxOutput, Model):
 
     def init_params(self, seed: int | None = None) -> np.ndarray:
         """Glorot (He for ReLU) weights and zero biases from ``seed`` (``None`` means 0)."""
-        rng = np.random.default_rng(seed_or_default(seed))
-        params = np.zeros(self.n_params)
-        views = self.layout.views(params)
+        rng, params, views = seeded_zeros(self.layout, seed)
         for l, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:])):
             last = l == self.n_layers - 1
             views[f"W{l}"][...] = init_weights(rng, a, b, "tanh" if last else self.activation)
@@ -90,9 +90,7 @@ class MLP(SoftmaxOutput, Model):
         act = ACTIVATIONS[self.activation][0]
         outputs = [X]
         for W, b in layers[:-1]:
-            z = outputs[-1] @ W
-            z += b
-            outputs.append(act(z))
+            outputs.append(act(affine(outputs[-1], W, b)))
         return outputs
 
     def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -107,10 +105,8 @@ class MLP(SoftmaxOutput, Model):
         step = block_rows(2 * max(self.widths), np.dtype(dtype).itemsize)
         for start in range(0, X.shape[0], step):
             outputs = self._forward(layers, X[start : start + step])
-            W, b = layers[-1]
-            z = outputs[-1] @ W
-            z += b
-            block_loss, delta = softmax_link(z, y[start : start + step])
+            logits = affine(outputs[-1], *layers[-1])
+            block_loss, delta = softmax_link(logits, y[start : start + step])
             loss += block_loss
             for l in range(self.n_layers - 1, -1, -1):
                 views[f"W{l}"] += outputs[l].T @ delta
@@ -127,13 +123,7 @@ class MLP(SoftmaxOutput, Model):
         """Class logits, (n, K)."""
         X = np.asarray(X, dtype=np.float64)
         layers = self._weights(np.asarray(params, dtype=np.float64), np.float64)
-        W, b = layers[-1]
-        return self._forward(layers, X)[-1] @ W + b
-
-
-
-    def _check_labels(self, data: Any) -> None:
-        self._check_class_labels(data, self.n_classes)
+        return affine(self._forward(layers, X)[-1], *layers[-1])
 
     def _config(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "hidden": list(self.hidden), "n_classes": self.n_classes,
