@@ -55,16 +55,14 @@ def stdlib_docstrings(modules: tuple[str, ...] = STDLIB_MODULES) -> tuple[str, .
                 if attr.startswith("_") or not _defined_in(obj, name):
                     continue
                 add(obj.__doc__)
-                if inspect.isclass(obj):
-                    for method_name, method in sorted(vars(obj).items()):
-                        if method_name.startswith("_"):
-                            continue
-                        if isinstance(method, (staticmethod, classmethod)):
-                            method = method.__func__
-                        if isinstance(method, property):
-                            method = method.fget
-                        if inspect.isroutine(method):
-                            add(method.__doc__)
+                members = sorted(vars(obj).items()) if inspect.isclass(obj) else []
+                for method_name, method in members:
+                    if isinstance(method, (staticmethod, classmethod)):
+                        method = method.__func__
+                    if isinstance(method, property):
+                        method = method.fget
+                    if not method_name.startswith("_") and inspect.isroutine(method):
+                        add(method.__doc__)
     return tuple(docs)
 
 
@@ -83,8 +81,6 @@ def tokenize(docstring: str) -> list[str]:
     """
     tokens: list[str] = []
     for sentence in SENTENCE_END.split(docstring.lower()):
-        words = WORD.findall(sentence)
-        if words:
-            tokens.extend(words)
-            tokens.append(BOUNDARY)
+        if words := WORD.findall(sentence):
+            tokens += [*words, BOUNDARY]
     return tokens

@@ -68,14 +68,8 @@ class ShardWriter:
     """Append validated, whole shards to the ``X`` and ``y`` arrays of a new Zarr group."""
 
     def __init__(
-        self,
-        group: zarr.Group,
-        *,
-        shard_rows: int,
-        first_X: np.ndarray,
-        first_y: np.ndarray,
-        x_dtype: np.dtype,
-        compressors: tuple,
+        self, group: zarr.Group, *, shard_rows: int, first_X: np.ndarray, first_y: np.ndarray,
+        x_dtype: np.dtype, compressors: tuple,
     ) -> None:
         self.shard_rows = shard_rows
         self.n_rows = 0
@@ -184,15 +178,9 @@ def check_target(target: Path, overwrite: bool) -> None:
 
 
 def write_dataset(
-    path: os.PathLike[str] | str,
-    blocks: Iterable[tuple[Any, Any]],
-    *,
-    shard_rows: int,
-    feature_names: list[str] | None,
-    attrs: dict[str, Any] | None,
-    overwrite: bool,
-    compressor: Any,
-    dtype: Any,
+    path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, Any]], *, shard_rows: int,
+    feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
+    compressor: Any, dtype: Any,
 ) -> Path:
     """Write ``blocks`` of (X, y) rows to a new dataset at ``path``; return the path."""
     target = Path(path)
@@ -207,12 +195,8 @@ def write_dataset(
                 check_numeric(y, "y")
                 group = zarr.create_group(store=str(temp), zarr_format=3)
                 writer = ShardWriter(
-                    group,
-                    shard_rows=shard_rows,
-                    first_X=X,
-                    first_y=y,
-                    x_dtype=_x_dtype(dtype, X),
-                    compressors=compressors,
+                    group, shard_rows=shard_rows, first_X=X, first_y=y,
+                    x_dtype=_x_dtype(dtype, X), compressors=compressors,
                 )
             writer.append(X, y)
         if writer is not None:

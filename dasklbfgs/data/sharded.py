@@ -72,17 +72,9 @@ class ShardedDataset:
 
     @classmethod
     def create(
-        cls,
-        path: os.PathLike[str] | str,
-        X: Any,
-        y: Any = None,
-        *,
-        shard_rows: int,
-        feature_names: list[str] | None = None,
-        attrs: dict[str, Any] | None = None,
-        overwrite: bool = False,
-        compressor: Any = "default",
-        dtype: Any = None,
+        cls, path: os.PathLike[str] | str, X: Any, y: Any = None, *, shard_rows: int,
+        feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
+        overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
     ) -> ShardedDataset:
         """Write ``X`` and ``y`` as a sharded dataset at ``path`` and open it.
 
@@ -133,16 +125,9 @@ class ShardedDataset:
 
     @classmethod
     def from_blocks(
-        cls,
-        path: os.PathLike[str] | str,
-        blocks: Iterable[tuple[Any, Any]],
-        *,
-        shard_rows: int,
-        feature_names: list[str] | None = None,
-        attrs: dict[str, Any] | None = None,
-        overwrite: bool = False,
-        compressor: Any = "default",
-        dtype: Any = None,
+        cls, path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, Any]], *, shard_rows: int,
+        feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
+        overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
     ) -> ShardedDataset:
         """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks.
 
@@ -334,9 +319,7 @@ def _open_group(path: Path) -> zarr.Group:
     try:
         node = zarr.open(str(path), mode="r", zarr_format=3)
     except Exception as exc:  # zarr raises several types for "not zarr here"
-        raise NotADatasetError(
-            f"{str(path)!r} is not a Zarr (format 3) group: {exc}"
-        ) from exc
+        raise NotADatasetError(f"{str(path)!r} is not a Zarr (format 3) group: {exc}") from exc
     if not isinstance(node, zarr.Group):
         raise NotADatasetError(f"{str(path)!r} is a Zarr array, not a dataset group")
     return node
@@ -351,8 +334,7 @@ def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None):
         return X, y, feature_names
     if y is not None:
         raise ConfigurationError("pass y=None when X is an xarray.Dataset (y is read from it)")
-    missing = [v for v in ("X", "y") if v not in X.data_vars]
-    if missing:
+    if missing := [v for v in ("X", "y") if v not in X.data_vars]:
         raise InvalidDataError(
             f"the xarray.Dataset has no data variable(s) {missing}; "
             f"found {sorted(map(str, X.data_vars))}"

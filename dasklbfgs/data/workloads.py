@@ -302,14 +302,11 @@ class DocstringCorpus:
     def _tokenized(self) -> tuple[list[list[str]], list[list[str]]]:
         # Docstrings that differ only in punctuation, case or digits ("Return a + b." and
         # "Return a - b.") tokenize alike; one copy is kept so no sequence is in both splits.
-        unique: dict[tuple[str, ...], None] = {}
-        for doc in stdlib_docstrings():
-            if tokens := tuple(tokenize(doc)):
-                unique.setdefault(tokens, None)
+        unique = dict.fromkeys(tuple(tokenize(doc)) for doc in stdlib_docstrings())
         train: list[list[str]] = []
         test: list[list[str]] = []
         f = self.test_fraction
-        for i, tokens in enumerate(unique):
+        for i, tokens in enumerate(t for t in unique if t):
             to_test = int((i + 1) * f) > int(i * f)
             (test if to_test else train).append(list(tokens))
         return train, test
@@ -359,15 +356,10 @@ class DocstringCorpus:
 
     def attrs(self) -> dict:
         return {
-            "task": "multiclass",
-            "n_classes": self.vocab_size,
-            "vocab_size": self.vocab_size,
-            "context": self.context,
-            "source": "stdlib-docstrings",
-            "python_version": platform.python_version(),
-            "modules": list(STDLIB_MODULES),
-            "seed": self.seed,
-            "vocabulary": self.vocabulary,
+            "task": "multiclass", "n_classes": self.vocab_size, "vocab_size": self.vocab_size,
+            "context": self.context, "source": "stdlib-docstrings",
+            "python_version": platform.python_version(), "modules": list(STDLIB_MODULES),
+            "seed": self.seed, "vocabulary": self.vocabulary,
         }
 
 

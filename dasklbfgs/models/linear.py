@@ -63,7 +63,6 @@ class LinearModel(Model):
             return np.zeros(self.n_params)
         return np.random.default_rng(seed).normal(scale=0.01, size=self.n_params)
 
-
     # -- objective pieces ---------------------------------------------------------------
 
     def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -102,7 +101,6 @@ class LinearModel(Model):
         coef = params[: self.n_coef]
         grad[: self.n_coef] = self.l2 * coef
         return 0.5 * self.l2 * float(coef @ coef), grad
-
 
     # -- prediction -----------------------------------------------------------------------
 

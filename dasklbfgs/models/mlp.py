@@ -60,8 +60,7 @@ class MLP(SoftmaxOutput, Model):
         self.n_classes = check_int(n_classes, "n_classes", minimum=2)
         self.activation = check_activation(activation)
         self.l2 = check_l2(l2)
-        widths = (self.n_features, *self.hidden, self.n_classes)
-        self.widths = widths
+        self.widths = widths = (self.n_features, *self.hidden, self.n_classes)
         self.layout = Layout([
             item for l, (a, b) in enumerate(zip(widths[:-1], widths[1:]))
             for item in ((f"W{l}", (a, b)), (f"b{l}", (b,)))

@@ -36,12 +36,9 @@ def save_params(path: os.PathLike[str] | str, model: Model, params: np.ndarray, 
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.npz"
     try:
-        np.savez(
-            temp,
-            params=np.asarray(params, dtype=np.float64),
-            model=np.array(json.dumps(model_config(model))),
-            info=np.array(json.dumps(info or {}, default=float)),
-        )
+        np.savez(temp, params=np.asarray(params, dtype=np.float64),
+                 model=np.array(json.dumps(model_config(model))),
+                 info=np.array(json.dumps(info or {}, default=float)))
         os.replace(temp, target)
     finally:
         temp.unlink(missing_ok=True)
