@@ -21,12 +21,7 @@ from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import (
-    BANDS,
-    FRAMES,
-    PATCH_SOURCES,
-    AcousticFrames,
-    DocstringCorpus,
-    ImagePatches,
+    BANDS, FRAMES, PATCH_SOURCES, AcousticFrames, DocstringCorpus, ImagePatches,
 )
 from dasklbfgs.errors import ConfigurationError
 
@@ -122,8 +117,7 @@ def make_dataset(
     workload_options = {"patch_size": patch_size, "image_source": image_source,
                         "vocab_size": vocab_size, "context": context}
     _check_options_apply(kind, workload_options, n_classes, ill_conditioned)
-    if n_classes is None:
-        n_classes = DEFAULT_CLASSES.get(kind, 3)
+    n_classes = DEFAULT_CLASSES.get(kind, 3) if n_classes is None else n_classes
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
     splits = _recipe_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction,

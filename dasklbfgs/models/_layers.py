@@ -81,8 +81,7 @@ def init_weights(rng: np.random.Generator, fan_in: int, fan_out: int, activation
 
 
 def seeded_zeros(layout: Layout, seed: int | None) -> tuple[np.random.Generator, np.ndarray, dict]:
-    """A generator from ``seed`` and a zero parameter vector with its views, to initialise.
-    ``None`` means seed 0: neural models never start from zeros (a saddle where hidden units
-    stay identical)."""
+    """A generator from ``seed`` (``None`` means 0: neural models never start from zeros, a
+    saddle where hidden units stay identical) and a zero parameter vector with its views."""
     params = np.zeros(layout.size)
     return np.random.default_rng(0 if seed is None else int(seed)), params, layout.views(params)

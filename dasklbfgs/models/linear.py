@@ -77,8 +77,7 @@ class LinearModel(Model):
         W, b = self.unpack(params)
         W = W.astype(X.dtype, copy=False)
         grad = np.zeros(self.n_params)
-        gW = grad[: self.n_coef] if self.n_outputs == 1 else grad[: self.n_coef].reshape(W.shape)
-        gb = np.zeros(self.n_outputs)
+        gW, gb = self.unpack(grad)  # views into grad; without an intercept gb is scratch
         loss = 0.0
         step = block_rows(self.n_features * (1 if self.n_outputs == 1 else 2), X.dtype.itemsize)
         for start in range(0, X.shape[0], step):
@@ -89,8 +88,6 @@ class LinearModel(Model):
             loss += block_loss
             gW += dz @ Xb if self.n_outputs == 1 else Xb.T @ dz
             gb += dz.sum(axis=0)
-        if self.fit_intercept:
-            grad[self.n_coef :] = gb
         return loss, grad
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
