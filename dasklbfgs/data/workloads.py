@@ -224,10 +224,8 @@ class ImagePatches:
         p, span = self.patch_size, DIGITS_SIDE - self.patch_size + 1
         image = rng.integers(0, len(pool), rows)
         top, left = rng.integers(0, span, rows), rng.integers(0, span, rows)
-        offsets = np.arange(p)
-        r = top[:, None, None] + offsets[None, :, None]
-        c = left[:, None, None] + offsets[None, None, :]
-        return pool[image[:, None, None], r, c].reshape(rows, p * p)
+        patches = np.lib.stride_tricks.sliding_window_view(pool, (p, p), axis=(1, 2))
+        return patches[image, top, left].reshape(rows, p * p)
 
     def _synthetic(self, rng: np.random.Generator, rows: int) -> np.ndarray:
         """Sum of up to three primitives on the unit square, sampled at pixel centres."""
