@@ -28,19 +28,14 @@ def _keys(options: type[Options]) -> dict[str, tuple[tuple[type, ...], Any]]:
 
 # section -> key -> (accepted types, default); a default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
-    "pipeline": {
-        "name": ((str,), ...),
-        "description": ((str,), ""),
-    },
+    "pipeline": {"name": ((str,), ...), "description": ((str,), "")},
     "data": {"recipe": ((str,), None), "train": ((str,), None), "test": ((str,), None), **_keys(RecipeOptions)},
     "model": {"name": ((str,), ...), **_keys(ModelOptions)},
     # "train": derived from the solvers' options classes (see validate_train)
-    "cluster": {
-        "workers": ((int,), None),
-    },
+    "cluster": {"workers": ((int,), None)},
 }
-#: older spellings of keys (data.classes for data.n_classes, ...)
-ALIASES = {"data": RecipeOptions.aliases(), "model": ModelOptions.aliases()}
+#: the options classes that declare a section's keys and their older spellings (data.classes)
+_OPTIONS: dict[str, type[Options]] = {"data": RecipeOptions, "model": ModelOptions}
 
 
 def load_config(path: os.PathLike[str] | str, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
@@ -72,7 +67,8 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
         given = raw.get(section) or {}
         if not isinstance(given, dict):
             raise ConfigurationError(f"{where}: section {section!r} must be a mapping, got {type(given).__name__}")
-        given = _canonical(given, section, where)
+        if section in _OPTIONS:
+            given = _OPTIONS[section].canonical(given, where=f"{where}: ")
         unknown = sorted(set(given) - set(keys))
         if unknown:
             raise ConfigurationError(
@@ -85,17 +81,6 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     if (data["recipe"] is None) == (data["train"] is None):
         raise ConfigurationError(f"{where}: give exactly one of data.recipe (build a dataset) or data.train (use one)")
     return config
-
-
-def _canonical(given: dict[str, Any], section: str, where: str) -> dict[str, Any]:
-    """``given`` with older spellings replaced by the keys."""
-    aliases, values = ALIASES.get(section, {}), {}
-    for key, value in given.items():
-        name = aliases.get(key, key)
-        if name in values:
-            raise ConfigurationError(f"{where}: {section}.{name} given twice (as {key!r} and another spelling)")
-        values[name] = value
-    return values
 
 
 def _value(section: str, key: str, value: Any, types: tuple[type, ...], default: Any, where: str) -> Any:
