@@ -16,31 +16,12 @@ from dasklbfgs.solvers import (
 )
 
 __all__ = [
-    "DownpourOptions",
-    "EASGDOptions",
-    "GossipOptions",
-    "NeighbourOptions",
-    "Result",
-    "SandblasterOptions",
-    "Status",
-    "SyncOptions",
-    "minimize",
-    "solver_names",
-    "EmbeddingLM",
-    "LeastSquares",
-    "Logistic",
-    "MLP",
-    "SparseAutoencoder",
-    "downpour_sgd",
-    "easgd",
-    "gossip_sgd",
-    "neighbour_sgd",
-    "sync_sgd",
-    "ShardedDataset",
-    "Softmax",
-    "connect",
-    "errors",
-    "make_dataset",
-    "sandblaster_lbfgs",
+    # solvers and their options
+    "minimize", "solver_names", "Result", "Status",
+    "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd",
+    "SandblasterOptions", "DownpourOptions", "SyncOptions", "EASGDOptions", "GossipOptions", "NeighbourOptions",
+    # models, data, cluster
+    "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "EmbeddingLM",
+    "ShardedDataset", "make_dataset", "connect", "errors",
 ]
 __version__ = "0.1.0"

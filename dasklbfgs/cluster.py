@@ -63,13 +63,11 @@ def connect(
     """
     if address is not None and scheduler_file is not None:
         raise ConfigurationError("pass either address or scheduler_file, not both")
-    if address is None and scheduler_file is None:
-        from_env = os.environ.get(SCHEDULER_ENV)
-        if from_env:
-            if os.path.isfile(from_env):
-                scheduler_file = from_env
-            else:
-                address = from_env
+    from_env = os.environ.get(SCHEDULER_ENV) if address is None and scheduler_file is None else None
+    if from_env and os.path.isfile(from_env):
+        scheduler_file = from_env
+    elif from_env:
+        address = from_env
     if threads_per_worker < 1:
         raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
     if n_workers is not None and n_workers < 1:
@@ -127,44 +125,40 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
     return _low_latency(client)
 
 
-def _client(timeout: float, **kwargs: Any) -> Client:
-    """``Client(...)`` for an existing scheduler."""
-    try:
-        client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
-    except (TypeError, OSError, TimeoutError) as exc:  # the failures _reach turns into clear errors
-        # Finalise the half-built client now. Left to a later garbage collection, its
-        # __del__ can run inside the thread that the next Client starts, and close its loop
-        # runner while that start holds the runner's lock: a deadlock (seen in CI). The
-        # tracebacks hold the client's frames, so they go first.
-        error: BaseException | None = exc
-        seen: set[int] = set()
-        while error is not None and id(error) not in seen:
-            seen.add(id(error))
-            error.__traceback__ = None
-            error = error.__cause__ or error.__context__
-        del error
-        gc.collect()
-        raise exc from exc.__cause__
-    return _low_latency(client)
-
-
 def _reach(what: str, timeout: float, **kwargs: Any) -> Client:
     """Connect to an existing scheduler, or fail within ``timeout`` with a clear error."""
     try:
-        client = _client(timeout, **kwargs)
-    except TypeError as exc:
+        client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
+    except (TypeError, OSError, TimeoutError) as exc:
+        _finalise_half_built(exc)
+        if not isinstance(exc, TypeError):
+            raise ClusterConnectionError(
+                f"could not reach {what} within {timeout:g} s ({type(exc).__name__}: {exc}); "
+                "is it running, and is the address right?"
+            ) from exc
         if "TLS" not in str(exc):
-            raise
+            raise exc from exc.__cause__
         raise ClusterConnectionError(
             f"{what} speaks TLS: pass security=Security(tls_ca_file=..., tls_client_cert=..., "
             "tls_client_key=...) (CLI: --tls-ca-file, --tls-cert, --tls-key)"
         ) from exc
-    except (OSError, TimeoutError) as exc:
-        raise ClusterConnectionError(
-            f"could not reach {what} within {timeout:g} s ({type(exc).__name__}: {exc}); "
-            "is it running, and is the address right?"
-        ) from exc
     return _low_latency(client)
+
+
+def _finalise_half_built(exc: BaseException) -> None:
+    """Finalise the half-built client of a failed ``Client(...)`` now.
+
+    Left to a later garbage collection, its ``__del__`` can run inside the thread that the
+    next Client starts, and close its loop runner while that start holds the runner's
+    lock: a deadlock (seen in CI). The tracebacks hold the client's frames, so they go first.
+    """
+    error: BaseException | None = exc
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
+    gc.collect()
 
 
 def _low_latency(client: Client) -> Client:

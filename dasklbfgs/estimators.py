@@ -10,9 +10,11 @@ the duration of the fit (workers read it by path, so on a multi-machine cluster 
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,13 @@ __all__ = ["LogisticRegression", "LinearRegression", "MLPClassifier"]
 _REPLICAS = DownpourOptions  # the replica options' declared defaults
 
 
+def _check_number(value: Any, name: str, *, positive: bool = False) -> None:
+    """Refuse a parameter that is not a number > 0 (``positive``) or >= 0."""
+    if not (isinstance(value, (int, float, np.floating)) and (value > 0 if positive else value >= 0)):
+        raise ConfigurationError(f"{name} must be {'a positive number' if positive else 'a number >= 0'}, "
+                                 f"got {value!r}")
+
+
 def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
     """What an estimator's ``__init__`` does, as scikit-learn asks: store each parameter."""
     for name, value in values.items():
@@ -58,8 +67,7 @@ class _ShardedEstimator(BaseEstimator):
     def _check_params(self) -> None:
         get_solver(self.solver)  # a registered solver, or an error listing them
         check_int(self.max_iter, "max_iter")
-        if not (isinstance(self.tol, (int, float, np.floating)) and self.tol >= 0):
-            raise ConfigurationError(f"tol must be a number >= 0, got {self.tol!r}")
+        _check_number(self.tol, "tol")
         if self.solver_options is not None and not isinstance(self.solver_options, dict):
             raise ConfigurationError(f"solver_options must be a dict or None, got {self.solver_options!r}")
 
@@ -110,8 +118,10 @@ class _ShardedEstimator(BaseEstimator):
     def _learning_rate(self) -> float:
         return self.learning_rate
 
-    def _fit_data(self, X: Any, y: Any, *, classifier: bool) -> tuple[ShardedDataset, Path | None, np.ndarray | None]:
-        """A ShardedDataset for ``X, y``; the temporary folder to delete; the classes."""
+    @contextlib.contextmanager
+    def _fit_data(self, X: Any, y: Any, *, classifier: bool) -> Iterator[tuple[ShardedDataset, np.ndarray | None]]:
+        """A ShardedDataset for ``X, y`` (a temporary one, deleted on exit, for in-memory
+        input) and the classes."""
         if isinstance(X, ShardedDataset):
             if y is not None:
                 raise ConfigurationError("pass y=None when X is a ShardedDataset (y is read from it)")
@@ -130,7 +140,8 @@ class _ShardedEstimator(BaseEstimator):
                         f"got {classes.tolist()[:10]}; fit from arrays to map any labels"
                     )
             self._check_classes(classes)
-            return X, None, classes
+            yield X, classes
+            return
         X, y, _ = unpack_xarray(X, y)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier)
         classes = None
@@ -141,11 +152,9 @@ class _ShardedEstimator(BaseEstimator):
         folder = Path(tempfile.mkdtemp(prefix="dasklbfgs-fit-"))
         try:
             shard_rows = self.shard_rows or max(1, -(-X.shape[0] // 8))
-            data = ShardedDataset.create(folder / "data", X, y, shard_rows=shard_rows, compressor=None)
-        except BaseException:
+            yield ShardedDataset.create(folder / "data", X, y, shard_rows=shard_rows, compressor=None), classes
+        finally:
             shutil.rmtree(folder, ignore_errors=True)
-            raise
-        return data, folder, classes
 
     def _check_classes(self, classes: np.ndarray | None) -> None:
         """A classifier needs two classes or more (checked before any data is written)."""
@@ -154,10 +163,13 @@ class _ShardedEstimator(BaseEstimator):
                 f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
             )
 
-    def _decision(self, X: Any) -> np.ndarray:
+    def _checked(self, X: Any) -> np.ndarray:
+        """``X`` to predict from, once fitted, checked against the fitted features."""
         check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        return X @ self.coef_.T + self.intercept_
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+
+    def _decision(self, X: Any) -> np.ndarray:
+        return self._checked(X) @ self.coef_.T + self.intercept_
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -207,10 +219,8 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
         self._check_params()
-        if not (isinstance(self.C, (int, float, np.floating)) and self.C > 0):
-            raise ConfigurationError(f"C must be a positive number, got {self.C!r}")
-        data, folder, classes = self._fit_data(X, y, classifier=True)
-        try:
+        _check_number(self.C, "C", positive=True)
+        with self._fit_data(X, y, classifier=True) as (data, classes):
             l2 = 0.0 if np.isinf(self.C) else 1.0 / (self.C * data.n_samples)
             d = data.n_features
             if len(classes) == 2:
@@ -218,9 +228,6 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
             else:
                 model = Softmax(d, len(classes), l2=l2, fit_intercept=self.fit_intercept)
             result = self._solve(model, data)
-        finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
         W, b = model.unpack(result.x)
         self.classes_ = classes
         self.coef_ = np.atleast_2d(np.asarray(W).T).copy()
@@ -264,26 +271,19 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
 
     def fit(self, X: Any, y: Any = None) -> LinearRegression:
         self._check_params()
-        if not (isinstance(self.alpha, (int, float, np.floating)) and self.alpha >= 0):
-            raise ConfigurationError(f"alpha must be a number >= 0, got {self.alpha!r}")
-        data, folder, _ = self._fit_data(X, y, classifier=False)
-        try:
+        _check_number(self.alpha, "alpha")
+        with self._fit_data(X, y, classifier=False) as (data, _):
             if len(data.y_shape) != 1:
                 raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
             model = LeastSquares(data.n_features, l2=self.alpha / data.n_samples, fit_intercept=self.fit_intercept)
             result = self._solve(model, data)
-        finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
         W, b = model.unpack(result.x)
         self.coef_ = np.asarray(W, dtype=np.float64).copy()
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
         return self
 
     def predict(self, X: Any) -> np.ndarray:
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
-        return X @ self.coef_ + self.intercept_
+        return self._checked(X) @ self.coef_ + self.intercept_
 
 
 class MLPClassifier(ClassifierMixin, _ShardedEstimator):
@@ -314,17 +314,12 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
 
     def fit(self, X: Any, y: Any = None) -> MLPClassifier:
         self._check_params()
-        if not (isinstance(self.alpha, (int, float, np.floating)) and self.alpha >= 0):
-            raise ConfigurationError(f"alpha must be a number >= 0, got {self.alpha!r}")
+        _check_number(self.alpha, "alpha")
         self._model(1, 2)  # hidden_layer_sizes and activation, before any data is written
-        data, folder, classes = self._fit_data(X, y, classifier=True)
-        try:
+        with self._fit_data(X, y, classifier=True) as (data, classes):
             model = self._model(data.n_features, len(classes), self.alpha / data.n_samples)
             seed = 0 if self.random_state is None else self.random_state
             result = self._solve(model, data, x0=model.init_params(seed))
-        finally:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
         views = model.layout.views(np.asarray(result.x, dtype=np.float64).copy())
         self.coefs_ = [views[f"W{l}"] for l in range(model.n_layers)]
         self.intercepts_ = [views[f"b{l}"] for l in range(model.n_layers)]
@@ -334,8 +329,7 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
         return self
 
     def _params(self, X: Any) -> tuple[MLP, np.ndarray, np.ndarray]:
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        X = self._checked(X)
         model = self._model(self.n_features_in_, len(self.classes_))
         flat = np.concatenate([a.ravel() for pair in zip(self.coefs_, self.intercepts_) for a in pair])
         return model, flat, X

@@ -87,9 +87,7 @@ class OptionSpec:
         if value is None and self.nullable:
             return None
         checked = _BAD if value is None else _KINDS[self.kind][0](value)
-        if checked is not _BAD and not self._valid(checked):
-            checked = _BAD
-        if checked is _BAD:
+        if checked is _BAD or not self._valid(checked):
             raise ConfigurationError(f"{owner} option {name} must be {self.expected()}, got {value!r}")
         return checked
 
@@ -196,20 +194,15 @@ class Options:
         Unknown names are refused, naming the closest known one; ``where`` prefixes
         messages (a file name)."""
         known, aliases = cls.fields(), cls.aliases()
-        resolved: dict[str, Any] = {}
-        for key, value in values.items():
-            name = aliases.get(key, key)
-            if name not in known:
+        for key in values:
+            if aliases.get(key, key) not in known:
                 close = difflib.get_close_matches(str(key), [*known, *aliases], n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise UnknownOptionError(
                     f"{where}{cls.solver} does not take option {key!r}{hint}; its options: {sorted(known)}"
                 )
-            if name in resolved:
-                raise ConfigurationError(f"{where}{cls.solver} option {name} given twice (as {key!r} and another spelling)")
-            resolved[name] = value
         try:
-            return cls(**resolved)
+            return cls(**cls.canonical(values))
         except ConfigurationError as exc:
             raise ConfigurationError(f"{where}{exc}") from None
 
@@ -218,10 +211,17 @@ class Options:
         return type(self).from_mapping({**self.to_dict(), **self.canonical(values)})
 
     @classmethod
-    def canonical(cls, values: Mapping[str, Any]) -> dict[str, Any]:
-        """``values`` with older spellings replaced by the option names."""
-        aliases = cls.aliases()
-        return {aliases.get(key, key): value for key, value in values.items()}
+    def canonical(cls, values: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+        """``values`` with older spellings replaced by the option names (an option given
+        under two spellings is refused)."""
+        aliases, resolved = cls.aliases(), {}
+        for key, value in values.items():
+            name = aliases.get(key, key)
+            if name in resolved:
+                raise ConfigurationError(f"{where}{cls.solver} option {name} given twice (as {key!r} and another "
+                                         "spelling)")
+            resolved[name] = value
+        return resolved
 
     def to_dict(self) -> dict[str, Any]:
         """The values, by option name (plain Python types)."""

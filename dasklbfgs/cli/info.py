@@ -22,10 +22,8 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.data import ShardedDataset
 
     path = Path(args.path)
-    if path.is_dir() and not (path / "zarr.json").exists():
-        splits = sorted(p for p in path.iterdir() if (p / "zarr.json").exists())
-    else:
-        splits = []
+    folder = path.is_dir() and not (path / "zarr.json").exists()  # train/test of a recipe, say
+    splits = sorted(p for p in path.iterdir() if (p / "zarr.json").exists()) if folder else []
     datasets = [ShardedDataset.open(p) for p in splits] or [ShardedDataset.open(path)]
     infos = [d.describe() for d in datasets]
     if args.json:

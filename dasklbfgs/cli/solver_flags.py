@@ -1,9 +1,9 @@
-"""Command-line flags derived from the registered solvers' options classes.
+"""Command-line flags derived from options classes (the solvers', the models', the recipes').
 
-Every option of every solver becomes one flag (``n_replicas`` -> ``--n-replicas``, plus
-its older spellings such as ``--replicas``); the help text, valid values and defaults come
-from the option's declaration. A flag given for a solver that does not take it is an
-error, not silently dropped.
+Every option becomes one flag (``n_replicas`` -> ``--n-replicas``, plus its older
+spellings such as ``--replicas``); the help text, valid values and defaults come from the
+option's declaration. A flag given for a solver that does not take it is an error, not
+silently dropped.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.options import Options, OptionSpec, describe_default
 from dasklbfgs.solvers.registry import get_solver, solver_names
 
-__all__ = ["add_solver_flags", "flag", "options_from_args", "parse_ints", "parse_mapping"]
+__all__ = ["add_option_flags", "add_solver_flags", "flag", "given_options", "options_from_args", "parse_ints",
+           "parse_mapping"]
 
 
 def flag(name: str) -> str:
@@ -60,8 +61,22 @@ _ARGUMENTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _argument(spec: OptionSpec) -> dict[str, Any]:
-    return {"choices": spec.choices} if spec.kind == "choice" else _ARGUMENTS[spec.kind]
+def _add_flag(group: Any, name: str, spec: OptionSpec, defaults: str) -> None:
+    """The flag of option ``name`` and its older spellings; absent, it stays absent."""
+    flags = [flag(name), *(flag(alias) for alias in spec.aliases)]
+    argument = {"choices": spec.choices} if spec.kind == "choice" else _ARGUMENTS[spec.kind]
+    group.add_argument(*flags, dest=name, default=argparse.SUPPRESS, help=f"{spec.help} {defaults}", **argument)
+
+
+def add_option_flags(group: Any, options: type[Options]) -> None:
+    """One flag per option of ``options``."""
+    for name, default, spec in options.items():
+        _add_flag(group, name, spec, f"[default: {describe_default(default, spec)}]")
+
+
+def given_options(args: argparse.Namespace, names: Any) -> dict[str, Any]:
+    """The values of the flags among ``names`` that were given."""
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
 def _declarations() -> dict[str, list[tuple[str, Any, OptionSpec]]]:
@@ -93,16 +108,13 @@ def add_solver_flags(parser: argparse.ArgumentParser) -> None:
         "solver options", "each option applies to the solvers listed in its brackets "
         "(the same options as the Python API and the YAML train: section)")
     for name, entries in _declarations().items():
-        spec = entries[0][2]
-        flags = [flag(name), *(flag(alias) for alias in spec.aliases)]
-        group.add_argument(*flags, dest=name, default=argparse.SUPPRESS,
-                           help=f"{spec.help} {_defaults_text(entries, len(names))}", **_argument(spec))
+        _add_flag(group, name, entries[0][2], _defaults_text(entries, len(names)))
 
 
 def options_from_args(args: argparse.Namespace, solver: str) -> Options:
     """The chosen solver's options from the flags that were given."""
     options = get_solver(solver).options
-    given = {name: getattr(args, name) for name in _declarations() if hasattr(args, name)}
+    given = given_options(args, _declarations())
     foreign = sorted(name for name in given if name not in options.fields())
     if foreign:
         takers = {name: [s for s, _, _ in _declarations()[name]] for name in foreign}

@@ -8,7 +8,7 @@ from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from dasklbfgs.cli.report import format_report, train_report
-from dasklbfgs.cli.solver_flags import add_solver_flags, options_from_args, parse_ints
+from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
 from dasklbfgs.cli.training import train_with_progress
 
 __all__ = ["add_parser"]
@@ -16,6 +16,7 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: Any) -> None:
     from dasklbfgs.models import MODELS
+    from dasklbfgs.models.registry import ModelOptions
     from dasklbfgs.solvers import get_solver, solver_names
 
     names = solver_names()
@@ -25,15 +26,7 @@ def add_parser(sub: Any) -> None:
     train.add_argument("--data", required=True, help="training dataset (a ShardedDataset path)")
     train.add_argument("--test", help="held-out dataset to score")
     train.add_argument("--model", choices=MODELS, default="logistic")
-    train.add_argument("--l2", type=float, default=0.0, help="l2 penalty strength (default 0)")
-    train.add_argument("--no-intercept", action="store_true")
-    neural = train.add_argument_group("neural models (mlp, sparse_autoencoder, embedding_lm)")
-    neural.add_argument("--hidden", type=parse_ints, help="hidden layer widths, e.g. 256,256 (embedding_lm: one width)")
-    neural.add_argument("--activation", choices=("sigmoid", "relu", "tanh"), help="mlp hidden activation")
-    neural.add_argument("--n-hidden", type=int, help="sparse_autoencoder hidden units")
-    neural.add_argument("--sparsity", type=float, help="sparse_autoencoder target activation")
-    neural.add_argument("--beta", type=float, help="sparse_autoencoder sparsity weight")
-    neural.add_argument("--embed-dim", type=int, help="embedding_lm embedding width")
+    add_option_flags(train.add_argument_group("model options"), ModelOptions)
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)
     train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
@@ -47,14 +40,13 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
     from dasklbfgs.models.persist import save_params
-    from dasklbfgs.models.registry import model_options
+    from dasklbfgs.models.registry import ModelOptions
 
     options = options_from_args(args, args.solver)  # bad flags fail before a cluster starts
     with cluster_from_args(args) as client:
         data = ShardedDataset.open(args.data)
         test = ShardedDataset.open(args.test) if args.test else None
-        model = model_for_dataset(args.model, data, l2=args.l2, fit_intercept=not args.no_intercept,
-                                  **model_options(vars(args)))
+        model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
         result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
                                      quiet=args.quiet or args.json)
         report = train_report(model, result, data, test)

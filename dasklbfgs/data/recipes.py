@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from dasklbfgs.data.workloads import (
     BANDS, FRAMES, PATCH_SOURCES, AcousticFrames, DocstringCorpus, ImagePatches,
 )
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.options import Options, option
 
 SYNTHETIC = {"logistic": "binary", "multinomial": "multiclass", "regression": "regression"}
 BUNDLED = {"digits": "multiclass", "breast_cancer": "binary", "wine": "multiclass"}
@@ -32,6 +34,37 @@ RECIPES = tuple(SYNTHETIC) + tuple(BUNDLED) + tuple(WORKLOADS)
 TEST_BLOCK_OFFSET = 1_000_000  # test rows come from generator blocks no train row uses
 DEFAULT_CLASSES = {"multinomial": 3, "acoustic": 128}
 DIGIT_PATCHES_DEFAULT_ROWS = 10_000  # as many as the sparse autoencoder exercise samples
+
+
+def _some(help: str, kind: str = "int", none_means: str = "the recipe's", **spec: Any) -> Any:
+    """An option only some recipes take; absent, the recipe's default applies."""
+    return option(None, help, kind, nullable=True, none_means=none_means, **spec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeOptions(Options):
+    """:func:`make_dataset`'s options, declared once for its defaults, the
+    ``dasklbfgs data make`` flags and the pipelines' ``data:`` keys (make_dataset checks
+    the values)."""
+
+    solver: ClassVar[str] = "make_dataset"
+    rows: int | None = _some("training rows (synthetic and workload recipes)", minimum=1)
+    features: int | None = _some("features (synthetic recipes)", minimum=1)
+    shard_rows: int = option(50_000, "rows per shard", "int", minimum=1)
+    seed: int = option(0, "seeds the generator and the train/test split", "int", minimum=0)
+    n_classes: int | None = _some("classes (multinomial and acoustic recipes)", none_means="3; acoustic: 128",
+                                  minimum=2, aliases=("classes",))
+    ill_conditioned: bool = option(False, "scale features over four orders of magnitude", "bool")
+    test_fraction: float = option(0.2, "fraction held out or generated on top", "float", minimum=0, below=1)
+    patch_size: int | None = _some("patch side (patches recipe)", none_means="6", minimum=1)
+    image_source: str | None = _some("images to cut patches from (patches recipe)", "choice",
+                                     none_means="synthetic", choices=PATCH_SOURCES)
+    vocab_size: int | None = _some("vocabulary size (text recipe)", none_means="2000", minimum=2,
+                                   aliases=("vocab",))
+    context: int | None = _some("previous words per pair (text recipe)", none_means="3", minimum=1)
+
+
+_DEFAULT = RecipeOptions.default
 
 
 class Split(NamedTuple):
@@ -50,11 +83,11 @@ def make_dataset(
     *,
     rows: int | None = None,
     features: int | None = None,
-    shard_rows: int = 50_000,
-    seed: int = 0,
+    shard_rows: int = _DEFAULT("shard_rows"),
+    seed: int = _DEFAULT("seed"),
     n_classes: int | None = None,
-    ill_conditioned: bool = False,
-    test_fraction: float = 0.2,
+    ill_conditioned: bool = _DEFAULT("ill_conditioned"),
+    test_fraction: float = _DEFAULT("test_fraction"),
     patch_size: int | None = None,
     image_source: str | None = None,
     vocab_size: int | None = None,

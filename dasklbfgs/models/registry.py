@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models._layers import ACTIVATIONS
 from dasklbfgs.models.autoencoder import SparseAutoencoder
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.embedding import EmbeddingLM
 from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
 from dasklbfgs.models.mlp import MLP
+from dasklbfgs.options import Options, option
 
 CLASSES: dict[str, type[Model]] = {
     cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP, SparseAutoencoder, EmbeddingLM)
 }
 MODELS = tuple(CLASSES)
 LINEAR = ("least_squares", "logistic", "softmax")
-#: Options each neural model accepts from the command line and pipeline configs
-#: (``hidden``: layer widths for mlp, one width for embedding_lm).
+#: The shape options (of :class:`ModelOptions`) each neural model takes.
 OPTIONS = {
     "mlp": ("hidden", "activation"),
     "sparse_autoencoder": ("n_hidden", "sparsity", "beta"),
@@ -25,10 +27,31 @@ OPTIONS = {
 }
 
 
+def _shape(help: str, kind: str, **spec: Any) -> Any:
+    """A neural model's shape option; absent, the model's own default applies."""
+    return option(None, help, kind, nullable=True, none_means="the model's", **spec)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelOptions(Options):
+    """:func:`model_for_dataset`'s options, declared once for the ``dasklbfgs train`` flags
+    and the pipelines' ``model:`` keys (the models check the values)."""
+
+    solver: ClassVar[str] = "model"
+    l2: float = option(0.0, "l2 penalty strength", "float", minimum=0)
+    fit_intercept: bool = option(True, "fit an intercept (linear models)", "bool", aliases=("intercept",))
+    hidden: tuple[int, ...] | None = _shape("hidden layer widths, e.g. 256,256 (embedding_lm: one width)",
+                                            "ints")
+    activation: str | None = _shape("mlp hidden activation", "choice", choices=tuple(ACTIVATIONS))
+    n_hidden: int | None = _shape("sparse_autoencoder hidden units", "int", minimum=1)
+    sparsity: float | None = _shape("sparse_autoencoder target activation", "float", positive=True)
+    beta: float | None = _shape("sparse_autoencoder sparsity weight", "float", minimum=0)
+    embed_dim: int | None = _shape("embedding_lm embedding width", "int", minimum=1)
+
+
 def model_options(values: dict[str, Any]) -> dict[str, Any]:
-    """The model options among ``values`` that were given (not ``None``)."""
-    known = {key for keys in OPTIONS.values() for key in keys}
-    return {k: v for k, v in values.items() if k in known and v is not None}
+    """The :class:`ModelOptions` among ``values`` that were given (not ``None``)."""
+    return {k: v for k, v in values.items() if k in ModelOptions.fields() and v is not None}
 
 
 def _n_classes(data: Any) -> int:

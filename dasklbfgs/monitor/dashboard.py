@@ -17,6 +17,9 @@ __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
 
 ROUTE = "/training"
 REFRESH_MS = 500
+#: column of the curves -> the event keys that fill it, the first one present
+_COLUMNS = {"x": ("nit", "step"), "objective": ("fun", "train_loss"), "gnorm": ("gnorm",),
+            "heldout": ("eval_accuracy", "eval_rmse", "eval_reconstruction_mse"), "time": ("time",)}
 
 
 class TrainingPage:
@@ -28,7 +31,7 @@ class TrainingPage:
         from bokeh.plotting import figure
 
         self.scheduler = scheduler
-        self.curve = ColumnDataSource({"x": [], "objective": [], "gnorm": [], "heldout": [], "time": []})
+        self.curve = ColumnDataSource({column: [] for column in _COLUMNS})
         self.shards = ColumnDataSource({"shard": [], "pushes": []})
         self.summary = Div(text="No dasklbfgs training has logged events yet.")
         self.run: str | None = None
@@ -56,13 +59,8 @@ class TrainingPage:
         self.run = events[-1]["run"]
         mine = [e for e in events if e["run"] == self.run]
         nan = float("nan")
-        data: dict[str, list[float]] = {"x": [], "objective": [], "gnorm": [], "heldout": [], "time": []}
-        for e in mine:
-            data["x"].append(e.get("nit", e.get("step", nan)))
-            data["objective"].append(e.get("fun", e.get("train_loss", nan)))
-            data["gnorm"].append(e.get("gnorm", nan))
-            data["heldout"].append(e.get("eval_accuracy", e.get("eval_rmse", e.get("eval_reconstruction_mse", nan))))
-            data["time"].append(e.get("time", nan))
+        data = {column: [next((e[k] for k in keys if k in e), nan) for e in mine]
+                for column, keys in _COLUMNS.items()}
         if data["x"] != list(self.curve.data["x"]):
             self.curve.data = data
         last = mine[-1]

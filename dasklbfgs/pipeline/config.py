@@ -10,50 +10,32 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.registry import ModelOptions
+from dasklbfgs.options import Options
 
 __all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "apply_overrides"]
 
 NUMBER = (int, float)
+#: the types a YAML value may have, by kind of option
+_TYPES = {"int": (int,), "float": NUMBER, "bool": (bool,), "choice": (str,), "ints": (list, int)}
+
+
+def _keys(options: type[Options]) -> dict[str, tuple[tuple[type, ...], Any]]:
+    return {name: (_TYPES[spec.kind], default) for name, default, spec in options.items()}
+
+
 # section -> key -> (accepted types, default); a default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
-    "pipeline": {
-        "name": ((str,), ...),
-        "description": ((str,), ""),
-    },
-    "data": {
-        "recipe": ((str,), None),
-        "train": ((str,), None),
-        "test": ((str,), None),
-        "rows": ((int,), None),
-        "features": ((int,), None),
-        "classes": ((int,), None),
-        "shard_rows": ((int,), 50_000),
-        "seed": ((int,), 0),
-        "ill_conditioned": ((bool,), False),
-        "test_fraction": (NUMBER, 0.2),
-        "patch_size": ((int,), None),
-        "image_source": ((str,), None),
-        "vocab_size": ((int,), None),
-        "context": ((int,), None),
-    },
-    "model": {
-        "name": ((str,), ...),
-        "l2": (NUMBER, 0.0),
-        "fit_intercept": ((bool,), True),
-        # neural models (see dasklbfgs.models.registry.OPTIONS)
-        "hidden": ((list, int), None),
-        "activation": ((str,), None),
-        "n_hidden": ((int,), None),
-        "sparsity": (NUMBER, None),
-        "beta": (NUMBER, None),
-        "embed_dim": ((int,), None),
-    },
-    # "train": derived from the solvers' options classes (see train_keys and validate_train)
-    "cluster": {
-        "workers": ((int,), None),
-    },
+    "pipeline": {"name": ((str,), ...), "description": ((str,), "")},
+    "data": {"recipe": ((str,), None), "train": ((str,), None), "test": ((str,), None), **_keys(RecipeOptions)},
+    "model": {"name": ((str,), ...), **_keys(ModelOptions)},
+    # "train": derived from the solvers' options classes (see validate_train)
+    "cluster": {"workers": ((int,), None)},
 }
+#: the options classes that declare a section's keys and their older spellings (data.classes)
+_OPTIONS: dict[str, type[Options]] = {"data": RecipeOptions, "model": ModelOptions}
 
 
 def load_config(path: os.PathLike[str] | str, overrides: list[str] | tuple[str, ...] = ()) -> dict[str, dict[str, Any]]:
@@ -85,32 +67,32 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
         given = raw.get(section) or {}
         if not isinstance(given, dict):
             raise ConfigurationError(f"{where}: section {section!r} must be a mapping, got {type(given).__name__}")
+        if section in _OPTIONS:
+            given = _OPTIONS[section].canonical(given, where=f"{where}: ")
         unknown = sorted(set(given) - set(keys))
         if unknown:
             raise ConfigurationError(
                 f"{where}: unknown key(s) {[f'{section}.{k}' for k in unknown]}; "
                 f"known keys in {section!r}: {sorted(keys)}"
             )
-        values = {}
-        for key, (types, default) in keys.items():
-            if key not in given or given[key] is None:
-                if default is ...:
-                    raise ConfigurationError(f"{where}: {section}.{key} is required")
-                values[key] = default
-                continue
-            value = given[key]
-            ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
-            if not ok:
-                names = " or ".join(t.__name__ for t in types)
-                raise ConfigurationError(
-                    f"{where}: {section}.{key} must be {names}, got {type(value).__name__} {value!r}"
-                )
-            values[key] = value
-        config[section] = values
+        config[section] = {key: _value(section, key, given.get(key), types, default, where)
+                           for key, (types, default) in keys.items()}
     data = config["data"]
     if (data["recipe"] is None) == (data["train"] is None):
         raise ConfigurationError(f"{where}: give exactly one of data.recipe (build a dataset) or data.train (use one)")
     return config
+
+
+def _value(section: str, key: str, value: Any, types: tuple[type, ...], default: Any, where: str) -> Any:
+    """``value`` checked against ``types`` (a number as a float), or the default if None."""
+    if value is None:
+        if default is ...:
+            raise ConfigurationError(f"{where}: {section}.{key} is required")
+        return default
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        names = " or ".join(t.__name__ for t in types)
+        raise ConfigurationError(f"{where}: {section}.{key} must be {names}, got {type(value).__name__} {value!r}")
+    return float(value) if types == NUMBER else value
 
 
 def validate_train(given: Any, *, where: str = "<config>") -> dict[str, Any]:

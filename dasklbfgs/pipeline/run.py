@@ -16,6 +16,7 @@ from typing import Any
 from distributed import Client
 
 from dasklbfgs.data import ShardedDataset, make_dataset
+from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.models import model_for_dataset
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import save_params
@@ -31,13 +32,8 @@ logger = logging.getLogger(__name__)
 def _datasets(config: dict[str, Any], out: Path) -> tuple[ShardedDataset, ShardedDataset | None]:
     data = config["data"]
     if data["recipe"] is not None:
-        splits = make_dataset(
-            data["recipe"], out / "data", rows=data["rows"], features=data["features"],
-            shard_rows=data["shard_rows"], seed=data["seed"], n_classes=data["classes"],
-            ill_conditioned=data["ill_conditioned"], test_fraction=float(data["test_fraction"]),
-            patch_size=data["patch_size"], image_source=data["image_source"],
-            vocab_size=data["vocab_size"], context=data["context"], overwrite=True,
-        )
+        recipe = {key: data[key] for key in RecipeOptions.fields()}
+        splits = make_dataset(data["recipe"], out / "data", **recipe, overwrite=True)
         return splits["train"], splits.get("test")
     test = ShardedDataset.open(data["test"]) if data["test"] else None
     return ShardedDataset.open(data["train"]), test
@@ -68,8 +64,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     train, test = _datasets(config, out)
     logger.info("data ready: %r (test: %r)", train, test)
     spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
-    model = model_for_dataset(spec["name"], train, l2=float(spec["l2"]), fit_intercept=spec["fit_intercept"],
-                              **model_options(spec))
+    model = model_for_dataset(spec["name"], train, **model_options(spec))
     result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test)
     if get_solver(solver).unit == "iteration":
         curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]

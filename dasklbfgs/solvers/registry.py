@@ -110,9 +110,7 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     return chosen.run(model, data, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
 
 
-_RUN_INPUTS = (
-    ("client", None), ("x0", None), ("callback", None), ("eval_data", None),
-)
+_RUN_INPUTS = ("client", "x0", "callback", "eval_data")  # minimize's other keywords, all default None
 
 
 def solver_function(function_name: str, name: str, options: type[Options], summary: str
@@ -124,14 +122,14 @@ def solver_function(function_name: str, name: str, options: type[Options], summa
     """
 
     def solve(model: Model, data: Any, **kwargs: Any) -> OptimizeResult:
-        inputs = {key: kwargs.pop(key, default) for key, default in _RUN_INPUTS}
+        inputs = {key: kwargs.pop(key, None) for key in _RUN_INPUTS}
         return minimize(model, data, name, None, **inputs, **kwargs)
 
     solve.__name__ = solve.__qualname__ = function_name
     keyword = inspect.Parameter.KEYWORD_ONLY
     parameters = [inspect.Parameter("model", inspect.Parameter.POSITIONAL_OR_KEYWORD),
                   inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    parameters += [inspect.Parameter(key, keyword, default=default) for key, default in _RUN_INPUTS]
+    parameters += [inspect.Parameter(key, keyword, default=None) for key in _RUN_INPUTS]
     parameters += [inspect.Parameter(n, keyword, default=d) for n, d, _ in options.items()]
     solve.__signature__ = inspect.Signature(parameters, return_annotation=OptimizeResult)  # type: ignore[attr-defined]
     solve.__doc__ = f"{summary}\n\n    Equivalent to ``minimize(model, data, {name!r}, ...)``; see " \
