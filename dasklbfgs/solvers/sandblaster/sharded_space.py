@@ -23,14 +23,17 @@ parameters (:attr:`ShardedSpace.bytes_received` counts it).
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from distributed import Client
 
+from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
 from dasklbfgs.models.base import Model
-from dasklbfgs.errors import NonFiniteObjectiveError
+from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
+from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
@@ -97,9 +100,6 @@ class VectorShard:
 
     async def save(self, path: str) -> None:
         """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
-        from dasklbfgs.checkpoint_store import write_checkpoint
-        from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
-
         k, basis = self.basis.k, self.basis
         write_checkpoint(path, {"x": self.x, "g": basis.g, "S": basis.S[:k], "Y": basis.Y[:k]}, kind=SHARD_KIND,
                          attrs={"index": self.index, "start": self.start, "stop": self.stop})
@@ -107,10 +107,6 @@ class VectorShard:
     async def restore(self, path: str) -> dict[str, Any]:
         """Take this slice's state from the checkpoint at ``path`` (verified); return the
         gradient's partial dot products, as after accepting a step."""
-        from dasklbfgs.checkpoint_store import read_checkpoint
-        from dasklbfgs.errors import CheckpointError
-        from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
-
         arrays, attrs = read_checkpoint(path, kind=SHARD_KIND)
         if (attrs.get("start"), attrs.get("stop")) != (self.start, self.stop):
             raise CheckpointError(
@@ -249,8 +245,6 @@ class ShardedSpace:
 
     def restore(self, path: Any, basis: GramMatrix) -> None:
         """Continue from a checkpoint: the coordinator's Gram matrix, the shards' slices."""
-        from pathlib import Path
-
         calls = [s.restore(str(Path(path) / "shards" / str(i))) for i, s in enumerate(self.shards)]
         replies = [self._receive(c.result()) for c in calls]
         self.basis = basis
