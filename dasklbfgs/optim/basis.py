@@ -4,8 +4,9 @@
 ``[s_0..s_{k-1}, y_0..y_{k-1}, g]`` kept up to date from dot products. :class:`LocalBasis`
 keeps the vectors as numpy arrays in this process and computes those dot products itself;
 the sharded Sandblaster state (:mod:`dasklbfgs.solvers.sandblaster.sharded_space`) keeps slices of them on
-parameter shards and feeds the same Gram matrix with partial dot products summed over the
-shards. The optimizer only reads the Gram matrix and hands out coefficients.
+parameter shards, each in a :class:`LocalBasis` of its own, and feeds the coordinator's Gram matrix
+with the partial dot products those return, summed over the shards. The optimizer only reads the
+Gram matrix and hands out coefficients.
 """
 
 from __future__ import annotations
@@ -89,19 +90,25 @@ class LocalBasis(GramMatrix):
         self.Y = np.zeros((m, n))
         self.g = np.zeros(n)
 
-    def push_pair(self, s: np.ndarray, y: np.ndarray) -> None:
-        """Append a curvature pair, dropping the oldest when ``m`` are stored."""
+    def push_pair(self, s: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """Append a curvature pair, dropping the oldest when ``m`` are stored; returns its
+        dot products with the pairs, itself included: ``[S s, Y s, S y, Y y]``."""
         if self.make_room():
             self.S[:-1] = self.S[1:]
             self.Y[:-1] = self.Y[1:]
         k = self.k
         self.S[k], self.Y[k] = s, y
         S, Y = self.S[: k + 1], self.Y[: k + 1]
-        self.add_pair(S @ s, Y @ s, S @ y, Y @ y)
+        dots = (S @ s, Y @ s, S @ y, Y @ y)
+        self.add_pair(*dots)
+        return np.concatenate(dots)
 
-    def set_gradient(self, g: np.ndarray) -> None:
+    def set_gradient(self, g: np.ndarray) -> np.ndarray:
+        """Take ``g`` as the gradient; returns its dot products ``[S g, Y g, g . g]``."""
         self.g = g
-        self.set_gradient_dots(self.S[: self.k] @ g, self.Y[: self.k] @ g, float(g @ g))
+        gS, gY, gg = self.S[: self.k] @ g, self.Y[: self.k] @ g, float(g @ g)
+        self.set_gradient_dots(gS, gY, gg)
+        return np.concatenate([gS, gY, [gg]])
 
     def combine(self, delta: np.ndarray) -> np.ndarray:
         """The vector ``sum_l delta_l b_l``."""

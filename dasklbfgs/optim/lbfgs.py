@@ -134,12 +134,6 @@ def lbfgs_minimize(
     space, state = _start(evaluate, x0, opts, state, space)
     status, message = _check_gradient(space, opts)
     while status is None:
-        if state.nit >= opts.maxiter:
-            status, message = Status.LIMIT, MSG_MAXITER
-            break
-        if state.nfev >= opts.maxfun:
-            status, message = Status.LIMIT, MSG_MAXFUN
-            break
         outcome = _iterate(space, state, opts)
         if outcome is not None:
             status, message = outcome
@@ -244,6 +238,10 @@ def _check_convergence(space: Any, state: LBFGSState, opts: LBFGSOptions):
 
 def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
     """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
+    if state.nit >= opts.maxiter:
+        return Status.LIMIT, MSG_MAXITER
+    if state.nfev >= opts.maxfun:
+        return Status.LIMIT, MSG_MAXFUN
     basis = space.basis
     for _attempt in range(2):  # the second try starts over from steepest descent
         gram = basis.gram()

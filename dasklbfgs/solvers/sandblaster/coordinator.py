@@ -159,7 +159,7 @@ class SandblasterRun:
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""
-        params = theta if self.transform is None else self.transform.to_params(theta)
+        params = self._params(theta)
         loss, sums = self.evaluator.evaluate(params)
         f, g = self.model.objective_from_sums(params, loss, sums, self.dataset.n_samples)
         return (f, g) if self.transform is None else (f, self.transform.gradient_to_theta(g))

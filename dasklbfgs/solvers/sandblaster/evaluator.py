@@ -174,50 +174,57 @@ class MegaBatchEvaluator:
         return reduce_in_groups(list(results), add_sums)
 
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
-        client, e = self.client, self._next_key
-        self._next_key += 1  # fresh task keys for every attempt
+        client = self.client
         started = time.perf_counter()
         try:
             [x_future] = client.scatter([x], hash=False)
         except OSError as exc:  # CommClosedError: sent to a worker that just died, not yet known dead
             time.sleep(0.2)
             raise _EvaluationLost() from exc
-        primaries, pinned = self._submit_primaries(x_future, e)
+        winners: list[Future] = []
         try:
-            with client.as_current():  # distributed.wait resolves the current client
-                winners, _ = self._collect(primaries, pinned, x_future, e, started)
-                if any(f.status != "finished" for f in winners):
-                    raise _EvaluationLost()
-                timeout = max(GATHER_TIMEOUT_SECONDS, 3 * (time.perf_counter() - started))
-                try:
-                    # A winner lost with its worker after it finished would make a plain
-                    # gather wait forever (its task is pinned to the dead worker).
-                    return client.sync(client._gather, winners, callback_timeout=timeout)
-                except (TimeoutError, CancelledError) as exc:
-                    if all(f.status == "finished" for f in winners):
-                        raise
-                    raise _EvaluationLost() from exc
+            winners = self._run_portions(x_future, started)
+            if any(f.status != "finished" for f in winners):
+                raise _EvaluationLost()
+            timeout = max(GATHER_TIMEOUT_SECONDS, 3 * (time.perf_counter() - started))
+            try:
+                # A winner lost with its worker after it finished would make a plain
+                # gather wait forever (its task is pinned to the dead worker).
+                return client.sync(client._gather, winners, callback_timeout=timeout)
+            except (TimeoutError, CancelledError) as exc:
+                if all(f.status == "finished" for f in winners):
+                    raise
+                raise _EvaluationLost() from exc
         finally:
-            client.cancel([*primaries, x_future])
+            client.cancel([*winners, x_future])
 
     def portion_sums(self, x_future: Future) -> list[Future]:
         """Futures of every portion's ``(loss, sums)`` at the parameters held by
         ``x_future`` (already on the cluster), in portion order, left on the workers for a
         reduction that never passes through this process. Backups and rescues as in
         :meth:`evaluate`; a lost ``x_future`` raises :class:`WorkerLostError`."""
-        e = self._next_key
-        self._next_key += 1
         started = time.perf_counter()
-        primaries, pinned = self._submit_primaries(x_future, e)
         try:
-            with self.client.as_current():
-                winners, _ = self._collect(primaries, pinned, x_future, e, started)
+            winners = self._run_portions(x_future, started)
         except _EvaluationLost:
-            self.client.cancel(primaries)
             raise WorkerLostError("the parameters of an evaluation were lost with their worker") from None
         self.stats.evaluations += 1
         self.stats.eval_seconds.append(time.perf_counter() - started)
         return winners
+
+    def _run_portions(self, x_future: Future, started: float) -> list[Future]:
+        """Submit every portion at the parameters ``x_future`` under fresh task keys and
+        return one finished copy of each (:meth:`_collect`); on failure the primaries are
+        cancelled."""
+        e = self._next_key
+        self._next_key += 1
+        primaries, pinned = self._submit_primaries(x_future, e)
+        try:
+            with self.client.as_current():  # distributed.wait resolves the current client
+                return self._collect(primaries, pinned, x_future, e, started)
+        except BaseException:
+            self.client.cancel(primaries)
+            raise
 
     def _submit_primaries(self, x_future: Future, e: int) -> tuple[list[Future], list[str | None]]:
         """One task per portion, pinned to the worker holding its shard (data affinity).
@@ -229,14 +236,9 @@ class MegaBatchEvaluator:
         :meth:`_collect`. Returns the futures and the worker each is pinned to.
         """
         if not self.cache:  # streaming: any worker reads any portion; Dask balances them
-            streamed = self.client.map(
-                portion_loss_grad_from_store, [p.start for p in self.portions], [p.stop for p in self.portions],
-                model=self.model, data=self.data, x=x_future,
-                key=[f"sandblaster-gradient-{self.token}-{e}-{p.index}" for p in self.portions], pure=False,
-            )
-            return streamed, [None] * len(self.portions)
+            return self._from_store("gradient", self.portions, x_future, e), [None] * len(self.portions)
         holders = self._holders()
-        groups: dict[str | None, list[Portion]] = {}
+        pinned: list[str | None] = []
         load: Counter[str | None] = Counter()
         fastest = max(self._speed.values(), default=1.0)
         for p in self.portions:
@@ -247,11 +249,11 @@ class MegaBatchEvaluator:
             rows = p.stop - p.start
             worker = min(sorted(where, key=str), key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
             load[worker] += rows
-            groups.setdefault(worker, []).append(p)
-        futures: dict[int, Future] = {}
-        pinned: dict[int, str | None] = {}
-        for worker, portions in groups.items():
+            pinned.append(worker)
+        futures: list[Future] = [None] * len(self.portions)  # type: ignore[list-item]
+        for worker in dict.fromkeys(pinned):
             # One client.map per worker is one message to the scheduler.
+            portions = [p for p in self.portions if pinned[p.index] == worker]
             mapped = self.client.map(
                 portion_loss_grad,
                 [holders[p.shard][worker] for p in portions],
@@ -263,14 +265,14 @@ class MegaBatchEvaluator:
                 allow_other_workers=False,
                 pure=False,
             )
-            futures.update(zip((p.index for p in portions), mapped))
-            pinned.update((p.index, worker) for p in portions)
-        return [futures[p.index] for p in self.portions], [pinned[p.index] for p in self.portions]
+            for p, future in zip(portions, mapped):
+                futures[p.index] = future
+        return futures, pinned
 
     def _holders(self) -> list[dict[str | None, Future]]:
         """Per shard: worker -> the future holding that shard there (the original, and the
         copies backup tasks left on helpers). Copies on workers that left are dropped."""
-        keys = [self.shards[i] for i in range(len(self.shards))] + [f for c in self.copies.values() for f in c.values()]
+        keys = self.shards + [f for c in self.copies.values() for f in c.values()]
         where = self.client.who_has(keys)
         out: list[dict[str | None, Future]] = []
         for i, shard in enumerate(self.shards):
@@ -295,98 +297,42 @@ class MegaBatchEvaluator:
         )
 
     def _collect(self, primaries: list[Future], pinned: list[str | None], x_future: Future, e: int,
-                 started: float) -> tuple[list[Future], bool]:
-        """Wait for one finished copy of every portion; returns them and whether backups ran.
+                 started: float) -> list[Future]:
+        """Wait for one finished copy of every portion; returns them in portion order.
 
-        Every ``POLL_SECONDS`` (one ``wait`` per poll, no per-task overhead):
-
-        * with backup tasks, once some worker has finished all its portions, any worker
-          progressing ``backup_slack`` times slower than the fastest finished one (portions
-          per second) is a straggler: its outstanding portions are copied to the idle
-          workers, last-queued first, each fetching the shard from the straggler's memory when
-          shards are cached, or reading its rows from Zarr when streaming (MapReduce's backup
-          tasks, docs/algorithms.md §1). A worker that stops progressing slows down by this
-          measure too, so a hung portion is backed up as well;
-        * portions pinned to a worker that has left the cluster (or whose copies were all
-          lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
+        Every ``POLL_SECONDS`` (one ``wait`` per poll, no per-task overhead), the outstanding
+        portions of stragglers are backed up as the module docstring says (a worker that stops
+        progressing slows down by that measure too, so a hung portion is backed up as well),
+        and portions pinned to a worker that has left the cluster (or whose copies were all
+        lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
         """
         collection = _Collection(self, primaries, pinned, x_future, e, started)
         poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
-        while collection.n_done < len(primaries):
+        while collection.n_done() < len(primaries):
             try:
                 done, collection.pending = wait(collection.pending, timeout=poll,
-                                                return_when="FIRST_COMPLETED" if collection.launched else "ALL_COMPLETED")
+                                                return_when="FIRST_COMPLETED" if collection.ran_on else "ALL_COMPLETED")
             except TimeoutError:
                 done = {f for f in collection.pending if f.done()}
                 collection.pending -= done
             now = time.perf_counter()
             collection.check_parameters()
             collection.take(done, now)
-            if collection.n_done == len(primaries):
+            if collection.n_done() == len(primaries):
                 break
             collection.rescue_stranded(now)
             collection.back_up_stragglers(now)
-        self._measure_speeds(started, time.perf_counter(), pinned, collection.winner_ran_on, collection.finished_at)
-        return collection.winners, collection.launched
+        collection._measure_speeds(time.perf_counter())
+        return collection.winners
 
-    def _measure_speeds(self, started, ended, pinned, winner_ran_on, finished_at) -> None:
-        """Rows per second each worker delivered in this evaluation (placement uses them)."""
-        rows: Counter[str] = Counter({w: 0 for w in pinned if w is not None})  # every worker given work
-        for p in self.portions:
-            worker = winner_ran_on.get(p.index, pinned[p.index])
-            if worker is not None:
-                rows[worker] += p.stop - p.start
-        for worker, n_rows in rows.items():
-            busy = (finished_at[worker] if worker in finished_at and worker not in winner_ran_on.values()
-                    else ended) - started
-            self._speed[worker] = max(n_rows, 1) / max(busy, 1e-9)
-
-    def _stragglers(self, elapsed, owned, done_by, finished_at, started, winners, pinned, skip
-                    ) -> tuple[list[Portion], list[str]]:
-        """Outstanding portions of workers much slower than the fastest idle one, and the idle workers."""
-        rates = {w: owned[w] / max(finished_at[w] - started, 1e-9) if w in finished_at else done_by[w] / elapsed
-                 for w in owned}
-        reference = max(rates[w] for w in finished_at)
-        slow = {w for w in owned if w not in finished_at and rates[w] * self.backup_slack < reference}
-        if not slow:
-            return [], []
-        idle = sorted(finished_at, key=lambda w: -rates[w])
-        late = [p for p in reversed(self.portions)  # last queued first: they would finish last
-                if winners[p.index] is None and pinned[p.index] in slow and p.index not in skip]
-        return late, idle
-
-    def _streaming_stragglers(self, now: float, started: float, e: int, winners: list[Future | None],
-                              skip: set[int], tail: dict[str, float]) -> tuple[list[Portion], list[str]]:
-        """Streaming: Dask hands the next portion to whichever worker is free, so only the
-        last portions in flight can straggle. Once a worker sits idle while portions remain
-        and they have been out ``backup_slack`` times longer than a portion takes (worker-
-        seconds per finished portion when the queue drained), they are copied to the idle
-        workers, last first. Returns the portions and the idle workers."""
-        n_done = sum(w is not None for w in winners)
-        outstanding = [p for p in reversed(self.portions) if winners[p.index] is None and p.index not in skip]
-        if not outstanding or n_done == 0:
-            return [], []
-        if "since" in tail and now - tail["since"] < self.backup_slack * tail["portion_seconds"]:
-            return [], []
-        workers = list(self._workers())
-        if len(outstanding) >= len(workers):  # portions are still queued: no worker is idle
-            return [], []
-        mine = f"-{self.token}-{e}-"
-        busy = {w for w, keys in self.client.processing().items() if any(mine in str(k) for k in keys)}
-        idle = sorted(w for w in workers if w not in busy)
-        if not idle:
-            return [], []
-        if "since" not in tail:
-            tail.update(since=now, portion_seconds=(now - started) * len(workers) / n_done)
-            return [], []
-        return outstanding, idle
-
-    def _from_store(self, kind: str, p: Portion, x_future: Future, e: int, worker: str | None = None) -> Future:
-        """A copy of portion ``p`` that reads its rows from Zarr (a backup or a rescue),
-        on ``worker`` only, or anywhere when None."""
-        return self.client.submit(
-            portion_loss_grad_from_store, p.start, p.stop, model=self.model, data=self.data, x=x_future,
-            key=f"sandblaster-{kind}-{self.token}-{e}-{p.index}",
+    def _from_store(self, kind: str, portions: list[Portion], x_future: Future, e: int,
+                    worker: str | None = None) -> list[Future]:
+        """Tasks computing ``portions`` from rows read from Zarr (streamed primaries, backups
+        and rescues), on ``worker`` only, or anywhere when None."""
+        return self.client.map(
+            portion_loss_grad_from_store, [p.start for p in portions], [p.stop for p in portions],
+            model=self.model, data=self.data, x=x_future,
+            key=[f"sandblaster-{kind}-{self.token}-{e}-{p.index}" for p in portions],
             workers=None if worker is None else [worker],
             allow_other_workers=False,
             pure=False,
@@ -394,36 +340,24 @@ class MegaBatchEvaluator:
 
     def _backup(self, p: Portion, x_future: Future, e: int, worker: str) -> Future:
         """A copy of portion ``p`` on ``worker``, reading its shard from the worker that holds
-        it (one transfer per shard and helper, cheaper than decoding the shard's Zarr chunk
-        again); the helper keeps the copy, and later evaluations share that shard's portions
-        between the two (see :meth:`_submit_primaries`). Streaming: a second read from Zarr."""
+        it (cheaper than decoding the shard's Zarr chunk again; the helper keeps it, see
+        :meth:`_keep_copy`). Streaming: a second read from Zarr."""
         if not self.cache:
-            return self._from_store("backup", p, x_future, e, worker)
+            return self._from_store("backup", [p], x_future, e, worker)[0]
         return self.client.submit(
             portion_loss_grad, self.shards[p.shard], p.local, model=self.model, x=x_future,
             key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
             allow_other_workers=False, pure=False,
         )
 
-    def _rescue(self, portions: list[Portion], x_future: Future, e: int) -> list[Future]:
-        """Re-run portions whose worker is gone, from Zarr, on any worker."""
-        return [self._from_store("rescue", p, x_future, e) for p in portions]
-
     # -- other passes over the shards ---------------------------------------------------------
 
     def column_moments(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Per-shard ``(n, mean, M2)`` of the columns of X, in shard order."""
-        if self.cache:
-            futures = [
-                self.client.submit(column_moments, s, key=f"sandblaster-moments-{self.token}-{i}", pure=False)
-                for i, s in enumerate(self.shards)
-            ]
-        else:
-            futures = [
-                self.client.submit(shard_column_moments, self.data, i, key=f"sandblaster-moments-{self.token}-{i}",
-                                   pure=False)
-                for i in range(self.data.n_shards)
-            ]
+        calls = ([(column_moments, shard) for shard in self.shards] if self.cache
+                 else [(shard_column_moments, self.data, i) for i in range(self.data.n_shards)])
+        futures = [self.client.submit(*call, key=f"sandblaster-moments-{self.token}-{i}", pure=False)
+                   for i, call in enumerate(calls)]
         return self.client.gather(futures)
 
     def close(self) -> None:
@@ -446,21 +380,26 @@ class _Collection:
     def __init__(self, evaluator: MegaBatchEvaluator, primaries: list[Future], pinned: list[str | None],
                  x_future: Future, e: int, started: float) -> None:
         self.evaluator, self.pinned, self.x_future, self.e, self.started = evaluator, pinned, x_future, e, started
-        n = len(primaries)
-        self.winners: list[Future | None] = [None] * n
-        self.copies = [1] * n          # copies of each portion still pending
-        self.backed_up: set[int] = set()
-        self.rescued: set[int] = set()
+        self.winners: list[Future | None] = [None] * len(primaries)
         self.pending = set(primaries)
         self.owned = Counter(w for w in pinned if w is not None)  # primaries per worker
-        self.done_by: Counter[str | None] = Counter()
-        self.finished_at: dict[str, float] = {}
+        self.finished_at: dict[str, float] = {}  # workers whose portions are all done: when
+        self.ran_on: dict[int, str] = {}  # backed-up portions: where the backup runs
+        self.rescued: set[int] = set()
+        self.tail: dict[str, float] = {}  # streaming: when the queue drained, seconds per portion
         self.next_rescue_check = started + RESCUE_CHECK_SECONDS
-        self.launched = False
-        self.ran_on: dict[int, str] = {}          # where each backup copy runs
-        self.tail: dict[str, float] = {}          # streaming: when the queue drained, seconds per portion
-        self.winner_ran_on: dict[int, str] = {}   # portions a backup won: its worker
-        self.n_done = 0
+
+    def n_done(self) -> int:
+        return sum(f is not None for f in self.winners)
+
+    def done_by(self) -> Counter[str | None]:
+        """Portions done per worker they were pinned to."""
+        return Counter(self.pinned[i] for i, f in enumerate(self.winners) if f is not None)
+
+    def unclaimed(self) -> list[Portion]:
+        """Portions without a winner, backup or rescue, last queued first (they would finish last)."""
+        return [p for p in reversed(self.evaluator.portions)
+                if self.winners[p.index] is None and p.index not in self.ran_on and p.index not in self.rescued]
 
     def check_parameters(self) -> None:
         """Raise when the task producing the parameters failed or they were lost."""
@@ -474,7 +413,6 @@ class _Collection:
         evaluator = self.evaluator
         for f in done:
             i = portion_index(f.key)
-            self.copies[i] -= 1
             if self.winners[i] is not None:
                 continue
             if f.status == "error":
@@ -482,14 +420,8 @@ class _Collection:
             if f.status != "finished":  # lost with its worker, or cancelled
                 continue
             self.winners[i] = f
-            self.n_done += 1
-            w = self.pinned[i]
-            self.done_by[w] += 1
-            if w is not None and self.done_by[w] == self.owned[w]:
-                self.finished_at[w] = now
             if f.key.startswith("sandblaster-backup"):
                 evaluator.stats.backups_won += 1
-                self.winner_ran_on[i] = self.ran_on[i]
                 evaluator._keep_copy(evaluator.portions[i].shard, self.ran_on[i])
             losers = [g for g in self.pending if portion_index(g.key) == i]
             if losers:
@@ -498,44 +430,85 @@ class _Collection:
         for i, f in enumerate(self.winners):  # a finished copy lost with its worker: not a winner after all
             if f is not None and f.status != "finished":
                 self.winners[i] = None
-                self.n_done -= 1
-                self.done_by[self.pinned[i]] -= 1
                 self.finished_at.pop(self.pinned[i], None)  # type: ignore[arg-type]
+        done_by = self.done_by()
+        for w, n_owned in self.owned.items():
+            if w not in self.finished_at and done_by[w] == n_owned:
+                self.finished_at[w] = now
 
     def rescue_stranded(self, now: float) -> None:
         """Re-run from Zarr the portions whose worker left or whose copies were all lost."""
-        n = len(self.winners)
-        orphans = [i for i in range(n) if self.winners[i] is None and self.copies[i] == 0]
+        covered = {portion_index(f.key) for f in self.pending}
+        orphans = [i for i, f in enumerate(self.winners) if f is None and i not in covered]
         if now < self.next_rescue_check and not orphans:
             return
         self.next_rescue_check = now + RESCUE_CHECK_SECONDS
         alive = set(self.evaluator._workers())
         stranded = [p for p in self.evaluator.portions
                     if self.winners[p.index] is None and p.index not in self.rescued
-                    and (self.copies[p.index] == 0
-                         or (self.pinned[p.index] is not None and self.pinned[p.index] not in alive))]
-        for p, future in zip(stranded, self.evaluator._rescue(stranded, self.x_future, self.e)):
-            self.rescued.add(p.index)
-            self.copies[p.index] += 1
-            self.pending.add(future)
+                    and (p.index not in covered or self.pinned[p.index] not in {*alive, None})]
+        if stranded:
+            self.rescued.update(p.index for p in stranded)
+            self.pending.update(self.evaluator._from_store("rescue", stranded, self.x_future, self.e))
 
     def back_up_stragglers(self, now: float) -> None:
         """Copy the outstanding portions of straggling workers to idle ones."""
         evaluator = self.evaluator
         late: list[Portion] = []
         if evaluator.backup_tasks and not evaluator.cache:
-            late, idle = evaluator._streaming_stragglers(now, self.started, self.e, self.winners,
-                                                         self.backed_up | self.rescued, self.tail)
+            late, idle = self._streaming_stragglers(now)
         elif evaluator.backup_tasks and self.finished_at:
-            late, idle = evaluator._stragglers(now - self.started, self.owned, self.done_by, self.finished_at,
-                                               self.started, self.winners, self.pinned, self.backed_up | self.rescued)
-        if not late:
-            return
-        backups = [evaluator._backup(p, self.x_future, self.e, idle[j % len(idle)]) for j, p in enumerate(late)]
-        self.ran_on.update((p.index, idle[j % len(idle)]) for j, p in enumerate(late))
-        evaluator.stats.backups_launched += len(backups)
-        for b in backups:
-            self.backed_up.add(portion_index(b.key))
-            self.copies[portion_index(b.key)] += 1
-        self.pending.update(backups)
-        self.launched = self.launched or bool(backups)
+            late, idle = self._stragglers(now)
+        for j, p in enumerate(late):
+            self.ran_on[p.index] = idle[j % len(idle)]
+            self.pending.add(evaluator._backup(p, self.x_future, self.e, self.ran_on[p.index]))
+        evaluator.stats.backups_launched += len(late)
+
+    def _stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
+        """Outstanding portions of workers much slower than the fastest idle one, and the idle workers."""
+        owned, finished_at, done_by = self.owned, self.finished_at, self.done_by()
+        rates = {w: owned[w] / max(finished_at[w] - self.started, 1e-9) if w in finished_at
+                 else done_by[w] / (now - self.started) for w in owned}
+        reference = max(rates[w] for w in finished_at)
+        slow = {w for w in owned if w not in finished_at and rates[w] * self.evaluator.backup_slack < reference}
+        if not slow:
+            return [], []
+        idle = sorted(finished_at, key=lambda w: -rates[w])
+        return [p for p in self.unclaimed() if self.pinned[p.index] in slow], idle
+
+    def _streaming_stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
+        """Streaming (see the module docstring): once a worker sits idle and the last portions
+        have been out ``backup_slack`` times longer than a portion takes (worker-seconds per
+        finished portion when the queue drained), those portions, last first, and the idle workers."""
+        evaluator, tail, n_done = self.evaluator, self.tail, self.n_done()
+        outstanding = self.unclaimed()
+        if not outstanding or n_done == 0:
+            return [], []
+        if "since" in tail and now - tail["since"] < evaluator.backup_slack * tail["portion_seconds"]:
+            return [], []
+        workers = list(evaluator._workers())
+        if len(outstanding) >= len(workers):  # portions are still queued: no worker is idle
+            return [], []
+        mine = f"-{evaluator.token}-{self.e}-"
+        busy = {w for w, keys in evaluator.client.processing().items() if any(mine in str(k) for k in keys)}
+        idle = sorted(w for w in workers if w not in busy)
+        if not idle:
+            return [], []
+        if "since" not in tail:
+            tail.update(since=now, portion_seconds=(now - self.started) * len(workers) / n_done)
+            return [], []
+        return outstanding, idle
+
+    def _measure_speeds(self, ended: float) -> None:
+        """Rows per second each worker delivered in this evaluation (placement uses them)."""
+        backup_won = {i: self.ran_on[i] for i, f in enumerate(self.winners)
+                      if f is not None and f.key.startswith("sandblaster-backup")}
+        rows: Counter[str] = Counter({w: 0 for w in self.pinned if w is not None})  # every worker given work
+        for p in self.evaluator.portions:
+            worker = backup_won.get(p.index, self.pinned[p.index])
+            if worker is not None:
+                rows[worker] += p.stop - p.start
+        for worker, n_rows in rows.items():
+            busy = (self.finished_at[worker] if worker in self.finished_at and worker not in backup_won.values()
+                    else ended) - self.started
+            self.evaluator._speed[worker] = max(n_rows, 1) / max(busy, 1e-9)

@@ -25,20 +25,25 @@ SHARDED_KIND = "sandblaster-sharded"
 SHARD_KIND = "sandblaster-vector-shard"
 
 
-def _counters(state: LBFGSState) -> dict[str, Any]:
-    return {"f": state.f, "nit": state.nit, "nfev": state.nfev, "previous_f": state.previous_f,
-            "last_step": state.last_step, "history": state.history}
+def _attrs(state: LBFGSState, model_config: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    return {"model": model_config, **settings, "f": state.f, "nit": state.nit, "nfev": state.nfev,
+            "previous_f": state.previous_f, "last_step": state.last_step, "history": state.history,
+            "pairs": state.basis.k}
+
+
+def _state(attrs: dict[str, Any], basis: GramMatrix, x: Any = None, g: Any = None) -> LBFGSState:
+    """The inverse of :func:`_attrs`, around a restored ``basis`` (and vectors, when local)."""
+    return LBFGSState(
+        x=x, f=float(attrs["f"]), g=g, basis=basis, nit=int(attrs["nit"]), nfev=int(attrs["nfev"]),
+        previous_f=float(attrs["previous_f"]), last_step=float(attrs["last_step"]), history=list(attrs["history"]),
+    )
 
 
 def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config: dict[str, Any],
                settings: dict[str, Any]) -> None:
     basis = state.basis
-    write_checkpoint(
-        path,
-        {"x": state.x, "g": state.g, "S": basis.S, "Y": basis.Y, "gram": basis._G},
-        kind=KIND,
-        attrs={"model": model_config, **settings, **_counters(state), "pairs": basis.k},
-    )
+    write_checkpoint(path, {"x": state.x, "g": state.g, "S": basis.S, "Y": basis.Y, "gram": basis._G},
+                     kind=KIND, attrs=_attrs(state, model_config, settings))
 
 
 def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], settings: dict[str, Any]) -> LBFGSState:
@@ -50,22 +55,15 @@ def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], se
     basis.S, basis.Y, basis._G = S.copy(), arrays["Y"].copy(), arrays["gram"].copy()
     basis.k = int(attrs["pairs"])
     basis.g = arrays["g"].copy()
-    return LBFGSState(
-        x=arrays["x"].copy(), f=float(attrs["f"]), g=arrays["g"].copy(), basis=basis,
-        nit=int(attrs["nit"]), nfev=int(attrs["nfev"]), previous_f=float(attrs["previous_f"]),
-        last_step=float(attrs["last_step"]), history=list(attrs["history"]),
-    )
+    return _state(attrs, basis, x=arrays["x"].copy(), g=arrays["g"].copy())
 
 
 def save_sharded_state(path: os.PathLike[str] | str, state: LBFGSState, space: Any, *,
                        model_config: dict[str, Any], settings: dict[str, Any]) -> None:
     """The coordinator's part (Gram matrix, scalars) here; the shards write their slices."""
-    basis = state.basis
-    write_checkpoint(
-        path, {"gram": basis._G}, kind=SHARDED_KIND,
-        attrs={"model": model_config, **settings, **_counters(state), "pairs": basis.k, "bounds": space.bounds},
-        parts=space.save_shards,
-    )
+    write_checkpoint(path, {"gram": state.basis._G}, kind=SHARDED_KIND,
+                     attrs={**_attrs(state, model_config, settings), "bounds": space.bounds},
+                     parts=space.save_shards)
 
 
 def load_sharded_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], settings: dict[str, Any]
@@ -77,8 +75,4 @@ def load_sharded_state(path: os.PathLike[str] | str, *, model_config: dict[str, 
     gram = arrays["gram"]
     basis = GramMatrix((gram.shape[0] - 1) // 2)
     basis._G, basis.k = gram.copy(), int(attrs["pairs"])
-    state = LBFGSState(
-        x=None, f=float(attrs["f"]), g=None, basis=basis, nit=int(attrs["nit"]), nfev=int(attrs["nfev"]),
-        previous_f=float(attrs["previous_f"]), last_step=float(attrs["last_step"]), history=list(attrs["history"]),
-    )
-    return state, attrs["bounds"]
+    return _state(attrs, basis), attrs["bounds"]

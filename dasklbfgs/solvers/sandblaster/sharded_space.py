@@ -23,14 +23,17 @@ parameters (:attr:`ShardedSpace.bytes_received` counts it).
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from distributed import Client
 
+from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
 from dasklbfgs.models.base import Model
-from dasklbfgs.errors import NonFiniteObjectiveError
-from dasklbfgs.optim.basis import GramMatrix, keep_pair
+from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
+from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
+from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
@@ -48,15 +51,14 @@ class VectorShard:
 
     def __init__(self, index: int, start: int, stop: int, x: np.ndarray, m: int) -> None:
         n = stop - start
-        self.index, self.start, self.stop, self.m = index, start, stop, m
+        self.index, self.start, self.stop = index, start, stop
         self.x = np.array(x, dtype=np.float64)
-        self.g = np.zeros(n)
         self.p = np.zeros(n)
         self.x_trial = self.x.copy()
         self.g_trial = np.zeros(n)
-        self.S = np.zeros((m, n))
-        self.Y = np.zeros((m, n))
-        self.k = 0
+        # This slice of the pairs and of g; the coordinator keeps the Gram matrix (the
+        # basis' own, of the slice alone, goes unused).
+        self.basis = LocalBasis(n, m)
 
     async def trial_params(self, alpha: float | None) -> np.ndarray:
         """This slice of ``x + alpha p`` (``None``: of ``x``), remembered as the trial point."""
@@ -70,66 +72,41 @@ class VectorShard:
 
     async def set_direction(self, delta: np.ndarray, k: int) -> None:
         """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""
-        if k != self.k:
-            raise RuntimeError(f"vector shard {self.index} holds {self.k} pairs, the coordinator {k}")
-        delta = aligned(delta)  # arrived over the wire
-        self.p = delta[:k] @ self.S[:k] + delta[k : 2 * k] @ self.Y[:k] + delta[2 * k] * self.g
+        if k != self.basis.k:
+            raise RuntimeError(f"vector shard {self.index} holds {self.basis.k} pairs, the coordinator {k}")
+        self.p = self.basis.combine(aligned(delta))  # delta arrived over the wire
 
     async def curvature(self) -> np.ndarray:
         """Parts of ``s . y`` and ``-g . s`` for the trial step (see :func:`keep_pair`)."""
-        s, y = self.x_trial - self.x, self.g_trial - self.g
-        return np.array([s @ y, -(self.g @ s)])
+        s, y = self.x_trial - self.x, self.g_trial - self.basis.g
+        return np.array([s @ y, -(self.basis.g @ s)])
 
     async def accept(self, push: bool) -> dict[str, Any]:
         """Move to the trial point (storing the pair when ``push``); return the partial dot
         products the Gram matrix needs and this slice's ``max |g|``."""
-        out: dict[str, Any] = {}
-        if push:
-            s, y = self.x_trial - self.x, self.g_trial - self.g
-            if self.k == self.m:
-                self.S[:-1], self.Y[:-1] = self.S[1:], self.Y[1:]
-                self.k = self.m - 1
-            k = self.k
-            self.S[k], self.Y[k] = s, y
-            self.k = k + 1
-            S, Y = self.S[: k + 1], self.Y[: k + 1]
-            out["pair"] = np.concatenate([S @ s, Y @ s, S @ y, Y @ y])
-        self.x, self.g = self.x_trial.copy(), self.g_trial.copy()
-        return {**out, **self._gradient_dots()}
+        out = {"pair": self.basis.push_pair(self.x_trial - self.x, self.g_trial - self.basis.g)} if push else {}
+        self.x = self.x_trial.copy()
+        return {**out, **self._take_gradient(self.g_trial.copy())}
 
-    async def take_first_point(self) -> dict[str, Any]:
-        """Take the first evaluated point (``alpha=None``) as the iterate."""
-        self.x, self.g = self.x_trial.copy(), self.g_trial.copy()
-        return self._gradient_dots()
-
-    def _gradient_dots(self) -> dict[str, Any]:
-        k, g = self.k, self.g
-        return {"grad": np.concatenate([self.S[:k] @ g, self.Y[:k] @ g, [g @ g]]),
-                "gmax": float(np.max(np.abs(g))) if g.size else 0.0}
+    def _take_gradient(self, g: np.ndarray) -> dict[str, Any]:
+        return {"grad": self.basis.set_gradient(g), "gmax": float(np.max(np.abs(g))) if g.size else 0.0}
 
     async def drop_pairs(self) -> None:
-        self.k = 0
+        self.basis.drop_pairs()
 
     async def get(self, name: str) -> np.ndarray:
         """This slice of ``x`` or ``g`` (for the final result)."""
-        return getattr(self, {"x": "x", "g": "g"}[name]).copy()
+        return {"x": self.x, "g": self.basis.g}[name].copy()
 
     async def save(self, path: str) -> None:
         """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
-        from dasklbfgs.checkpoint_store import write_checkpoint
-        from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
-
-        k = self.k
-        write_checkpoint(path, {"x": self.x, "g": self.g, "S": self.S[:k], "Y": self.Y[:k]}, kind=SHARD_KIND,
+        k, basis = self.basis.k, self.basis
+        write_checkpoint(path, {"x": self.x, "g": basis.g, "S": basis.S[:k], "Y": basis.Y[:k]}, kind=SHARD_KIND,
                          attrs={"index": self.index, "start": self.start, "stop": self.stop})
 
     async def restore(self, path: str) -> dict[str, Any]:
         """Take this slice's state from the checkpoint at ``path`` (verified); return the
         gradient's partial dot products, as after accepting a step."""
-        from dasklbfgs.checkpoint_store import read_checkpoint
-        from dasklbfgs.errors import CheckpointError
-        from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
-
         arrays, attrs = read_checkpoint(path, kind=SHARD_KIND)
         if (attrs.get("start"), attrs.get("stop")) != (self.start, self.stop):
             raise CheckpointError(
@@ -137,12 +114,12 @@ class VectorShard:
                 f"not vector shard {self.index}'s [{self.start}, {self.stop})"
             )
         k = arrays["S"].shape[0]
-        if k > self.m:
-            raise CheckpointError(f"checkpoint {path!r} holds {k} pairs; this run keeps {self.m} (history)")
-        self.x, self.g = arrays["x"].copy(), arrays["g"].copy()
+        if k > self.basis.m:
+            raise CheckpointError(f"checkpoint {path!r} holds {k} pairs; this run keeps {self.basis.m} (history)")
+        self.x = arrays["x"].copy()
         self.x_trial = self.x.copy()
-        self.S[:k], self.Y[:k], self.k = arrays["S"], arrays["Y"], k
-        return self._gradient_dots()
+        self.basis.S[:k], self.basis.Y[:k], self.basis.k = arrays["S"], arrays["Y"], k
+        return self._take_gradient(arrays["g"].copy())
 
 
 def assemble_trial(shards: list[Any], alpha: float | None) -> np.ndarray:
@@ -226,7 +203,7 @@ class ShardedSpace:
 
     def start(self) -> float:
         f, _ = self._evaluate(None)
-        self._take_gradient(self._on_shards("take_first_point"))
+        self._take_gradient(self._on_shards("accept", False))  # the first point is the iterate
         if not (np.isfinite(f) and np.isfinite(self._gmax)):
             raise NonFiniteObjectiveError(
                 f"the objective at x0 is not finite (f = {f}); check the data scale and x0")
@@ -268,8 +245,6 @@ class ShardedSpace:
 
     def restore(self, path: Any, basis: GramMatrix) -> None:
         """Continue from a checkpoint: the coordinator's Gram matrix, the shards' slices."""
-        from pathlib import Path
-
         calls = [s.restore(str(Path(path) / "shards" / str(i))) for i, s in enumerate(self.shards)]
         replies = [self._receive(c.result()) for c in calls]
         self.basis = basis
