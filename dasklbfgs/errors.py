@@ -22,6 +22,7 @@ __all__ = [
     "NonFiniteObjectiveError",
     "WorkerLostError",
     "DaskLBFGSWarning",
+    "PerformanceWarning",
 ]
 
 
@@ -77,6 +78,10 @@ class WorkerLostError(DaskLBFGSError, RuntimeError):
 
 class DaskLBFGSWarning(UserWarning):
     """Base class of warnings dasklbfgs emits (turned into errors in the test-suite)."""
+
+
+class PerformanceWarning(DaskLBFGSWarning):
+    """A setting that works but will be much slower than it needs to be."""
 
 
 class NonFiniteObjectiveError(DaskLBFGSError, FloatingPointError):

@@ -40,7 +40,7 @@ from distributed import Client, Future, wait
 from dasklbfgs.models.base import Model
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
-from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions
+from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.tasks import (
     add_sums,
     aligned_shard,
@@ -109,15 +109,15 @@ class MegaBatchEvaluator:
         self._next_key = 0
         self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
         self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
+        self._copies_made = 0  # numbers every copy's key: a key is never reused
 
         self.cache = cache
         workers = self._workers()
-        n_threads = sum(w["nthreads"] for w in workers.values())
         if portion_rows is None:
             # Streaming, a portion decodes the whole Zarr chunk it reads from: one per shard.
-            portion_rows = (default_portion_rows(data.n_samples, data.shard_rows, n_threads) if cache
-                            else data.shard_rows)
+            portion_rows = default_portion_rows(data.n_samples, data.shard_rows) if cache else data.shard_rows
         self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
+        warn_if_many(self.portions, portion_rows)
         self.shards: list[Future] = []
         if not cache:  # out of core: every evaluation streams the rows from Zarr
             return
@@ -271,28 +271,43 @@ class MegaBatchEvaluator:
 
     def _holders(self) -> list[dict[str | None, Future]]:
         """Per shard: worker -> the future holding that shard there (the original, and the
-        copies backup tasks left on helpers). Copies on workers that left are dropped."""
-        keys = self.shards + [f for c in self.copies.values() for f in c.values()]
-        where = self.client.who_has(keys)
+        copies backup tasks left on helpers that hold them by now)."""
+        while True:
+            self._drop_lost_copies()
+            keys = self.shards + [f for c in self.copies.values() for f in c.values()]
+            try:
+                where = self.client.who_has(keys)
+                break
+            except CancelledError:  # a copy was given up since the check: drop it and ask again
+                continue
         out: list[dict[str | None, Future]] = []
         for i, shard in enumerate(self.shards):
             holders: dict[str | None, Future] = {w: shard for w in where.get(shard.key, ())}
-            for w, copy in list(self.copies.get(i, {}).items()):
-                if w in where.get(copy.key, ()):
+            for w, copy in self.copies.get(i, {}).items():
+                if w in where.get(copy.key, ()):  # a copy still being made is used from the next time on
                     holders.setdefault(w, copy)
-                else:
-                    self.client.cancel([copy])
-                    del self.copies[i][w]
             out.append(holders or {None: shard})
         return out
+
+    def _drop_lost_copies(self) -> None:
+        """Forget the copies on workers that left and the ones Dask gave up on."""
+        if not any(self.copies.values()):
+            return
+        alive = set(self._workers())
+        for copies in self.copies.values():
+            for w, copy in list(copies.items()):
+                if w not in alive or copy.status in ("cancelled", "error", "lost"):
+                    self.client.cancel([copy])
+                    del copies[w]
 
     def _keep_copy(self, shard: int, worker: str) -> None:
         """Keep the shard a backup fetched on ``worker`` as a key of its own, aligned (a plain
         replica would be dropped by Dask's memory manager)."""
         if not self.cache or worker in self.copies.setdefault(shard, {}):
             return
+        self._copies_made += 1
         self.copies[shard][worker] = self.client.submit(
-            aligned_shard, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-on-{len(self.copies[shard])}",
+            aligned_shard, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-copy-{self._copies_made}",
             workers=[worker], allow_other_workers=False, pure=False,
         )
 

@@ -8,6 +8,7 @@ from typing import ClassVar
 from dasklbfgs.optim.lbfgs import LBFGSOptions
 from dasklbfgs.options import option, override
 from dasklbfgs.solvers.common_options import CheckpointOptions, HeldOutOptions, ParamShardOptions
+from dasklbfgs.solvers.sandblaster.portions import DEFAULT_PORTIONS
 
 __all__ = ["SandblasterOptions"]
 
@@ -23,7 +24,8 @@ class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, L
     checkpoint_every: int | None = override(CheckpointOptions, "checkpoint_every", default=1)
     portion_rows: int | None = option(
         None, "rows per portion, the unit of work of one task", "int", minimum=1, nullable=True,
-        none_means="about four portions per worker thread, at most one shard each")
+        none_means=f"the data cut into about {DEFAULT_PORTIONS} portions of at most a shard, "
+        "whatever the cluster (so the bits are too)")
     backup_tasks: bool = option(True, "copy the outstanding portions of straggling workers to idle ones and "
                                 "take the first result", "bool")
     backup_slack: float = option(1.5, "a worker is a straggler when it progresses this many times slower than "

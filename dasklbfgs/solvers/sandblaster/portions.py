@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, PerformanceWarning
 
-PORTIONS_PER_THREAD = 4
+DEFAULT_PORTIONS = 16
+MANY_PORTIONS = 2000  # past this many tasks per evaluation, Dask's overhead dominates
 
 
 class Portion(NamedTuple):
@@ -26,14 +28,15 @@ class Portion(NamedTuple):
         return slice(self.start - self.shard_start, self.stop - self.shard_start)
 
 
-def default_portion_rows(n_samples: int, shard_rows: int, n_threads: int) -> int:
-    """About ``PORTIONS_PER_THREAD`` portions per worker thread, never more than a shard.
+def default_portion_rows(n_samples: int, shard_rows: int) -> int:
+    """The data cut into about ``DEFAULT_PORTIONS`` portions, never more than a shard each.
 
-    Fewer, larger portions keep Dask's per-task overhead (about a millisecond) small next
-    to the work; a few per thread still lets faster workers take more (docs/algorithms.md §1).
+    It depends on the data alone, never on the cluster, so the portion plan and with it the
+    summation order, and the bits of every result, are the same on any number of workers
+    (docs/algorithms.md §1). Few, large portions keep Dask's per-task overhead (about a
+    millisecond) small next to the work; sixteen still leave pieces for faster workers.
     """
-    target = math.ceil(n_samples / (PORTIONS_PER_THREAD * max(n_threads, 1)))
-    return max(1, min(shard_rows, target))
+    return max(1, min(shard_rows, math.ceil(n_samples / DEFAULT_PORTIONS)))
 
 
 def plan_portions(shard_bounds: list[tuple[int, int]], portion_rows: int) -> list[Portion]:
@@ -48,6 +51,14 @@ def plan_portions(shard_bounds: list[tuple[int, int]], portion_rows: int) -> lis
         for start, stop in zip(edges[:-1], edges[1:]):
             portions.append(Portion(len(portions), shard, lo, start, stop))
     return portions
+
+
+def warn_if_many(portions: list[Portion], portion_rows: int) -> None:
+    """Warn when there are so many portions that Dask's per-task overhead would dominate."""
+    if len(portions) > MANY_PORTIONS:
+        warnings.warn(f"portion_rows={portion_rows} cuts the data into {len(portions):,} portions, one Dask task "
+                      f"each per evaluation (about a millisecond apiece); fewer, larger portions (portion_rows=None "
+                      f"chooses {DEFAULT_PORTIONS}) evaluate much faster", PerformanceWarning, stacklevel=3)
 
 
 CACHE_FRACTION = 0.5  # of the workers' summed memory limit that cached shards may take

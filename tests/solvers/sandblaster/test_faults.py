@@ -15,6 +15,7 @@ import pytest
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.models import Logistic
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
+from tests.solvers.sandblaster.test_sandblaster import SlowOnOneWorker
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -79,3 +80,63 @@ def test_a_whole_run_survives_a_killed_worker_bitwise(tmp_path) -> None:
     assert killed and disturbed.nit == undisturbed.nit
     np.testing.assert_array_equal(disturbed.x, undisturbed.x)
     assert disturbed.fun == undisturbed.fun
+
+
+def _logistic_data(path, rows):
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(rows, 4))
+    return ShardedDataset.create(path, X, (X[:, 0] > 0).astype(np.int64), shard_rows=300)
+
+
+def _depart(client, worker, how) -> None:
+    if how == "kill":
+        os.kill(client.run(os.getpid, workers=[worker])[worker], signal.SIGKILL)
+    else:
+        client.retire_workers([worker])
+
+
+@pytest.mark.parametrize("how", ["kill", "retire"])
+def test_a_helper_holding_backup_copies_can_leave(tmp_path, how) -> None:
+    """Backups leave copies of the straggler's shards on the helpers; one helper leaves and
+    the following evaluations still give the undisturbed bits."""
+    data = _logistic_data(tmp_path / "d", 2400)
+    x = np.array([0.1, -0.2, 0.3, 0.05, 0.0])
+    with connect(n_workers=3, dashboard_address=None) as client:
+        workers = sorted(client.scheduler_info()["workers"])
+        reference = MegaBatchEvaluator(client, Logistic(4), data, portion_rows=100, backup_tasks=False)
+        expected = reference.evaluate(x)
+        reference.close()
+        evaluator = MegaBatchEvaluator(client, SlowOnOneWorker(4, workers[0], 0.1), data, portion_rows=100)
+        evaluator.evaluate(x)
+        helpers = sorted({w for copies in evaluator.copies.values() for w in copies})
+        assert helpers, "the straggler's shards were never copied"
+        _depart(client, helpers[0], how)
+        for _ in range(4):
+            loss, grad = evaluator.evaluate(x)
+            assert loss == expected[0]
+            np.testing.assert_array_equal(grad, expected[1])
+        evaluator.close()
+
+
+def test_shard_copies_made_after_a_departure_never_reuse_a_key(tmp_path) -> None:
+    """A copy dropped with its worker must not lend its key to the next copy of that shard
+    (Dask would answer with the old, cancelled or still-live, key: a crash in who_has)."""
+    data = _logistic_data(tmp_path / "d", 1200)
+    x = np.array([0.1, -0.2, 0.3, 0.05, 0.0])
+    with connect(n_workers=4, dashboard_address=None) as client:
+        evaluator = MegaBatchEvaluator(client, Logistic(4), data, portion_rows=100, backup_tasks=False)
+        expected = evaluator.evaluate(x)
+        holder = client.who_has([evaluator.shards[0]])[evaluator.shards[0].key][0]
+        first, second, third = [w for w in sorted(client.scheduler_info()["workers"]) if w != holder]
+        evaluator._keep_copy(0, first)
+        evaluator._keep_copy(0, second)
+        client.retire_workers([first])
+        assert evaluator.evaluate(x)[0] == expected[0]
+        evaluator._keep_copy(0, third)
+        for _ in range(2):
+            loss, grad = evaluator.evaluate(x)
+            assert loss == expected[0]
+            np.testing.assert_array_equal(grad, expected[1])
+        assert set(evaluator.copies[0]) == {second, third}
+        assert len({f.key for f in evaluator.copies[0].values()}) == 2
+        evaluator.close()

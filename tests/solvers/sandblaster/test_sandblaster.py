@@ -16,6 +16,7 @@ from dasklbfgs.errors import (
     ConfigurationError,
     ModelDataMismatchError,
     NonFiniteObjectiveError,
+    PerformanceWarning,
 )
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
@@ -389,3 +390,28 @@ def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_e
 
     assert result.history[-1]["eval_objective"] == pytest.approx(
         evaluate_model(model, result.x, held_out)["objective"], rel=1e-12)
+
+
+def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
+    """Without portion_rows the plan comes from the data alone (about 16 portions, at most a
+    shard each), so one single-thread worker and three two-thread workers agree bitwise."""
+    data = datasets["multinomial"]
+    model = Softmax(data.n_features, 3, l2=1e-2)
+    runs = []
+    for n_workers, threads in ((1, 1), (3, 2)):
+        with connect(n_workers=n_workers, threads_per_worker=threads, dashboard_address=None) as cluster:
+            runs.append(sandblaster_lbfgs(model, data, client=cluster, maxiter=15))
+    one, many = runs
+    assert one.n_portions == many.n_portions == 18  # 6000 rows / 16 -> 375; 6 shards of 1000 in 3 each
+    assert one.nit == many.nit
+    np.testing.assert_array_equal(one.x, many.x)
+    assert one.fun == many.fun
+
+
+def test_tiny_portions_warn_that_overhead_will_dominate(client, tmp_path) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2100, 2))
+    data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=700)
+    with pytest.warns(PerformanceWarning, match=r"portion_rows=1 cuts the data into 2,100 portions"):
+        evaluator = MegaBatchEvaluator(client, Logistic(2), data, portion_rows=1)
+    evaluator.close()
