@@ -213,17 +213,14 @@ class _DownpourRun(Coordinator):
 
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = time.perf_counter()
-        opts, config = self.options, self.replica_config()
-        n_replicas = len(self.rows)
-        steps_per_epoch = sum(math.ceil((b - a) / config.batch_size) for a, b in self.rows)
-        first_epoch = self.start_steps // steps_per_epoch
+        opts, self.config = self.options, self.replica_config()
+        self.first_epoch = self.start_steps // sum(math.ceil((b - a) / opts.batch_size) for a, b in self.rows)
         if opts.max_steps is not None:
             self.shard_calls("stop_at", opts.max_steps)
             if self.start_steps >= opts.max_steps:
                 self.stop(f"max_steps ({opts.max_steps}) reached")
-        self.config, self.first_epoch, self.warmstart_steps = config, first_epoch, opts.warmstart_steps
-        self.released = opts.warmstart_steps == 0 or n_replicas == 1
-        self.launch_replicas(range(n_replicas) if self.released else range(1))
+        self.released = opts.warmstart_steps == 0 or len(self.rows) == 1
+        self.launch_replicas(range(len(self.rows)) if self.released else range(1))
         history, status, message = watch(self, opts, started=started, start_steps=self.start_steps,
                                          checkpoint_every=opts.checkpoint_every, callback=callback)
 
@@ -253,10 +250,8 @@ class _DownpourRun(Coordinator):
             "updates_per_second": pushes / wall,
             "examples_per_second": examples / wall,
             "staleness": {str(k): v for k, v in sorted(staleness.items())},  # str keys: JSON, repr
-            "bytes_in": sum(s["bytes_in"] for s in shard_stats),
-            "bytes_out": sum(s["bytes_out"] for s in shard_stats),
-            "dense_bytes_in": sum(s["dense_bytes_in"] for s in shard_stats),
-            "dense_bytes_out": sum(s["dense_bytes_out"] for s in shard_stats),
+            **{key: sum(s[key] for s in shard_stats) for key in ("bytes_in", "bytes_out", "dense_bytes_in",
+                                                                  "dense_bytes_out")},
             "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
             "steps_per_replica": [r["steps"] for r in replica_stats],
@@ -272,7 +267,7 @@ class _DownpourRun(Coordinator):
         all_stats = self.shard_calls("stats")
         stats = all_stats[0]  # every push reaches every shard: shard 0 has the whole count
         steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
-        if not self.released and steps >= self.warmstart_steps:
+        if not self.released and steps >= self.options.warmstart_steps:
             self.launch_replicas(range(1, len(self.rows)))
             self.released, finished = True, False
         reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)

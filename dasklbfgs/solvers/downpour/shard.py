@@ -5,9 +5,9 @@ itself when a replica pushes an accrued gradient (docs/algorithms.md §3). Shard
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
 (:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
-EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that several shards hosted by one worker interleave on
-its event loop instead of queueing behind one actor thread (Dask runs every synchronous
-actor method of a worker on one thread).
+EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that
+several shards hosted by one worker interleave on its event loop instead of queueing behind
+one actor thread (Dask runs every synchronous actor method of a worker on one thread).
 """
 
 from __future__ import annotations

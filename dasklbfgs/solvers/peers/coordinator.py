@@ -5,6 +5,7 @@ launches the replica tasks and runs the shared watch loop (:mod:`dasklbfgs.solve
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.solvers._replicas.local_actors import wait_all
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.shard import ParameterShard
@@ -62,10 +64,6 @@ def peer_config(options: PeerOptions, checked: ReplicaRun, rule: Any) -> PeerCon
         step_cap=None if options.max_steps is None else math.ceil(options.max_steps / n_replicas),
         **options.replica_fields(n_replicas),
     )
-
-
-def _wait(calls: list[Any]) -> list[Any]:
-    return [c.result() for c in calls]
 
 
 class _PeerRun(Coordinator):
@@ -115,13 +113,13 @@ class _PeerRun(Coordinator):
                         finished, event)
 
     def mailbox_stats(self) -> list[dict[str, Any]]:
-        return _wait([m.stats() for m in self.mailboxes])
+        return wait_all([m.stats() for m in self.mailboxes])
 
     def published(self) -> list[np.ndarray]:
-        return [x if x is not None else self.x_start for x, _ in _wait([m.peek() for m in self.mailboxes])]
+        return [x if x is not None else self.x_start for x, _ in wait_all([m.peek() for m in self.mailboxes])]
 
     def center_params(self) -> np.ndarray:
-        return np.concatenate([reply[0] for reply in _wait([sh.fetch() for sh in self.center])])
+        return np.concatenate([reply[0] for reply in wait_all([sh.fetch() for sh in self.center])])
 
     def current_params(self) -> np.ndarray:
         return REPLICAS[self.method].returned(self, None)[0]
@@ -131,7 +129,7 @@ class _PeerRun(Coordinator):
 
     def request_stop(self, reason: str) -> None:
         try:
-            _wait([m.request_stop(reason) for m in self.mailboxes])
+            wait_all([m.request_stop(reason) for m in self.mailboxes])
         except Exception:
             self.lost()  # a mailbox's worker died: say so (WorkerLostError), else re-raise
             raise
@@ -146,7 +144,7 @@ class _PeerRun(Coordinator):
                         mailboxes=self.mailboxes, x0=self.x_start, center=self.center or None,
                         bounds=self.bounds or None)
         watched = watch(self, self.options, started=started, start_steps=0, checkpoint_every=None, callback=callback)
-        tallies = _wait(list(self.replica_futures.values()))
+        tallies = wait_all(list(self.replica_futures.values()))
         mailbox_stats = self.mailbox_stats()
         wall = time.perf_counter() - started
         replicas = [{"replica": t["replica"], "x": t["x"], "steps": t["steps"], "recent_loss": t["recent_loss"]}
@@ -158,7 +156,7 @@ class _PeerRun(Coordinator):
                 entry.update(held_out_metrics(self.model, entry["x"], self.eval_set))
         x, chosen = REPLICAS[self.method].returned(self, replicas)
         steps = sum(t["steps"] for t in tallies)
-        center_stats = _wait([sh.stats() for sh in self.center])
+        center_stats = wait_all([sh.stats() for sh in self.center])
         stats = {
             "method": self.method,
             "wall_seconds": wall,
@@ -181,12 +179,9 @@ class _PeerRun(Coordinator):
     def close(self) -> None:
         """Wake replicas still waiting for a peer, cancel them and drop the actors."""
         for mailbox, future in zip(self.mailboxes, self.mailbox_futures):
-            if future.status == "error":
-                continue
-            try:
-                mailbox.abort().result()
-            except Exception:  # noqa: BLE001 - its worker died too; nothing waits there
-                pass
+            if future.status != "error":
+                with contextlib.suppress(Exception):  # its worker died too; nothing waits there
+                    mailbox.abort().result()
         for f in self.replica_futures.values():
             f.cancel()
         for f in self.mailbox_futures + self.center_futures:

@@ -20,7 +20,7 @@ import numpy as np
 from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
-from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local
+from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local, wait_all
 from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
@@ -72,26 +72,9 @@ class _Peers:
         return self.handles[k].read().result()
 
 
-def _wait(pending: list[Any]) -> list[Any]:
-    return [p.result() for p in pending]
-
-
 def _settle(pending: list[tuple[Any, Any]]) -> list[Any]:
     """Wait for the replies to sends; return the shares refused by peers that had finished."""
     return [kept for reply, kept in pending if reply.result() is False and kept is not None]
-
-
-def _barrier(replica: int, peers: _Peers, own: Any, n_replicas: int) -> None:
-    """Wait until every replica has loaded its rows (up the tree, then down), so that no
-    replica trains, sends or waits on a peer while another still reads its data. There is
-    no timeout: a replica that fails while loading stops the run through the coordinator."""
-    for child in tree_children(replica, n_replicas):
-        own.take(("ready", child), None)
-    parent = tree_parent(replica)
-    if parent is not None:
-        _wait([peers.send(parent, "put", ("ready", replica), True)])
-        own.take(("go",), None)
-    _wait([peers.send(child, "put", ("go",), True) for child in tree_children(replica, n_replicas)])
 
 
 class PeerReplica(ReplicaTask):
@@ -106,6 +89,7 @@ class PeerReplica(ReplicaTask):
     # A stop request ends the loop between steps. Sync replicas leave it to the root, which
     # reads it inside a step and sends it down the tree, so that all stop at the same step.
     stoppable = True
+    publishes = False  # whether the parameters are published after each step (for pulls and scoring)
 
     def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
                  mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
@@ -143,9 +127,17 @@ class PeerReplica(ReplicaTask):
             self.weight += w
 
     def barrier(self) -> None:
+        """Wait until every replica has loaded its rows (up the tree, then down), so that no
+        replica trains, sends or waits on a peer while another still reads its data. There is
+        no timeout: a replica that fails while loading stops the run through the coordinator."""
+        children, parent = tree_children(self.replica, self.config.n_replicas), tree_parent(self.replica)
         try:
-            if self.config.n_replicas > 1:
-                _barrier(self.replica, self.peers, self.own, self.config.n_replicas)
+            for child in children:
+                self.own.take(("ready", child), None)
+            if parent is not None:
+                wait_all([self.peers.send(parent, "put", ("ready", self.replica), True)])
+                self.own.take(("go",), None)
+            wait_all([self.peers.send(child, "put", ("go",), True) for child in children])
         except Stopped as stopped:
             self.stop, self.n_steps = str(stopped), 0
 
@@ -173,10 +165,6 @@ class PeerReplica(ReplicaTask):
         chosen (None: no single one), from the replicas' final entries (``x``, ``weight``,
         held-out metrics), or while they train (``replicas`` None) from the run's actors."""
         raise NotImplementedError
-
-    def publishes(self) -> bool:
-        """Whether the parameters are published after each step (for pulls and scoring)."""
-        return False
 
     def record(self, step: int, loss: float, n_examples: int) -> None:
         self.steps += 1
@@ -206,7 +194,7 @@ class PeerReplica(ReplicaTask):
             loss = self.step(step, epoch, Xb, yb)
             if loss is None:
                 break
-            if self.publishes():
+            if self.publishes:
                 self.own.publish(self.estimate(), step)  # for pulls and scoring
             self.record(step, loss, index.size)
         self.settle()
@@ -228,7 +216,8 @@ class SyncReplica(PeerReplica):
     def planned_steps(self) -> int:
         return self.config.total_steps  # the longest replica's: every replica takes part in each step
 
-    def publishes(self) -> bool:
+    @property
+    def publishes(self) -> bool:  # type: ignore[override]
         return self.replica == 0
 
     @staticmethod
@@ -268,7 +257,7 @@ class SyncReplica(PeerReplica):
             loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
         parent = tree_parent(self.replica)
         if parent is not None:
-            _wait([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))])
+            wait_all([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))])
             down = own.take(("down", step), self.config.wait_timeout, stoppable=False)
         elif own.stop_reason is not None:
             down = (own.stop_reason, None)
@@ -278,7 +267,7 @@ class SyncReplica(PeerReplica):
                 down = (non_finite_message(self.replica, loss, step, -1, synchronous=True), None)
             else:
                 down = (loss, gradient)
-        _wait([self.peers.send(child, "put", ("down", step), down) for child in children])
+        wait_all([self.peers.send(child, "put", ("down", step), down) for child in children])
         return down
 
 
@@ -288,7 +277,7 @@ class LocalStepReplica(PeerReplica):
     def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
         computed = self.gradient(self.estimate(), Xb, yb, epoch)
         if computed is None:
-            _wait([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)])
+            wait_all([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)])
             return None
         loss, gradient = computed
         self.add_shares(_settle(self.pending))  # last step's sends: refused push-sum shares come back
@@ -316,7 +305,7 @@ class EASGDReplica(LocalStepReplica):
     def update(self, step: int, gradient: np.ndarray) -> None:
         if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
             calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
-            self.params -= np.concatenate(_wait(calls))
+            self.params -= np.concatenate(wait_all(calls))
             self.exchanges += 1
         self.params += self.rule_step(gradient)
 
@@ -324,12 +313,11 @@ class EASGDReplica(LocalStepReplica):
 class GossipReplica(LocalStepReplica):
     """Gossip: pull a random peer's parameters and mix, or push half a push-sum share to one."""
 
+    publishes = True
+
     def __init__(self, replica: int, **kwargs: Any) -> None:
         super().__init__(replica, **kwargs)
         self.rng = np.random.default_rng([self.config.seed, replica, 7919])
-
-    def publishes(self) -> bool:
-        return True
 
     @staticmethod
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
@@ -373,13 +361,12 @@ class GossipReplica(LocalStepReplica):
 class NeighbourReplica(LocalStepReplica):
     """Neighbour exchange: weighted steps, see :func:`.collective.exchange_weights`."""
 
+    publishes = True
+
     def __init__(self, replica: int, **kwargs: Any) -> None:
         super().__init__(replica, **kwargs)
         config = self.config
         self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
-
-    def publishes(self) -> bool:
-        return True
 
     @staticmethod
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
