@@ -1,3 +1,3 @@
-"""What Downpour and the peer methods share: the replicas' rows and batches, argument
-checks, in-process calls to actors on the replica's own worker, and the coordinator's
-watch loop."""
+"""What Downpour and the peer methods share: the replica task's rows, batches and tallies,
+argument checks, in-process calls to actors on the replica's own worker, and the
+coordinator's base class and watch loop."""

@@ -4,11 +4,14 @@ what a long-running replica task does on its worker."""
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Batches", "epoch_order", "is_non_finite", "leave_task_slot", "non_finite_message", "replica_rows"]
+__all__ = ["Batches", "ReplicaTask", "epoch_order", "is_non_finite", "leave_task_slot", "non_finite_message",
+           "replica_rows"]
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
@@ -41,6 +44,40 @@ class Batches:
             self._orders[epoch] = epoch_order(self.n_rows, self.config.seed, self.replica, epoch)
         start = (step % self.per_epoch) * self.config.batch_size
         return epoch, np.sort(self._orders[epoch][start : start + self.config.batch_size])
+
+
+class ReplicaTask:
+    """What every replica task keeps on its worker (Downpour's and the peer methods'): its
+    rows and batches, its counts, why it stopped, and its time computing gradients."""
+
+    def __init__(self, replica: int, model: Any, data: Any, rows: tuple[int, int], config: Any) -> None:
+        self.replica, self.model, self.config = replica, model, config
+        self.X, self.y = data.load_rows(*rows)
+        self.batches = Batches(self.X.shape[0], config, replica)
+        self.steps = self.examples = 0
+        self.stop: str | None = None
+        self.seconds_computing = 0.0
+
+    def timed(self, compute: Callable[..., Any], *args: Any) -> Any:
+        """``compute(*args)``, its time added to ``seconds_computing``."""
+        started = time.perf_counter()
+        out = compute(*args)
+        self.seconds_computing += time.perf_counter() - started
+        return out
+
+    def gradient(self, params: np.ndarray, Xb: Any, yb: Any, epoch: int) -> tuple[float, np.ndarray] | None:
+        """The mini-batch loss and gradient at ``params``; None when either is not finite
+        (``stop`` then says so)."""
+        loss, grad = self.timed(self.model.objective, params, Xb, yb)
+        if math.isfinite(loss) and np.all(np.isfinite(grad)):
+            return loss, grad
+        self.stop = non_finite_message(self.replica, loss, self.steps, epoch)
+        return None
+
+    def tallies(self, seconds_in_loop: float, **extra: Any) -> dict[str, Any]:
+        """What the task returns to the coordinator: these counts and the method's ``extra``."""
+        return {"replica": self.replica, "steps": self.steps, "examples": self.examples, "stopped_by": self.stop,
+                "seconds_in_loop": seconds_in_loop, "seconds_computing": self.seconds_computing, **extra}
 
 
 def leave_task_slot() -> None:

@@ -1,14 +1,12 @@
 """Calls from a long-running task to actors hosted by its own worker, without the network.
 
-A Downpour replica pushes to and fetches from every parameter shard, and a peer replica
-sends to its peers' mailboxes; some of them usually live on the replica's own worker. Through the actor handle that call still goes over a
-TCP connection to the same process, and both the payload and the reply are serialised
-(a megabyte each way for a million float64 parameters). :func:`bind_local` swaps such
-handles for :class:`OnWorkerLoop`, which schedules the same ``async`` method on the
-worker's event loop (where the actor's other calls run, so there is no new concurrency)
-and returns a future with ``.result()``, like an actor call's. Handles of actors on other
-workers are returned unchanged. Replies are the actor's own return values, not copies:
-the shards return fresh arrays from ``fetch`` and ``push``.
+A Downpour replica calls every parameter shard, a peer replica its peers' mailboxes; some
+usually live on the replica's own worker, where an actor call still goes over TCP to the
+same process and serialises payload and reply. :func:`bind_local` swaps such handles for
+:class:`OnWorkerLoop`, which schedules the same ``async`` method on the worker's event loop
+(where the actor's other calls run: no new concurrency) and returns a future with
+``.result()``. Replies are the actor's own return values, not copies (the shards return
+fresh arrays from ``fetch`` and ``push``).
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ["OnWorkerLoop", "bind_local"]
+__all__ = ["OnWorkerLoop", "bind_local", "wait_all"]
 
 
 class OnWorkerLoop:
@@ -37,6 +35,11 @@ class OnWorkerLoop:
             return asyncio.run_coroutine_threadsafe(method(*args, **kwargs), self._loop)
 
         return call
+
+
+def wait_all(calls: list[Any]) -> list[Any]:
+    """The replies of actor calls (or :class:`OnWorkerLoop` calls), all sent before the first wait."""
+    return [c.result() for c in calls]
 
 
 def bind_local(handles: list[Any]) -> list[Any]:

@@ -1,29 +1,36 @@
-"""The coordinator's watch loop, shared by Downpour and the peer methods.
+"""The coordinator's side, shared by Downpour and the peer methods: the watch loop and the
+run's base class (:class:`Coordinator`).
 
 Replicas train on their own; the coordinator only polls the actors that count their
 progress (parameter shards for Downpour, replica mailboxes for the peer methods), keeps
 the history, scores held-out data, writes checkpoints, streams metrics events for the
 dashboard and calls the user's callback. A run object supplies what differs:
-``poll() -> Progress``, ``current_params()``, ``checkpoint(steps)`` and ``stop(reason)``.
+``poll() -> Progress``, ``current_params()``, ``checkpoint(steps)`` and ``request_stop(reason)``.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import held_out_metrics
+from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.optim.lbfgs import MSG_CALLBACK, Status
 from dasklbfgs.solvers._replicas.batches import is_non_finite
+from dasklbfgs.solvers._replicas.run_checks import ReplicaRun
 from dasklbfgs.solvers.common_options import ReplicaOptions
+from dasklbfgs.solvers.result import Result
 
-__all__ = ["Progress", "watch", "step_timing", "DONE_MESSAGE"]
+__all__ = ["Coordinator", "Progress", "watch", "step_timing", "DONE_MESSAGE"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
 
@@ -111,3 +118,73 @@ def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
     loop, computing = (float(np.median(v)) for v in zip(*per_step))
     return {"seconds_per_step": loop, "seconds_computing_per_step": computing,
             "seconds_exchanging_per_step": loop - computing}
+
+
+class Coordinator:
+    """One run's client, checked data, replica tasks and metrics stream. A subclass holds the
+    actors and supplies ``request_stop(reason)`` and what :func:`watch` asks."""
+
+    def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: Any) -> None:
+        self.client, self.model, self.options, self.method = client, model, options, options.solver
+        self.data, self.rows, self.eval_set = checked.dataset, checked.rows, checked.eval_set
+        self.max_steps = options.max_steps
+        self.token = uuid.uuid4().hex[:8]
+        self.metrics = MetricsStream(client, self.method)
+        self.replica_futures: dict[int, Future] = {}
+        self.stop_reason: str | None = None
+
+    def live_workers(self) -> list[str]:
+        return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+
+    def actor(self, cls: type, *args: Any, key: str, worker: str | None) -> Future:
+        """Start the actor ``cls(*args)`` on ``worker`` (None: any worker)."""
+        return self.client.submit(cls, *args, actor=True, key=key, workers=None if worker is None else [worker],
+                                  pure=False)
+
+    def launch(self, r: int, task: Callable[..., Any], worker: str | None, *, allow_other_workers: bool,
+               **kwargs: Any) -> None:
+        """Start replica ``r``'s ``task`` on its rows, on ``worker`` (None: any worker)."""
+        self.replica_futures[r] = self.client.submit(
+            task, r, model=self.model, data=self.data, rows=self.rows[r], **kwargs,
+            key=f"{self.method}-replica-{self.token}-{r}", workers=None if worker is None else [worker],
+            allow_other_workers=allow_other_workers, pure=False,
+        )
+
+    def stop(self, reason: str) -> None:
+        """Ask every replica to stop; the run keeps its first reason."""
+        self.stop_reason = self.stop_reason or reason
+        self.request_stop(reason)
+
+    def request_stop(self, reason: str) -> None:
+        raise NotImplementedError
+
+    def lost(self) -> None:
+        """Raise if actors the run cannot go on without are gone (none by default)."""
+
+    def replicas_finished(self) -> bool:
+        """Whether every replica task has returned; a failed one stops the run and raises its error."""
+        finished = all(f.done() for f in self.replica_futures.values())
+        for f in self.replica_futures.values():
+            if f.status == "error":
+                self.stop("a replica failed")
+                self.lost()
+                f.result()
+        return finished
+
+    def running(self) -> int:
+        return sum(not f.done() for f in self.replica_futures.values())
+
+    def result(self, x: np.ndarray, steps: int, wall: float, watched: tuple[list[dict[str, Any]], Status, str],
+               stats: dict[str, Any], event: dict[str, Any] | None = None, **extra: Any) -> Result:
+        """The run's :class:`Result`. Its final entry (with eval data: held-out metrics of
+        ``x``, also appended to the history) is streamed as the finished event."""
+        history, status, message = watched
+        final: dict[str, Any] = {"time": wall, "step": steps}
+        if self.eval_set is not None:
+            final.update(held_out_metrics(self.model, x, self.eval_set))
+            history.append(final)
+        self.metrics.send(**final, **(event or {}), finished=True)
+        return Result(
+            x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message, history=history,
+            stats=stats, final=final, run_id=self.metrics.run, solver=self.method, **extra,
+        )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -22,22 +21,19 @@ from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs.cluster import resolve_client
-from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
-from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
-from dasklbfgs.solvers.result import Result
-from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
-from dasklbfgs.solvers.downpour.options import DownpourOptions
-from dasklbfgs.models.base import Model
-from dasklbfgs.solvers.downpour.shard import ParameterShard
-from dasklbfgs.solvers._replicas.watch import Progress, step_timing, watch
-from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
-from dasklbfgs.monitor.events import MetricsStream
-from dasklbfgs.models.metrics import held_out_metrics
+from dasklbfgs.models.base import Model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
+from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
+from dasklbfgs.solvers.downpour.directory import ShardDirectory
+from dasklbfgs.solvers.downpour.options import DownpourOptions
+from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
+from dasklbfgs.solvers.downpour.shard import ParameterShard
+from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
+from dasklbfgs.solvers.downpour.wire import param_bounds
 
 __all__ = ["run_downpour"]
 
@@ -91,7 +87,7 @@ def _resume_states(options: DownpourOptions, model: Model, rule: Any, bounds: li
     return states
 
 
-class _DownpourRun:
+class _DownpourRun(Coordinator):
     """The actors and tasks of one run, and the coordinator's bookkeeping.
 
     A parameter shard lost with its worker is re-created on a live worker from the latest
@@ -103,13 +99,12 @@ class _DownpourRun:
     def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: DownpourOptions,
                  bounds: list[tuple[int, int]], rule: Any, x_start: np.ndarray, states: list[dict[str, Any]] | None,
                  table: Any) -> None:
-        self.client, self.model, self.options = client, model, options
-        self.data, self.rows, self.eval_set = checked.dataset, checked.rows, checked.eval_set
+        super().__init__(client, model, checked, options)
         self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
-        self.token = uuid.uuid4().hex[:8]
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
-        self.workers = workers
-        self.shard_futures: list[Future] = [self._new_shard(i, workers[i % len(workers)]) for i in range(len(bounds))]
+        self.workers: list[str | None] = self.live_workers() or [None]
+        self.shard_futures: list[Future] = [
+            self._new_shard(i, self.workers[i % len(self.workers)]) for i in range(len(bounds))
+        ]
         self.shards = [f.result() for f in self.shard_futures]
         self.start_steps = 0
         if states is not None:
@@ -119,21 +114,14 @@ class _DownpourRun:
         self.directory = ShardDirectory(f"downpour-{self.token}", len(bounds), client)
         self.generation = 0
         self.directory.publish(self.shard_futures, self.generation)
-        self.replica_futures: dict[int, Future] = {}
-        self.metrics = MetricsStream(client, "downpour")
         self.recoveries: list[dict[str, Any]] = []
         self.checkpoint_path = options.checkpoint_path
         self.model_config = model_config(model)
-        self.max_steps = options.max_steps
-        self.stop_reason: str | None = None
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
-        return self.client.submit(
-            ParameterShard, i, a, b, self.x_start[a:b], self.rule.name, self.rule.hyper, self.table,
-            actor=True, key=f"downpour-shard-{self.token}-{i}-{generation}",
-            workers=None if worker is None else [worker], pure=False,
-        )
+        return self.actor(ParameterShard, i, a, b, self.x_start[a:b], self.rule.name, self.rule.hyper, self.table,
+                          key=f"downpour-shard-{self.token}-{i}-{generation}", worker=worker)
 
     # -- shards, with recovery ------------------------------------------------------------
 
@@ -156,7 +144,7 @@ class _DownpourRun:
                        "optimizer_state": self.rule.init(self.x_start[a:b]), "version": 0,
                        "steps": self.start_steps} for a, b in self.bounds]
             restored_step = self.start_steps
-        live = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        live = self.live_workers()
         if not live:
             raise WorkerLostError(f"parameter shard(s) {lost} were lost and no worker is left to re-create them on")
         holding = {w for f in self.shard_futures if f.status != "error" for w in self.client.who_has([f]).get(f.key, ())}
@@ -203,23 +191,17 @@ class _DownpourRun:
     def fetch_params(self) -> np.ndarray:
         return np.concatenate([reply[0] for reply in self.shard_calls("fetch")])
 
-    def stop(self, reason: str) -> None:
-        self.stop_reason = self.stop_reason or reason
+    def request_stop(self, reason: str) -> None:
         self.shard_calls("request_stop", reason)
 
-    def launch(self, replicas: range, config: ReplicaConfig, first_epoch: int) -> None:
+    def launch_replicas(self, replicas: range) -> None:
         for r in replicas:
             # After the shards' workers, so that with spare workers replicas and shards do not share.
-            worker = self.workers[(len(self.bounds) + r) % len(self.workers)]
-            self.replica_futures[r] = self.client.submit(
-                run_replica, r, model=self.model, data=self.data, rows=self.rows[r],
-                # Shards come from the directory, not as arguments: a task depending on an
-                # actor's future is failed by Dask when that actor's worker dies.
-                shards=None, bounds=self.bounds, config=config, first_epoch=first_epoch,
-                directory=self.directory, key=f"downpour-replica-{self.token}-{r}",
-                workers=None if worker is None else [worker], allow_other_workers=True,
-                pure=False,
-            )
+            # Shards come from the directory, not as arguments: a task depending on an actor's
+            # future is failed by Dask when that actor's worker dies.
+            self.launch(r, run_replica, self.workers[(len(self.bounds) + r) % len(self.workers)],
+                        allow_other_workers=True, bounds=self.bounds, config=self.config,
+                        first_epoch=self.first_epoch, directory=self.directory)
 
     def replica_config(self) -> ReplicaConfig:
         opts = self.options
@@ -231,17 +213,14 @@ class _DownpourRun:
 
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = time.perf_counter()
-        opts, config = self.options, self.replica_config()
-        n_replicas = len(self.rows)
-        steps_per_epoch = sum(math.ceil((b - a) / config.batch_size) for a, b in self.rows)
-        first_epoch = self.start_steps // steps_per_epoch
+        opts, self.config = self.options, self.replica_config()
+        self.first_epoch = self.start_steps // sum(math.ceil((b - a) / opts.batch_size) for a, b in self.rows)
         if opts.max_steps is not None:
             self.shard_calls("stop_at", opts.max_steps)
             if self.start_steps >= opts.max_steps:
                 self.stop(f"max_steps ({opts.max_steps}) reached")
-        self.config, self.first_epoch, self.warmstart_steps = config, first_epoch, opts.warmstart_steps
-        self.released = opts.warmstart_steps == 0 or n_replicas == 1
-        self.launch(range(n_replicas) if self.released else range(1), config, first_epoch)
+        self.released = opts.warmstart_steps == 0 or len(self.rows) == 1
+        self.launch_replicas(range(len(self.rows)) if self.released else range(1))
         history, status, message = watch(self, opts, started=started, start_steps=self.start_steps,
                                          checkpoint_every=opts.checkpoint_every, callback=callback)
 
@@ -252,16 +231,9 @@ class _DownpourRun:
         steps = max(st["steps"] for st in shard_stats)
         if self.checkpoint_path is not None and status != Status.NON_FINITE:
             self.checkpoint(steps)
-        final: dict[str, Any] = {"time": wall, "step": steps}
-        if self.eval_set is not None:
-            final.update(held_out_metrics(self.model, x, self.eval_set))
-            history.append(final)
         stats = self._stats(replica_stats, shard_stats, wall, steps)
-        self.metrics.send(**final, pushes_per_shard=stats["pushes_per_shard"], finished=True)
-        return Result(
-            x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message,
-            history=history, stats=stats, final=final, run_id=self.metrics.run, solver="downpour",
-        )
+        return self.result(x, steps, wall, (history, status, message), stats,
+                           {"pushes_per_shard": stats["pushes_per_shard"]})
 
     def _stats(self, replica_stats: list[dict[str, Any]], shard_stats: list[dict[str, Any]], wall: float,
                steps: int) -> dict[str, Any]:
@@ -278,10 +250,8 @@ class _DownpourRun:
             "updates_per_second": pushes / wall,
             "examples_per_second": examples / wall,
             "staleness": {str(k): v for k, v in sorted(staleness.items())},  # str keys: JSON, repr
-            "bytes_in": sum(s["bytes_in"] for s in shard_stats),
-            "bytes_out": sum(s["bytes_out"] for s in shard_stats),
-            "dense_bytes_in": sum(s["dense_bytes_in"] for s in shard_stats),
-            "dense_bytes_out": sum(s["dense_bytes_out"] for s in shard_stats),
+            **{key: sum(s[key] for s in shard_stats) for key in ("bytes_in", "bytes_out", "dense_bytes_in",
+                                                                  "dense_bytes_out")},
             "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
             "steps_per_replica": [r["steps"] for r in replica_stats],
@@ -293,21 +263,16 @@ class _DownpourRun:
 
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""
-        finished = all(f.done() for f in self.replica_futures.values())
-        for f in self.replica_futures.values():
-            if f.status == "error":
-                self.stop("a replica failed")
-                f.result()
+        finished = self.replicas_finished()
         all_stats = self.shard_calls("stats")
         stats = all_stats[0]  # every push reaches every shard: shard 0 has the whole count
         steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
-        if not self.released and steps >= self.warmstart_steps:
-            self.launch(range(1, len(self.rows)), self.config, self.first_epoch)
+        if not self.released and steps >= self.options.warmstart_steps:
+            self.launch_replicas(range(1, len(self.rows)))
             self.released, finished = True, False
         reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)
-        running = sum(not f.done() for f in self.replica_futures.values())
-        return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished,
-                        {"pushes": stats["version"], "staleness": stats["staleness"], "replicas_running": running})
+        event = {"pushes": stats["version"], "staleness": stats["staleness"], "replicas_running": self.running()}
+        return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished, event)
 
     def current_params(self) -> np.ndarray:
         return self.fetch_params()

@@ -12,14 +12,13 @@ up to the next fetch will read.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dasklbfgs.solvers._replicas.batches import Batches, leave_task_slot, non_finite_message
+from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers._replicas.local_actors import bind_local
 from dasklbfgs.solvers.downpour.wire import Wire
@@ -56,16 +55,7 @@ def _results(calls: list[Any]) -> list[Any]:
         raise _ShardsLost(str(exc)) from exc
 
 
-def _replacements(replica: int, directory: ShardDirectory | None, generation: int, lost: _ShardsLost
-                  ) -> tuple[int, list[Any]]:
-    """The shard handles published after ``generation`` (the coordinator re-creates lost shards)."""
-    if directory is None:
-        raise RuntimeError(f"replica {replica} lost a parameter shard: {lost}") from lost.__cause__
-    generation, shards = directory.current(newer_than=generation)
-    return generation, bind_local(shards)
-
-
-class DownpourReplica:
+class DownpourReplica(ReplicaTask):
     """One Downpour replica's state between steps and the calls it makes to the shards.
 
     Build it on the replica's worker (it loads the rows), take :meth:`resume_step`, then
@@ -73,17 +63,11 @@ class DownpourReplica:
     """
 
     def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int],
-                 shards: list[Any] | None, bounds: list[tuple[int, int]], config: ReplicaConfig,
-                 directory: ShardDirectory | None = None) -> None:
-        self.replica, self.model, self.config, self.directory = replica, model, config, directory
+                 bounds: list[tuple[int, int]], config: ReplicaConfig, directory: ShardDirectory) -> None:
+        self.directory = directory
         self.generation = -1
-        if directory is not None:
-            self.generation, shards = directory.current()
-        if shards is None:
-            raise ValueError("run_replica needs shards or a directory to find them in")
-        self.shards = bind_local(shards)  # the shard on this worker: called in-process, not over TCP
-        self.X, self.y = data.load_rows(*rows)
-        self.batches = Batches(self.X.shape[0], config, replica)
+        self.take_replacements()
+        super().__init__(replica, model, data, rows, config)
         self.wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
         # Pushing every step (dense): each gradient is pushed as it is, instead of being added
         # into a zeroed accumulator and the accumulator zeroed again (three passes over the
@@ -92,17 +76,18 @@ class DownpourReplica:
         self.accrued = np.zeros(model.n_params)
         self.touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
         self.accrued_steps, self.accrued_loss = 0, 0.0
-        self.steps = self.fetches = self.pushes = self.examples = self.reconnects = 0
-        self.stop: str | None = None
+        self.fetches = self.pushes = self.reconnects = 0
         self.params = np.zeros(model.n_params)
         self.versions: list[int] = [0] * len(self.shards)
         self.computed_from = self.versions  # the versions the accrued gradient was computed from
         self.need_fetch = True
         self.in_flight: tuple[list[Any], bool] | None = None
-        self.seconds_computing = 0.0
 
-    def take_replacements(self, lost: _ShardsLost) -> None:
-        self.generation, self.shards = _replacements(self.replica, self.directory, self.generation, lost)
+    def take_replacements(self) -> None:
+        """Take the shard handles published after ours (the coordinator re-creates lost
+        shards); the shard on this worker is called in-process, not over TCP."""
+        self.generation, shards = self.directory.current(newer_than=self.generation)
+        self.shards = bind_local(shards)
 
     def resume_step(self, first_epoch: int) -> int:
         """The step to start at: the shards' count of this replica's steps, or ``first_epoch``'s first."""
@@ -111,8 +96,8 @@ class DownpourReplica:
                 done_before = max(st["steps_by_replica"].get(self.replica, 0)
                                   for st in _results([sh.stats() for sh in self.shards]))
                 break
-            except _ShardsLost as lost:
-                self.take_replacements(lost)
+            except _ShardsLost:
+                self.take_replacements()
         return max(first_epoch * self.batches.per_epoch, done_before)
 
     def rows_ahead(self, step: int) -> np.ndarray | None:
@@ -182,13 +167,11 @@ class DownpourReplica:
             if self.stop:
                 return True
         Xb = self.X[index]
-        started = time.perf_counter()
-        loss, grad = self.model.objective(self.params, Xb, self.y[index])
-        self.seconds_computing += time.perf_counter() - started
-        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-            self.stop = non_finite_message(self.replica, loss, self.steps, epoch)
+        computed = self.gradient(self.params, Xb, self.y[index], epoch)
+        if computed is None:
             _results([s.request_stop(self.stop) for s in self.shards])
             return True
+        loss, grad = computed
         self.accrue(loss, grad, Xb)
         self.examples += index.size
         if self.config.local_learning_rate:
@@ -214,9 +197,9 @@ class DownpourReplica:
         self.drop_accrued()
         return bool(self.stop)
 
-    def reconnect(self, lost: _ShardsLost) -> None:
+    def reconnect(self) -> None:
         """Go on with the re-created shards: drop the accrued gradient and fetch again."""
-        self.take_replacements(lost)
+        self.take_replacements()
         self.reconnects += 1
         self.drop_accrued()
         self.in_flight, self.need_fetch = None, True
@@ -239,28 +222,24 @@ class DownpourReplica:
             try:
                 if self.step(step):
                     break
-            except _ShardsLost as lost:
-                self.reconnect(lost)
+            except _ShardsLost:
+                self.reconnect()
         self.finish()
-        return {"replica": self.replica, "steps": self.steps, "fetches": self.fetches, "pushes": self.pushes,
-                "examples": self.examples, "seconds_in_loop": time.perf_counter() - loop_started,
-                "seconds_computing": self.seconds_computing, "stopped_by": self.stop, "first_step": first_step,
-                "reconnects": self.reconnects}
+        return self.tallies(time.perf_counter() - loop_started, fetches=self.fetches, pushes=self.pushes,
+                            first_step=first_step, reconnects=self.reconnects)
 
 
-def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], shards: list[Any] | None,
-                bounds: list[tuple[int, int]], config: ReplicaConfig, first_epoch: int = 0,
-                directory: ShardDirectory | None = None) -> dict[str, Any]:
+def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], bounds: list[tuple[int, int]],
+                config: ReplicaConfig, directory: ShardDirectory, first_epoch: int = 0) -> dict[str, Any]:
     """Train until the epochs are done or a shard asks to stop; return the replica's tallies.
 
-    ``shards`` are the actor handles, or ``None`` to take them from ``directory``. With a
-    ``directory``, the replica takes the current shard handles from it on start and
-    after any failed call to a shard (the shard's worker died and the coordinator re-created
-    it): the accrued gradient is dropped, the parameters fetched again, and training goes
-    on. It resumes at the step the shards have counted for it, so a replica that Dask
+    The replica takes the current shard handles from ``directory`` on start and after any
+    failed call to a shard (the shard's worker died and the coordinator re-created it):
+    the accrued gradient is dropped, the parameters fetched again, and training goes on.
+    It resumes at the step the shards have counted for it, so a replica that Dask
     restarts on another worker continues where its applied pushes left off.
     """
     leave_task_slot()
-    trainer = DownpourReplica(replica, model=model, data=data, rows=rows, shards=shards, bounds=bounds,
-                              config=config, directory=directory)
+    trainer = DownpourReplica(replica, model=model, data=data, rows=rows, bounds=bounds, config=config,
+                              directory=directory)
     return trainer.run(trainer.resume_step(first_epoch))

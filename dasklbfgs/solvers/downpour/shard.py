@@ -5,9 +5,9 @@ itself when a replica pushes an accrued gradient (docs/algorithms.md §3). Shard
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
 (:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
-EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that several shards hosted by one worker interleave on
-its event loop instead of queueing behind one actor thread (Dask runs every synchronous
-actor method of a worker on one thread).
+EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that
+several shards hosted by one worker interleave on its event loop instead of queueing behind
+one actor thread (Dask runs every synchronous actor method of a worker on one thread).
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.optim.updates import make_rule
 
 __all__ = ["ParameterShard"]
+
+_STATS = ("index", "version", "steps", "loss_sum", "loss_count", "bytes_in", "bytes_out", "dense_bytes_in",
+          "dense_bytes_out", "stop_reason")
 
 
 class ParameterShard:
@@ -46,10 +49,8 @@ class ParameterShard:
         self.staleness: Counter[int] = Counter()
         self.pushes_by_replica: Counter[int] = Counter()
         self.steps_by_replica: Counter[int] = Counter()  # where a restarted replica resumes
-        self.bytes_in = 0
-        self.bytes_out = 0
-        self.dense_bytes_in = 0   # what the same traffic costs as whole slices
-        self.dense_bytes_out = 0
+        self.bytes_in = self.bytes_out = 0
+        self.dense_bytes_in = self.dense_bytes_out = 0  # what the same traffic costs as whole slices
         self.stop_reason: str | None = None
         self.max_steps: int | None = None
 
@@ -134,21 +135,8 @@ class ParameterShard:
         self.max_steps = int(max_steps)
 
     async def stats(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "version": self.version,
-            "steps": self.steps,
-            "loss_sum": self.loss_sum,
-            "loss_count": self.loss_count,
-            "staleness": dict(self.staleness),
-            "pushes_by_replica": dict(self.pushes_by_replica),
-            "steps_by_replica": dict(self.steps_by_replica),
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
-            "dense_bytes_in": self.dense_bytes_in,
-            "dense_bytes_out": self.dense_bytes_out,
-            "stop_reason": self.stop_reason,
-        }
+        counters = {name: dict(getattr(self, name)) for name in ("staleness", "pushes_by_replica", "steps_by_replica")}
+        return {**{name: getattr(self, name) for name in _STATS}, **counters}
 
     async def get_state(self) -> dict[str, Any]:
         """Everything a checkpoint needs to re-create this shard."""

@@ -6,8 +6,9 @@ push-sum shares) and read the parameters the replica last published (gossip pull
 held-out scoring). The owning replica runs in the same process and uses the instance
 directly, so publishing, reporting progress and waiting for a message cost no round trip
 and no serialisation; peers on the same worker call it in-process through
-:func:`~dasklbfgs.solvers._replicas.local_actors.bind_local`, like Downpour's shards. A lock makes the two sides (the worker's event loop and the
-replica's thread) safe; the replica is the only one that ever waits.
+:func:`~dasklbfgs.solvers._replicas.local_actors.bind_local`, like Downpour's shards. A lock
+makes the two sides (the worker's event loop and the replica's thread) safe; the replica is
+the only one that ever waits.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ import numpy as np
 from dasklbfgs.errors import WorkerLostError
 
 __all__ = ["PeerMailbox", "Stopped"]
+
+_STATS = ("replica", "steps", "loss_sum", "loss_count", "recent_loss", "messages_in", "bytes_in", "reads", "bytes_out",
+          "stop_reason")
 
 
 class PeerMailbox:
@@ -104,10 +108,7 @@ class PeerMailbox:
             self._lock.notify_all()
 
     async def stats(self) -> dict[str, Any]:
-        return {"replica": self.replica, "steps": self.steps, "loss_sum": self.loss_sum,
-                "loss_count": self.loss_count, "recent_loss": self.recent_loss, "messages_in": self.messages_in,
-                "bytes_in": self.bytes_in, "reads": self.reads, "bytes_out": self.bytes_out,
-                "stop_reason": self.stop_reason}
+        return {name: getattr(self, name) for name in _STATS}
 
     # -- the owner's side (same process) --------------------------------------------------
 
@@ -126,15 +127,12 @@ class PeerMailbox:
                 raise Stopped(self.stop_reason or "the run was aborted")
             return self._slots.pop(key)
 
-    def drain(self) -> list[tuple[int, np.ndarray]]:
+    def drain(self, queue: str = "_queue") -> list[Any]:
+        """Take all of the list named ``queue``: neighbours' gradients, or ``"_shares"``."""
         with self._lock:
-            queue, self._queue = self._queue, []
-        return queue
-
-    def drain_shares(self) -> list[tuple[np.ndarray, float]]:
-        with self._lock:
-            shares, self._shares = self._shares, []
-        return shares
+            items = getattr(self, queue)
+            setattr(self, queue, [])
+        return items
 
     def finish(self) -> list[tuple[np.ndarray, float]]:
         """Refuse further gradients and shares; return the shares that arrived before."""

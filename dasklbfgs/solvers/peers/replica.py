@@ -1,21 +1,11 @@
-"""The replica loop of the peer methods: synchronous SGD, EASGD, gossip, neighbour exchange.
+"""The replica tasks of the peer methods: synchronous SGD, EASGD, gossip, neighbour exchange.
 
-A peer replica is a long-running task like a Downpour replica (:mod:`.replica`): it reads
-its contiguous block of rows once, walks the same seeded mini-batches, and applies its own
-copy of the update rule to its own copy of the parameters. What differs is whom it talks
-to after each mini-batch (docs/algorithms.md §6, §7):
-
-- ``sync``: gradients' row sums go up a binary tree of replicas, the root turns the total
-  into the large-batch gradient and sends it down; every replica takes the same step.
-- ``easgd``: every ``tau`` steps an elastic exchange with the center, held by parameter
-  shards (:meth:`ParameterShard.elastic`).
-- ``gossip``: mix with a random peer's published parameters (pull), or send half of a
-  push-sum numerator and weight to one (push-sum).
-- ``neighbours``: send the gradient to the ring or torus neighbours; apply the gradients
-  received as extra steps, each weighted (:func:`.collective.exchange_weights`).
-
-Messages go through the replicas' :class:`PeerMailbox` actors; the replica uses its own
-mailbox in-process.
+A peer replica is a long-running task like a Downpour replica
+(:class:`~dasklbfgs.solvers._replicas.batches.ReplicaTask`): it reads its contiguous block
+of rows once, walks the same seeded mini-batches, and applies its own copy of the update
+rule to its own copy of the parameters. What differs is whom it talks to after each
+mini-batch: see each method's class and docs/algorithms.md §6, §7. Messages go through the
+replicas' :class:`PeerMailbox` actors; the replica uses its own mailbox in-process.
 """
 
 from __future__ import annotations
@@ -30,9 +20,9 @@ import numpy as np
 from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
-from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local
+from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local, wait_all
 from dasklbfgs.solvers.peers.mailbox import Stopped
-from dasklbfgs.solvers._replicas.batches import Batches, leave_task_slot, non_finite_message
+from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model
 
@@ -82,29 +72,12 @@ class _Peers:
         return self.handles[k].read().result()
 
 
-def _wait(pending: list[Any]) -> list[Any]:
-    return [p.result() for p in pending]
-
-
 def _settle(pending: list[tuple[Any, Any]]) -> list[Any]:
     """Wait for the replies to sends; return the shares refused by peers that had finished."""
     return [kept for reply, kept in pending if reply.result() is False and kept is not None]
 
 
-def _barrier(replica: int, peers: _Peers, own: Any, n_replicas: int) -> None:
-    """Wait until every replica has loaded its rows (up the tree, then down), so that no
-    replica trains, sends or waits on a peer while another still reads its data. There is
-    no timeout: a replica that fails while loading stops the run through the coordinator."""
-    for child in tree_children(replica, n_replicas):
-        own.take(("ready", child), None)
-    parent = tree_parent(replica)
-    if parent is not None:
-        _wait([peers.send(parent, "put", ("ready", replica), True)])
-        own.take(("go",), None)
-    _wait([peers.send(child, "put", ("go",), True) for child in tree_children(replica, n_replicas)])
-
-
-class PeerReplica:
+class PeerReplica(ReplicaTask):
     """The loop every peer method shares: load the rows, wait at the barrier, walk the
     mini-batches, stop when asked, publish and report, and finish with push-sum's settlement.
 
@@ -116,28 +89,25 @@ class PeerReplica:
     # A stop request ends the loop between steps. Sync replicas leave it to the root, which
     # reads it inside a step and sends it down the tree, so that all stop at the same step.
     stoppable = True
+    publishes = False  # whether the parameters are published after each step (for pulls and scoring)
 
     def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
                  mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
                  bounds: list[tuple[int, int]] | None = None) -> None:
-        self.replica, self.model, self.config = replica, model, config
         self.peers = _Peers(mailboxes)
         self.own = self.peers.own(replica)
-        self.X, self.y = data.load_rows(*rows)
-        self.batches = Batches(self.X.shape[0], config, replica)
+        super().__init__(replica, model, data, rows, config)
         self.rule = make_rule(config.rule, **dict(config.hyper))
         self.params = np.array(x0, dtype=np.float64)
         self.state = self.rule.init(self.params)
         self.weight = 1.0                                 # push-sum (1 for the other methods)
         self.pending: list[tuple[Any, Any]] = []          # (reply, share kept if refused), collected next step
-        self.steps = self.examples = self.exchanges = self.received = 0
+        self.exchanges = self.received = 0
         self.loss_sum, self.recent_loss = 0.0, math.nan
-        self.stop: str | None = None
         self.n_steps = self.planned_steps()
         if config.step_cap is not None:
             self.n_steps = min(self.n_steps, config.step_cap)
         self.report_at = 0.0
-        self.seconds_computing = 0.0
 
     def planned_steps(self) -> int:
         return self.batches.total
@@ -157,9 +127,17 @@ class PeerReplica:
             self.weight += w
 
     def barrier(self) -> None:
+        """Wait until every replica has loaded its rows (up the tree, then down), so that no
+        replica trains, sends or waits on a peer while another still reads its data. There is
+        no timeout: a replica that fails while loading stops the run through the coordinator."""
+        children, parent = tree_children(self.replica, self.config.n_replicas), tree_parent(self.replica)
         try:
-            if self.config.n_replicas > 1:
-                _barrier(self.replica, self.peers, self.own, self.config.n_replicas)
+            for child in children:
+                self.own.take(("ready", child), None)
+            if parent is not None:
+                wait_all([self.peers.send(parent, "put", ("ready", self.replica), True)])
+                self.own.take(("go",), None)
+            wait_all([self.peers.send(child, "put", ("go",), True) for child in children])
         except Stopped as stopped:
             self.stop, self.n_steps = str(stopped), 0
 
@@ -181,9 +159,12 @@ class PeerReplica:
         """Train on one mini-batch and talk to the peers; the loss, or None to stop (see ``stop``)."""
         raise NotImplementedError
 
-    def publishes(self) -> bool:
-        """Whether the parameters are published after each step (for pulls and scoring)."""
-        return False
+    @staticmethod
+    def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
+        """For the coordinator ``run``: the parameters the method returns and the replica
+        chosen (None: no single one), from the replicas' final entries (``x``, ``weight``,
+        held-out metrics), or while they train (``replicas`` None) from the run's actors."""
+        raise NotImplementedError
 
     def record(self, step: int, loss: float, n_examples: int) -> None:
         self.steps += 1
@@ -213,7 +194,7 @@ class PeerReplica:
             loss = self.step(step, epoch, Xb, yb)
             if loss is None:
                 break
-            if self.publishes():
+            if self.publishes:
                 self.own.publish(self.estimate(), step)  # for pulls and scoring
             self.record(step, loss, index.size)
         self.settle()
@@ -223,10 +204,8 @@ class PeerReplica:
         x = self.estimate()
         self.own.publish(x, self.steps)
         self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
-        return {"replica": self.replica, "steps": self.steps, "examples": self.examples,
-                "exchanges": self.exchanges, "received": self.received, "stopped_by": self.stop, "x": x,
-                "weight": self.weight, "recent_loss": self.recent_loss, "seconds_in_loop": seconds_in_loop,
-                "seconds_computing": self.seconds_computing}
+        return self.tallies(seconds_in_loop, exchanges=self.exchanges, received=self.received, x=x,
+                            weight=self.weight, recent_loss=self.recent_loss)
 
 
 class SyncReplica(PeerReplica):
@@ -237,8 +216,14 @@ class SyncReplica(PeerReplica):
     def planned_steps(self) -> int:
         return self.config.total_steps  # the longest replica's: every replica takes part in each step
 
-    def publishes(self) -> bool:
+    @property
+    def publishes(self) -> bool:  # type: ignore[override]
         return self.replica == 0
+
+    @staticmethod
+    def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
+        # every replica holds the same parameters: none is chosen
+        return (run.published()[0] if replicas is None else replicas[0]["x"]), None
 
     def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
         try:
@@ -254,10 +239,7 @@ class SyncReplica(PeerReplica):
 
     def row_sums(self, Xb: Any, yb: Any) -> tuple[float, np.ndarray]:
         if Xb.shape[0]:
-            started = time.perf_counter()
-            loss_sum, sums = self.model.loss_grad_sum(self.params, Xb, yb)
-            self.seconds_computing += time.perf_counter() - started
-            return loss_sum, sums
+            return self.timed(self.model.loss_grad_sum, self.params, Xb, yb)
         return 0.0, np.zeros(self.model.n_sums)
 
     def all_reduce(self, step: int, Xb: Any, yb: Any) -> tuple[Any, np.ndarray | None]:
@@ -275,7 +257,7 @@ class SyncReplica(PeerReplica):
             loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
         parent = tree_parent(self.replica)
         if parent is not None:
-            _wait([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))])
+            wait_all([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))])
             down = own.take(("down", step), self.config.wait_timeout, stoppable=False)
         elif own.stop_reason is not None:
             down = (own.stop_reason, None)
@@ -285,7 +267,7 @@ class SyncReplica(PeerReplica):
                 down = (non_finite_message(self.replica, loss, step, -1, synchronous=True), None)
             else:
                 down = (loss, gradient)
-        _wait([self.peers.send(child, "put", ("down", step), down) for child in children])
+        wait_all([self.peers.send(child, "put", ("down", step), down) for child in children])
         return down
 
 
@@ -293,13 +275,11 @@ class LocalStepReplica(PeerReplica):
     """The asynchronous methods: a gradient at the replica's own parameters, then an exchange."""
 
     def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
-        started = time.perf_counter()
-        loss, gradient = self.model.objective(self.estimate(), Xb, yb)
-        self.seconds_computing += time.perf_counter() - started
-        if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
-            self.stop = non_finite_message(self.replica, loss, self.steps, epoch)
-            _wait([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)])
+        computed = self.gradient(self.estimate(), Xb, yb, epoch)
+        if computed is None:
+            wait_all([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)])
             return None
+        loss, gradient = computed
         self.add_shares(_settle(self.pending))  # last step's sends: refused push-sum shares come back
         self.pending = []
         self.update(step, gradient)
@@ -318,10 +298,14 @@ class EASGDReplica(LocalStepReplica):
         super().__init__(replica, **kwargs)
         self.center, self.bounds = center, bounds
 
+    @staticmethod
+    def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
+        return run.center_params(), None
+
     def update(self, step: int, gradient: np.ndarray) -> None:
         if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
             calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
-            self.params -= np.concatenate(_wait(calls))
+            self.params -= np.concatenate(wait_all(calls))
             self.exchanges += 1
         self.params += self.rule_step(gradient)
 
@@ -329,12 +313,19 @@ class EASGDReplica(LocalStepReplica):
 class GossipReplica(LocalStepReplica):
     """Gossip: pull a random peer's parameters and mix, or push half a push-sum share to one."""
 
+    publishes = True
+
     def __init__(self, replica: int, **kwargs: Any) -> None:
         super().__init__(replica, **kwargs)
         self.rng = np.random.default_rng([self.config.seed, replica, 7919])
 
-    def publishes(self) -> bool:
-        return True
+    @staticmethod
+    def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
+        if replicas is None:
+            return np.mean(run.published(), axis=0), None
+        # push-sum: the weighted average is the unbiased one
+        weights = [r["weight"] for r in replicas] if run.config.push_sum else None
+        return np.average([r["x"] for r in replicas], axis=0, weights=weights), None
 
     def update(self, step: int, gradient: np.ndarray) -> None:
         if self.config.push_sum:
@@ -346,7 +337,7 @@ class GossipReplica(LocalStepReplica):
         # the step is scaled by the weight, so that numerator / weight moves by
         # exactly one step of the rule whatever weight random pushes left here
         self.params += self.weight * self.rule_step(gradient)
-        shares = self.own.drain_shares()
+        shares = self.own.drain("_shares")
         self.add_shares(shares)
         self.received += len(shares)
         R = self.config.n_replicas
@@ -370,13 +361,24 @@ class GossipReplica(LocalStepReplica):
 class NeighbourReplica(LocalStepReplica):
     """Neighbour exchange: weighted steps, see :func:`.collective.exchange_weights`."""
 
+    publishes = True
+
     def __init__(self, replica: int, **kwargs: Any) -> None:
         super().__init__(replica, **kwargs)
         config = self.config
         self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
 
-    def publishes(self) -> bool:
-        return True
+    @staticmethod
+    def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
+        """The replica with the best held-out objective, else the lowest recent training
+        loss; while training always the latter (so that one replica is scored, like the
+        other methods). A replica that took no step scores nan and is never chosen."""
+        if replicas is None:
+            xs, scores = run.published(), [s["recent_loss"] for s in run.mailbox_stats()]
+        else:
+            xs, scores = [r["x"] for r in replicas], [r.get("eval_objective", r["recent_loss"]) for r in replicas]
+        best = int(np.argmin([score if np.isfinite(score) else np.inf for score in scores]))
+        return xs[best], best
 
     def update(self, step: int, gradient: np.ndarray) -> None:
         self.params += self.rule_step(self.own_weight * gradient)
