@@ -133,6 +133,12 @@ class Coordinator:
         self.replica_futures: dict[int, Future] = {}
         self.stop_reason: str | None = None
 
+    def release(self, futures: Any) -> None:
+        """Cancel the run's tasks and actors for good, whoever else holds them: handles to an
+        actor that other actors keep (in reference cycles on the workers) would otherwise
+        keep it alive after the run."""
+        self.client.cancel(list(futures), force=True)
+
     def live_workers(self) -> list[str]:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 

@@ -151,7 +151,7 @@ class _DownpourRun(Coordinator):
         candidates = [w for w in live if w not in holding] or live
         self.generation += 1
         for n, i in enumerate(lost):
-            self.shard_futures[i].release()
+            self.release([self.shard_futures[i]])
             future = self._new_shard(i, candidates[n % len(candidates)], self.generation)
             shard = future.result()
             shard.set_state(states[i]).result()
@@ -283,9 +283,6 @@ class _DownpourRun(Coordinator):
                            hyper=self.rule.hyper, extra={"steps": int(steps)})
 
     def close(self) -> None:
-        for f in self.replica_futures.values():
-            f.cancel()
-        for f in self.shard_futures:
-            f.release()
+        self.release([*self.replica_futures.values(), *self.shard_futures])
         self.shards = []
         self.directory.delete()

@@ -182,8 +182,5 @@ class _PeerRun(Coordinator):
             if future.status != "error":
                 with contextlib.suppress(Exception):  # its worker died too; nothing waits there
                     mailbox.abort().result()
-        for f in self.replica_futures.values():
-            f.cancel()
-        for f in self.mailbox_futures + self.center_futures:
-            f.release()
+        self.release([*self.replica_futures.values(), *self.mailbox_futures, *self.center_futures])
         self.mailboxes, self.center = [], []

@@ -1,0 +1,71 @@
+"""Nothing of a run is left on the cluster after any solver returns or fails: no actors on
+the workers, no keys on the scheduler, with no garbage collection asked for."""
+
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset, minimize
+from dasklbfgs.models import Logistic
+from dasklbfgs.solvers.registry import solver_names
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+SHORT = {"sandblaster": {"maxiter": 3}}  # the replica methods: one epoch
+FAILING_AT_STEP = 3
+
+
+class FailsOnWorkers(Logistic):
+    """A Logistic model whose gradient raises on the workers after a few calls."""
+
+    calls = 0
+
+    def loss_grad_sum(self, params, X, y):
+        FailsOnWorkers.calls += 1
+        if FailsOnWorkers.calls > FAILING_AT_STEP:
+            raise RuntimeError("a model bug on a worker")
+        return super().loss_grad_sum(params, X, y)
+
+
+def _actors(dask_worker) -> list[str]:
+    return sorted(map(str, dask_worker.state.actors))
+
+
+def _keys(dask_scheduler) -> list[str]:
+    return sorted(map(str, dask_scheduler.tasks))
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(1200, 3))
+    return ShardedDataset.create(tmp_path_factory.mktemp("leftovers") / "d", X, (X[:, 0] > 0).astype(np.int64),
+                                 shard_rows=300)
+
+
+def _run(solver, model, data, client):
+    options = SHORT.get(solver, {"epochs": 1, "batch_size": 64})
+    return minimize(model, data, solver, client=client, **options)
+
+
+@pytest.mark.parametrize("solver", solver_names())
+def test_runs_leave_nothing_on_the_cluster(client, data, solver) -> None:
+    keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
+    for _ in range(3):
+        result = _run(solver, Logistic(3), data, client)
+        assert np.all(np.isfinite(result.x))
+    assert client.run(_actors) == actors_before
+    assert client.run_on_scheduler(_keys) == keys_before
+
+
+@pytest.mark.parametrize("solver", solver_names())
+def test_failed_runs_leave_nothing_on_the_cluster(client, data, solver) -> None:
+    keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
+    with pytest.raises(RuntimeError, match="a model bug on a worker"):
+        _run(solver, FailsOnWorkers(3), data, client)
+    assert client.run(_actors) == actors_before
+    assert client.run_on_scheduler(_keys) == keys_before
