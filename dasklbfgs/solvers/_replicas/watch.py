@@ -120,6 +120,9 @@ def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
             "seconds_exchanging_per_step": loop - computing}
 
 
+ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead worker
+
+
 class Coordinator:
     """One run's client, checked data, replica tasks and metrics stream. A subclass holds the
     actors and supplies ``request_stop(reason)`` and what :func:`watch` asks."""
@@ -138,6 +141,18 @@ class Coordinator:
         actor that other actors keep (in reference cycles on the workers) would otherwise
         keep it alive after the run."""
         self.client.cancel(list(futures), force=True)
+
+    def actor_failed(self, futures: list[Future], error: BaseException) -> bool:
+        """Whether one of the actors' futures has failed since a call raised ``error``. A call
+        can fail on a dead worker ("Unable to contact Actor's worker") before the scheduler
+        has noticed the worker is gone and failed the actor's future: after a connection
+        error, wait up to ``ACTOR_LOSS_WAIT`` seconds for that."""
+        deadline = time.monotonic() + (ACTOR_LOSS_WAIT if isinstance(error, OSError) else 0.0)
+        while not any(f.status == "error" for f in futures):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def live_workers(self) -> list[str]:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])

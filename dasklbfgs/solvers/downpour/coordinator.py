@@ -172,21 +172,9 @@ class _DownpourRun(Coordinator):
             try:
                 return [c.result() for c in calls]
             except Exception as exc:
-                # connection errors may come before the scheduler has failed the actor's future
-                if not self._shard_lost(wait=30.0 if isinstance(exc, OSError) else 0.0):
+                if not self.actor_failed(self.shard_futures, exc):
                     raise
         raise WorkerLostError(f"parameter shards kept failing during {method!r}")
-
-    def _shard_lost(self, wait: float) -> bool:
-        """Whether a shard's actor future has failed, waiting up to ``wait`` seconds: a call
-        can fail on a dead worker ("Unable to contact Actor's worker") before the scheduler
-        has noticed the worker is gone and failed the actor's future."""
-        deadline = time.monotonic() + wait
-        while not any(f.status == "error" for f in self.shard_futures):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
 
     def fetch_params(self) -> np.ndarray:
         return np.concatenate([reply[0] for reply in self.shard_calls("fetch")])

@@ -92,7 +92,11 @@ class _PeerRun(Coordinator):
 
     # -- what the watch loop asks -----------------------------------------------------------
 
-    def lost(self) -> None:
+    def lost(self, error: BaseException | None = None) -> None:
+        """Stop with WorkerLostError if a mailbox or center shard was lost (after ``error``
+        from a call to one, waiting for the scheduler to say so)."""
+        if error is not None and not self.actor_failed(self.mailbox_futures + self.center_futures, error):
+            raise error
         if any(f.status == "error" for f in self.mailbox_futures + self.center_futures):
             raise WorkerLostError(
                 f"a worker holding {self.method} replicas' mailboxes or center shards died; "
@@ -113,7 +117,11 @@ class _PeerRun(Coordinator):
                         finished, event)
 
     def mailbox_stats(self) -> list[dict[str, Any]]:
-        return wait_all([m.stats() for m in self.mailboxes])
+        try:
+            return wait_all([m.stats() for m in self.mailboxes])
+        except Exception as exc:  # noqa: BLE001 - a lost mailbox is WorkerLostError, anything else re-raised
+            self.lost(exc)
+            raise
 
     def published(self) -> list[np.ndarray]:
         return [x if x is not None else self.x_start for x, _ in wait_all([m.peek() for m in self.mailboxes])]
