@@ -222,14 +222,21 @@ class ShardedDataset:
             f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype})"
         )
 
-    def __reduce__(self):
-        return (type(self), (str(self.path),))
-
     # -- reading --------------------------------------------------------------------
 
+    # Pickled, a dataset is its path and schema (plain attributes): whoever unpickles it, such
+    # as a Dask scheduler that cannot see the files, does not open the store; a worker opens
+    # it when it reads rows.
+
     def _arrays(self) -> tuple[zarr.Array, zarr.Array]:
-        group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
-        return group["X"], group["y"]
+        try:
+            group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
+            return group["X"], group["y"]
+        except Exception as exc:  # zarr raises several types for a store that is gone
+            if self.path.exists():
+                raise CorruptDatasetError(f"cannot open the dataset at {str(self.path)!r}: {exc}") from exc
+            raise NotADatasetError(f"no dataset at {str(self.path)!r} any more: the path does not exist "
+                                   "(was it deleted or moved after it was opened?)") from exc
 
     def load_rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         """Read rows ``[start, stop)`` of X and y; only the chunks touched are read."""

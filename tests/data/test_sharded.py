@@ -137,6 +137,22 @@ def test_pickles_by_path(tmp_path, Xy) -> None:
     np.testing.assert_array_equal(y_clone, Xy[1][40:100])
 
 
+def test_unpickling_does_not_open_the_store(tmp_path, Xy) -> None:
+    """A dataset travels as its path and schema: a Dask scheduler that cannot see the files
+    can unpickle it; reading from a store that has gone names the path."""
+    import pickle
+
+    ds = ShardedDataset.create(tmp_path / "d", *Xy, shard_rows=50)
+    payload = pickle.dumps(ds)
+    (tmp_path / "d").rename(tmp_path / "moved")
+    clone = pickle.loads(payload)
+    assert clone.n_samples == ds.n_samples and clone.shard_bounds == ds.shard_bounds
+    with pytest.raises(NotADatasetError, match=r"no dataset at '.*/d' any more: the path does not exist"):
+        clone.load_rows(0, 10)
+    (tmp_path / "moved").rename(tmp_path / "d")
+    np.testing.assert_array_equal(clone.load_rows(0, 10)[0], Xy[0][:10])
+
+
 def test_overwrite_replaces_only_after_success(tmp_path, Xy) -> None:
     X, y = Xy
     ShardedDataset.create(tmp_path / "d", X, y, shard_rows=50)

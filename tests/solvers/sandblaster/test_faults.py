@@ -140,3 +140,20 @@ def test_shard_copies_made_after_a_departure_never_reuse_a_key(tmp_path) -> None
         assert set(evaluator.copies[0]) == {second, third}
         assert len({f.key for f in evaluator.copies[0].values()}) == 2
         evaluator.close()
+
+
+def test_a_dataset_deleted_during_a_streaming_run_is_named(tmp_path) -> None:
+    import shutil
+
+    from dasklbfgs.errors import NotADatasetError
+
+    data = _logistic_data(tmp_path / "d", 1200)
+
+    def delete_at_iteration_2(intermediate):
+        if intermediate.nit == 2:
+            shutil.rmtree(tmp_path / "d")
+
+    with connect(n_workers=2, dashboard_address=None) as client:
+        with pytest.raises(NotADatasetError, match=r"no dataset at '.*/d' any more"):
+            sandblaster_lbfgs(Logistic(4), data, client=client, cache=False, maxiter=10,
+                              callback=delete_at_iteration_2)
