@@ -13,6 +13,7 @@ up to the next fetch will read.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,15 @@ def _results(calls: list[Any]) -> list[Any]:
         raise _ShardsLost(str(exc)) from exc
 
 
+def _start(make_calls: Callable[[], list[Any]]) -> list[Any]:
+    """Start calls to the shards. A handle whose actor Dask already knows is lost refuses the
+    call at once ("Worker holding Actor was lost"): a lost shard too, seen before a call."""
+    try:
+        return make_calls()
+    except (RuntimeError, OSError) as exc:
+        raise _ShardsLost(str(exc)) from exc
+
+
 class DownpourReplica(ReplicaTask):
     """One Downpour replica's state between steps and the calls it makes to the shards.
 
@@ -94,7 +104,7 @@ class DownpourReplica(ReplicaTask):
         while True:  # a shard may die before this replica (re)starts: wait for its replacement
             try:
                 done_before = max(st["steps_by_replica"].get(self.replica, 0)
-                                  for st in _results([sh.stats() for sh in self.shards]))
+                                  for st in _results(_start(lambda: [sh.stats() for sh in self.shards])))
                 break
             except _ShardsLost:
                 self.take_replacements()
@@ -108,8 +118,8 @@ class DownpourReplica(ReplicaTask):
         return np.unique(np.concatenate([self.model.touched_rows(self.X[self.batches[t][1]]) for t in ahead]))
 
     def fetch(self, step: int) -> str | None:
-        calls = [s.fetch(self.config.wire_dtype, r)
-                 for s, r in zip(self.shards, self.wire.split_rows(self.rows_ahead(step)))]
+        rows = self.wire.split_rows(self.rows_ahead(step))
+        calls = _start(lambda: [s.fetch(self.config.wire_dtype, r) for s, r in zip(self.shards, rows)])
         replies = _results(calls)  # all in flight before the first wait
         self.wire.apply_fetched(self.params, [r[0] for r in replies])
         self.versions = [r[1] for r in replies]
@@ -121,11 +131,11 @@ class DownpourReplica(ReplicaTask):
         touched_rows = np.flatnonzero(self.touched) if self.touched is not None else None
         fetch_rows = (self.wire.split_rows(self.rows_ahead(with_fetch_from)) if with_fetch_from is not None
                       else [None] * len(self.shards))
-        calls = [
+        payloads = self.wire.payloads(self.accrued, touched_rows)
+        calls = _start(lambda: [
             s.push(payload, v, self.replica, self.accrued_steps, self.accrued_loss, with_fetch_from is not None, f)
-            for s, payload, v, f in zip(self.shards, self.wire.payloads(self.accrued, touched_rows),
-                                        self.computed_from, fetch_rows)
-        ]
+            for s, payload, v, f in zip(self.shards, payloads, self.computed_from, fetch_rows)
+        ])
         return calls, with_fetch_from is not None
 
     def collect(self, in_flight: tuple[list[Any], bool] | None) -> str | None:

@@ -128,3 +128,26 @@ def test_peer_methods_stop_with_worker_lost_error_when_a_worker_dies(data, metho
         while client.processing() and any(client.processing().values()) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(client.processing().values())
+
+
+class PausingSoftmax(Softmax):
+    """0.3 s per mini-batch: a shard's worker killed now is known lost before the next call."""
+
+    def loss_grad_sum(self, params, X, y):
+        time.sleep(0.3)
+        return super().loss_grad_sum(params, X, y)
+
+
+def test_a_shard_lost_between_calls_is_restored(cluster, data, tmp_path) -> None:
+    """The replicas see the loss when they next touch the shard's handle (Dask already knows
+    the actor is gone and refuses the call at once), not with a call in flight."""
+    killed: dict = {}
+    result = downpour_sgd(PausingSoftmax(10, 3, l2=1e-4), data["train"], client=cluster,
+                          checkpoint_path=tmp_path / "ckpt", checkpoint_every=1,
+                          callback=kill_at(cluster, 3, 1, killed),
+                          **{**KW, "batch_size": 400, "epochs": 1, "eval_every": None})
+    assert killed and result.success, result.message
+    [recovery] = result.stats["shard_recoveries"]
+    assert recovery["shards"] == [1]
+    assert result.stats["replica_first_steps"] == [0, 0]  # the replicas themselves survived
+    assert sum(result.stats["replica_reconnects"]) >= 1
