@@ -42,10 +42,11 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions
 
-    options = options_from_args(args, args.solver)  # bad flags fail before a cluster starts
+    # Bad flags and missing datasets fail before a cluster starts.
+    options = options_from_args(args, args.solver)
+    data = ShardedDataset.open(args.data)
+    test = ShardedDataset.open(args.test) if args.test else None
     with cluster_from_args(args) as client:
-        data = ShardedDataset.open(args.data)
-        test = ShardedDataset.open(args.test) if args.test else None
         model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
         result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
                                      quiet=args.quiet or args.json)

@@ -344,7 +344,9 @@ def test_constant_column_with_standardize(client, tmp_path) -> None:
     y = (X[:, 0] + 0.3 * rng.normal(size=2000) > 0).astype(np.int64)
     data = ShardedDataset.create(tmp_path / "c", X, y, shard_rows=500)
     model = Logistic(3, l2=1e-3)
-    result = sandblaster_lbfgs(model, data, client=client, standardize=True, **TIGHT)
+    # ftol=1e-14 asks for the last bits: whether the line search then finds a step depends on
+    # the rounding of the portion order. At ftol=1e-12 every portion plan converges.
+    result = sandblaster_lbfgs(model, data, client=client, standardize=True, gtol=1e-7, ftol=1e-12)
     ref = scipy_reference(model, data, **TIGHT)
     assert result.success and result.fun == pytest.approx(ref.fun, rel=1e-8)
 
