@@ -23,7 +23,7 @@ def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> 
         "message": result.message,
         "train": evaluate_model(model, result.x, data),
     }
-    if get_solver(result.solver).unit == "iteration":
+    if get_solver(result.solver).iterative:
         report.update({
             "objective": result.fun,
             "iterations": result.nit,
@@ -61,7 +61,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"objective  {report['objective']:.10g}",
         f"stopped    {report['message']} (success={report['success']})",
     ]
-    if "iterations" in report:
+    if get_solver(report["solver"]).iterative:
         lines += [
             f"work       {report['iterations']} iterations, {report['evaluations']} evaluations, "
             f"{report['seconds']:.2f} s ({1e3 * report['seconds_per_evaluation']:.1f} ms per evaluation)",

@@ -62,11 +62,11 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
     model = model_for_dataset(spec["name"], train, **model_options(spec))
     result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test)
-    if get_solver(solver).unit == "iteration":
-        curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]
+    chosen = get_solver(solver)
+    curve = [_curve_point(e, e[chosen.count_key], e.get(chosen.loss_key)) for e in result.history]
+    if chosen.iterative:
         facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
     else:
-        curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}
 
     metrics: dict[str, Any] = {
