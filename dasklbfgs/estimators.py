@@ -75,7 +75,7 @@ class _ShardedEstimator(BaseEstimator):
         """The chosen solver's options from this estimator's parameters."""
         solver = get_solver(self.solver)
         defaults: dict[str, Any] = {}  # the estimators' own choices, which solver_options may change
-        if solver.unit == "iteration":
+        if solver.iterative:
             mapped = {"maxiter": self.max_iter, "gtol": self.tol, "standardize": getattr(self, "standardize", False)}
             # ftol as scikit-learn's lbfgs solvers set it, so tol alone decides convergence.
             defaults["ftol"] = 64 * np.finfo(float).eps
@@ -97,12 +97,9 @@ class _ShardedEstimator(BaseEstimator):
 
     def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
         result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
-        if get_solver(self.solver).unit == "iteration":
-            self.n_iter_ = np.array([result.nit], dtype=np.int32)
-            self.loss_curve_ = [h["fun"] for h in result.history]
-        else:
-            self.n_iter_ = np.array([self.max_iter], dtype=np.int32)
-            self.loss_curve_ = [h["train_loss"] for h in result.history if "train_loss" in h]
+        solver = get_solver(self.solver)
+        self.n_iter_ = np.array([result.nit if solver.iterative else self.max_iter], dtype=np.int32)
+        self.loss_curve_ = [h[solver.loss_key] for h in result.history if solver.loss_key in h]
         if not result.success:
             advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
                       "below the precision of the data (float32?)" if result.status == Status.LINE_SEARCH_FAILED
@@ -174,7 +171,7 @@ class _ShardedEstimator(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # the replica methods' asynchrony makes runs differ; Sandblaster repeats bitwise
-        tags.non_deterministic = self.solver not in solver_names() or get_solver(self.solver).unit != "iteration"
+        tags.non_deterministic = self.solver not in solver_names() or not get_solver(self.solver).iterative
         return tags
 
 

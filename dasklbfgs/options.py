@@ -13,6 +13,7 @@ Pure Python: nothing here imports Dask.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import math
@@ -25,7 +26,8 @@ import numpy as np
 
 from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
-__all__ = ["OptionSpec", "Options", "option", "override", "describe_default"]
+__all__ = ["Kind", "KINDS", "OptionSpec", "Options", "option", "override", "describe_default", "parse_ints",
+           "parse_mapping"]
 
 _BAD = object()  # what a kind's normaliser returns for a value of the wrong type
 
@@ -48,18 +50,57 @@ def _ints(value: Any) -> Any:
     return tuple(int(v) for v in items) if ok else _BAD
 
 
-#: kind -> (normalise a value or return _BAD, what a valid value is in words)
-_KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
-    "int": (lambda v: _number(v, True), "an integer"),
-    "float": (lambda v: _number(v, False), "a finite number"),
-    "bool": (_boolean, "True or False"),
-    "optional_bool": (_boolean, "True, False or None"),
-    "bool_or_auto": (lambda v: v if v == "auto" else _boolean(v), "True, False or 'auto'"),
-    "choice": (lambda v: v, "one of"),
-    "path": (lambda v: v if isinstance(v, (str, os.PathLike)) and str(v) else _BAD, "a path"),
-    "ints": (_ints, "a list of integers"),
-    "mapping": (lambda v: dict(v) if isinstance(v, Mapping) and all(isinstance(k, str) for k in v) else _BAD,
-                "a mapping of names to values"),
+def _parse_bool_or_auto(text: str) -> bool | str:
+    choices = {"true": True, "false": False, "auto": "auto"}
+    if text.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"must be true, false or auto, got {text!r}")
+    return choices[text.lower()]
+
+
+def parse_ints(text: str) -> tuple[int, ...]:
+    """``256,256`` as a command-line value."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 256,256, got {text!r}") from None
+
+
+def parse_mapping(text: str) -> dict[str, Any]:
+    """``name=value,name=value`` with YAML values (``beta=0.9,nesterov=true``)."""
+    import yaml
+
+    pairs = [item.split("=", 1) for item in text.split(",") if item]
+    if not pairs or any(len(pair) != 2 or not pair[0] for pair in pairs):
+        raise argparse.ArgumentTypeError(f"must look like name=value,name=value, got {text!r}")
+    return {key.strip(): yaml.safe_load(value) for key, value in pairs}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of option: how a value is checked and how each front end takes one."""
+
+    normalise: Callable[[Any], Any]        # the value normalised, or _BAD for the wrong type
+    expected: str                          # what a valid value is, in words
+    flag: dict[str, Any]                   # argparse keywords of its command-line flag
+    yaml: tuple[type, ...]                 # the types its value may have in a YAML config
+
+
+_SWITCH = {"action": argparse.BooleanOptionalAction}
+
+#: every kind of option, by the name :func:`option` takes
+KINDS: dict[str, Kind] = {
+    "int": Kind(lambda v: _number(v, True), "an integer", {"type": int, "metavar": "N"}, (int,)),
+    "float": Kind(lambda v: _number(v, False), "a finite number", {"type": float, "metavar": "X"}, (int, float)),
+    "bool": Kind(_boolean, "True or False", _SWITCH, (bool,)),
+    "optional_bool": Kind(_boolean, "True, False or None", _SWITCH, (bool,)),
+    "bool_or_auto": Kind(lambda v: v if v == "auto" else _boolean(v), "True, False or 'auto'",
+                         {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"}, (bool, str)),
+    "choice": Kind(lambda v: v, "one of", {}, (str,)),  # the flag's choices come from the spec
+    "path": Kind(lambda v: v if isinstance(v, (str, os.PathLike)) and str(v) else _BAD, "a path",
+                 {"metavar": "PATH"}, (str,)),
+    "ints": Kind(_ints, "a list of integers", {"type": parse_ints, "metavar": "N,N"}, (list, int)),
+    "mapping": Kind(lambda v: dict(v) if isinstance(v, Mapping) and all(isinstance(k, str) for k in v) else _BAD,
+                    "a mapping of names to values", {"type": parse_mapping, "metavar": "NAME=VALUE,..."}, (dict,)),
 }
 
 
@@ -68,7 +109,7 @@ class OptionSpec:
     """How one option is checked and shown (its default lives on the dataclass field)."""
 
     help: str
-    kind: str                              # a key of _KINDS
+    kind: str                              # a key of KINDS
     minimum: float | None = None
     below: float | None = None             # exclusive upper bound
     positive: bool = False                 # > 0 rather than >= minimum
@@ -79,14 +120,14 @@ class OptionSpec:
     length: int | None = None              # ``ints``: exact number of integers
 
     def __post_init__(self) -> None:
-        if self.kind not in _KINDS:
-            raise ValueError(f"option kind must be one of {tuple(_KINDS)}, got {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"option kind must be one of {tuple(KINDS)}, got {self.kind!r}")
 
     def check(self, name: str, value: Any, owner: str) -> Any:
         """``value`` normalised, or :class:`ConfigurationError` saying what is valid."""
         if value is None and self.nullable:
             return None
-        checked = _BAD if value is None else _KINDS[self.kind][0](value)
+        checked = _BAD if value is None else KINDS[self.kind].normalise(value)
         if checked is _BAD or not self._valid(checked):
             raise ConfigurationError(f"{owner} option {name} must be {self.expected()}, got {value!r}")
         return checked
@@ -101,9 +142,14 @@ class OptionSpec:
         return ((not self.positive or value > 0) and (self.minimum is None or value >= self.minimum)
                 and (self.below is None or value < self.below))
 
+    @property
+    def flag(self) -> dict[str, Any]:
+        """argparse keywords of the option's command-line flag."""
+        return {"choices": self.choices} if self.kind == "choice" else KINDS[self.kind].flag
+
     def expected(self) -> str:
         """What a valid value is, in words (error messages, help, docs)."""
-        text = _KINDS[self.kind][1]
+        text = KINDS[self.kind].expected
         if self.kind == "choice":
             text = f"one of {self.choices!r}"
         elif self.kind == "ints" and self.length:

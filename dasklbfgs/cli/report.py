@@ -7,6 +7,7 @@ from typing import Any
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.metrics import SCORES, evaluate_model, score_name
 from dasklbfgs.solvers.registry import get_solver
 
 __all__ = ["format_report", "train_report"]
@@ -14,8 +15,6 @@ __all__ = ["format_report", "train_report"]
 
 def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> dict[str, Any]:
     """The run's facts as plain data (the JSON of ``--json`` and the ``.npz`` report)."""
-    from dasklbfgs.models.metrics import evaluate_model
-
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,
@@ -24,7 +23,7 @@ def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> 
         "message": result.message,
         "train": evaluate_model(model, result.x, data),
     }
-    if get_solver(result.solver).unit == "iteration":
+    if get_solver(result.solver).iterative:
         report.update({
             "objective": result.fun,
             "iterations": result.nit,
@@ -62,7 +61,7 @@ def format_report(report: dict[str, Any]) -> str:
         f"objective  {report['objective']:.10g}",
         f"stopped    {report['message']} (success={report['success']})",
     ]
-    if "iterations" in report:
+    if get_solver(report["solver"]).iterative:
         lines += [
             f"work       {report['iterations']} iterations, {report['evaluations']} evaluations, "
             f"{report['seconds']:.2f} s ({1e3 * report['seconds_per_evaluation']:.1f} ms per evaluation)",
@@ -84,11 +83,6 @@ def format_report(report: dict[str, Any]) -> str:
     for split in ("train", "test"):
         if split in report:
             m = report[split]
-            if "accuracy" in m:
-                score = f"accuracy {m['accuracy']:.4f}"
-            elif "rmse" in m:
-                score = f"rmse {m['rmse']:.4g}, r2 {m['r2']:.4f}"
-            else:
-                score = f"reconstruction mse {m['reconstruction_mse']:.4g}"
+            score = SCORES[score_name(m)].format(**m)
             lines.append(f"{split:<10} {m['n_samples']} rows: {score}, objective {m['objective']:.6g}")
     return "\n".join(lines)

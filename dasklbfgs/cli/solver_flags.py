@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.options import Options, OptionSpec, describe_default
+from dasklbfgs.options import Options, OptionSpec, describe_default, parse_ints, parse_mapping
 from dasklbfgs.solvers.registry import get_solver, solver_names
 
 __all__ = ["add_option_flags", "add_solver_flags", "flag", "given_options", "options_from_args", "parse_ints",
@@ -24,48 +24,10 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def parse_ints(text: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers like 256,256, got {text!r}") from None
-
-
-def parse_mapping(text: str) -> dict[str, Any]:
-    """``name=value,name=value`` with YAML values (``beta=0.9,nesterov=true``)."""
-    import yaml
-
-    pairs = [item.split("=", 1) for item in text.split(",") if item]
-    if not pairs or any(len(pair) != 2 or not pair[0] for pair in pairs):
-        raise argparse.ArgumentTypeError(f"must look like name=value,name=value, got {text!r}")
-    return {key.strip(): yaml.safe_load(value) for key, value in pairs}
-
-
-def _parse_bool_or_auto(text: str) -> bool | str:
-    choices = {"true": True, "false": False, "auto": "auto"}
-    if text.lower() not in choices:
-        raise argparse.ArgumentTypeError(f"must be true, false or auto, got {text!r}")
-    return choices[text.lower()]
-
-
-#: argparse keywords for each kind of option
-_ARGUMENTS: dict[str, dict[str, Any]] = {
-    "bool": {"action": argparse.BooleanOptionalAction},
-    "optional_bool": {"action": argparse.BooleanOptionalAction},
-    "int": {"type": int, "metavar": "N"},
-    "float": {"type": float, "metavar": "X"},
-    "ints": {"type": parse_ints, "metavar": "N,N"},
-    "mapping": {"type": parse_mapping, "metavar": "NAME=VALUE,..."},
-    "bool_or_auto": {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"},
-    "path": {"metavar": "PATH"},
-}
-
-
 def _add_flag(group: Any, name: str, spec: OptionSpec, defaults: str) -> None:
     """The flag of option ``name`` and its older spellings; absent, it stays absent."""
     flags = [flag(name), *(flag(alias) for alias in spec.aliases)]
-    argument = {"choices": spec.choices} if spec.kind == "choice" else _ARGUMENTS[spec.kind]
-    group.add_argument(*flags, dest=name, default=argparse.SUPPRESS, help=f"{spec.help} {defaults}", **argument)
+    group.add_argument(*flags, dest=name, default=argparse.SUPPRESS, help=f"{spec.help} {defaults}", **spec.flag)
 
 
 def add_option_flags(group: Any, options: type[Options]) -> None:

@@ -20,15 +20,13 @@ def train_with_progress(client: Client, model: Model, data: Any, solver: str, op
     """``minimize`` with a one-line progress display on a terminal (none when ``quiet``)."""
     from dasklbfgs.monitor.progress import Progress
 
-    iterative = get_solver(solver).unit == "iteration"
-    total = options.maxiter if iterative else options.max_steps
-    progress = Progress(total, solver, enabled=False if quiet else None)
+    chosen = get_solver(solver)
+    progress = Progress(getattr(options, chosen.budget), solver, enabled=False if quiet else None)
+    shown = {"objective": chosen.loss_key, "eval_accuracy": "eval_accuracy"}  # label -> history key
 
     def show(entry: OptimizeResult) -> None:
-        if iterative:
-            progress.update(entry.nit, objective=entry.fun)
-        else:
-            progress.update(entry.step, **{k: entry[k] for k in ("train_loss", "eval_accuracy") if k in entry})
+        fields = {label: entry[key] for label, key in shown.items() if key in entry}
+        progress.update(entry[chosen.count_key], **fields)
 
     options = without_held_out(options, eval_data)
     try:

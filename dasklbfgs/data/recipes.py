@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -153,8 +154,9 @@ def make_dataset(
     n_classes = DEFAULT_CLASSES.get(kind, 3) if n_classes is None else n_classes
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
-    splits = _recipe_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction,
-                            patch_size, image_source, vocab_size, context)
+    recipe = SimpleNamespace(rows=rows, features=features, seed=seed, n_classes=n_classes,
+                             ill_conditioned=ill_conditioned, test_fraction=test_fraction, **workload_options)
+    splits = _recipe_splits(kind, recipe)
     with written_aside(target, overwrite=overwrite) as staging:
         for name, split in splits.items():
             blocks = split.blocks if on_progress is None else _counted(split.blocks, name, on_progress)
@@ -165,12 +167,12 @@ def make_dataset(
     return {name: ShardedDataset.open(target / name) for name in splits}
 
 
-def _recipe_splits(kind: str, rows: int | None, features: int | None, seed: int, n_classes: int,
-                   ill_conditioned: bool, test_fraction: float, patch_size: int | None, image_source: str | None,
-                   vocab_size: int | None, context: int | None) -> dict[str, Any]:
-    """The recipe's train/test splits as block generators (nothing written yet)."""
+def _recipe_splits(kind: str, recipe: SimpleNamespace) -> dict[str, Any]:
+    """The recipe's train/test splits as block generators (nothing written yet), from
+    make_dataset's options (``recipe.rows``, ...)."""
+    rows, features, seed, test_fraction = recipe.rows, recipe.features, recipe.seed, recipe.test_fraction
     if kind in SYNTHETIC:
-        return _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, test_fraction)
+        return _synthetic_splits(kind, rows, features, seed, recipe.n_classes, recipe.ill_conditioned, test_fraction)
     if kind in WORKLOADS:
         if features is not None:
             width = {"acoustic": f"{FRAMES * BANDS} features ({FRAMES} frames x {BANDS} bands)",
@@ -179,10 +181,10 @@ def _recipe_splits(kind: str, rows: int | None, features: int | None, seed: int,
                 f"the {kind!r} recipe has {width}; do not pass features, got {features!r}"
             )
         if kind == "acoustic":
-            return _acoustic_splits(rows, seed, test_fraction, n_classes)
+            return _acoustic_splits(rows, seed, test_fraction, recipe.n_classes)
         if kind == "patches":
-            return _patch_splits(rows, seed, test_fraction, patch_size, image_source)
-        return _text_splits(rows, seed, test_fraction, vocab_size, context)
+            return _patch_splits(rows, seed, test_fraction, recipe.patch_size, recipe.image_source)
+        return _text_splits(rows, seed, test_fraction, recipe.vocab_size, recipe.context)
     if rows is not None or features is not None:
         raise ConfigurationError(f"the {kind!r} dataset has a fixed size; do not pass rows or features")
     return _bundled_splits(kind, seed, test_fraction)

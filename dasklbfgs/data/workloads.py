@@ -112,22 +112,22 @@ class AcousticFrames:
         return X.reshape(rows, FRAMES * BANDS)
 
     @cached_property
-    def _teacher(self) -> tuple[np.ndarray, ...]:
+    def _teacher(self) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
+        """The teacher's input standardisation and weights, and its logits' mean and std."""
         rng = np.random.default_rng([self.seed, _TEACHER_KEY])
         d, h = self.n_features, self.hidden_units
         W1 = (rng.standard_normal((d, h)) * (2.0 / np.sqrt(d))).astype(np.float32)
         b1 = (rng.standard_normal(h) * 0.5).astype(np.float32)
         W2 = rng.standard_normal((h, self.n_classes)).astype(np.float32)
         sample = self.frames(np.random.default_rng([self.seed, _CALIBRATION_KEY]), _CALIBRATION_ROWS)
-        x_mean, x_std = sample.mean(axis=0), sample.std(axis=0)
-        logits = np.tanh(((sample - x_mean) / x_std) @ W1 + b1) @ W2
-        return x_mean, x_std, W1, b1, W2, logits.mean(axis=0), logits.std(axis=0)
+        network = (sample.mean(axis=0), sample.std(axis=0), W1, b1, W2)
+        logits = _teacher_logits(sample, network)
+        return network, logits.mean(axis=0), logits.std(axis=0)
 
     def labels(self, X: np.ndarray) -> np.ndarray:
         """The teacher's class (int64) for each row of ``X``."""
-        x_mean, x_std, W1, b1, W2, z_mean, z_std = self._teacher
-        logits = np.tanh(((X - x_mean) / x_std) @ W1 + b1) @ W2
-        return ((logits - z_mean) / z_std).argmax(axis=1).astype(np.int64)
+        network, z_mean, z_std = self._teacher
+        return ((_teacher_logits(X, network) - z_mean) / z_std).argmax(axis=1).astype(np.int64)
 
     def blocks(self, n_rows: int, *, first_block: int = 0) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         """Yield ``(X, y)`` blocks that together hold ``n_rows`` rows."""
@@ -135,6 +135,11 @@ class AcousticFrames:
         for rng, rows in blocks:
             X = self.frames(rng, rows)
             yield X, self.labels(X)
+
+
+def _teacher_logits(X: np.ndarray, network: tuple[np.ndarray, ...]) -> np.ndarray:
+    x_mean, x_std, W1, b1, W2 = network
+    return np.tanh(((X - x_mean) / x_std) @ W1 + b1) @ W2
 
 
 def _band_smoother() -> np.ndarray:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:
     from dasklbfgs.models.base import Model
+
+#: the held-out score of each task, as :func:`evaluate_model` names it, and how reports show it
+SCORES = {"accuracy": "accuracy {accuracy:.4f}", "rmse": "rmse {rmse:.4g}, r2 {r2:.4f}",
+          "reconstruction_mse": "reconstruction mse {reconstruction_mse:.4g}"}
 
 
 def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, float]:
@@ -51,3 +56,8 @@ def held_out_metrics(model: Model, params: np.ndarray, data: Any) -> dict[str, f
     """:func:`evaluate_model` with keys prefixed ``eval_`` (history entries, metrics events)."""
     metrics = evaluate_model(model, params, data)
     return {f"eval_{k}": v for k, v in metrics.items() if k != "n_samples"}
+
+
+def score_name(metrics: Mapping[str, Any], prefix: str = "") -> str | None:
+    """The name of the score in ``metrics`` (its key less ``prefix``, e.g. ``"eval_"``), if any."""
+    return next((name for name in SCORES if prefix + name in metrics), None)

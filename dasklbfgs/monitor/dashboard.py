@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dasklbfgs.models.metrics import SCORES
 from dasklbfgs.monitor.events import TOPIC
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
@@ -19,7 +20,7 @@ ROUTE = "/training"
 REFRESH_MS = 500
 #: column of the curves -> the event keys that fill it, the first one present
 _COLUMNS = {"x": ("nit", "step"), "objective": ("fun", "train_loss"), "gnorm": ("gnorm",),
-            "heldout": ("eval_accuracy", "eval_rmse", "eval_reconstruction_mse"), "time": ("time",)}
+            "heldout": tuple(f"eval_{name}" for name in SCORES), "time": ("time",)}
 
 
 class TrainingPage:

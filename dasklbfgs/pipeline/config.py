@@ -13,17 +13,13 @@ from typing import Any
 from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.registry import ModelOptions
-from dasklbfgs.options import Options
+from dasklbfgs.options import KINDS, Options
 
 __all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "apply_overrides"]
 
-NUMBER = (int, float)
-#: the types a YAML value may have, by kind of option
-_TYPES = {"int": (int,), "float": NUMBER, "bool": (bool,), "choice": (str,), "ints": (list, int)}
-
 
 def _keys(options: type[Options]) -> dict[str, tuple[tuple[type, ...], Any]]:
-    return {name: (_TYPES[spec.kind], default) for name, default, spec in options.items()}
+    return {name: (KINDS[spec.kind].yaml, default) for name, default, spec in options.items()}
 
 
 # section -> key -> (accepted types, default); a default of ... means required.
@@ -92,7 +88,7 @@ def _value(section: str, key: str, value: Any, types: tuple[type, ...], default:
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
         names = " or ".join(t.__name__ for t in types)
         raise ConfigurationError(f"{where}: {section}.{key} must be {names}, got {type(value).__name__} {value!r}")
-    return float(value) if types == NUMBER else value
+    return float(value) if float in types else value
 
 
 def validate_train(given: Any, *, where: str = "<config>") -> dict[str, Any]:

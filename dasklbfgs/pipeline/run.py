@@ -18,7 +18,7 @@ from distributed import Client
 from dasklbfgs.data import ShardedDataset, make_dataset
 from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.models import model_for_dataset
-from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.models.metrics import evaluate_model, score_name
 from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
 from dasklbfgs.solvers import get_solver, minimize
@@ -39,18 +39,14 @@ def _datasets(config: dict[str, Any], out: Path) -> tuple[ShardedDataset, Sharde
     return ShardedDataset.open(data["train"]), test
 
 
-def _heldout_key(metrics: dict[str, float]) -> str:
-    return next(k for k in ("accuracy", "rmse", "reconstruction_mse") if k in metrics)
-
-
 def _curve_point(entry: dict[str, Any], iteration: int, objective: float | None) -> dict[str, Any]:
     """One point of curves.json from a solver's history entry."""
     point: dict[str, Any] = {"iteration": iteration, "time": entry["time"]}
     if objective is not None:
         point["objective"] = objective
-    held = {k[len("eval_"):]: v for k, v in entry.items() if k.startswith("eval_")}
-    if held:
-        point["heldout"] = held[_heldout_key(held)]
+    score = score_name(entry, "eval_")
+    if score is not None:
+        point["heldout"] = entry["eval_" + score]
     return point
 
 
@@ -66,11 +62,11 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
     model = model_for_dataset(spec["name"], train, **model_options(spec))
     result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test)
-    if get_solver(solver).unit == "iteration":
-        curve = [_curve_point(e, e["nit"], e["fun"]) for e in result.history]
+    chosen = get_solver(solver)
+    curve = [_curve_point(e, e[chosen.count_key], e.get(chosen.loss_key)) for e in result.history]
+    if chosen.iterative:
         facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
     else:
-        curve = [_curve_point(e, e["step"], e.get("train_loss")) for e in result.history]
         facts = {"steps": result.nit, **result.stats}
 
     metrics: dict[str, Any] = {
@@ -89,7 +85,7 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     save_params(out / "model.npz", model, result.x, {"pipeline": name})
     (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
     (out / "curves.json").write_text(json.dumps(curve, indent=2, default=float) + "\n")
-    held_label = "held-out " + (_heldout_key(metrics["test"]) if test is not None else "metric")
+    held_label = "held-out " + (score_name(metrics["test"]) if test is not None else "metric")
     plot_curves(curve, out / "curves.png", title=f"{name} ({solver})", heldout_label=held_label)
     return metrics
 

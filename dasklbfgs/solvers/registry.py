@@ -30,7 +30,8 @@ __all__ = ["Solver", "register", "get_solver", "solver_names", "minimize", "solv
 class Solver:
     """A registered solver.
 
-    ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``).
+    ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``); the
+    properties below are what front ends need to know about it.
     """
 
     name: str
@@ -38,6 +39,26 @@ class Solver:
     run: Callable[..., OptimizeResult]
     summary: str
     unit: str = "iteration"
+
+    @property
+    def iterative(self) -> bool:
+        """True when ``nit`` counts iterations of one optimizer, False for global steps."""
+        return self.unit == "iteration"
+
+    @property
+    def count_key(self) -> str:
+        """The key of a history entry's iteration or global step."""
+        return "nit" if self.iterative else "step"
+
+    @property
+    def loss_key(self) -> str:
+        """The key of a history entry's training objective (some step entries lack it)."""
+        return "fun" if self.iterative else "train_loss"
+
+    @property
+    def budget(self) -> str:
+        """The option that bounds ``nit``."""
+        return "maxiter" if self.iterative else "max_steps"
 
 
 _SOLVERS: dict[str, Solver] = {}
