@@ -58,7 +58,7 @@ def run_one(width: int, mode: str, iterations: int, data_dir: Path, address: str
         started = time.perf_counter()
         try:
             result = sandblaster_lbfgs(model, data, client=client, maxiter=iterations, gtol=0.0, ftol=0.0,
-                                       state=mode, n_param_shards=2)
+                                       state=mode, **({"n_param_shards": 2} if mode == "sharded" else {}))
         except MemoryError as exc:
             return {"width": model.n_params, "mode": mode, "failed": f"MemoryError: {exc}",
                     "seconds": time.perf_counter() - started,

@@ -19,7 +19,7 @@ import difflib
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -170,13 +170,14 @@ def option(default: Any, help: str, kind: str, **spec: Any) -> Any:
     return field(default=default, metadata={"option": OptionSpec(help=help, kind=kind, **spec)})
 
 
-def override(base: type[Options], name: str, *, default: Any) -> Any:
-    """The field ``name`` of ``base`` with another default (same help text and checks).
+def override(base: type[Options], name: str, *, default: Any, **changes: Any) -> Any:
+    """The field ``name`` of ``base`` with another default (same help text and checks, with
+    ``changes`` to its :class:`OptionSpec` if given, such as ``nullable=True``).
 
     For a solver whose natural default differs (Downpour's optimizer is Adagrad, the peer
     methods' is SGD); the option is still described once.
     """
-    return field(default=default, metadata={"option": base.spec(name)})
+    return field(default=default, metadata={"option": replace(base.spec(name), **changes)})
 
 
 def describe_default(value: Any, spec: OptionSpec) -> str:

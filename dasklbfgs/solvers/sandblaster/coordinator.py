@@ -58,9 +58,9 @@ class SandblasterRun:
     def __init__(self, model: Model, data: Any, options: SandblasterOptions, *, x0: Any,
                  callback: Callable[[OptimizeResult], Any] | None, eval_data: Any) -> None:
         self.model, self.options, self.callback = model, options, callback
-        if options.state == "sharded" and options.n_param_shards > model.n_params:
+        if options.state == "sharded" and options.param_shards > model.n_params:
             raise ConfigurationError(
-                f"n_param_shards ({options.n_param_shards}) is larger than the model's {model.n_params} parameters"
+                f"n_param_shards ({options.param_shards}) is larger than the model's {model.n_params} parameters"
             )
         if options.standardize and not isinstance(model, LinearModel):
             raise ConfigurationError(
@@ -77,7 +77,7 @@ class SandblasterRun:
         self.settings: dict[str, Any] = {"standardize": options.standardize, "history_size": options.history,
                                          "n_samples": self.dataset.n_samples}
         if options.state == "sharded":
-            self.settings["n_param_shards"] = options.n_param_shards
+            self.settings["n_param_shards"] = options.param_shards
         self.saved = self._load_checkpoint()
         self.space: ShardedSpace | None = None
         self.transform: Standardizer | None = None
@@ -136,7 +136,7 @@ class SandblasterRun:
         theta0 = self.x_start if self.transform is None else self.transform.to_theta(self.x_start)
         if opts.state == "sharded":
             self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.n_samples, theta0,
-                                      opts.history, opts.n_param_shards, self.transform)
+                                      opts.history, opts.param_shards, self.transform)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
                 self.space.restore(opts.checkpoint_path, self.saved.basis)

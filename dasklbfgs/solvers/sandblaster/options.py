@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.lbfgs import LBFGSOptions
 from dasklbfgs.options import option, override
 from dasklbfgs.solvers.common_options import CheckpointOptions, HeldOutOptions, ParamShardOptions
@@ -22,6 +23,9 @@ class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, L
     maxiter: int = override(LBFGSOptions, "maxiter", default=100)
     eval_every: int | None = override(HeldOutOptions, "eval_every", default=1)
     checkpoint_every: int | None = override(CheckpointOptions, "checkpoint_every", default=1)
+    n_param_shards: int | None = override(
+        ParamShardOptions, "n_param_shards", default=None, nullable=True,
+        none_means=f"{ParamShardOptions.default('n_param_shards')} with state='sharded'")
     portion_rows: int | None = option(
         None, "rows per portion, the unit of work of one task", "int", minimum=1, nullable=True,
         none_means=f"the data cut into about {DEFAULT_PORTIONS} portions of at most a shard, "
@@ -38,3 +42,16 @@ class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, L
     cache: bool | str = option("auto", "keep shards in worker memory (True), stream them from Zarr every "
                                "evaluation (False), or cache when they fit in half the workers' memory "
                                "('auto')", "bool_or_auto")
+
+    def check_together(self) -> None:
+        super().check_together()
+        if self.state == "local" and self.n_param_shards is not None:
+            raise ConfigurationError(
+                f"sandblaster option n_param_shards applies to state='sharded' (L-BFGS vectors on parameter-shard "
+                f"actors), got n_param_shards={self.n_param_shards} with state='local'"
+            )
+
+    @property
+    def param_shards(self) -> int:
+        """How many parameter shards hold the L-BFGS vectors with ``state='sharded'``."""
+        return ParamShardOptions.default("n_param_shards") if self.n_param_shards is None else self.n_param_shards

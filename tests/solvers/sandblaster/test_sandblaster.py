@@ -417,3 +417,9 @@ def test_tiny_portions_warn_that_overhead_will_dominate(client, tmp_path) -> Non
     with pytest.warns(PerformanceWarning, match=r"portion_rows=1 cuts the data into 2,100 portions"):
         evaluator = MegaBatchEvaluator(client, Logistic(2), data, portion_rows=1)
     evaluator.close()
+
+
+def test_param_shards_without_sharded_state_are_refused(datasets) -> None:
+    with pytest.raises(ConfigurationError, match=r"n_param_shards applies to state='sharded' .*got "
+                                                 r"n_param_shards=3 with state='local'"):
+        sandblaster_lbfgs(Logistic(8), datasets["logistic"], n_param_shards=3)

@@ -42,8 +42,9 @@ def test_standardized_sharded_run_follows_the_standardized_local_run(client, dat
     seen: dict[str, list] = {"local": [], "sharded": []}
     runs = {}
     for state in ("local", "sharded"):
+        shards = {"n_param_shards": 2} if state == "sharded" else {}  # state='local' refuses n_param_shards
         runs[state] = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=True, state=state,
-                                        n_param_shards=2, eval_data=data, eval_every=5,
+                                        **shards, eval_data=data, eval_every=5,
                                         callback=lambda r, s=state: seen[s].append(r.x.copy()))
     local, sharded = runs["local"], runs["sharded"]
     plain = sandblaster_lbfgs(model, data, client=client, maxiter=40)
