@@ -111,8 +111,9 @@ def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
     with pytest.raises(ClusterConnectionError, match=r"could not reach the Dask scheduler at 'tcp://127.0.0.1:9' within 3 s"):
         connect("tcp://127.0.0.1:9", timeout=3)
     assert time.monotonic() - started < 15
+    train = make_dataset("logistic", tmp_path / "d", rows=100, features=2, shard_rows=50)["train"]  # opened first
     proc = subprocess.run([sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler", "tcp://127.0.0.1:9",
-                           "--timeout", "3", "--data", str(tmp_path)], capture_output=True, text=True, timeout=120)
+                           "--timeout", "3", "--data", str(train.path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "could not reach the Dask scheduler" in proc.stderr
 
 
