@@ -26,6 +26,11 @@ def check_replica_run(model: Model, data: Any, options: Any, eval_data: Any) -> 
     not fit the data."""
     dataset = as_dataset(data)
     model.check_data(dataset)
+    if options.n_replicas > dataset.n_samples:
+        raise ConfigurationError(
+            f"n_replicas ({options.n_replicas}) is larger than the dataset's {dataset.n_samples} rows: "
+            "each replica trains on rows of its own"
+        )
     rows = replica_rows(dataset.n_samples, options.n_replicas)
     smallest = min(b - a for a, b in rows)
     if options.batch_size > smallest:

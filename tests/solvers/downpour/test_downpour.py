@@ -216,6 +216,7 @@ def test_helpers() -> None:
     [
         ({"n_param_shards": 40}, ConfigurationError, r"n_param_shards \(40\) is larger than the model's 33 parameters"),
         ({"n_replicas": 0}, ConfigurationError, r"n_replicas must be an integer >= 1, got 0"),
+        ({"n_replicas": 12001}, ConfigurationError, r"n_replicas \(12001\) is larger than the dataset.s 12000 rows"),
         ({"batch_size": 7000}, ConfigurationError, r"batch_size \(7000\) is larger than a replica.s data \(6000 rows"),
         ({"n_fetch": 0}, ConfigurationError, r"n_fetch must be an integer >= 1, got 0"),
         ({"n_push": -1}, ConfigurationError, r"n_push must be an integer >= 1, got -1"),
