@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 from dasklbfgs.errors import ConfigurationError, PerformanceWarning
 
-DEFAULT_PORTIONS = 16
+DEFAULT_PORTIONS = 8
 MANY_PORTIONS = 2000  # past this many tasks per evaluation, Dask's overhead dominates
 
 
@@ -34,7 +34,9 @@ def default_portion_rows(n_samples: int, shard_rows: int) -> int:
     It depends on the data alone, never on the cluster, so the portion plan and with it the
     summation order, and the bits of every result, are the same on any number of workers
     (docs/algorithms.md §1). Few, large portions keep Dask's per-task overhead (about a
-    millisecond) small next to the work; sixteen still leave pieces for faster workers.
+    millisecond) small next to the work. Only the shards bound how many workers share the
+    work (a portion runs where its shard is); ``portion_rows`` cuts finer for workers with
+    many threads.
     """
     return max(1, min(shard_rows, math.ceil(n_samples / DEFAULT_PORTIONS)))
 

@@ -395,7 +395,7 @@ def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_e
 
 
 def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
-    """Without portion_rows the plan comes from the data alone (about 16 portions, at most a
+    """Without portion_rows the plan comes from the data alone (about 8 portions, at most a
     shard each), so one single-thread worker and three two-thread workers agree bitwise."""
     data = datasets["multinomial"]
     model = Softmax(data.n_features, 3, l2=1e-2)
@@ -404,7 +404,7 @@ def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
         with connect(n_workers=n_workers, threads_per_worker=threads, dashboard_address=None) as cluster:
             runs.append(sandblaster_lbfgs(model, data, client=cluster, maxiter=15))
     one, many = runs
-    assert one.n_portions == many.n_portions == 18  # 6000 rows / 16 -> 375; 6 shards of 1000 in 3 each
+    assert one.n_portions == many.n_portions == 12  # 6000 rows / 8 -> 750; 6 shards of 1000 in 2 each
     assert one.nit == many.nit
     np.testing.assert_array_equal(one.x, many.x)
     assert one.fun == many.fun
