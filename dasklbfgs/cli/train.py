@@ -42,12 +42,12 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions
 
-    # Bad flags and missing datasets fail before a cluster starts.
+    # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
     options = options_from_args(args, args.solver)
     data = ShardedDataset.open(args.data)
     test = ShardedDataset.open(args.test) if args.test else None
+    model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
     with cluster_from_args(args) as client:
-        model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
         result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
                                      quiet=args.quiet or args.json)
         report = train_report(model, result, data, test)

@@ -17,6 +17,10 @@ from dasklbfgs.solvers.registry import solver_names
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 SHORT = {"sandblaster": {"maxiter": 3}}  # the replica methods: one epoch
+# Every solver, plus Sandblaster with its L-BFGS vectors on parameter-shard actors.
+CASES = [(name, SHORT.get(name, {"epochs": 1, "batch_size": 64})) for name in solver_names()] + [
+    ("sandblaster", {"maxiter": 3, "state": "sharded"})]
+CASE_IDS = [name + ("-sharded" if options.get("state") else "") for name, options in CASES]
 FAILING_AT_STEP = 3
 
 
@@ -59,23 +63,22 @@ def _settled(client, keys_before, actors_before, seconds: float = 10.0) -> tuple
         time.sleep(0.1)
 
 
-def _run(solver, model, data, client):
-    options = SHORT.get(solver, {"epochs": 1, "batch_size": 64})
+def _run(solver, options, model, data, client):
     return minimize(model, data, solver, client=client, **options)
 
 
-@pytest.mark.parametrize("solver", solver_names())
-def test_runs_leave_nothing_on_the_cluster(client, data, solver) -> None:
+@pytest.mark.parametrize("solver, options", CASES, ids=CASE_IDS)
+def test_runs_leave_nothing_on_the_cluster(client, data, solver, options) -> None:
     keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
     for _ in range(3):
-        result = _run(solver, Logistic(3), data, client)
+        result = _run(solver, options, Logistic(3), data, client)
         assert np.all(np.isfinite(result.x))
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
 
 
-@pytest.mark.parametrize("solver", solver_names())
-def test_failed_runs_leave_nothing_on_the_cluster(client, data, solver) -> None:
+@pytest.mark.parametrize("solver, options", CASES, ids=CASE_IDS)
+def test_failed_runs_leave_nothing_on_the_cluster(client, data, solver, options) -> None:
     keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
     with pytest.raises(RuntimeError, match="a model bug on a worker"):
-        _run(solver, FailsOnWorkers(3), data, client)
+        _run(solver, options, FailsOnWorkers(3), data, client)
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)

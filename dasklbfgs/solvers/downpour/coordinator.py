@@ -9,6 +9,7 @@ shards when to stop.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future
+from distributed import Client, Future, wait
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs.cluster import resolve_client
@@ -36,6 +37,8 @@ from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write
 from dasklbfgs.solvers.downpour.wire import param_bounds
 
 __all__ = ["run_downpour"]
+
+REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
 
 
 def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: Client | None = None,
@@ -271,6 +274,12 @@ class _DownpourRun(Coordinator):
                            hyper=self.rule.hyper, extra={"steps": int(steps)})
 
     def close(self) -> None:
+        """Ask replicas still running (a run that failed or was interrupted) to stop, give them
+        a moment to leave, then cancel everything of the run."""
+        with contextlib.suppress(Exception):  # best effort: a shard may have gone with its worker
+            for call in [s.request_stop("the run has ended") for s in self.shards]:
+                call.result(timeout=REPLICA_EXIT_SECONDS)
+            wait(list(self.replica_futures.values()), timeout=REPLICA_EXIT_SECONDS)
         self.release([*self.replica_futures.values(), *self.shard_futures])
         self.shards = []
         self.directory.delete()

@@ -179,7 +179,7 @@ class DownpourReplica(ReplicaTask):
         Xb = self.X[index]
         computed = self.gradient(self.params, Xb, self.y[index], epoch)
         if computed is None:
-            _results([s.request_stop(self.stop) for s in self.shards])
+            _results(_start(lambda: [s.request_stop(self.stop) for s in self.shards]))
             return True
         loss, grad = computed
         self.accrue(loss, grad, Xb)

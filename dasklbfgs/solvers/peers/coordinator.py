@@ -116,18 +116,22 @@ class _PeerRun(Coordinator):
         return Progress(steps, sum(s["loss_sum"] for s in stats), sum(s["loss_count"] for s in stats), reason,
                         finished, event)
 
-    def mailbox_stats(self) -> list[dict[str, Any]]:
+    def _calls(self, make_calls: Callable[[], list[Any]]) -> list[Any]:
+        """The replies of calls to the mailboxes or the center; a lost one is WorkerLostError."""
         try:
-            return wait_all([m.stats() for m in self.mailboxes])
-        except Exception as exc:  # noqa: BLE001 - a lost mailbox is WorkerLostError, anything else re-raised
+            return wait_all(make_calls())
+        except Exception as exc:  # noqa: BLE001 - a lost actor is WorkerLostError, anything else re-raised
             self.lost(exc)
             raise
 
+    def mailbox_stats(self) -> list[dict[str, Any]]:
+        return self._calls(lambda: [m.stats() for m in self.mailboxes])
+
     def published(self) -> list[np.ndarray]:
-        return [x if x is not None else self.x_start for x, _ in wait_all([m.peek() for m in self.mailboxes])]
+        return [x if x is not None else self.x_start for x, _ in self._calls(lambda: [m.peek() for m in self.mailboxes])]
 
     def center_params(self) -> np.ndarray:
-        return np.concatenate([reply[0] for reply in wait_all([sh.fetch() for sh in self.center])])
+        return np.concatenate([reply[0] for reply in self._calls(lambda: [sh.fetch() for sh in self.center])])
 
     def current_params(self) -> np.ndarray:
         return REPLICAS[self.method].returned(self, None)[0]
@@ -136,11 +140,7 @@ class _PeerRun(Coordinator):
         raise NotImplementedError
 
     def request_stop(self, reason: str) -> None:
-        try:
-            wait_all([m.request_stop(reason) for m in self.mailboxes])
-        except Exception:
-            self.lost()  # a mailbox's worker died: say so (WorkerLostError), else re-raise
-            raise
+        self._calls(lambda: [m.request_stop(reason) for m in self.mailboxes])
 
     # -- the run ----------------------------------------------------------------------------
 

@@ -113,11 +113,12 @@ class MegaBatchEvaluator:
 
         self.cache = cache
         workers = self._workers()
-        if portion_rows is None:
+        if portion_rows is not None:
+            warn_if_many(plan_portions(data.shard_bounds, portion_rows), portion_rows)
+        else:
             # Streaming, a portion decodes the whole Zarr chunk it reads from: one per shard.
             portion_rows = default_portion_rows(data.n_samples, data.shard_rows) if cache else data.shard_rows
         self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
-        warn_if_many(self.portions, portion_rows)
         self.shards: list[Future] = []
         if not cache:  # out of core: every evaluation streams the rows from Zarr
             return
@@ -272,7 +273,10 @@ class MegaBatchEvaluator:
     def _holders(self) -> list[dict[str | None, Future]]:
         """Per shard: worker -> the future holding that shard there (the original, and the
         copies backup tasks left on helpers that hold them by now)."""
-        while True:
+        for _attempt in range(MAX_ATTEMPTS):
+            if gone := [i for i, f in enumerate(self.shards) if f.cancelled()]:
+                raise WorkerLostError(f"the cached shards {gone} were cancelled (the client lost its scheduler, "
+                                      "or the cluster was restarted); start the run again")
             self._drop_lost_copies()
             keys = self.shards + [f for c in self.copies.values() for f in c.values()]
             try:
@@ -280,6 +284,8 @@ class MegaBatchEvaluator:
                 break
             except CancelledError:  # a copy was given up since the check: drop it and ask again
                 continue
+        else:
+            raise WorkerLostError(f"the shard copies kept being cancelled {MAX_ATTEMPTS} times in a row")
         out: list[dict[str | None, Future]] = []
         for i, shard in enumerate(self.shards):
             holders: dict[str | None, Future] = {w: shard for w in where.get(shard.key, ())}

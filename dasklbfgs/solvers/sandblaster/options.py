@@ -28,8 +28,8 @@ class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, L
         none_means=f"{ParamShardOptions.default('n_param_shards')} with state='sharded'")
     portion_rows: int | None = option(
         None, "rows per portion, the unit of work of one task", "int", minimum=1, nullable=True,
-        none_means=f"the data cut into about {DEFAULT_PORTIONS} portions of at most a shard, "
-        "whatever the cluster (so the bits are too)")
+        none_means=f"the data cut into about {DEFAULT_PORTIONS} portions of at most a shard (streaming: one "
+        "per shard), whatever the cluster, so the bits are too")
     backup_tasks: bool = option(True, "copy the outstanding portions of straggling workers to idle ones and "
                                 "take the first result", "bool")
     backup_slack: float = option(1.5, "a worker is a straggler when it progresses this many times slower than "

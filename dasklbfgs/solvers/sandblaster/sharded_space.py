@@ -258,5 +258,5 @@ class ShardedSpace:
         return np.concatenate([c.result() for c in [s.get("g") for s in self.shards]])
 
     def close(self) -> None:
-        self.client.cancel(self._futures)
+        self.client.cancel(self._futures, force=True)  # handles passed to tasks must not keep them alive
         self.shards = []

@@ -423,3 +423,13 @@ def test_param_shards_without_sharded_state_are_refused(datasets) -> None:
     with pytest.raises(ConfigurationError, match=r"n_param_shards applies to state='sharded' .*got "
                                                  r"n_param_shards=3 with state='local'"):
         sandblaster_lbfgs(Logistic(8), datasets["logistic"], n_param_shards=3)
+
+
+def test_many_shards_do_not_warn_about_a_portion_rows_nobody_gave(client, tmp_path) -> None:
+    """Portions never cross shards: with more than 2,000 shards the default plan has as many
+    portions, and a warning that blamed portion_rows would be false."""
+    X = np.random.default_rng(0).normal(size=(2100, 2))
+    data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=1)
+    evaluator = MegaBatchEvaluator(client, Logistic(2), data, cache=False)  # raises if it warns
+    assert len(evaluator.portions) == 2100
+    evaluator.close()
