@@ -31,6 +31,8 @@ from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, run_peer_repli
 
 __all__ = ["peer_config", "run_peers"]
 
+CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
+
 PeerOptions = SyncOptions | EASGDOptions | GossipOptions | NeighbourOptions
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
@@ -117,9 +119,20 @@ class _PeerRun(Coordinator):
                         finished, event)
 
     def _calls(self, make_calls: Callable[[], list[Any]]) -> list[Any]:
-        """The replies of calls to the mailboxes or the center; a lost one is WorkerLostError."""
+        """The replies of calls to the mailboxes or the center; a lost one is WorkerLostError.
+
+        A call to a worker that just died can hang for Dask's connect timeout (30 s) although
+        the scheduler knows within a second: while a reply is late, ask the scheduler."""
         try:
-            return wait_all(make_calls())
+            calls = make_calls()
+            for call in calls:
+                while True:
+                    try:
+                        call.result(timeout=CALL_CHECK_SECONDS)
+                        break
+                    except TimeoutError:
+                        self.lost()
+            return wait_all(calls)
         except Exception as exc:  # noqa: BLE001 - a lost actor is WorkerLostError, anything else re-raised
             self.lost(exc)
             raise
