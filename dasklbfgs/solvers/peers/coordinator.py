@@ -124,15 +124,15 @@ class _PeerRun(Coordinator):
         A call to a worker that just died can hang for Dask's connect timeout (30 s) although
         the scheduler knows within a second: while a reply is late, ask the scheduler."""
         try:
-            calls = make_calls()
-            for call in calls:
+            replies = []
+            for call in make_calls():  # all sent before the first wait
                 while True:
                     try:
-                        call.result(timeout=CALL_CHECK_SECONDS)
+                        replies.append(call.result(timeout=CALL_CHECK_SECONDS))
                         break
                     except TimeoutError:
                         self.lost()
-            return wait_all(calls)
+            return replies
         except Exception as exc:  # noqa: BLE001 - a lost actor is WorkerLostError, anything else re-raised
             self.lost(exc)
             raise

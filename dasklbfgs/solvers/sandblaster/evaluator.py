@@ -113,12 +113,13 @@ class MegaBatchEvaluator:
 
         self.cache = cache
         workers = self._workers()
-        if portion_rows is not None:
-            warn_if_many(plan_portions(data.shard_bounds, portion_rows), portion_rows)
-        else:
+        given = portion_rows is not None
+        if portion_rows is None:
             # Streaming, a portion decodes the whole Zarr chunk it reads from: one per shard.
             portion_rows = default_portion_rows(data.n_samples, data.shard_rows) if cache else data.shard_rows
         self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
+        if given:  # the default plan never has more portions than shards: nothing to blame on it
+            warn_if_many(self.portions, portion_rows)
         self.shards: list[Future] = []
         if not cache:  # out of core: every evaluation streams the rows from Zarr
             return
