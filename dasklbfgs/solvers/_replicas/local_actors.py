@@ -12,9 +12,24 @@ fresh arrays from ``fetch`` and ``push``).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["OnWorkerLoop", "bind_local", "wait_all"]
+__all__ = ["ActorRef", "OnWorkerLoop", "bind_local", "wait_all"]
+
+
+class ActorRef(NamedTuple):
+    """What a task needs to call an actor, given instead of the handle: a task given a
+    handle depends on the actor, and Dask fails it when that actor's worker is lost, even
+    if the task runs on a live worker (a surviving replica would lose its state with a peer)."""
+
+    cls: type
+    address: str  # the worker the actor was placed on
+    key: str
+
+    def handle(self) -> Any:
+        from distributed.actor import Actor
+
+        return Actor(self.cls, self.address, self.key)
 
 
 class OnWorkerLoop:

@@ -163,11 +163,13 @@ class Coordinator:
                                   pure=False)
 
     def launch(self, r: int, task: Callable[..., Any], worker: str | None, *, allow_other_workers: bool,
-               **kwargs: Any) -> None:
-        """Start replica ``r``'s ``task`` on its rows, on ``worker`` (None: any worker)."""
+               generation: int = 0, **kwargs: Any) -> None:
+        """Start replica ``r``'s ``task`` on its rows, on ``worker`` (None: any worker); a
+        restarted run's tasks need a new ``generation`` (Dask refuses a released key in flight)."""
         self.replica_futures[r] = self.client.submit(
             task, r, model=self.model, data=self.data, rows=self.rows[r], **kwargs,
-            key=f"{self.method}-replica-{self.token}-{r}", workers=None if worker is None else [worker],
+            key=f"{self.method}-replica-{self.token}-{r}" + (f"-g{generation}" if generation else ""),
+            workers=None if worker is None else [worker],
             allow_other_workers=allow_other_workers, pure=False,
         )
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import distributed
 import numpy as np
 from distributed import Client, Future
 from scipy.optimize import OptimizeResult
@@ -20,20 +21,21 @@ from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.optim.updates import make_rule
-from dasklbfgs.solvers._replicas.local_actors import wait_all
+from dasklbfgs.solvers._replicas.local_actors import ActorRef, wait_all
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers.peers.mailbox import PeerMailbox
-from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
-from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, run_peer_replica
+from dasklbfgs.solvers.peers.options import EASGDOptions, PeerOptions
+from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, run_peer_replica
 
 __all__ = ["peer_config", "run_peers"]
 
 CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
 
-PeerOptions = SyncOptions | EASGDOptions | GossipOptions | NeighbourOptions
+RESTART_WAIT = 30.0  # seconds for the surviving replicas to stop and hand over their states
+CLOSE_WAIT = 5.0     # seconds for the mailboxes to take the abort at the end of a run
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
 
@@ -69,47 +71,145 @@ def peer_config(options: PeerOptions, checked: ReplicaRun, rule: Any) -> PeerCon
 
 
 class _PeerRun(Coordinator):
-    """The mailboxes, the center (EASGD) and the replica tasks of one run."""
+    """The mailboxes, the center (EASGD) and the replica tasks of one run, and the restarts
+    that replace them when a worker holding some of them is lost (:meth:`restart`)."""
 
     def __init__(self, client: Client, model: Model, checked: ReplicaRun, config: PeerConfig, x_start: np.ndarray,
                  n_center_shards: int, options: PeerOptions) -> None:
         super().__init__(client, model, checked, options)
-        self.config, self.x_start = config, x_start
-        # a replica must run where its mailbox lives: place both on a named worker
+        self.config, self.x_start, self.max_restarts = config, x_start, options.max_restarts
+        self.generation = 0                     # restarts so far: part of every new key
+        self.restarts: list[dict[str, Any]] = []
+        self.traffic_before = {"messages": 0, "bytes": 0}  # through the mailboxes of earlier generations
+        self.polled: list[dict[str, Any]] = [{"steps": 0, "loss_sum": 0.0, "recent_loss": math.nan}
+                                             for _ in range(config.n_replicas)]  # last mailbox stats seen
         client.wait_for_workers(1, timeout=WORKER_WAIT)
-        self.workers = self.live_workers()
-        self.placement = [self.workers[r % len(self.workers)] for r in range(config.n_replicas)]
-        self.mailbox_futures: list[Future] = [
-            self.actor(PeerMailbox, r, key=f"peer-mailbox-{self.token}-{r}", worker=w)
-            for r, w in enumerate(self.placement)
-        ]
-        self.mailboxes = [f.result() for f in self.mailbox_futures]
+        workers = self.live_workers()
+        self.place_mailboxes(workers)
         self.bounds = param_bounds(model.n_params, n_center_shards) if n_center_shards else []
-        self.center_futures: list[Future] = [
-            self.actor(ParameterShard, i, a, b, x_start[a:b], "sgd", {"learning_rate": 1.0},
-                       key=f"easgd-center-{self.token}-{i}", worker=self.workers[i % len(self.workers)])
-            for i, (a, b) in enumerate(self.bounds)
-        ]
+        self.center_workers = [workers[i % len(workers)] for i in range(len(self.bounds))]
+        self.center_futures = [self.center_shard(i, x_start) for i in range(len(self.bounds))]
         self.center = [f.result() for f in self.center_futures]
 
-    # -- what the watch loop asks -----------------------------------------------------------
+    def key(self, name: str, index: int) -> str:
+        return f"{name}-{self.token}-{index}" + (f"-g{self.generation}" if self.generation else "")
+
+    def place_mailboxes(self, workers: list[str]) -> None:
+        """A mailbox per replica, spread over ``workers``; each replica will run where its mailbox lives."""
+        self.placement = [workers[r % len(workers)] for r in range(self.config.n_replicas)]
+        self.mailbox_futures = [self.actor(PeerMailbox, r, key=self.key("peer-mailbox", r), worker=w)
+                                for r, w in enumerate(self.placement)]
+        self.mailboxes = [f.result() for f in self.mailbox_futures]
+
+    def center_shard(self, i: int, center: np.ndarray) -> Future:
+        """EASGD's center shard ``i`` holding its slice of ``center``, on ``center_workers[i]``."""
+        a, b = self.bounds[i]
+        return self.actor(ParameterShard, i, a, b, center[a:b], "sgd", {"learning_rate": 1.0},
+                          key=self.key("easgd-center", i), worker=self.center_workers[i])
+
+    def start_replicas(self, resumes: list[dict[str, Any]] | None = None) -> None:
+        mailboxes = [ActorRef(PeerMailbox, w, m.key) for m, w in zip(self.mailboxes, self.placement)]
+        center = [ActorRef(ParameterShard, w, sh.key) for sh, w in zip(self.center, self.center_workers)]
+        for r, worker in enumerate(self.placement):
+            # a replica uses its own mailbox in-process: it must run where the mailbox lives
+            self.launch(r, run_peer_replica, worker, allow_other_workers=False, generation=self.generation,
+                        config=self.config, mailboxes=mailboxes, x0=self.x_start, center=center or None,
+                        bounds=self.bounds or None, resume=None if resumes is None else resumes[r])
+
+    # -- losing a worker --------------------------------------------------------------------
 
     def lost(self, error: BaseException | None = None) -> None:
-        """Stop with WorkerLostError if a mailbox or center shard was lost (after ``error``
-        from a call to one, waiting for the scheduler to say so)."""
-        if error is not None and not self.actor_failed(self.mailbox_futures + self.center_futures, error):
+        """Restart the replicas if a mailbox or center shard was lost (after ``error`` from a
+        call to one, waiting for the scheduler to say so); re-raise any other ``error``."""
+        actors = self.mailbox_futures + self.center_futures
+        if error is not None and not self.actor_failed(actors, error):
             raise error
-        if any(f.status == "error" for f in self.mailbox_futures + self.center_futures):
+        if any(f.status == "error" for f in actors):
+            self.restart()
+
+    def restart(self) -> None:
+        """Go on without the mailboxes and center shards lost with their worker: stop every
+        surviving replica and take its state, give each lost replica the state its method
+        rebuilds (:meth:`PeerReplica.resumed`), and relaunch all replicas on new mailboxes
+        spread over the live workers, each at the step it reached. Fails with
+        :class:`WorkerLostError` after ``max_restarts`` restarts or with no worker left."""
+        started = time.perf_counter()
+        lost = [r for r, f in enumerate(self.mailbox_futures) if f.status == "error"]
+        lost_shards = [i for i, f in enumerate(self.center_futures) if f.status == "error"]
+        what = " and ".join(part for part in (lost and f"the mailboxes of replica(s) {lost}",
+                                              lost_shards and f"center shard(s) {lost_shards}") if part)
+        if len(self.restarts) >= self.max_restarts:
             raise WorkerLostError(
-                f"a worker holding {self.method} replicas' mailboxes or center shards died; "
-                f"{self.method} keeps no checkpoints to restart from, so the run stops "
-                "(Downpour survives worker loss: see downpour_sgd's checkpoint_every)"
+                f"{self.method}: {what} were lost with their worker after {len(self.restarts)} restart(s) of the "
+                f"replicas, and max_restarts is {self.max_restarts}: raise max_restarts to go on after more losses"
             )
+        entries = self.stop_replicas(lost)
+        workers = self.live_workers()
+        if not workers:
+            raise WorkerLostError(f"{self.method}: {what} were lost and no worker is left to restart the replicas on")
+        old = [*self.replica_futures.values(), *self.mailbox_futures]
+        self.generation += 1
+        center = self.restore_center(lost_shards, entries, workers) if self.center else None
+        resumes = REPLICAS[self.method].resumed(entries, center)
+        self.place_mailboxes(workers)
+        self.release(old)
+        self.start_replicas(resumes)
+        if self.stop_reason is not None:
+            self.request_stop(self.stop_reason)
+        self.restarts.append({"replicas": lost, "center_shards": lost_shards,
+                              "step": sum(e["steps"] for e in entries), "seconds": time.perf_counter() - started})
+
+    def stop_replicas(self, lost: list[int]) -> list[dict[str, Any]]:
+        """Abort the run on the surviving mailboxes and collect each replica's state: a
+        survivor's final tallies, or for a replica lost with its worker (or not back within
+        ``RESTART_WAIT``) the counters last polled from its mailbox."""
+        alive = [r for r in range(self.config.n_replicas) if r not in lost]
+        _replies_or_none([self.mailboxes[r].abort() for r in alive], RESTART_WAIT)
+        with contextlib.suppress(TimeoutError):
+            distributed.wait([self.replica_futures[r] for r in alive], timeout=RESTART_WAIT)
+        stats = _replies_or_none([self.mailboxes[r].stats() for r in alive], RESTART_WAIT)
+        for mailbox in [s for s in stats if s is not None] + [self.polled[r] for r in lost]:
+            self.traffic_before["messages"] += mailbox.get("messages_in", 0) + mailbox.get("reads", 0)
+            self.traffic_before["bytes"] += mailbox.get("bytes_in", 0) + mailbox.get("bytes_out", 0)
+        entries = []
+        for r, future in sorted(self.replica_futures.items()):
+            if r in alive and future.status in ("finished", "error"):
+                tallies = future.result()  # a replica's own error (not a lost peer) stops the run
+                entries.append({k: v for k, v in tallies.items() if k != "x"})
+            else:
+                entries.append({"replica": r, **{k: self.polled[r][k] for k in ("steps", "loss_sum", "recent_loss")}})
+        return entries
+
+    def restore_center(self, lost_shards: list[int], entries: list[dict[str, Any]], workers: list[str]) -> np.ndarray:
+        """EASGD's center to restart from: the surviving shards' slices, and the lost shards
+        re-created on live workers from the surviving replicas' average (the point the
+        replicas and the center are drawn to)."""
+        kept = [i for i in range(len(self.center)) if i not in lost_shards]
+        fetched = _replies_or_none([self.center[i].fetch() for i in kept], RESTART_WAIT)
+        lost_shards = lost_shards + [i for i, reply in zip(kept, fetched) if reply is None]
+        center = np.empty_like(self.x_start)
+        for i, reply in zip(kept, fetched):
+            if reply is not None:
+                a, b = self.bounds[i]
+                center[a:b] = reply[0]
+        if lost_shards:
+            center_of_replicas = average_of([e for e in entries if "params" in e])
+            old = [self.center_futures[i] for i in lost_shards]
+            for i in lost_shards:
+                a, b = self.bounds[i]
+                center[a:b] = center_of_replicas[a:b]
+                self.center_workers[i] = workers[i % len(workers)]
+                self.center_futures[i] = self.center_shard(i, center)
+            self.center = [f.result() for f in self.center_futures]
+            self.release(old)
+        return center
+
+    # -- what the watch loop asks -----------------------------------------------------------
 
     def poll(self) -> Progress:
         self.lost()
         finished = self.replicas_finished()
-        stats = self.mailbox_stats()
+        stats = self.polled = self.mailbox_stats()
         steps = sum(s["steps"] for s in stats)
         if self.max_steps is not None and steps >= self.max_steps:
             self.stop(f"max_steps ({self.max_steps}) reached")
@@ -119,23 +219,28 @@ class _PeerRun(Coordinator):
                         finished, event)
 
     def _calls(self, make_calls: Callable[[], list[Any]]) -> list[Any]:
-        """The replies of calls to the mailboxes or the center; a lost one is WorkerLostError.
+        """The replies of calls to the mailboxes or the center; after a lost one the replicas
+        are restarted (:meth:`lost`) and the calls made again to the new actors.
 
         A call to a worker that just died can hang for Dask's connect timeout (30 s) although
         the scheduler knows within a second: while a reply is late, ask the scheduler."""
-        try:
-            replies = []
-            for call in make_calls():  # all sent before the first wait
-                while True:
-                    try:
-                        replies.append(call.result(timeout=CALL_CHECK_SECONDS))
-                        break
-                    except TimeoutError:
-                        self.lost()
-            return replies
-        except Exception as exc:  # noqa: BLE001 - a lost actor is WorkerLostError, anything else re-raised
-            self.lost(exc)
-            raise
+        while True:
+            generation = self.generation
+            try:
+                replies = []
+                for call in make_calls():  # all sent before the first wait
+                    while generation == self.generation:
+                        try:
+                            replies.append(call.result(timeout=CALL_CHECK_SECONDS))
+                            break
+                        except TimeoutError:
+                            self.lost()
+                if generation == self.generation:
+                    return replies
+            except Exception as exc:  # noqa: BLE001 - a lost actor restarts the replicas, anything else re-raised
+                self.lost(exc)
+                if generation == self.generation:
+                    raise
 
     def mailbox_stats(self) -> list[dict[str, Any]]:
         return self._calls(lambda: [m.stats() for m in self.mailboxes])
@@ -159,11 +264,7 @@ class _PeerRun(Coordinator):
 
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = time.perf_counter()
-        for r, worker in enumerate(self.placement):
-            # a replica uses its own mailbox in-process: it must run where the mailbox lives
-            self.launch(r, run_peer_replica, worker, allow_other_workers=False, config=self.config,
-                        mailboxes=self.mailboxes, x0=self.x_start, center=self.center or None,
-                        bounds=self.bounds or None)
+        self.start_replicas()
         watched = watch(self, self.options, started=started, start_steps=0, checkpoint_every=None, callback=callback)
         tallies = wait_all(list(self.replica_futures.values()))
         mailbox_stats = self.mailbox_stats()
@@ -187,21 +288,36 @@ class _PeerRun(Coordinator):
             "steps_per_replica": [t["steps"] for t in tallies],
             "exchanges_per_replica": [t["exchanges"] for t in tallies],
             "received_per_replica": [t["received"] for t in tallies],
-            "messages_between_replicas": sum(s["messages_in"] + s["reads"] for s in mailbox_stats),
-            "bytes_between_replicas": sum(s["bytes_in"] + s["bytes_out"] for s in mailbox_stats),
+            "messages_between_replicas": self.traffic_before["messages"] + sum(
+                s["messages_in"] + s["reads"] for s in mailbox_stats),
+            "bytes_between_replicas": self.traffic_before["bytes"] + sum(
+                s["bytes_in"] + s["bytes_out"] for s in mailbox_stats),
             # every exchange touches each center shard once: any shard's count is the total
             "center_exchanges": max((s["version"] for s in center_stats), default=0),
             "center_bytes_in": sum(s["bytes_in"] for s in center_stats),
             "chosen_replica": chosen,
+            "replica_restarts": self.restarts,
             **step_timing(tallies),
         }
         return self.result(x, steps, wall, watched, stats, replicas=replicas)
 
     def close(self) -> None:
         """Wake replicas still waiting for a peer, cancel them and drop the actors."""
-        for mailbox, future in zip(self.mailboxes, self.mailbox_futures):
-            if future.status != "error":
-                with contextlib.suppress(Exception):  # its worker died too; nothing waits there
-                    mailbox.abort().result()
+        # a mailbox whose worker died too has nothing waiting on it
+        _replies_or_none([m.abort() for m, f in zip(self.mailboxes, self.mailbox_futures) if f.status != "error"],
+                         CLOSE_WAIT)
         self.release([*self.replica_futures.values(), *self.mailbox_futures, *self.center_futures])
         self.mailboxes, self.center = [], []
+
+
+def _replies_or_none(calls: list[Any], timeout: float) -> list[Any]:
+    """Each actor call's reply, or None if it failed or is not back within ``timeout`` seconds
+    (all told): during a restart, another worker may be going too."""
+    deadline = time.monotonic() + timeout
+    replies = []
+    for call in calls:
+        try:
+            replies.append(call.result(timeout=max(0.1, deadline - time.monotonic())))
+        except (OSError, TimeoutError):
+            replies.append(None)
+    return replies

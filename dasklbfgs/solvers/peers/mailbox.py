@@ -127,6 +127,11 @@ class PeerMailbox:
                 raise Stopped(self.stop_reason or "the run was aborted")
             return self._slots.pop(key)
 
+    def wait_aborted(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the coordinator's :meth:`abort`; whether it came."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self.aborted, timeout)
+
     def drain(self, queue: str = "_queue") -> list[Any]:
         """Take all of the list named ``queue``: neighbours' gradients, or ``"_shares"``."""
         with self._lock:

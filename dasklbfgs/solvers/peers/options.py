@@ -10,11 +10,19 @@ from dasklbfgs.optim.collective import TOPOLOGIES, torus_shape
 from dasklbfgs.options import option, override
 from dasklbfgs.solvers.common_options import ParamShardOptions, ReplicaOptions
 
-__all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "SyncOptions"]
+__all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "PeerOptions", "SyncOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SyncOptions(ReplicaOptions):
+class PeerOptions(ReplicaOptions):
+    """What every peer method takes on top of the replica options."""
+
+    max_restarts: int = option(3, "times the replicas are restarted after losing a worker (its mailboxes or "
+                               "center shards) before the run fails with WorkerLostError", "int", minimum=0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SyncOptions(PeerOptions):
     solver: ClassVar[str] = "sync"
 
     wait_timeout: float = option(120.0, "seconds a replica waits for a peer's sums before the run fails",
@@ -26,7 +34,7 @@ class SyncOptions(ReplicaOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class EASGDOptions(ReplicaOptions, ParamShardOptions):
+class EASGDOptions(PeerOptions, ParamShardOptions):
     solver: ClassVar[str] = "easgd"
 
     n_param_shards: int = override(ParamShardOptions, "n_param_shards", default=1)
@@ -56,7 +64,7 @@ class EASGDOptions(ReplicaOptions, ParamShardOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GossipOptions(ReplicaOptions):
+class GossipOptions(PeerOptions):
     solver: ClassVar[str] = "gossip"
 
     push_sum: bool = option(False, "push-sum gossip (send half of numerator and weight to a random peer) "
@@ -67,7 +75,7 @@ class GossipOptions(ReplicaOptions):
 
 
 @dataclass(frozen=True, kw_only=True)
-class NeighbourOptions(ReplicaOptions):
+class NeighbourOptions(PeerOptions):
     solver: ClassVar[str] = "neighbours"
 
     n_replicas: int = override(ReplicaOptions, "n_replicas", default=4)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,9 @@ import numpy as np
 from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
-from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local, wait_all
+from dasklbfgs.errors import WorkerLostError
+
+from dasklbfgs.solvers._replicas.local_actors import ActorRef, OnWorkerLoop, bind_local
 from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
@@ -28,8 +31,14 @@ from dasklbfgs.models.base import Model
 
 __all__ = [
     "EASGDReplica", "GossipReplica", "NeighbourReplica", "PeerConfig", "PeerReplica", "SyncReplica",
-    "run_peer_replica",
+    "average_of", "run_peer_replica",
 ]
+
+PEER_CHECK_SECONDS = 0.1  # while a peer's reply is late, check this often whether the run was aborted
+
+
+class PeerLost(Exception):
+    """A call to a peer's mailbox or a center shard failed: its worker is probably gone."""
 
 
 @dataclass(frozen=True)
@@ -68,13 +77,57 @@ class _Peers:
         """Call ``method`` on peer ``k``'s mailbox; returns what to call ``.result()`` on."""
         return getattr(self.handles[k], method)(*args)
 
-    def read(self, k: int) -> tuple[np.ndarray | None, int]:
-        return self.handles[k].read().result()
 
 
-def _settle(pending: list[tuple[Any, Any]]) -> list[Any]:
-    """Wait for the replies to sends; return the shares refused by peers that had finished."""
-    return [kept for reply, kept in pending if reply.result() is False and kept is not None]
+def replies(calls: list[Any], own: Any) -> list[Any]:
+    """The replies of calls to peers (all sent before the first wait). A failed call is
+    :class:`PeerLost`; the coordinator's abort of the run (``own.aborted``) ends the wait with
+    :class:`Stopped` (a call to a dead worker can hang for Dask's 30 s connect timeout)."""
+    out = []
+    for call in calls:
+        while True:
+            if own.aborted:
+                raise Stopped("the run was aborted")
+            try:
+                out.append(call.result(timeout=PEER_CHECK_SECONDS))
+                break
+            except TimeoutError:
+                continue
+            # a closed comm; from a worker, Dask then raises the actor future's error:
+            # "Worker holding Actor was lost" or the future's cancellation
+            except (OSError, RuntimeError, CancelledError) as error:
+                raise PeerLost(str(error)) from error
+    return out
+
+
+NO_SURVIVOR = "every replica was lost with its worker: no state is left to restart from"
+
+
+def average_of(survivors: list[dict[str, Any]]) -> np.ndarray:
+    """The average of the surviving replicas' parameters (push-sum: of their estimates)."""
+    if not survivors:
+        raise WorkerLostError(NO_SURVIVOR)
+    return np.mean([e["params"] / e.get("weight", 1.0) for e in survivors], axis=0)
+
+
+def _accepted(reply: Any) -> bool:
+    """Whether an aborted run's send was taken: not if its reply is not in or failed."""
+    if not reply.done():
+        return False
+    try:
+        return reply.result() is not False
+    except (OSError, RuntimeError, CancelledError):  # a lost peer's
+        return False
+
+
+def _settle(pending: list[tuple[Any, Any]], own: Any) -> list[Any]:
+    """Wait for the replies to sends; return the shares refused by peers that had finished.
+    Once the run is aborted, a reply not in yet (a lost peer's) counts as a refusal: the
+    sender keeps its share, and the restart renormalizes the weights anyway."""
+    if own.aborted:
+        return [kept for reply, kept in pending if kept is not None and not _accepted(reply)]
+    answers = replies([reply for reply, _ in pending], own)
+    return [kept for answer, (_, kept) in zip(answers, pending) if answer is False and kept is not None]
 
 
 class PeerReplica(ReplicaTask):
@@ -84,6 +137,8 @@ class PeerReplica(ReplicaTask):
     Subclasses implement :meth:`step`; :data:`REPLICAS` maps each method's name to its class.
     ``center`` and ``bounds`` (the center's shards and their slices) are EASGD's; the other
     methods take them, so that one call builds any method's replica, and ignore them.
+    ``resume`` is the state a restarted replica goes on from (:meth:`resumed`): its
+    parameters, update rule state, push-sum weight and counters, and the step it reached.
     """
 
     # A stop request ends the loop between steps. Sync replicas leave it to the root, which
@@ -93,7 +148,7 @@ class PeerReplica(ReplicaTask):
 
     def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
                  mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
-                 bounds: list[tuple[int, int]] | None = None) -> None:
+                 bounds: list[tuple[int, int]] | None = None, resume: dict[str, Any] | None = None) -> None:
         self.peers = _Peers(mailboxes)
         self.own = self.peers.own(replica)
         super().__init__(replica, model, data, rows, config)
@@ -104,10 +159,40 @@ class PeerReplica(ReplicaTask):
         self.pending: list[tuple[Any, Any]] = []          # (reply, share kept if refused), collected next step
         self.exchanges = self.received = 0
         self.loss_sum, self.recent_loss = 0.0, math.nan
+        self.seconds_before = 0.0                         # in the training loop before a restart
         self.n_steps = self.planned_steps()
         if config.step_cap is not None:
             self.n_steps = min(self.n_steps, config.step_cap)
         self.report_at = 0.0
+        if resume is not None:
+            self.go_on_from(resume)
+
+    def go_on_from(self, resume: dict[str, Any]) -> None:
+        """Take the state and counters a restart hands this replica (see :meth:`resumed`)."""
+        self.params = np.array(resume["params"], dtype=np.float64)
+        self.state = resume["rule_state"] if resume.get("rule_state") is not None else self.rule.init(self.params)
+        self.weight = resume.get("weight", 1.0)
+        self.steps, self.examples = resume["steps"], resume.get("examples", 0)
+        self.loss_sum, self.recent_loss = resume.get("loss_sum", 0.0), resume.get("recent_loss", math.nan)
+        self.exchanges, self.received = resume.get("exchanges", 0), resume.get("received", 0)
+        self.seconds_before = resume.get("seconds_in_loop", 0.0)
+        self.seconds_computing = resume.get("seconds_computing", 0.0)
+        self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
+
+    @classmethod
+    def resumed(cls, entries: list[dict[str, Any]], center: np.ndarray | None) -> list[dict[str, Any]]:
+        """The states the replicas restart from after a loss. ``entries`` are the survivors'
+        final tallies (with ``params``) and, for a replica lost with its worker, the counters
+        last polled from its mailbox (no ``params``): it gets :meth:`stand_in`'s state and
+        resumes its mini-batches at the step it had reported."""
+        survivors = [e for e in entries if "params" in e]
+        return [e if "params" in e else {**e, **cls.stand_in(survivors, center)} for e in entries]
+
+    @staticmethod
+    def stand_in(survivors: list[dict[str, Any]], center: np.ndarray | None) -> dict[str, Any]:
+        """A lost replica's new state: the average of the survivors' parameters (a fresh
+        update rule state)."""
+        return {"params": average_of(survivors), "rule_state": None, "weight": 1.0}
 
     def planned_steps(self) -> int:
         return self.batches.total
@@ -135,9 +220,9 @@ class PeerReplica(ReplicaTask):
             for child in children:
                 self.own.take(("ready", child), None)
             if parent is not None:
-                wait_all([self.peers.send(parent, "put", ("ready", self.replica), True)])
+                replies([self.peers.send(parent, "put", ("ready", self.replica), True)], self.own)
                 self.own.take(("go",), None)
-            wait_all([self.peers.send(child, "put", ("go",), True) for child in children])
+            replies([self.peers.send(child, "put", ("go",), True) for child in children], self.own)
         except Stopped as stopped:
             self.stop, self.n_steps = str(stopped), 0
 
@@ -181,13 +266,16 @@ class PeerReplica(ReplicaTask):
         push-sum's totals are conserved however the replicas' last steps interleave."""
         arrived = self.own.finish()
         self.received += len(arrived)
-        self.add_shares(arrived + _settle(self.pending))
+        try:
+            refused = _settle(self.pending, self.own)
+        except (Stopped, PeerLost):  # aborted meanwhile: no reply is waited for any more
+            self.wait_for_abort()
+            refused = _settle(self.pending, self.own)
+        self.add_shares(arrived + refused)
 
-    def run(self) -> dict[str, Any]:
-        """Train until the steps are done or the run stops; the replica's tallies and final parameters."""
-        self.barrier()
-        loop_started = time.perf_counter()
-        for step in range(self.n_steps):
+    def train(self) -> None:
+        """The training loop, from the step the replica reached (0, or where a restart resumed it)."""
+        for step in range(self.steps, self.n_steps):
             if self.stopped():
                 break
             epoch, index, Xb, yb = self.batch(step)
@@ -197,15 +285,36 @@ class PeerReplica(ReplicaTask):
             if self.publishes:
                 self.own.publish(self.estimate(), step)  # for pulls and scoring
             self.record(step, loss, index.size)
+
+    def wait_for_abort(self) -> None:
+        """After a failed call to a peer: wait for the coordinator to abort the run (it then
+        restarts the replicas from the states they return) and stop."""
+        if not self.own.wait_aborted(self.config.wait_timeout):
+            raise WorkerLostError(f"replica {self.replica}: a call to a peer failed and the run was not restarted "
+                                  f"within {self.config.wait_timeout:.0f} s; a peer's worker is probably gone")
+        self.stop = "the run was aborted"
+
+    def run(self) -> dict[str, Any]:
+        """Train until the steps are done, the run stops or is aborted (a peer was lost); the
+        replica's tallies, final parameters and the state a restart goes on from."""
+        loop_started = time.perf_counter()
+        try:
+            self.barrier()
+            self.train()
+        except Stopped as stopped:
+            self.stop = str(stopped)
+        except PeerLost:
+            self.wait_for_abort()
         self.settle()
-        seconds_in_loop = time.perf_counter() - loop_started
+        seconds_in_loop = self.seconds_before + time.perf_counter() - loop_started
         if self.stop is not None:
             self.own.request_stop_now(self.stop)
         x = self.estimate()
         self.own.publish(x, self.steps)
         self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
         return self.tallies(seconds_in_loop, exchanges=self.exchanges, received=self.received, x=x,
-                            weight=self.weight, recent_loss=self.recent_loss)
+                            weight=self.weight, recent_loss=self.recent_loss, params=self.params,
+                            rule_state=self.state, loss_sum=self.loss_sum, aborted=self.own.aborted)
 
 
 class SyncReplica(PeerReplica):
@@ -224,6 +333,18 @@ class SyncReplica(PeerReplica):
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
         # every replica holds the same parameters: none is chosen
         return (run.published()[0] if replicas is None else replicas[0]["x"]), None
+
+    @classmethod
+    def resumed(cls, entries: list[dict[str, Any]], center: np.ndarray | None) -> list[dict[str, Any]]:
+        """Every replica restarts from the survivor furthest along: when the run was aborted
+        some had applied the last step's gradient and some not yet; those that had are at the
+        state every replica reaches after that step, so all stay identical."""
+        survivors = [e for e in entries if "params" in e]
+        if not survivors:
+            raise WorkerLostError(NO_SURVIVOR)
+        ahead = max(survivors, key=lambda e: e["steps"])
+        return [{**e, "params": ahead["params"], "rule_state": ahead["rule_state"], "steps": ahead["steps"]}
+                for e in entries]
 
     def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
         try:
@@ -257,7 +378,7 @@ class SyncReplica(PeerReplica):
             loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
         parent = tree_parent(self.replica)
         if parent is not None:
-            wait_all([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))])
+            replies([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))], own)
             down = own.take(("down", step), self.config.wait_timeout, stoppable=False)
         elif own.stop_reason is not None:
             down = (own.stop_reason, None)
@@ -267,7 +388,7 @@ class SyncReplica(PeerReplica):
                 down = (non_finite_message(self.replica, loss, step, -1, synchronous=True), None)
             else:
                 down = (loss, gradient)
-        wait_all([self.peers.send(child, "put", ("down", step), down) for child in children])
+        replies([self.peers.send(child, "put", ("down", step), down) for child in children], own)
         return down
 
 
@@ -277,10 +398,10 @@ class LocalStepReplica(PeerReplica):
     def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
         computed = self.gradient(self.estimate(), Xb, yb, epoch)
         if computed is None:
-            wait_all([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)])
+            replies([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)], self.own)
             return None
         loss, gradient = computed
-        self.add_shares(_settle(self.pending))  # last step's sends: refused push-sum shares come back
+        self.add_shares(_settle(self.pending, self.own))  # last step's sends: refused push-sum shares come back
         self.pending = []
         self.update(step, gradient)
         return loss
@@ -302,10 +423,15 @@ class EASGDReplica(LocalStepReplica):
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
         return run.center_params(), None
 
+    @staticmethod
+    def stand_in(survivors: list[dict[str, Any]], center: np.ndarray | None) -> dict[str, Any]:
+        """A lost replica restarts at the center, the point the replicas are drawn to."""
+        return {"params": np.array(center), "rule_state": None, "weight": 1.0}
+
     def update(self, step: int, gradient: np.ndarray) -> None:
         if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
             calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
-            self.params -= np.concatenate(wait_all(calls))
+            self.params -= np.concatenate(replies(calls, self.own))
             self.exchanges += 1
         self.params += self.rule_step(gradient)
 
@@ -317,7 +443,8 @@ class GossipReplica(LocalStepReplica):
 
     def __init__(self, replica: int, **kwargs: Any) -> None:
         super().__init__(replica, **kwargs)
-        self.rng = np.random.default_rng([self.config.seed, replica, 7919])
+        # a restarted replica draws new peers: its stream goes on from the step it resumed at
+        self.rng = np.random.default_rng([self.config.seed, replica, 7919] + ([self.steps] if self.steps else []))
 
     @staticmethod
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
@@ -326,6 +453,13 @@ class GossipReplica(LocalStepReplica):
         # push-sum: the weighted average is the unbiased one
         weights = [r["weight"] for r in replicas] if run.config.push_sum else None
         return np.average([r["x"] for r in replicas], axis=0, weights=weights), None
+
+    @classmethod
+    def resumed(cls, entries: list[dict[str, Any]], center: np.ndarray | None) -> list[dict[str, Any]]:
+        """Push-sum: every replica restarts at its estimate with weight 1, so that the weights
+        sum to ``n_replicas`` again (shares in flight to a lost replica are gone)."""
+        return [{**e, "params": e["params"] / e.get("weight", 1.0), "weight": 1.0}
+                for e in super().resumed(entries, center)]
 
     def update(self, step: int, gradient: np.ndarray) -> None:
         if self.config.push_sum:
@@ -351,7 +485,7 @@ class GossipReplica(LocalStepReplica):
         delta = self.rule_step(gradient)
         R = self.config.n_replicas
         if R > 1:
-            peer, _ = self.peers.read(gossip_peer(self.rng, self.replica, R))
+            [(peer, _)] = replies([self.peers.send(gossip_peer(self.rng, self.replica, R), "read")], self.own)
             if peer is not None:
                 self.params[:] = gossip_pull(self.params, peer)
                 self.exchanges += 1
@@ -396,10 +530,14 @@ METHODS = tuple(REPLICAS)
 
 
 def run_peer_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
-                     mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
-                     bounds: list[tuple[int, int]] | None = None) -> dict[str, Any]:
-    """Train one replica of ``config.method``; return its tallies and final parameters."""
+                     mailboxes: list[ActorRef], x0: np.ndarray, center: list[ActorRef] | None = None,
+                     bounds: list[tuple[int, int]] | None = None,
+                     resume: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Train one replica of ``config.method`` (from ``resume`` after a restart); return its
+    tallies, final parameters and state."""
     leave_task_slot()
     trainer = REPLICAS[config.method](replica, model=model, data=data, rows=rows, config=config,
-                                      mailboxes=mailboxes, x0=x0, center=center, bounds=bounds)
+                                      mailboxes=[ref.handle() for ref in mailboxes], x0=x0,
+                                      center=None if center is None else [ref.handle() for ref in center],
+                                      bounds=bounds, resume=resume)
     return trainer.run()

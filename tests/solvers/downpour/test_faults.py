@@ -11,7 +11,7 @@ import cloudpickle
 import pytest
 
 from dasklbfgs import connect, make_dataset
-from dasklbfgs.downpour import downpour_sgd, gossip_sgd, sync_sgd
+from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models import Softmax
 from dasklbfgs.models.metrics import evaluate_model
@@ -110,24 +110,6 @@ def test_a_replica_waiting_for_a_shard_that_never_comes_gets_a_clear_error(clien
             directory.current(newer_than=0, timeout=0.3)
     finally:
         directory.delete()
-
-
-@pytest.mark.parametrize("method", [sync_sgd, gossip_sgd])
-def test_peer_methods_stop_with_worker_lost_error_when_a_worker_dies(data, method) -> None:
-    """The peer methods keep no checkpoints: a lost worker ends the run at once, clearly,
-    and the replicas on the live workers are woken instead of waiting for the dead peer."""
-    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
-        client.wait_for_workers(2)
-        killed: dict = {}
-        with pytest.raises(WorkerLostError, match=f"a worker holding {method.__name__[:-4]} replicas' mailboxes"):
-            method(SlowSoftmax(10, 3), data["train"], client=client, n_replicas=4, batch_size=20, epochs=5,
-                   callback=kill_at(client, 100, 1, killed))
-        assert "at" in killed and time.perf_counter() - killed["time"] < 30
-        # nothing is left running on the surviving worker
-        deadline = time.monotonic() + 10
-        while client.processing() and any(client.processing().values()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not any(client.processing().values())
 
 
 class PausingSoftmax(Softmax):
