@@ -36,6 +36,7 @@ CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for 
 
 RESTART_WAIT = 30.0  # seconds for the surviving replicas to stop and hand over their states
 CLOSE_WAIT = 5.0     # seconds for the mailboxes to take the abort at the end of a run
+RETIRE_CHECK_SECONDS = 1.0  # how often the coordinator looks for workers it should move off
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
 
@@ -83,6 +84,9 @@ class _PeerRun(Coordinator):
         self.traffic_before = {"messages": 0, "bytes": 0}  # through the mailboxes of earlier generations
         self.polled: list[dict[str, Any]] = [{"steps": 0, "loss_sum": 0.0, "recent_loss": math.nan}
                                              for _ in range(config.n_replicas)]  # last mailbox stats seen
+        # retirements refused from now on (scheduler times): the replicas move off those workers
+        self.events_seen = max((stamp for stamp, _ in client.get_events("all")), default=0.0)
+        self.next_retire_check = 0.0
         client.wait_for_workers(1, timeout=WORKER_WAIT)
         workers = self.live_workers()
         self.place_mailboxes(workers)
@@ -127,36 +131,40 @@ class _PeerRun(Coordinator):
         if any(f.status == "error" for f in actors):
             self.restart()
 
-    def restart(self) -> None:
-        """Go on without the mailboxes and center shards lost with their worker: stop every
-        surviving replica and take its state, give each lost replica the state its method
-        rebuilds (:meth:`PeerReplica.resumed`), and relaunch all replicas on new mailboxes
-        spread over the live workers, each at the step it reached. Fails with
-        :class:`WorkerLostError` after ``max_restarts`` restarts or with no worker left."""
+    def restart(self, leaving: frozenset[str] = frozenset()) -> None:
+        """Go on without the mailboxes and center shards lost with their worker, or off the
+        workers ``leaving`` (their retirement was refused: Dask cannot move actors): stop
+        every surviving replica and take its state, give each lost replica the state its
+        method rebuilds (:meth:`PeerReplica.resumed`), and relaunch all replicas on new
+        mailboxes spread over the live workers, each at the step it reached. A loss fails
+        with :class:`WorkerLostError` after ``max_restarts`` restarts or with no worker left."""
         started = time.perf_counter()
         lost = [r for r, f in enumerate(self.mailbox_futures) if f.status == "error"]
         lost_shards = [i for i, f in enumerate(self.center_futures) if f.status == "error"]
         what = " and ".join(part for part in (lost and f"the mailboxes of replica(s) {lost}",
                                               lost_shards and f"center shard(s) {lost_shards}") if part)
-        if len(self.restarts) >= self.max_restarts:
+        losses = sum(1 for entry in self.restarts if entry["replicas"] or entry["center_shards"])
+        if what and losses >= self.max_restarts:
             raise WorkerLostError(
-                f"{self.method}: {what} were lost with their worker after {len(self.restarts)} restart(s) of the "
+                f"{self.method}: {what} were lost with their worker after {losses} restart(s) of the "
                 f"replicas, and max_restarts is {self.max_restarts}: raise max_restarts to go on after more losses"
             )
-        entries = self.stop_replicas(lost)
-        workers = self.live_workers()
+        workers = [w for w in self.live_workers() if w not in leaving]
+        if not workers and not what:
+            return  # nowhere to move to: the replicas stay, and the workers cannot retire
         if not workers:
             raise WorkerLostError(f"{self.method}: {what} were lost and no worker is left to restart the replicas on")
+        entries = self.stop_replicas(lost)
         old = [*self.replica_futures.values(), *self.mailbox_futures]
         self.generation += 1
-        center = self.restore_center(lost_shards, entries, workers) if self.center else None
+        center = self.restore_center(lost_shards, entries, workers, leaving) if self.center else None
         resumes = REPLICAS[self.method].resumed(entries, center)
         self.place_mailboxes(workers)
         self.release(old)
         self.start_replicas(resumes)
         if self.stop_reason is not None:
             self.request_stop(self.stop_reason)
-        self.restarts.append({"replicas": lost, "center_shards": lost_shards,
+        self.restarts.append({"replicas": lost, "center_shards": lost_shards, "moved_off": sorted(leaving),
                               "step": sum(e["steps"] for e in entries), "seconds": time.perf_counter() - started})
 
     def stop_replicas(self, lost: list[int]) -> list[dict[str, Any]]:
@@ -180,10 +188,11 @@ class _PeerRun(Coordinator):
                 entries.append({"replica": r, **{k: self.polled[r][k] for k in ("steps", "loss_sum", "recent_loss")}})
         return entries
 
-    def restore_center(self, lost_shards: list[int], entries: list[dict[str, Any]], workers: list[str]) -> np.ndarray:
+    def restore_center(self, lost_shards: list[int], entries: list[dict[str, Any]], workers: list[str],
+                       leaving: frozenset[str]) -> np.ndarray:
         """EASGD's center to restart from: the surviving shards' slices, and the lost shards
-        re-created on live workers from the surviving replicas' average (the point the
-        replicas and the center are drawn to)."""
+        re-created on ``workers`` from the surviving replicas' average (the point the
+        replicas and the center are drawn to); shards on workers ``leaving`` move there."""
         kept = [i for i in range(len(self.center)) if i not in lost_shards]
         fetched = _replies_or_none([self.center[i].fetch() for i in kept], RESTART_WAIT)
         lost_shards = lost_shards + [i for i, reply in zip(kept, fetched) if reply is None]
@@ -194,20 +203,41 @@ class _PeerRun(Coordinator):
                 center[a:b] = reply[0]
         if lost_shards:
             center_of_replicas = average_of([e for e in entries if "params" in e])
-            old = [self.center_futures[i] for i in lost_shards]
             for i in lost_shards:
                 a, b = self.bounds[i]
                 center[a:b] = center_of_replicas[a:b]
-                self.center_workers[i] = workers[i % len(workers)]
-                self.center_futures[i] = self.center_shard(i, center)
-            self.center = [f.result() for f in self.center_futures]
-            self.release(old)
+        placed_anew = sorted(set(lost_shards) | {i for i in kept if self.center_workers[i] in leaving})
+        old = [self.center_futures[i] for i in placed_anew]
+        for i in placed_anew:
+            self.center_workers[i] = workers[i % len(workers)]
+            self.center_futures[i] = self.center_shard(i, center)
+        self.center = [f.result() for f in self.center_futures]
+        self.release(old)
         return center
+
+    def refused_retirements(self) -> frozenset[str]:
+        """The workers holding this run's actors whose retirement the scheduler refused since
+        the last look (at most every ``RETIRE_CHECK_SECONDS``). Read from the scheduler's
+        "all" topic with ``get_events``: ``subscribe_topic`` keeps one handler per topic and
+        client, and would replace one the user has set."""
+        now = time.monotonic()
+        if now < self.next_retire_check:
+            return frozenset()
+        self.next_retire_check = now + RETIRE_CHECK_SECONDS
+        refused: set[str] = set()
+        for stamp, event in self.client.get_events("all"):
+            if stamp > self.events_seen and isinstance(event, dict) and event.get("action") == "retire-workers":
+                refused.update(event.get("could-not-retire", ()))
+            self.events_seen = max(self.events_seen, stamp)
+        return frozenset(refused & {*self.placement, *self.center_workers})
 
     # -- what the watch loop asks -----------------------------------------------------------
 
     def poll(self) -> Progress:
         self.lost()
+        leaving = self.refused_retirements()
+        if leaving:  # move off, so that the next attempt to retire them succeeds
+            self.restart(leaving)
         finished = self.replicas_finished()
         stats = self.polled = self.mailbox_stats()
         steps = sum(s["steps"] for s in stats)

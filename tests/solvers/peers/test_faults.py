@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import sys
 import time
 
@@ -116,4 +117,45 @@ def test_with_max_restarts_0_a_lost_worker_stops_the_run(three_workers, data) ->
         gossip_sgd(SlowSoftmax(10, 3), data["train"], client=client, callback=kill_at(client, 30, victim, killed),
                    max_restarts=0, **{**KW, "eval_every": None})
     assert time.perf_counter() - killed["time"] < 10
+    assert nothing_left(client)
+
+
+def test_a_refused_retirement_moves_the_replicas_off_so_that_the_next_attempt_succeeds(data) -> None:
+    """Dask refuses to retire a worker holding actors; the coordinator sees the refusal and
+    restarts the replicas (no state lost: every replica is a survivor) on the other workers."""
+    with connect(n_workers=3, threads_per_worker=1, dashboard_address=None) as client:  # it loses a worker
+        client.wait_for_workers(3)
+        _retire_during_a_run(client, data)
+
+
+def _retire_during_a_run(client, data) -> None:
+    leaving, attempts = sorted(client.scheduler_info()["workers"])[1], []
+
+    def retire_until_gone(started_run: threading.Event) -> None:
+        started_run.wait()
+        deadline = time.monotonic() + 30
+        while leaving in client.scheduler_info()["workers"] and time.monotonic() < deadline:
+            attempts.append(client.retire_workers([leaving]))
+            time.sleep(0.5)
+
+    started_run = threading.Event()
+    retirer = threading.Thread(target=retire_until_gone, args=(started_run,))
+    retirer.start()
+
+    def callback(entry):
+        if entry.step >= 30:
+            started_run.set()
+
+    try:
+        result = easgd(SlowSoftmax(10, 3, l2=1e-4), data["train"], client=client, eval_data=data["test"],
+                       callback=callback, **{**KW, "epochs": 8})
+    finally:
+        started_run.set()
+        retirer.join()
+    assert result.success, result.message
+    [move] = result.stats["replica_restarts"]
+    assert move["moved_off"] == [leaving] and move["replicas"] == [] and move["center_shards"] == []
+    assert attempts[0] == {} and leaving in attempts[-1]  # refused at first, then retired
+    assert result.stats["steps_per_replica"] == [320, 320, 320]
+    assert result.final["eval_accuracy"] > 0.7
     assert nothing_left(client)
