@@ -22,7 +22,6 @@ from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
 from dasklbfgs.errors import WorkerLostError
-
 from dasklbfgs.solvers._replicas.local_actors import ActorRef, OnWorkerLoop, bind_local
 from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot, non_finite_message
@@ -76,7 +75,6 @@ class _Peers:
     def send(self, k: int, method: str, *args: Any) -> Any:
         """Call ``method`` on peer ``k``'s mailbox; returns what to call ``.result()`` on."""
         return getattr(self.handles[k], method)(*args)
-
 
 
 def replies(calls: list[Any], own: Any) -> list[Any]:
@@ -160,6 +158,7 @@ class PeerReplica(ReplicaTask):
         self.exchanges = self.received = 0
         self.loss_sum, self.recent_loss = 0.0, math.nan
         self.seconds_before = 0.0                         # in the training loop before a restart
+        self.loop_started: float | None = None
         self.n_steps = self.planned_steps()
         if config.step_cap is not None:
             self.n_steps = min(self.n_steps, config.step_cap)
@@ -275,6 +274,7 @@ class PeerReplica(ReplicaTask):
 
     def train(self) -> None:
         """The training loop, from the step the replica reached (0, or where a restart resumed it)."""
+        self.loop_started = time.perf_counter()
         for step in range(self.steps, self.n_steps):
             if self.stopped():
                 break
@@ -297,7 +297,6 @@ class PeerReplica(ReplicaTask):
     def run(self) -> dict[str, Any]:
         """Train until the steps are done, the run stops or is aborted (a peer was lost); the
         replica's tallies, final parameters and the state a restart goes on from."""
-        loop_started = time.perf_counter()
         try:
             self.barrier()
             self.train()
@@ -306,7 +305,8 @@ class PeerReplica(ReplicaTask):
         except PeerLost:
             self.wait_for_abort()
         self.settle()
-        seconds_in_loop = self.seconds_before + time.perf_counter() - loop_started
+        now = time.perf_counter()
+        seconds_in_loop = self.seconds_before + now - (now if self.loop_started is None else self.loop_started)
         if self.stop is not None:
             self.own.request_stop_now(self.stop)
         x = self.estimate()

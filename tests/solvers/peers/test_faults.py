@@ -16,17 +16,10 @@ import pytest
 from dasklbfgs import connect, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.models import Softmax
+from dasklbfgs.solvers.peers.replica import REPLICAS
+from tests.solvers.downpour.test_faults import SlowSoftmax  # 2 ms per mini-batch
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-class SlowSoftmax(Softmax):
-    """2 ms per mini-batch, so that a run lasts long enough to kill a worker in the middle."""
-
-    def loss_grad_sum(self, params, X, y):
-        time.sleep(0.002)
-        return super().loss_grad_sum(params, X, y)
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +40,47 @@ def three_workers(cluster):
     cluster.wait_for_workers(3, timeout=60)
     return cluster
 
+
+# -- the states a restart hands out (pure) ---------------------------------------------------
+
+def _survivor(replica: int, params, steps: int, weight: float = 1.0) -> dict:
+    return {"replica": replica, "params": np.array(params, dtype=float), "rule_state": {"v": np.ones(2) * replica},
+            "steps": steps, "weight": weight, "loss_sum": 1.0}
+
+
+LOST = {"replica": 1, "steps": 4, "loss_sum": 0.5, "recent_loss": 0.1}  # its counters last polled
+
+
+def test_sync_restarts_every_replica_from_the_survivor_furthest_along() -> None:
+    entries = [_survivor(0, [1, 1], 5), LOST, _survivor(2, [3, 3], 6)]
+    resumed = REPLICAS["sync"].resumed(entries, None)
+    assert [e["steps"] for e in resumed] == [6, 6, 6]
+    assert all(np.array_equal(e["params"], [3, 3]) and np.array_equal(e["rule_state"]["v"], [2, 2]) for e in resumed)
+    assert [e["loss_sum"] for e in resumed] == [1.0, 0.5, 1.0]  # each keeps its own counters
+
+
+def test_a_lost_easgd_replica_restarts_at_the_center_the_others_from_their_own_state() -> None:
+    resumed = REPLICAS["easgd"].resumed([_survivor(0, [1, 1], 5), LOST], np.array([7.0, 8.0]))
+    assert np.array_equal(resumed[0]["params"], [1, 1]) and resumed[0]["steps"] == 5
+    assert np.array_equal(resumed[1]["params"], [7, 8]) and resumed[1]["rule_state"] is None
+    assert resumed[1]["steps"] == 4  # it re-walks its mini-batches from the step it reported
+
+
+def test_gossip_restarts_a_lost_replica_at_the_average_and_resets_push_sum_weights() -> None:
+    # push-sum: numerators over weights are the estimates (2, 2) and (4, 4)
+    entries = [_survivor(0, [1, 1], 5, weight=0.5), LOST, _survivor(2, [6, 6], 6, weight=1.5)]
+    resumed = REPLICAS["gossip"].resumed(entries, None)
+    assert [list(e["params"]) for e in resumed] == [[2, 2], [3, 3], [4, 4]]
+    assert sum(e["weight"] for e in resumed) == 3  # the weights sum to the replicas again
+    assert np.array_equal(REPLICAS["neighbours"].resumed([_survivor(0, [1, 1], 5), LOST], None)[1]["params"], [1, 1])
+
+
+def test_with_no_survivor_there_is_nothing_to_restart_from() -> None:
+    with pytest.raises(WorkerLostError, match="every replica was lost with its worker"):
+        REPLICAS["gossip"].resumed([LOST], None)
+
+
+# -- real clusters -----------------------------------------------------------------------------
 
 def kill_at(client, step: int, victim: str, killed: dict):
     def callback(entry):
