@@ -19,8 +19,13 @@ _RESULT = """
     Replica r trains on the r-th contiguous block of rows with the same seeded mini-batches
     as a Downpour replica. Returns an ``OptimizeResult`` like Downpour's: ``x``, ``nit``
     (global steps), ``status``, ``message``, ``history``, ``stats`` (updates/s, examples/s,
-    messages and bytes between replicas, steps per replica) and ``replicas``: each
-    replica's final parameters, steps and, with ``eval_data``, held-out metrics."""
+    messages and bytes between replicas, steps per replica, ``replica_restarts``) and
+    ``replicas``: each replica's final parameters, steps and, with ``eval_data``, held-out
+    metrics.
+
+    A worker lost mid-run (its mailboxes, EASGD's center shards) does not end the run: the
+    replicas restart from the survivors' states on the live workers, at most
+    ``max_restarts`` times (docs/algorithms.md §6, "Losing a worker")."""
 
 SYNC_SUMMARY = """Synchronous all-reduce SGD (Jin et al.; docs/algorithms.md §6).
 
