@@ -200,9 +200,7 @@ def sandblaster(args: Any) -> dict[str, Any]:
     return {"reference": _public(reference, -1), "runs": runs, "criterion": "final parameters bitwise equal"}
 
 
-def replicas(args: Any, solver: str, n_runs: int, extra: dict[str, Any]) -> dict[str, Any]:
-    splits = make_dataset("multinomial", args.data_dir / "chaos-multinomial", rows=8000, features=10, n_classes=3,
-                          shard_rows=2000, seed=4, overwrite=not (args.data_dir / "chaos-multinomial").exists())
+def replicas(args: Any, splits: dict[str, Any], solver: str, n_runs: int, extra: dict[str, Any]) -> dict[str, Any]:
     model = SlowSoftmax(10, 3, l2=1e-4)
     options = {"n_replicas": 2, "batch_size": 50, "learning_rate": 0.2, "epochs": 3, **extra}
 
@@ -274,9 +272,11 @@ def main(argv: list[str] | None = None) -> None:
     command = " ".join(["python -m benchmarks.chaos", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict[str, Any] = {"command": command, "machine": machine(), "parts": {}}
     out["parts"]["sandblaster"] = sandblaster(args)
-    out["parts"]["downpour"] = replicas(args, "downpour", args.runs, {"n_param_shards": 2, "checkpoint_every": 40})
+    splits = make_dataset("multinomial", args.data_dir / "chaos-multinomial", rows=8000, features=10, n_classes=3,
+                          shard_rows=2000, seed=4, overwrite=True)
+    out["parts"]["downpour"] = replicas(args, splits, "downpour", args.runs, {"n_param_shards": 2, "checkpoint_every": 40})
     for method in PEERS:
-        out["parts"][method] = replicas(args, method, args.peer_runs, {})
+        out["parts"][method] = replicas(args, splits, method, args.peer_runs, {})
     for part in out["parts"].values():
         part["totals"] = totals(part)
     write_result("chaos", out)

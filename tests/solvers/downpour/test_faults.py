@@ -151,3 +151,40 @@ def test_a_shard_lost_between_calls_is_restored(cluster, data, tmp_path) -> None
     assert recovery["shards"] == [1]
     assert result.stats["replica_first_steps"] == [0, 0]  # the replicas themselves survived
     assert sum(result.stats["replica_reconnects"]) >= 1
+
+
+class _Counter:
+    def value(self) -> int:
+        return 1
+
+
+def test_a_replica_looking_up_a_lost_shard_waits_for_its_replacement(cluster) -> None:
+    """A replica (re)starting after a shard's worker died, before the coordinator re-created
+    it, finds a lost actor in the directory: it waits for the next generation, not crash."""
+    import threading
+
+    from dasklbfgs.solvers.downpour.directory import ShardDirectory
+
+    first, second = sorted(cluster.scheduler_info()["workers"])[:2]
+    directory = ShardDirectory("downpour-test-lookup", 1, cluster)
+    lost = cluster.submit(_Counter, actor=True, workers=[first], pure=False)
+    lost.result()
+    directory.publish([lost], 0)
+    os.kill(cluster.run(os.getpid, workers=[first])[first], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while lost.status != "error" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found: dict = {}
+    replacement = None
+    lookup = threading.Thread(target=lambda: found.update(zip(("generation", "shards"), directory.current())))
+    try:
+        lookup.start()
+        time.sleep(0.5)
+        assert lookup.is_alive() and not found  # still waiting: generation 0 holds a lost actor
+        replacement = cluster.submit(_Counter, actor=True, workers=[second], pure=False)
+        directory.publish([replacement], 1)
+        lookup.join(10)
+        assert found["generation"] == 1 and found["shards"][0].value().result() == 1
+    finally:
+        directory.delete()
+        cluster.cancel([f for f in (lost, replacement) if f is not None], force=True)
