@@ -31,8 +31,6 @@ from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, run_peer_repli
 
 __all__ = ["peer_config", "run_peers"]
 
-CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
-
 PeerOptions = SyncOptions | EASGDOptions | GossipOptions | NeighbourOptions
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
@@ -119,20 +117,10 @@ class _PeerRun(Coordinator):
                         finished, event)
 
     def _calls(self, make_calls: Callable[[], list[Any]]) -> list[Any]:
-        """The replies of calls to the mailboxes or the center; a lost one is WorkerLostError.
-
-        A call to a worker that just died can hang for Dask's connect timeout (30 s) although
-        the scheduler knows within a second: while a reply is late, ask the scheduler."""
+        """The replies of calls to the mailboxes or the center; a lost one is WorkerLostError
+        (also while a reply is late: :meth:`Coordinator.replies`)."""
         try:
-            replies = []
-            for call in make_calls():  # all sent before the first wait
-                while True:
-                    try:
-                        replies.append(call.result(timeout=CALL_CHECK_SECONDS))
-                        break
-                    except TimeoutError:
-                        self.lost()
-            return replies
+            return self.replies(make_calls)
         except Exception as exc:  # noqa: BLE001 - a lost actor is WorkerLostError, anything else re-raised
             self.lost(exc)
             raise
