@@ -36,6 +36,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "peers": ("peers", ["--rows", "20000", "--epochs", "1", "--runs", "1", "--replicas", "1", "2"]),
     "sharded_state": ("sharded-state", ["--widths", "1000", "100000", "--iterations", "3", "--limited-width", "0"]),
     "reliability": ("reliability", ["--rows", "100000", "--workers", "2", "--repeats", "3"]),
+    "chaos": ("chaos", ["--runs", "3", "--peer-runs", "1", "--reference-runs", "1"]),
     "allocator": ("allocator", ["--steps", "20", "--logistic-rows", "100000", "--lbfgs-iterations", "5"]),
     "scaling": ("scaling", ["--rows", "100000", "1000000", "--repeats", "3"]),
     "out_of_core": ("out-of-core", ["--rows", "1000000", "--memory-limit", "400MiB", "--maxiter", "3",

@@ -101,10 +101,14 @@ class _ShardedEstimator(BaseEstimator):
         self.n_iter_ = np.array([result.nit if solver.iterative else self.max_iter], dtype=np.int32)
         self.loss_curve_ = [h[solver.loss_key] for h in result.history if solver.loss_key in h]
         if not result.success:
-            advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
-                      "below the precision of the data (float32?)" if result.status == Status.LINE_SEARCH_FAILED
-                      else "increase max_iter or scale the features"
-                      + (" (standardize=True)" if hasattr(self, "standardize") else ""))
+            if result.status == Status.LINE_SEARCH_FAILED:
+                advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
+                          "below the precision of the data (float32?)")
+            elif result.status in (Status.NON_FINITE, Status.DIVERGED):
+                advice = "lower learning_rate"
+            else:
+                advice = "increase max_iter or scale the features" + (
+                    " (standardize=True)" if hasattr(self, "standardize") else "")
             warnings.warn(
                 f"{type(self).__name__} did not converge: {result.message}; {advice}.",
                 ConvergenceWarning,

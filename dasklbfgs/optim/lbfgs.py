@@ -31,14 +31,16 @@ class Status(IntEnum):
     """``OptimizeResult.status`` of every solver (0-2 as scipy's L-BFGS-B, 99 as scipy's callbacks).
 
     The replica methods use ``CONVERGED`` for a run that completed its epochs or
-    ``max_steps``, ``NON_FINITE`` when a replica's loss became NaN or infinite, and
-    ``CALLBACK_STOP``.
+    ``max_steps``, ``NON_FINITE`` when a replica's loss became NaN or infinite, ``DIVERGED``
+    when the loss grew to ``DIVERGENCE_FACTOR`` times the loss at the start (the watch loop
+    of :mod:`dasklbfgs.solvers._replicas.watch`), and ``CALLBACK_STOP``.
     """
 
     CONVERGED = 0
     LIMIT = 1
     LINE_SEARCH_FAILED = 2
     NON_FINITE = 3
+    DIVERGED = 4
     CALLBACK_STOP = 99
 
 

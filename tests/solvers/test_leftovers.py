@@ -82,3 +82,32 @@ def test_failed_runs_leave_nothing_on_the_cluster(client, data, solver, options)
     with pytest.raises(RuntimeError, match="a model bug on a worker"):
         _run(solver, options, FailsOnWorkers(3), data, client)
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
+
+
+def _rss(dask_worker=None) -> int:
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+BIG = 1_000_000  # parameters: a leaked run's state is tens of MB per worker, far above the noise
+
+
+@pytest.mark.parametrize("solver", ["downpour", "sandblaster"])
+def test_worker_memory_returns_to_its_level_after_runs(client, data, solver) -> None:
+    """A model of about a million parameters: repeated runs must not pile up worker memory
+    (a kept parameter shard is 8 MB of values plus 8 MB of Adagrad state per run)."""
+    from dasklbfgs.models import MLP
+
+    model = MLP(3, hidden=(1000, 997), n_classes=2)
+    assert model.n_params > BIG
+    options = {"maxiter": 2} if solver == "sandblaster" else {"epochs": 1, "batch_size": 300}
+    for _ in range(2):  # warm up: imports, the allocator's arenas
+        _run(solver, options, model, data, client)
+    _settled(client, client.run_on_scheduler(_keys), client.run(_actors))
+    before = client.run(_rss)
+    for _ in range(4):
+        _run(solver, options, model, data, client)
+    _settled(client, [], {w: [] for w in before})
+    grown = {w: (rss - before[w]) / 2**20 for w, rss in client.run(_rss).items()}
+    assert max(grown.values()) < 24, f"worker memory grew by {grown} MiB over 4 runs"

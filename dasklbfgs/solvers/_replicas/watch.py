@@ -30,9 +30,16 @@ from dasklbfgs.solvers._replicas.run_checks import ReplicaRun
 from dasklbfgs.solvers.common_options import ReplicaOptions
 from dasklbfgs.solvers.result import Result
 
-__all__ = ["Coordinator", "Progress", "watch", "step_timing", "DONE_MESSAGE"]
+__all__ = ["Coordinator", "Progress", "watch", "step_timing", "DONE_MESSAGE", "DIVERGENCE_FACTOR"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
+# A run whose loss reaches this multiple of its starting loss has diverged. Mini-batch noise
+# moves a loss average by a small factor, and a training run's loss falls below its start
+# within a few steps; 100 times the start (for a 3-class softmax at zero: 110 nats per
+# example, a probability of e^-110 on the true class) is far past anything a converging run
+# shows, while an exploding one (a rate 1e3 times too large) passes it within its first steps.
+DIVERGENCE_FACTOR = 100.0
+START_SAMPLE_ROWS = 1000  # rows of replica 0's subset the starting loss is measured on
 
 
 @dataclass
@@ -52,7 +59,9 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
     """Poll ``run`` until its replicas finish; return ``(history, status, message)``.
 
     Status ``CONVERGED``: epochs done or ``max_steps`` reached; ``NON_FINITE``: a replica's
-    loss became non-finite; ``CALLBACK_STOP``: the callback raised ``StopIteration``. With
+    loss became non-finite; ``DIVERGED``: the mini-batch loss average or the held-out loss
+    exceeded ``DIVERGENCE_FACTOR`` times the loss at the start (:func:`diverged`), and the
+    run was stopped; ``CALLBACK_STOP``: the callback raised ``StopIteration``. With
     ``options.defer_eval``, the parameters due for
     held-out scoring are kept and scored once the replicas have finished, so that scoring
     does not take CPU from them (the entries keep the times the parameters were taken at).
@@ -65,6 +74,7 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
     next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
     stopped_by_callback = False
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
+    start_loss = run.start_loss()  # a future: taken when the first loss is to be judged
     while True:
         time.sleep(options.poll_interval)
         progress = run.poll()
@@ -87,6 +97,9 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
             run.checkpoint(steps)
             while next_checkpoint <= steps:
                 next_checkpoint += checkpoint_every  # type: ignore[operator]
+        if status != Status.DIVERGED and (message_diverged := diverged(entry, start_loss)):
+            status, message = Status.DIVERGED, message_diverged
+            run.stop(message)
         if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
             history.append(entry)
             run.metrics.send(**entry, **progress.event)
@@ -100,12 +113,33 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
         reason = progress.stop_reason
         if is_non_finite(reason):
             status, message = Status.NON_FINITE, reason
-        elif reason and reason.startswith("max_steps") and not stopped_by_callback:
+        elif reason and reason.startswith("max_steps") and not stopped_by_callback and status != Status.DIVERGED:
             status, message = Status.CONVERGED, reason
         if progress.finished:
             for due, params in deferred:
                 due.update(held_out_metrics(run.model, params, run.eval_set))
             return history, status, message
+
+
+def diverged(entry: dict[str, Any], start_loss: Future) -> str | None:
+    """Why the run has diverged, if a loss in this history ``entry`` exceeds
+    ``DIVERGENCE_FACTOR`` times the loss at the start (a start loss of 0 or less: never)."""
+    losses = [(entry[key], name) for key, name in (("eval_objective", "held-out"), ("train_loss", "mini-batch"))
+              if key in entry]
+    if not losses:
+        return None
+    start = start_loss.result()
+    for loss, name in losses:
+        if start > 0 and loss > DIVERGENCE_FACTOR * start:
+            return (f"the {name} loss reached {loss:.4g} at global step {entry['step']}, more than "
+                    f"{DIVERGENCE_FACTOR:g} times the loss at the start ({start:.4g}): the run diverged "
+                    "and was stopped; lower learning_rate")
+    return None
+
+
+def _sample_objective(model: Model, data: Any, rows: tuple[int, int], params: np.ndarray) -> float:
+    X, y = data.load_rows(*rows)
+    return float(model.objective(params, X, y)[0])
 
 
 def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
@@ -121,6 +155,7 @@ def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
 
 
 ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead worker
+CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
 
 
 class Coordinator:
@@ -153,6 +188,31 @@ class Coordinator:
                 return False
             time.sleep(0.05)
         return True
+
+    def replies(self, make_calls: Callable[[], list[Any]], check: Callable[[], None] | None = None) -> list[Any]:
+        """The replies of the actor calls ``make_calls()`` starts (all sent before the first wait).
+
+        A call to a worker that just died can hang for Dask's connect timeout (30 s) although
+        the scheduler knows within a second: while a reply is late, ``check()`` (default
+        :meth:`lost`) is asked every ``CALL_CHECK_SECONDS`` and raises if an actor is gone."""
+        check = check or self.lost
+        replies = []
+        for call in make_calls():
+            while True:
+                try:
+                    replies.append(call.result(timeout=CALL_CHECK_SECONDS))
+                    break
+                except TimeoutError:
+                    check()
+        return replies
+
+    def start_loss(self) -> Future:
+        """The objective at the starting parameters ``self.x_start`` on the first
+        ``START_SAMPLE_ROWS`` rows of replica 0's subset, computed on a worker (the data may
+        not be readable from this process): what :func:`diverged` compares losses with."""
+        a, b = self.rows[0]
+        return self.client.submit(_sample_objective, self.model, self.data, (a, min(b, a + START_SAMPLE_ROWS)),
+                                  self.x_start, pure=False)
 
     def live_workers(self) -> list[str]:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])

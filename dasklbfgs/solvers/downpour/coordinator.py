@@ -39,6 +39,10 @@ from dasklbfgs.solvers.downpour.wire import param_bounds
 __all__ = ["run_downpour"]
 
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
+# How long a handed-over shard stays (refusing calls, which replicas then send to its
+# successor) before it is released: replicas that call it later see a lost shard instead.
+HANDOVER_GRACE_SECONDS = 2.0
+SCHEDULER_EVENTS = "all"  # the scheduler's topic for retire-workers outcomes
 
 
 def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: Client | None = None,
@@ -97,12 +101,17 @@ class _DownpourRun(Coordinator):
     checkpoint (:meth:`recover_lost_shards`) and published in the run's
     :class:`ShardDirectory`, where replicas pick it up; Dask itself restarts a replica task
     whose worker died, and the replica resumes at the step the shards have counted for it.
+
+    Dask refuses to retire a worker holding an actor; the run hears of every refused
+    retirement (the scheduler's "retire-workers" events) and hands that worker's shards over
+    to other workers (:meth:`hand_over_shards`), so that the next retirement succeeds.
     """
 
     def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: DownpourOptions,
                  bounds: list[tuple[int, int]], rule: Any, x_start: np.ndarray, states: list[dict[str, Any]] | None,
                  table: Any) -> None:
         super().__init__(client, model, checked, options)
+        self.started = time.perf_counter()  # the run's clock (history entries' "time"), reset by train()
         self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
         self.workers: list[str | None] = self.live_workers() or [None]
         self.shard_futures: list[Future] = [
@@ -120,6 +129,12 @@ class _DownpourRun(Coordinator):
         self.recoveries: list[dict[str, Any]] = []
         self.checkpoint_path = options.checkpoint_path
         self.model_config = model_config(model)
+        self.handovers: list[dict[str, Any]] = []
+        self.leaving: set[str] = set()          # workers someone tried to retire: no shard goes there
+        self.refused: list[str] = []            # appended to on the client's event loop
+        self.handed_over: list[tuple[float, Future]] = []  # (when, old shard) waiting for release
+        self.previous_handler = getattr(client, "_event_handlers", {}).get(SCHEDULER_EVENTS)
+        client.subscribe_topic(SCHEDULER_EVENTS, self._on_scheduler_event)
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
@@ -150,12 +165,22 @@ class _DownpourRun(Coordinator):
         live = self.live_workers()
         if not live:
             raise WorkerLostError(f"parameter shard(s) {lost} were lost and no worker is left to re-create them on")
-        holding = {w for f in self.shard_futures if f.status != "error" for w in self.client.who_has([f]).get(f.key, ())}
-        candidates = [w for w in live if w not in holding] or live
+        self.release([self.shard_futures[i] for i in lost])
+        self._replace(lost, states, live)
+        self.recoveries.append({"shards": lost, "restored_step": restored_step, "time": started - self.started,
+                                "seconds": time.perf_counter() - started})
+
+    def _replace(self, indices: list[int], states: list[dict[str, Any]], live: list[str]) -> list[str]:
+        """Re-create shards ``indices`` with ``states`` on live workers (those not leaving, and
+        without a shard if there are such), publish them as the next generation; their workers."""
+        staying = [w for w in live if w not in self.leaving] or live
+        holding = set(self._shard_workers().values())
+        candidates = [w for w in staying if w not in holding] or staying
         self.generation += 1
-        for n, i in enumerate(lost):
-            self.release([self.shard_futures[i]])
-            future = self._new_shard(i, candidates[n % len(candidates)], self.generation)
+        placed = []
+        for n, i in enumerate(indices):
+            placed.append(candidates[n % len(candidates)])
+            future = self._new_shard(i, placed[-1], self.generation)
             shard = future.result()
             shard.set_state(states[i]).result()
             if self.max_steps is not None:
@@ -164,20 +189,76 @@ class _DownpourRun(Coordinator):
                 shard.request_stop(self.stop_reason).result()
             self.shard_futures[i], self.shards[i] = future, shard
         self.directory.publish(self.shard_futures, self.generation)
-        self.recoveries.append({"shards": lost, "restored_step": restored_step,
-                                "seconds": time.perf_counter() - started})
+        return placed
+
+    def _shard_workers(self) -> dict[int, str]:
+        """Where each shard not lost lives."""
+        alive = [f for f in self.shard_futures if f.status == "finished"]  # who_has refuses cancelled ones
+        where = self.client.who_has(alive) if alive else {}
+        return {i: next(iter(where[f.key])) for i, f in enumerate(self.shard_futures) if where.get(f.key)}
+
+    # -- handing shards over when a worker is retired -------------------------------------
+
+    def _on_scheduler_event(self, event: tuple[float, Any]) -> None:
+        """On the client's event loop: note the workers whose retirement was refused (and pass
+        the event on to a handler the user had subscribed before the run)."""
+        _, msg = event
+        if isinstance(msg, dict) and msg.get("action") == "retire-workers":
+            self.refused.extend(msg.get("could-not-retire", []))
+        if self.previous_handler is not None:
+            self.previous_handler(event)
+
+    def hand_over_shards(self) -> None:
+        """Move the shards of workers whose retirement was refused to other live workers, as
+        they are now (no step lost, no checkpoint needed), and release handed-over shards
+        after a grace period so that a repeated retirement succeeds."""
+        now = time.monotonic()
+        due = [(when, f) for when, f in self.handed_over if now - when >= HANDOVER_GRACE_SECONDS]
+        if due:
+            self.release([f for _, f in due])
+            self.handed_over = self.handed_over[len(due):]  # kept in the order they were handed over
+        while self.refused:
+            self.leaving.add(self.refused.pop())
+        if not self.leaving:
+            return
+        moving = sorted(i for i, w in self._shard_workers().items() if w in self.leaving)
+        live = [w for w in self.live_workers() if w not in self.leaving]
+        if not moving or not live:  # with no worker to move to, the shard stays (and the worker too)
+            return
+        started = time.perf_counter()
+        states: list[dict[str, Any]] = [{}] * len(self.shards)
+        for i in moving:
+            try:
+                states[i] = self.replies(lambda: [self.shards[i].hand_over()],  # noqa: B023
+                                        check=lambda: self._shard_lost([i]))[0]  # noqa: B023
+            except Exception as exc:  # lost on its way out: recover_lost_shards restores it
+                if not self.actor_failed([self.shard_futures[i]], exc):
+                    raise
+        moving = [i for i in moving if states[i]]
+        if not moving:
+            return
+        old = [self.shard_futures[i] for i in moving]
+        placed = self._replace(moving, states, live)
+        self.handed_over += [(time.monotonic(), f) for f in old]
+        self.handovers.append({"shards": moving, "to": placed, "steps": [int(states[i]["steps"]) for i in moving],
+                               "time": started - self.started, "seconds": time.perf_counter() - started})
 
     def shard_calls(self, method: str, *args: Any) -> list[Any]:
-        """Call ``method`` on every shard in parallel, re-creating lost shards first."""
+        """Call ``method`` on every shard in parallel, re-creating lost shards first (and when
+        one is lost while its reply is late)."""
         for _ in range(3):
             self.recover_lost_shards()
-            calls = [getattr(s, method)(*args) for s in self.shards]
             try:
-                return [c.result() for c in calls]
+                return self.replies(lambda: [getattr(s, method)(*args) for s in self.shards], check=self._shard_lost)
             except Exception as exc:
                 if not self.actor_failed(self.shard_futures, exc):
                     raise
         raise WorkerLostError(f"parameter shards kept failing during {method!r}")
+
+    def _shard_lost(self, among: list[int] | None = None) -> None:
+        lost = [i for i in among or range(len(self.shard_futures)) if self.shard_futures[i].status == "error"]
+        if lost:
+            raise WorkerLostError(f"parameter shard(s) {lost} were lost with their worker")
 
     def fetch_params(self) -> np.ndarray:
         return np.concatenate([reply[0] for reply in self.shard_calls("fetch")])
@@ -203,7 +284,7 @@ class _DownpourRun(Coordinator):
                              opts.wire_dtype, self.table is not None, opts.overlap)
 
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
-        started = time.perf_counter()
+        started = self.started = time.perf_counter()
         opts, self.config = self.options, self.replica_config()
         self.first_epoch = self.start_steps // sum(math.ceil((b - a) / opts.batch_size) for a, b in self.rows)
         if opts.max_steps is not None:
@@ -220,7 +301,7 @@ class _DownpourRun(Coordinator):
         x = self.fetch_params()
         wall = time.perf_counter() - started
         steps = max(st["steps"] for st in shard_stats)
-        if self.checkpoint_path is not None and status != Status.NON_FINITE:
+        if self.checkpoint_path is not None and status not in (Status.NON_FINITE, Status.DIVERGED):
             self.checkpoint(steps)
         stats = self._stats(replica_stats, shard_stats, wall, steps)
         return self.result(x, steps, wall, (history, status, message), stats,
@@ -249,12 +330,14 @@ class _DownpourRun(Coordinator):
             "replica_first_steps": [r["first_step"] for r in replica_stats],
             "replica_reconnects": [r["reconnects"] for r in replica_stats],
             "shard_recoveries": self.recoveries,
+            "shard_handovers": self.handovers,
             **step_timing(replica_stats),
         }
 
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""
         finished = self.replicas_finished()
+        self.hand_over_shards()
         all_stats = self.shard_calls("stats")
         stats = all_stats[0]  # every push reaches every shard: shard 0 has the whole count
         steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
@@ -280,6 +363,9 @@ class _DownpourRun(Coordinator):
             for call in [s.request_stop("the run has ended") for s in self.shards]:
                 call.result(timeout=REPLICA_EXIT_SECONDS)
             wait(list(self.replica_futures.values()), timeout=REPLICA_EXIT_SECONDS)
-        self.release([*self.replica_futures.values(), *self.shard_futures])
+        self.release([*self.replica_futures.values(), *self.shard_futures, *(f for _, f in self.handed_over)])
         self.shards = []
         self.directory.delete()
+        self.client.unsubscribe_topic(SCHEDULER_EVENTS)
+        if self.previous_handler is not None:
+            self.client.subscribe_topic(SCHEDULER_EVENTS, self.previous_handler)

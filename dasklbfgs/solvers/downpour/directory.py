@@ -37,19 +37,25 @@ class ShardDirectory:
         self._variable("generation").set(generation)
 
     def current(self, newer_than: int = -1, timeout: float = 120.0) -> tuple[int, list[Any]]:
-        """Replica: wait for a generation above ``newer_than``; its number and actor handles."""
+        """Replica: wait for a generation above ``newer_than``; its number and actor handles.
+
+        A generation whose actors Dask already knows lost (a shard's worker died after it was
+        published, before the coordinator noticed) is skipped: the replacement comes next."""
         deadline = time.monotonic() + timeout
         generation = self._variable("generation")
         while True:
             current = int(generation.get(timeout=timeout))
             if current > newer_than:
-                break
+                try:
+                    return current, [self._variable(f"shard-{i}").get(timeout=timeout).result()
+                                     for i in range(self.n_shards)]
+                except RuntimeError:  # "Worker holding Actor was lost"
+                    newer_than = current
             if time.monotonic() > deadline:
                 raise WorkerLostError(
                     f"parameter shards of {self.name!r} were lost and not re-created within {timeout:.0f} s"
                 )
             time.sleep(0.05)
-        return current, [self._variable(f"shard-{i}").get(timeout=timeout).result() for i in range(self.n_shards)]
 
     def delete(self) -> None:
         for suffix in ["generation", *(f"shard-{i}" for i in range(self.n_shards))]:

@@ -22,6 +22,7 @@ import numpy as np
 from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers._replicas.local_actors import bind_local
+from dasklbfgs.solvers.downpour.shard import ShardMoved
 from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.models.base import Model
 
@@ -49,13 +50,6 @@ class _ShardsLost(Exception):
     """A call to a parameter shard failed: its worker is gone."""
 
 
-def _results(calls: list[Any]) -> list[Any]:
-    try:
-        return [c.result() for c in calls]
-    except Exception as exc:  # the actor's worker died: RuntimeError, CommClosedError, OSError
-        raise _ShardsLost(str(exc)) from exc
-
-
 def _start(make_calls: Callable[[], list[Any]]) -> list[Any]:
     """Start calls to the shards. A handle whose actor Dask already knows is lost refuses the
     call at once ("Worker holding Actor was lost"): a lost shard too, seen before a call."""
@@ -63,6 +57,10 @@ def _start(make_calls: Callable[[], list[Any]]) -> list[Any]:
         return make_calls()
     except (RuntimeError, OSError) as exc:
         raise _ShardsLost(str(exc)) from exc
+
+
+ShardCall = Callable[[int, Any], Any]  # (shard index, handle) -> the call in flight
+Sent = tuple[list[Any], ShardCall, int]  # calls in flight, how to send each again, the generation sent to
 
 
 class DownpourReplica(ReplicaTask):
@@ -91,7 +89,7 @@ class DownpourReplica(ReplicaTask):
         self.versions: list[int] = [0] * len(self.shards)
         self.computed_from = self.versions  # the versions the accrued gradient was computed from
         self.need_fetch = True
-        self.in_flight: tuple[list[Any], bool] | None = None
+        self.in_flight: tuple[Sent, bool] | None = None
 
     def take_replacements(self) -> None:
         """Take the shard handles published after ours (the coordinator re-creates lost
@@ -99,12 +97,37 @@ class DownpourReplica(ReplicaTask):
         self.generation, shards = self.directory.current(newer_than=self.generation)
         self.shards = bind_local(shards)
 
+    def send(self, call: ShardCall) -> Sent:
+        """Start ``call`` on every shard (all in flight before the first wait)."""
+        return _start(lambda: [call(i, s) for i, s in enumerate(self.shards)]), call, self.generation
+
+    def replies(self, sent: Sent) -> list[Any]:
+        """The replies of calls in flight. A shard handed over to another worker refused the
+        call without applying it: take the successors and send that call again, so no push
+        is lost to a handover. Any other failure is a lost shard (:class:`_ShardsLost`)."""
+        calls, call, generation = sent
+        replies = []
+        for i, pending in enumerate(calls):
+            sent_to = generation
+            while True:
+                try:
+                    replies.append(pending.result())
+                    break
+                except ShardMoved:
+                    if self.generation == sent_to:  # (several shards move at once: successors taken once)
+                        self.take_replacements()
+                    sent_to = self.generation
+                    pending = _start(lambda: [call(i, self.shards[i])])[0]  # noqa: B023 - used at once
+                except Exception as exc:  # the actor's worker died: RuntimeError, CommClosedError, OSError
+                    raise _ShardsLost(str(exc)) from exc
+        return replies
+
     def resume_step(self, first_epoch: int) -> int:
         """The step to start at: the shards' count of this replica's steps, or ``first_epoch``'s first."""
         while True:  # a shard may die before this replica (re)starts: wait for its replacement
             try:
                 done_before = max(st["steps_by_replica"].get(self.replica, 0)
-                                  for st in _results(_start(lambda: [sh.stats() for sh in self.shards])))
+                                  for st in self.replies(self.send(lambda i, sh: sh.stats())))
                 break
             except _ShardsLost:
                 self.take_replacements()
@@ -119,31 +142,28 @@ class DownpourReplica(ReplicaTask):
 
     def fetch(self, step: int) -> str | None:
         rows = self.wire.split_rows(self.rows_ahead(step))
-        calls = _start(lambda: [s.fetch(self.config.wire_dtype, r) for s, r in zip(self.shards, rows)])
-        replies = _results(calls)  # all in flight before the first wait
+        replies = self.replies(self.send(lambda i, s: s.fetch(self.config.wire_dtype, rows[i])))
         self.wire.apply_fetched(self.params, [r[0] for r in replies])
         self.versions = [r[1] for r in replies]
         return _stop_reason(replies, 2)
 
-    def send_push(self, with_fetch_from: int | None) -> tuple[list[Any], bool]:
+    def send_push(self, with_fetch_from: int | None) -> tuple[Sent, bool]:
         """Push the accrued gradient to every shard, asking for a fetch from step
         ``with_fetch_from`` on in the same reply; returns the calls in flight."""
         touched_rows = np.flatnonzero(self.touched) if self.touched is not None else None
-        fetch_rows = (self.wire.split_rows(self.rows_ahead(with_fetch_from)) if with_fetch_from is not None
-                      else [None] * len(self.shards))
+        fetch = with_fetch_from is not None
+        fetch_rows = self.wire.split_rows(self.rows_ahead(with_fetch_from)) if fetch else [None] * len(self.shards)
         payloads = self.wire.payloads(self.accrued, touched_rows)
-        calls = _start(lambda: [
-            s.push(payload, v, self.replica, self.accrued_steps, self.accrued_loss, with_fetch_from is not None, f)
-            for s, payload, v, f in zip(self.shards, payloads, self.computed_from, fetch_rows)
-        ])
-        return calls, with_fetch_from is not None
+        seen, steps, loss = self.computed_from, self.accrued_steps, self.accrued_loss  # as sent, if sent again
+        sent = self.send(lambda i, s: s.push(payloads[i], seen[i], self.replica, steps, loss, fetch, fetch_rows[i]))
+        return sent, fetch
 
-    def collect(self, in_flight: tuple[list[Any], bool] | None) -> str | None:
+    def collect(self, in_flight: tuple[Sent, bool] | None) -> str | None:
         """Wait for a push's replies (and apply the fetch riding on them); the stop reason, if any."""
         if in_flight is None:
             return None
-        calls, fetched = in_flight
-        replies = _results(calls)
+        sent, fetched = in_flight
+        replies = self.replies(sent)
         if fetched:
             self.wire.apply_fetched(self.params, [r[2] for r in replies])
             self.versions = [r[0] for r in replies]
@@ -179,7 +199,7 @@ class DownpourReplica(ReplicaTask):
         Xb = self.X[index]
         computed = self.gradient(self.params, Xb, self.y[index], epoch)
         if computed is None:
-            _results(_start(lambda: [s.request_stop(self.stop) for s in self.shards]))
+            self.replies(self.send(lambda i, s: s.request_stop(self.stop)))
             return True
         loss, grad = computed
         self.accrue(loss, grad, Xb)

@@ -21,10 +21,18 @@ from dasklbfgs.optim.collective import elastic_difference
 from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.optim.updates import make_rule
 
-__all__ = ["ParameterShard"]
+__all__ = ["ParameterShard", "ShardMoved"]
 
 _STATS = ("index", "version", "steps", "loss_sum", "loss_count", "bytes_in", "bytes_out", "dense_bytes_in",
           "dense_bytes_out", "stop_reason")
+# What a handover carries besides a checkpoint's state: the run's counters and stop condition.
+_CARRIED = ("loss_sum", "loss_count", "staleness", "pushes_by_replica", "bytes_in", "bytes_out", "dense_bytes_in",
+            "dense_bytes_out", "stop_reason", "max_steps")
+
+
+class ShardMoved(Exception):
+    """The shard was handed over to another worker: call its successor (the run's directory
+    publishes it). A call refused so was not applied here."""
 
 
 class ParameterShard:
@@ -53,6 +61,11 @@ class ParameterShard:
         self.dense_bytes_in = self.dense_bytes_out = 0  # what the same traffic costs as whole slices
         self.stop_reason: str | None = None
         self.max_steps: int | None = None
+        self.moved = False
+
+    def _serving(self) -> None:
+        if self.moved:
+            raise ShardMoved(f"parameter shard {self.index} was handed over to another worker")
 
     def _values(self, dtype: Any, rows: np.ndarray | None = None) -> Any:
         if rows is None:
@@ -67,6 +80,7 @@ class ParameterShard:
         """The current slice (as ``dtype`` on the wire), its version and, if the run is
         stopping, why. With ``rows`` (local table row ids): only those rows and the dense
         rest, as ``(rows, values, dense)``."""
+        self._serving()
         return self._values(dtype, rows), self.version, self.stop_reason
 
     async def push(self, gradient: Any, seen_version: int, replica: int, steps: int,
@@ -80,6 +94,7 @@ class ParameterShard:
         in the gradient's dtype: a replica due to fetch right after pushing saves a round
         trip, and sees exactly what a separate fetch would have returned.
         """
+        self._serving()
         self.bytes_in += payload_nbytes(gradient)
         if isinstance(gradient, tuple):
             rows, table, dense = gradient
@@ -112,6 +127,7 @@ class ParameterShard:
     async def elastic(self, x: np.ndarray, alpha: float) -> np.ndarray:
         """EASGD's exchange with the center (docs/algorithms.md §6), atomic on this slice:
         ``d = alpha (x_i - x~)``; the center adds ``d`` and the replica subtracts it."""
+        self._serving()
         x = np.asarray(x, dtype=np.float64)
         self.bytes_in += x.nbytes
         d = elastic_difference(x, self.values, alpha)
@@ -124,6 +140,7 @@ class ParameterShard:
 
     async def request_stop(self, reason: str) -> None:
         """Ask every replica to stop at its next fetch or push (first reason wins)."""
+        self._serving()
         if self.stop_reason is None:
             self.stop_reason = reason
 
@@ -132,14 +149,17 @@ class ParameterShard:
 
         Checked on every push, so replicas overshoot by at most the steps already in flight.
         """
+        self._serving()
         self.max_steps = int(max_steps)
 
     async def stats(self) -> dict[str, Any]:
+        self._serving()
         counters = {name: dict(getattr(self, name)) for name in ("staleness", "pushes_by_replica", "steps_by_replica")}
         return {**{name: getattr(self, name) for name in _STATS}, **counters}
 
     async def get_state(self) -> dict[str, Any]:
         """Everything a checkpoint needs to re-create this shard."""
+        self._serving()
         return {
             "index": self.index, "start": self.start, "stop": self.stop,
             "values": self.values.copy(), "optimizer_state": {k: v.copy() for k, v in self.state.items()},
@@ -147,7 +167,18 @@ class ParameterShard:
             "steps_by_replica": {str(k): v for k, v in self.steps_by_replica.items()},
         }
 
+    async def hand_over(self) -> dict[str, Any]:
+        """This shard's state, counters included, for its successor on another worker; every
+        later call is refused with :class:`ShardMoved` (so no push is applied here after the
+        state was taken: the replica sends it to the successor instead)."""
+        self._serving()
+        state = await self.get_state()
+        self.moved = True
+        return {**state, "carried": {name: getattr(self, name) for name in _CARRIED}}
+
     async def set_state(self, state: dict[str, Any]) -> None:
+        """Take a checkpoint's state, or a handed-over one (:meth:`hand_over`)."""
+        self._serving()
         if (state["start"], state["stop"]) != (self.start, self.stop):
             raise ValueError(
                 f"state for slice [{state['start']}, {state['stop']}) given to shard "
@@ -157,3 +188,5 @@ class ParameterShard:
         self.state = {k: np.array(v, dtype=np.float64) for k, v in state["optimizer_state"].items()}
         self.version, self.steps = int(state["version"]), int(state["steps"])
         self.steps_by_replica = Counter({int(k): int(v) for k, v in state.get("steps_by_replica", {}).items()})
+        for name, value in state.get("carried", {}).items():
+            setattr(self, name, value)

@@ -32,8 +32,6 @@ from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, ru
 
 __all__ = ["peer_config", "run_peers"]
 
-CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
-
 RESTART_WAIT = 30.0  # seconds for the surviving replicas to stop and hand over their states
 CLOSE_WAIT = 5.0     # seconds for the mailboxes to take the abort at the end of a run
 RETIRE_CHECK_SECONDS = 1.0  # how often the coordinator looks for workers it should move off
@@ -249,28 +247,26 @@ class _PeerRun(Coordinator):
                         finished, event)
 
     def _calls(self, make_calls: Callable[[], list[Any]]) -> list[Any]:
-        """The replies of calls to the mailboxes or the center; after a lost one the replicas
-        are restarted (:meth:`lost`) and the calls made again to the new actors.
-
-        A call to a worker that just died can hang for Dask's connect timeout (30 s) although
-        the scheduler knows within a second: while a reply is late, ask the scheduler."""
+        """The replies of calls to the mailboxes or the center; after a lost one (also while a
+        reply is late: :meth:`Coordinator.replies`) the replicas are restarted (:meth:`lost`)
+        and the calls made again to the new actors."""
         while True:
             generation = self.generation
             try:
-                replies = []
-                for call in make_calls():  # all sent before the first wait
-                    while generation == self.generation:
-                        try:
-                            replies.append(call.result(timeout=CALL_CHECK_SECONDS))
-                            break
-                        except TimeoutError:
-                            self.lost()
-                if generation == self.generation:
-                    return replies
+                return self.replies(make_calls, check=lambda: self._same_actors(generation))
+            except _Restarted:
+                continue
             except Exception as exc:  # noqa: BLE001 - a lost actor restarts the replicas, anything else re-raised
                 self.lost(exc)
                 if generation == self.generation:
                     raise
+
+    def _same_actors(self, generation: int) -> None:
+        """While a reply is late: restart if an actor was lost; if the replicas were
+        restarted (now or meanwhile), the late call's actor is gone."""
+        self.lost()
+        if generation != self.generation:
+            raise _Restarted
 
     def mailbox_stats(self) -> list[dict[str, Any]]:
         return self._calls(lambda: [m.stats() for m in self.mailboxes])
@@ -338,6 +334,10 @@ class _PeerRun(Coordinator):
                          CLOSE_WAIT)
         self.release([*self.replica_futures.values(), *self.mailbox_futures, *self.center_futures])
         self.mailboxes, self.center = [], []
+
+
+class _Restarted(Exception):
+    """The replicas were restarted while the coordinator waited on a call to an old actor."""
 
 
 def _replies_or_none(calls: list[Any], timeout: float) -> list[Any]:

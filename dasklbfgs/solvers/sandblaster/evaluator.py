@@ -14,6 +14,7 @@ finishes first is used and the other is cancelled. Both copies compute the same 
 A helper keeps the shard it fetched, and the next evaluations split that shard's portions
 between the two holders, so work drifts away from a persistent straggler (dynamic load
 balancing). Portions whose worker died are rescued by reading their rows from Zarr.
+Where the shards live, and how they move to workers that join: :mod:`.shard_cache`.
 
 Out of core (``cache=False``, chosen by ``sandblaster_lbfgs(cache="auto")`` when the data
 do not fit the workers' memory limits), nothing is cached: every evaluation has one task
@@ -40,19 +41,17 @@ from distributed import Client, Future, wait
 from dasklbfgs.models.base import Model
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
+from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.tasks import (
     add_sums,
-    aligned_shard,
     column_moments,
-    load_shard,
     portion_loss_grad,
     portion_loss_grad_from_store,
     reduce_in_groups,
     shard_column_moments,
 )
 
-MAX_ATTEMPTS = 3
 GATHER_TIMEOUT_SECONDS = 5.0
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
@@ -72,6 +71,7 @@ class EvaluatorStats:
     backups_launched: int = 0
     backups_won: int = 0
     restarts: int = 0
+    shards_moved: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +82,7 @@ class EvaluatorStats:
             "backups_launched": self.backups_launched,
             "backups_won": self.backups_won,
             "evaluation_restarts": self.restarts,
+            "shards_moved": self.shards_moved,
         }
 
 
@@ -108,8 +109,6 @@ class MegaBatchEvaluator:
         self.stats = EvaluatorStats()
         self._next_key = 0
         self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
-        self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
-        self._copies_made = 0  # numbers every copy's key: a key is never reused
 
         self.cache = cache
         workers = self._workers()
@@ -120,29 +119,11 @@ class MegaBatchEvaluator:
         self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
         if given:  # the default plan never has more portions than shards: nothing to blame on it
             warn_if_many(self.portions, portion_rows)
-        self.shards: list[Future] = []
-        if not cache:  # out of core: every evaluation streams the rows from Zarr
-            return
-
-        started = time.perf_counter()
-        addresses = sorted(workers)
-        n = data.n_shards
-        # Sequential shards go to the same worker (data affinity, docs/algorithms.md §1).
-        self.shards = [
-            client.submit(
-                load_shard, data, i,
-                key=f"sandblaster-shard-{self.token}-{i}",
-                workers=[addresses[i * len(addresses) // n]],
-                allow_other_workers=True,
-                pure=False,
-            )
-            for i in range(n)
-        ]
-        wait(self.shards)
-        for f in self.shards:
-            if f.status == "error":
-                f.result()  # re-raise the worker's exception here
-        self.stats.load_seconds = time.perf_counter() - started
+        self.cached: ShardCache | None = None
+        if cache:
+            started = time.perf_counter()
+            self.cached = ShardCache(client, data, self.token, sorted(workers))
+            self.stats.load_seconds = time.perf_counter() - started
 
     def _workers(self) -> dict[str, Any]:
         workers = self.client.scheduler_info(n_workers=-1)["workers"]
@@ -239,7 +220,8 @@ class MegaBatchEvaluator:
         """
         if not self.cache:  # streaming: any worker reads any portion; Dask balances them
             return self._from_store("gradient", self.portions, x_future, e), [None] * len(self.portions)
-        holders = self._holders()
+        holders = self.cached.holders()
+        self.stats.shards_moved = self.cached.moves
         pinned: list[str | None] = []
         load: Counter[str | None] = Counter()
         fastest = max(self._speed.values(), default=1.0)
@@ -270,53 +252,6 @@ class MegaBatchEvaluator:
             for p, future in zip(portions, mapped):
                 futures[p.index] = future
         return futures, pinned
-
-    def _holders(self) -> list[dict[str | None, Future]]:
-        """Per shard: worker -> the future holding that shard there (the original, and the
-        copies backup tasks left on helpers that hold them by now)."""
-        for _attempt in range(MAX_ATTEMPTS):
-            if gone := [i for i, f in enumerate(self.shards) if f.cancelled()]:
-                raise WorkerLostError(f"the cached shards {gone} were cancelled (the client lost its scheduler, "
-                                      "or the cluster was restarted); start the run again")
-            self._drop_lost_copies()
-            keys = self.shards + [f for c in self.copies.values() for f in c.values()]
-            try:
-                where = self.client.who_has(keys)
-                break
-            except CancelledError:  # a copy was given up since the check: drop it and ask again
-                continue
-        else:
-            raise WorkerLostError(f"the shard copies kept being cancelled {MAX_ATTEMPTS} times in a row")
-        out: list[dict[str | None, Future]] = []
-        for i, shard in enumerate(self.shards):
-            holders: dict[str | None, Future] = {w: shard for w in where.get(shard.key, ())}
-            for w, copy in self.copies.get(i, {}).items():
-                if w in where.get(copy.key, ()):  # a copy still being made is used from the next time on
-                    holders.setdefault(w, copy)
-            out.append(holders or {None: shard})
-        return out
-
-    def _drop_lost_copies(self) -> None:
-        """Forget the copies on workers that left and the ones Dask gave up on."""
-        if not any(self.copies.values()):
-            return
-        alive = set(self._workers())
-        for copies in self.copies.values():
-            for w, copy in list(copies.items()):
-                if w not in alive or copy.status in ("cancelled", "error", "lost"):
-                    self.client.cancel([copy])
-                    del copies[w]
-
-    def _keep_copy(self, shard: int, worker: str) -> None:
-        """Keep the shard a backup fetched on ``worker`` as a key of its own, aligned (a plain
-        replica would be dropped by Dask's memory manager)."""
-        if not self.cache or worker in self.copies.setdefault(shard, {}):
-            return
-        self._copies_made += 1
-        self.copies[shard][worker] = self.client.submit(
-            aligned_shard, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-copy-{self._copies_made}",
-            workers=[worker], allow_other_workers=False, pure=False,
-        )
 
     def _collect(self, primaries: list[Future], pinned: list[str | None], x_future: Future, e: int,
                  started: float) -> list[Future]:
@@ -363,11 +298,12 @@ class MegaBatchEvaluator:
     def _backup(self, p: Portion, x_future: Future, e: int, worker: str) -> Future:
         """A copy of portion ``p`` on ``worker``, reading its shard from the worker that holds
         it (cheaper than decoding the shard's Zarr chunk again; the helper keeps it, see
-        :meth:`_keep_copy`). Streaming: a second read from Zarr."""
+        :meth:`ShardCache.keep_copy`). Streaming: a second read from Zarr."""
         if not self.cache:
             return self._from_store("backup", [p], x_future, e, worker)[0]
         return self.client.submit(
-            portion_loss_grad, self.shards[p.shard], p.local, model=self.model, x=x_future,
+            portion_loss_grad, self.cached.shards[p.shard], p.local,
+            model=self.model, x=x_future,
             key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
             allow_other_workers=False, pure=False,
         )
@@ -376,7 +312,7 @@ class MegaBatchEvaluator:
 
     def column_moments(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Per-shard ``(n, mean, M2)`` of the columns of X, in shard order."""
-        calls = ([(column_moments, shard) for shard in self.shards] if self.cache
+        calls = ([(column_moments, shard) for shard in self.cached.shards] if self.cached
                  else [(shard_column_moments, self.data, i) for i in range(self.data.n_shards)])
         futures = [self.client.submit(*call, key=f"sandblaster-moments-{self.token}-{i}", pure=False)
                    for i, call in enumerate(calls)]
@@ -384,10 +320,9 @@ class MegaBatchEvaluator:
 
     def close(self) -> None:
         """Release the cached shards from worker memory."""
-        if self.shards:
-            self.client.cancel(self.shards + [f for c in self.copies.values() for f in c.values()])
-            self.shards = []
-            self.copies = {}
+        if self.cached is not None:
+            self.cached.close()
+            self.cached = None
 
 
 def portion_index(key: str) -> int:
@@ -444,7 +379,8 @@ class _Collection:
             self.winners[i] = f
             if f.key.startswith("sandblaster-backup"):
                 evaluator.stats.backups_won += 1
-                evaluator._keep_copy(evaluator.portions[i].shard, self.ran_on[i])
+                if evaluator.cached is not None:  # streaming keeps nothing
+                    evaluator.cached.keep_copy(evaluator.portions[i].shard, self.ran_on[i])
             losers = [g for g in self.pending if portion_index(g.key) == i]
             if losers:
                 evaluator.client.cancel(losers)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import os
 
 import numpy as np
@@ -254,3 +255,22 @@ def test_overlapped_pushes_train_with_one_more_step_of_staleness(client, softmax
     assert not np.array_equal(result.x, in_lockstep.x)
     with pytest.raises(ConfigurationError, match="overlap must be True or False, got 'yes'"):
         downpour_sgd(model, train, client=client, overlap="yes")
+
+
+def test_an_exploding_adagrad_run_is_stopped_as_diverged(client, softmax_data, tmp_path) -> None:
+    """Adagrad's steps are bounded, so an absurd rate makes the loss explode without ever
+    becoming non-finite: the run stops with DIVERGED and says what to lower; a sane rate runs on."""
+    from dasklbfgs import Status
+
+    kw = dict(n_replicas=2, n_param_shards=2, batch_size=50, epochs=3, checkpoint_path=tmp_path / "ckpt")
+    result = downpour_sgd(Softmax(10, 3), softmax_data["train"], client=client, eval_data=softmax_data["test"],
+                          eval_every=20, learning_rate=1e4, **kw)
+    assert result.status == Status.DIVERGED and not result.success
+    assert re.fullmatch(r"the (mini-batch|held-out) loss reached \S+ at global step \d+, more than 100 times the "
+                        r"loss at the start \((1\.09\d*|1\.1)\): the run diverged and was stopped; lower "
+                        r"learning_rate", result.message), result.message
+    assert result.nit < 2 * 3 * 40 / 2  # stopped early, not after its epochs
+    assert not os.path.exists(tmp_path / "ckpt")  # no checkpoint of exploded parameters
+    sane = downpour_sgd(Softmax(10, 3), softmax_data["train"], client=client, eval_data=softmax_data["test"],
+                        eval_every=20, learning_rate=0.2, **{**kw, "checkpoint_path": None})
+    assert sane.status == Status.CONVERGED and sane.success, sane.message

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import cloudpickle
@@ -133,3 +134,112 @@ def test_a_shard_lost_between_calls_is_restored(cluster, data, tmp_path) -> None
     assert recovery["shards"] == [1]
     assert result.stats["replica_first_steps"] == [0, 0]  # the replicas themselves survived
     assert sum(result.stats["replica_reconnects"]) >= 1
+
+
+class _Counter:
+    def value(self) -> int:
+        return 1
+
+
+def test_a_replica_looking_up_a_lost_shard_waits_for_its_replacement(cluster) -> None:
+    """A replica (re)starting after a shard's worker died, before the coordinator re-created
+    it, finds a lost actor in the directory: it waits for the next generation, not crash."""
+    import threading
+
+    from dasklbfgs.solvers.downpour.directory import ShardDirectory
+
+    first, second = sorted(cluster.scheduler_info()["workers"])[:2]
+    directory = ShardDirectory("downpour-test-lookup", 1, cluster)
+    lost = cluster.submit(_Counter, actor=True, workers=[first], pure=False)
+    lost.result()
+    directory.publish([lost], 0)
+    os.kill(cluster.run(os.getpid, workers=[first])[first], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while lost.status != "error" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    found: dict = {}
+    replacement = None
+    lookup = threading.Thread(target=lambda: found.update(zip(("generation", "shards"), directory.current())))
+    try:
+        lookup.start()
+        time.sleep(0.5)
+        assert lookup.is_alive() and not found  # still waiting: generation 0 holds a lost actor
+        replacement = cluster.submit(_Counter, actor=True, workers=[second], pure=False)
+        directory.publish([replacement], 1)
+        lookup.join(10)
+        assert found["generation"] == 1 and found["shards"][0].value().result() == 1
+    finally:
+        directory.delete()
+        cluster.cancel([f for f in (lost, replacement) if f is not None], force=True)
+
+
+def test_a_shard_lost_while_the_coordinator_waits_on_it_is_restored_within_seconds(cluster, data, tmp_path) -> None:
+    """A call to a shard whose worker hangs never returns, and one to a worker that just died
+    can wait for Dask's 30 s connect timeout. While a reply is late, the coordinator asks
+    whether the scheduler has declared the shard lost, and restores it. Here the worker holding
+    shard 1 is frozen (SIGSTOP) and the scheduler removes it, as it does with a worker that
+    stopped answering; the frozen process is SIGKILLed only 6 s later, so that the replicas'
+    own calls to it fail and they reconnect."""
+    victim = sorted(cluster.scheduler_info()["workers"])[1]  # holds shard 1 only
+    pid = cluster.run(os.getpid, workers=[victim])[victim]
+    frozen: dict = {}
+
+    async def remove(address, dask_scheduler=None):
+        await dask_scheduler.remove_worker(address, stimulus_id="test-frozen-worker", close=False)
+
+    def freeze_then_remove():
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(1.0)  # the coordinator's next call to shard 1 is waiting by now
+        cluster.run_on_scheduler(remove, victim)
+        frozen["removed"] = time.perf_counter() - frozen["started"]
+        threading.Timer(6.0, os.kill, (pid, signal.SIGKILL)).start()
+
+    def callback(entry):
+        if "started" not in frozen and entry.step >= 100:
+            frozen["started"] = time.perf_counter() - entry.time  # the run's clock
+            threading.Thread(target=freeze_then_remove, daemon=True).start()
+
+    result = downpour_sgd(SlowSoftmax(10, 3, l2=1e-4), data["train"], client=cluster,
+                          checkpoint_path=tmp_path / "ckpt", checkpoint_every=40, callback=callback,
+                          **{**KW, "eval_every": None})
+    assert result.success, result.message
+    [recovery] = result.stats["shard_recoveries"]
+    assert recovery["shards"] == [1]
+    assert recovery["time"] - frozen["removed"] < 4  # restored while the frozen worker still held the call
+
+
+def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeeds(cluster, data) -> None:
+    """Dask refuses to retire a worker holding an actor; the run hears of it and moves the
+    worker's shard, as it is, to another worker: no step lost, no checkpoint needed, and
+    retiring the worker again succeeds while the run goes on."""
+    victim = sorted(cluster.scheduler_info()["workers"])[1]  # holds shard 1 only
+    retired: dict = {}
+
+    def retire_twice():
+        retired["first"] = cluster.retire_workers([victim])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and cluster.run(
+                lambda dask_worker: len(dask_worker.state.actors), workers=[victim])[victim]:
+            time.sleep(0.1)
+        retired["second"] = cluster.retire_workers([victim])
+        retired["second_at"] = time.perf_counter()
+
+    def callback(entry):
+        if "thread" not in retired and entry.step >= 60:
+            retired["thread"] = threading.Thread(target=retire_twice, daemon=True)
+            retired["thread"].start()
+
+    result = downpour_sgd(SlowSoftmax(10, 3, l2=1e-4), data["train"], client=cluster, eval_data=data["test"],
+                          callback=callback, **{**KW, "epochs": 4})
+    ended = time.perf_counter()
+    retired["thread"].join(30)
+    assert result.success, result.message
+    assert retired["first"] == {}  # refused: the worker held shard 1's actor
+    assert victim in retired["second"] and retired["second_at"] < ended  # retired during the run
+    assert victim not in cluster.scheduler_info()["workers"]
+    [handover] = result.stats["shard_handovers"]
+    assert handover["shards"] == [1] and handover["to"] != [victim]
+    assert result.stats["shard_recoveries"] == [] and sum(result.stats["replica_reconnects"]) == 0
+    assert result.nit == 2 * 4 * 80  # every step counted: pushes refused by the old shard went to the new one
+    assert len(set(result.stats["pushes_per_shard"])) == 1
+    assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03

@@ -108,7 +108,7 @@ def test_a_helper_holding_backup_copies_can_leave(tmp_path, how) -> None:
         reference.close()
         evaluator = MegaBatchEvaluator(client, SlowOnOneWorker(4, workers[0], 0.1), data, portion_rows=100)
         evaluator.evaluate(x)
-        helpers = sorted({w for copies in evaluator.copies.values() for w in copies})
+        helpers = sorted({w for copies in evaluator.cached.copies.values() for w in copies})
         assert helpers, "the straggler's shards were never copied"
         _depart(client, helpers[0], how)
         for _ in range(4):
@@ -126,19 +126,19 @@ def test_shard_copies_made_after_a_departure_never_reuse_a_key(tmp_path) -> None
     with connect(n_workers=4, dashboard_address=None) as client:
         evaluator = MegaBatchEvaluator(client, Logistic(4), data, portion_rows=100, backup_tasks=False)
         expected = evaluator.evaluate(x)
-        holder = client.who_has([evaluator.shards[0]])[evaluator.shards[0].key][0]
+        holder = client.who_has([evaluator.cached.shards[0]])[evaluator.cached.shards[0].key][0]
         first, second, third = [w for w in sorted(client.scheduler_info()["workers"]) if w != holder]
-        evaluator._keep_copy(0, first)
-        evaluator._keep_copy(0, second)
+        evaluator.cached.keep_copy(0, first)
+        evaluator.cached.keep_copy(0, second)
         client.retire_workers([first])
         assert evaluator.evaluate(x)[0] == expected[0]
-        evaluator._keep_copy(0, third)
+        evaluator.cached.keep_copy(0, third)
         for _ in range(2):
             loss, grad = evaluator.evaluate(x)
             assert loss == expected[0]
             np.testing.assert_array_equal(grad, expected[1])
-        assert set(evaluator.copies[0]) == {second, third}
-        assert len({f.key for f in evaluator.copies[0].values()}) == 2
+        assert set(evaluator.cached.copies[0]) == {second, third}
+        assert len({f.key for f in evaluator.cached.copies[0].values()}) == 2
         evaluator.close()
 
 
@@ -157,3 +157,57 @@ def test_a_dataset_deleted_during_a_streaming_run_is_named(tmp_path) -> None:
         with pytest.raises(NotADatasetError, match=r"no dataset at '.*/d' any more"):
             sandblaster_lbfgs(Logistic(4), data, client=client, cache=False, maxiter=10,
                               callback=delete_at_iteration_2)
+
+
+def _shard_counts(client, evaluator) -> dict[str, int]:
+    where = client.who_has(evaluator.cached.shards)
+    counts = {w: 0 for w in client.scheduler_info()["workers"]}
+    for shard in evaluator.cached.shards:
+        counts[min(where[shard.key])] += 1
+    return counts
+
+
+def test_shards_move_to_a_worker_that_joins(tmp_path) -> None:
+    """A worker added to the cluster gets shards (moved, not copied: the old holder drops
+    them) within two evaluations and computes their portions; the sums keep their bits."""
+    from distributed import get_task_stream
+
+    data = _logistic_data(tmp_path / "d", 2400)  # 8 shards
+    x = np.array([0.1, -0.2, 0.3, 0.05, 0.0])
+    with connect(n_workers=2, dashboard_address=None) as client:
+        evaluator = MegaBatchEvaluator(client, Logistic(4), data, portion_rows=100, backup_tasks=False)
+        expected = evaluator.evaluate(x)
+        before = set(client.scheduler_info()["workers"])
+        client.cluster.scale(4)
+        client.wait_for_workers(4)
+        [*joined] = set(client.scheduler_info()["workers"]) - before
+        for _ in range(2):
+            loss, grad = evaluator.evaluate(x)
+            assert loss == expected[0]
+            np.testing.assert_array_equal(grad, expected[1])
+        with get_task_stream(client) as stream:
+            loss, grad = evaluator.evaluate(x)
+        assert loss == expected[0]
+        np.testing.assert_array_equal(grad, expected[1])
+        assert sorted(_shard_counts(client, evaluator).values()) == [2, 2, 2, 2]
+        assert evaluator.stats.shards_moved == 4
+        computed_on = {t["worker"] for t in stream.data if t["key"].startswith("sandblaster-gradient")}
+        assert set(joined) <= computed_on
+        evaluator.close()
+
+
+def test_a_run_uses_a_worker_added_midway_and_keeps_its_bits(tmp_path) -> None:
+    data = _logistic_data(tmp_path / "d", 2400)
+    model = PausingLogistic(4, l2=1e-2)
+    with connect(n_workers=2, dashboard_address=None) as client:
+        undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=10)
+
+        def add_a_worker_at_iteration_2(intermediate):
+            if intermediate.nit == 2:
+                client.cluster.scale(3)
+                client.wait_for_workers(3)
+
+        grown = sandblaster_lbfgs(model, data, client=client, maxiter=10, callback=add_a_worker_at_iteration_2)
+    assert grown.nit == undisturbed.nit
+    np.testing.assert_array_equal(grown.x, undisturbed.x)
+    assert grown.timing["shards_moved"] >= 2

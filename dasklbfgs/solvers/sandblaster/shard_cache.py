@@ -1,0 +1,150 @@
+"""The data shards Sandblaster keeps in worker memory, and where they are.
+
+Each shard is loaded from Zarr once into one worker's memory as a Dask key (data affinity:
+sequential shards on the same worker). Two things then change where shards live:
+
+- **Backup copies.** A helper that ran a backup of a straggler's portion fetched the
+  shard; it keeps it as a copy of its own (a key per copy, never reused), and the next
+  evaluations split that shard's portions between the holders (dynamic load balancing).
+- **Moves to balance the cluster.** Whenever the live workers' shard counts differ by more
+  than one (a worker arrived, or a departed worker's shards were reloaded on the
+  survivors), shards are copied from the most loaded workers to the least loaded ones; once
+  a copy is in memory it *becomes* the shard and the old holder drops it. A moved shard's
+  task may run anywhere if its worker leaves, so Dask reloads it from Zarr like an
+  original.
+
+Which worker holds what changes which worker computes which portion, never the sums: they
+are added in portion order (docs/algorithms.md §1).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from concurrent.futures import CancelledError
+from typing import Any
+
+from distributed import Client, Future, wait
+
+from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_shard
+
+__all__ = ["ShardCache", "MAX_ATTEMPTS"]
+
+MAX_ATTEMPTS = 3
+
+
+class ShardCache:
+    """The cached shards of one run: their futures, backup copies, moves under way."""
+
+    def __init__(self, client: Client, data: Any, token: str, workers: list[str]) -> None:
+        self.client, self.token = client, token
+        n = data.n_shards
+        self.shards: list[Future] = [
+            client.submit(load_shard, data, i, key=f"sandblaster-shard-{token}-{i}",
+                          workers=[workers[i * len(workers) // n]], allow_other_workers=True, pure=False)
+            for i in range(n)
+        ]
+        self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
+        self.moving: dict[int, Future] = {}  # shard -> its copy on the worker it moves to
+        self.moves = 0  # shards moved so far
+        self._copies_made = 0  # numbers every copy's key: a key is never reused
+        wait(self.shards)
+        for f in self.shards:
+            if f.status == "error":
+                f.result()  # re-raise the worker's exception here
+
+    def live_workers(self) -> dict[str, str]:
+        """The workers the scheduler knows, with their status ("running", "closing_gracefully", ...)."""
+        return {w: info["status"] for w, info in self.client.scheduler_info(n_workers=-1)["workers"].items()}
+
+    def holders(self) -> list[dict[str | None, Future]]:
+        """Per shard: worker -> the future holding that shard there (the shard itself, and
+        the copies backups left on helpers that hold them by now). Finishes the moves whose
+        copies have arrived and starts the moves the cluster's balance asks for."""
+        for _attempt in range(MAX_ATTEMPTS):
+            if gone := [i for i, f in enumerate(self.shards) if f.cancelled()]:
+                raise WorkerLostError(f"the cached shards {gone} were cancelled (the client lost its scheduler, "
+                                      "or the cluster was restarted); start the run again")
+            live = self.live_workers()
+            self._drop_lost_copies(set(live))
+            keys = self.shards + list(self.moving.values()) + [f for c in self.copies.values() for f in c.values()]
+            try:
+                where = self.client.who_has(keys)
+                break
+            except CancelledError:  # a copy was given up since the check: drop it and ask again
+                continue
+        else:
+            raise WorkerLostError(f"the shard copies kept being cancelled {MAX_ATTEMPTS} times in a row")
+        self._finish_moves(where)
+        self._start_moves(where, sorted(w for w, status in live.items() if status == "running"))
+        out: list[dict[str | None, Future]] = []
+        for i, shard in enumerate(self.shards):
+            holders: dict[str | None, Future] = {w: shard for w in where.get(shard.key, ())}
+            for w, copy in self.copies.get(i, {}).items():
+                if w in where.get(copy.key, ()):  # a copy still being made is used from the next time on
+                    holders.setdefault(w, copy)
+            out.append(holders or {None: shard})
+        return out
+
+    def keep_copy(self, shard: int, worker: str) -> None:
+        """Keep the shard a backup fetched on ``worker`` as a key of its own, aligned (a plain
+        replica would be dropped by Dask's memory manager)."""
+        if worker not in self.copies.setdefault(shard, {}):
+            self.copies[shard][worker] = self._copy(shard, worker, stays=True)
+
+    def _copy(self, shard: int, worker: str, *, stays: bool) -> Future:
+        """A copy of ``shard`` made on ``worker`` from its holder. A copy that ``stays`` there
+        (a helper's) is given up with its worker; a moved shard may be rebuilt elsewhere."""
+        self._copies_made += 1
+        return self.client.submit(
+            aligned_shard, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-copy-{self._copies_made}",
+            workers=[worker], allow_other_workers=not stays, pure=False,
+        )
+
+    def _drop_lost_copies(self, live: set[str]) -> None:
+        """Forget the copies on workers that left and the ones Dask gave up on."""
+        for copies in self.copies.values():
+            for w, copy in list(copies.items()):
+                if w not in live or copy.status in ("cancelled", "error", "lost"):
+                    self.client.cancel([copy])
+                    del copies[w]
+        for i, copy in list(self.moving.items()):
+            if copy.status in ("cancelled", "error", "lost"):
+                self.client.cancel([copy])
+                del self.moving[i]
+
+    def _finish_moves(self, where: dict[str, Any]) -> None:
+        """A moved shard's copy in memory becomes the shard; the old holder drops its data
+        (its task is kept by Dask as the copy's dependency, to rebuild it if need be)."""
+        for i, copy in list(self.moving.items()):
+            if where.get(copy.key):
+                self.shards[i] = copy
+                del self.moving[i]
+                self.moves += 1
+
+    def _start_moves(self, where: dict[str, Any], live: list[str]) -> None:
+        """Copy shards from the workers holding the most to those holding the fewest until
+        the counts differ by at most one (none while earlier moves are under way)."""
+        if self.moving or len(live) < 2:
+            return
+        held: dict[str, list[int]] = {w: [] for w in live}
+        for i, shard in enumerate(self.shards):
+            holder = min(where.get(shard.key, ()), default=None)
+            if holder in held:
+                held[holder].append(i)
+        counts = Counter({w: len(shards) for w, shards in held.items()})
+        while True:
+            most = max(live, key=lambda w: (counts[w], w))
+            fewest = min(live, key=lambda w: (counts[w], w))
+            if counts[most] - counts[fewest] <= 1:
+                return
+            i = held[most].pop()  # its last shard: runs of sequential shards stay together
+            self.moving[i] = self._copy(i, fewest, stays=False)
+            counts[most] -= 1
+            counts[fewest] += 1
+
+    def close(self) -> None:
+        """Release the cached shards and their copies from worker memory."""
+        copies = [f for c in self.copies.values() for f in c.values()]
+        self.client.cancel(self.shards + list(self.moving.values()) + copies)
+        self.shards, self.copies, self.moving = [], {}, {}
