@@ -269,16 +269,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--maxiter", type=int, default=15)
     parser.add_argument("--accuracy-slack", type=float, default=0.01)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--solvers", nargs="+", default=["sandblaster", "downpour", *PEERS],
+                        choices=["sandblaster", "downpour", *PEERS])
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     args = parser.parse_args(argv)
     command = " ".join(["python -m benchmarks.chaos", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict[str, Any] = {"command": command, "machine": machine(), "parts": {}}
-    out["parts"]["sandblaster"] = sandblaster(args)
+    if "sandblaster" in args.solvers:
+        out["parts"]["sandblaster"] = sandblaster(args)
     splits = make_dataset("multinomial", args.data_dir / "chaos-multinomial", rows=8000, features=10, n_classes=3,
                           shard_rows=2000, seed=4, overwrite=True)
-    out["parts"]["downpour"] = replicas(args, splits, "downpour", args.runs, {"n_param_shards": 2, "checkpoint_every": 40})
-    for method in PEERS:
-        out["parts"][method] = replicas(args, splits, method, args.peer_runs, {})
+    for solver in args.solvers:
+        if solver == "downpour":
+            out["parts"][solver] = replicas(args, splits, solver, args.runs, {"n_param_shards": 2, "checkpoint_every": 40})
+        elif solver in PEERS:
+            out["parts"][solver] = replicas(args, splits, solver, args.peer_runs, {})
     for part in out["parts"].values():
         part["totals"] = totals(part)
     write_result("chaos", out)

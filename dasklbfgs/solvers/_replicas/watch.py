@@ -75,50 +75,53 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
     stopped_by_callback = False
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
     start_loss = run.start_loss()  # a future: taken when the first loss is to be judged
-    while True:
-        time.sleep(options.poll_interval)
-        progress = run.poll()
-        steps = progress.steps
-        loss_sum, loss_count = progress.loss_sum - last_loss[0], progress.loss_count - last_loss[1]
-        if loss_count < 0:  # the counting actor was restored from a checkpoint
-            loss_sum, loss_count = 0.0, 0
-        last_loss = (progress.loss_sum, progress.loss_count)
-        entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
-        if loss_count:
-            entry["train_loss"] = loss_sum / loss_count
-        if next_eval is not None and (steps >= next_eval or progress.finished):
-            if defer_eval:
-                deferred.append((entry, run.current_params()))
-            else:
-                entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
-            while next_eval <= steps:
-                next_eval += eval_every  # type: ignore[operator]
-        if next_checkpoint is not None and steps >= next_checkpoint:
-            run.checkpoint(steps)
-            while next_checkpoint <= steps:
-                next_checkpoint += checkpoint_every  # type: ignore[operator]
-        if status != Status.DIVERGED and (message_diverged := diverged(entry, start_loss)):
-            status, message = Status.DIVERGED, message_diverged
-            run.stop(message)
-        if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
-            history.append(entry)
-            run.metrics.send(**entry, **progress.event)
-            if callback is not None and not stopped_by_callback:
-                try:
-                    callback(OptimizeResult(**entry))
-                except StopIteration:
-                    stopped_by_callback = True
-                    status, message = Status.CALLBACK_STOP, MSG_CALLBACK
-                    run.stop(message)
-        reason = progress.stop_reason
-        if is_non_finite(reason):
-            status, message = Status.NON_FINITE, reason
-        elif reason and reason.startswith("max_steps") and not stopped_by_callback and status != Status.DIVERGED:
-            status, message = Status.CONVERGED, reason
-        if progress.finished:
-            for due, params in deferred:
-                due.update(held_out_metrics(run.model, params, run.eval_set))
-            return history, status, message
+    try:
+        while True:
+            time.sleep(options.poll_interval)
+            progress = run.poll()
+            steps = progress.steps
+            loss_sum, loss_count = progress.loss_sum - last_loss[0], progress.loss_count - last_loss[1]
+            if loss_count < 0:  # the counting actor was restored from a checkpoint
+                loss_sum, loss_count = 0.0, 0
+            last_loss = (progress.loss_sum, progress.loss_count)
+            entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
+            if loss_count:
+                entry["train_loss"] = loss_sum / loss_count
+            if next_eval is not None and (steps >= next_eval or progress.finished):
+                if defer_eval:
+                    deferred.append((entry, run.current_params()))
+                else:
+                    entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
+                while next_eval <= steps:
+                    next_eval += eval_every  # type: ignore[operator]
+            if next_checkpoint is not None and steps >= next_checkpoint:
+                run.checkpoint(steps)
+                while next_checkpoint <= steps:
+                    next_checkpoint += checkpoint_every  # type: ignore[operator]
+            if status != Status.DIVERGED and (message_diverged := diverged(entry, start_loss)):
+                status, message = Status.DIVERGED, message_diverged
+                run.stop(message)
+            if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
+                history.append(entry)
+                run.metrics.send(**entry, **progress.event)
+                if callback is not None and not stopped_by_callback:
+                    try:
+                        callback(OptimizeResult(**entry))
+                    except StopIteration:
+                        stopped_by_callback = True
+                        status, message = Status.CALLBACK_STOP, MSG_CALLBACK
+                        run.stop(message)
+            reason = progress.stop_reason
+            if is_non_finite(reason):
+                status, message = Status.NON_FINITE, reason
+            elif reason and reason.startswith("max_steps") and not stopped_by_callback and status != Status.DIVERGED:
+                status, message = Status.CONVERGED, reason
+            if progress.finished:
+                for due, params in deferred:
+                    due.update(held_out_metrics(run.model, params, run.eval_set))
+                return history, status, message
+    finally:
+        start_loss.release()  # a failed run must not leave it on the scheduler
 
 
 def diverged(entry: dict[str, Any], start_loss: Future) -> str | None:
