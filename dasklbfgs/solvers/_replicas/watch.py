@@ -159,6 +159,8 @@ def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
 
 ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead worker
 CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
+RETIRE_CHECK_SECONDS = 1.0  # how often the coordinator looks for refused retirements
+SCHEDULER_EVENTS = "all"  # the scheduler's event topic with the outcomes of retire_workers
 
 
 class Coordinator:
@@ -173,6 +175,9 @@ class Coordinator:
         self.metrics = MetricsStream(client, self.method)
         self.replica_futures: dict[int, Future] = {}
         self.stop_reason: str | None = None
+        # retirements refused from now on (scheduler times): the run moves its actors off those workers
+        self.events_seen = max((stamp for stamp, _ in client.get_events(SCHEDULER_EVENTS)), default=0.0)
+        self.next_retire_check = 0.0
 
     def release(self, futures: Any) -> None:
         """Cancel the run's tasks and actors for good, whoever else holds them: handles to an
@@ -216,6 +221,22 @@ class Coordinator:
         a, b = self.rows[0]
         return self.client.submit(_sample_objective, self.model, self.data, (a, min(b, a + START_SAMPLE_ROWS)),
                                   self.x_start, pure=False)
+
+    def refused_retirements(self) -> frozenset[str]:
+        """The workers whose retirement the scheduler refused since the last look (at most every
+        ``RETIRE_CHECK_SECONDS``): Dask cannot move actors, so a worker holding one of the
+        run's stays until the run moves it elsewhere. Read with ``get_events``:
+        ``subscribe_topic`` keeps one handler per topic and client, and would replace the user's."""
+        now = time.monotonic()
+        if now < self.next_retire_check:
+            return frozenset()
+        self.next_retire_check = now + RETIRE_CHECK_SECONDS
+        refused: set[str] = set()
+        for stamp, event in self.client.get_events(SCHEDULER_EVENTS):
+            if stamp > self.events_seen and isinstance(event, dict) and event.get("action") == "retire-workers":
+                refused.update(event.get("could-not-retire", ()))
+            self.events_seen = max(self.events_seen, stamp)
+        return frozenset(refused)
 
     def live_workers(self) -> list[str]:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])

@@ -42,7 +42,6 @@ REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still ru
 # How long a handed-over shard stays (refusing calls, which replicas then send to its
 # successor) before it is released: replicas that call it later see a lost shard instead.
 HANDOVER_GRACE_SECONDS = 2.0
-SCHEDULER_EVENTS = "all"  # the scheduler's topic for retire-workers outcomes
 
 
 def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: Client | None = None,
@@ -131,10 +130,7 @@ class _DownpourRun(Coordinator):
         self.model_config = model_config(model)
         self.handovers: list[dict[str, Any]] = []
         self.leaving: set[str] = set()          # workers someone tried to retire: no shard goes there
-        self.refused: list[str] = []            # appended to on the client's event loop
         self.handed_over: list[tuple[float, Future]] = []  # (when, old shard) waiting for release
-        self.previous_handler = getattr(client, "_event_handlers", {}).get(SCHEDULER_EVENTS)
-        client.subscribe_topic(SCHEDULER_EVENTS, self._on_scheduler_event)
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
@@ -199,15 +195,6 @@ class _DownpourRun(Coordinator):
 
     # -- handing shards over when a worker is retired -------------------------------------
 
-    def _on_scheduler_event(self, event: tuple[float, Any]) -> None:
-        """On the client's event loop: note the workers whose retirement was refused (and pass
-        the event on to a handler the user had subscribed before the run)."""
-        _, msg = event
-        if isinstance(msg, dict) and msg.get("action") == "retire-workers":
-            self.refused.extend(msg.get("could-not-retire", []))
-        if self.previous_handler is not None:
-            self.previous_handler(event)
-
     def hand_over_shards(self) -> None:
         """Move the shards of workers whose retirement was refused to other live workers, as
         they are now (no step lost, no checkpoint needed), and release handed-over shards
@@ -217,8 +204,7 @@ class _DownpourRun(Coordinator):
         if due:
             self.release([f for _, f in due])
             self.handed_over = self.handed_over[len(due):]  # kept in the order they were handed over
-        while self.refused:
-            self.leaving.add(self.refused.pop())
+        self.leaving.update(self.refused_retirements())
         if not self.leaving:
             return
         moving = sorted(i for i, w in self._shard_workers().items() if w in self.leaving)
@@ -366,6 +352,3 @@ class _DownpourRun(Coordinator):
         self.release([*self.replica_futures.values(), *self.shard_futures, *(f for _, f in self.handed_over)])
         self.shards = []
         self.directory.delete()
-        self.client.unsubscribe_topic(SCHEDULER_EVENTS)
-        if self.previous_handler is not None:
-            self.client.subscribe_topic(SCHEDULER_EVENTS, self.previous_handler)

@@ -34,7 +34,6 @@ __all__ = ["peer_config", "run_peers"]
 
 RESTART_WAIT = 30.0  # seconds for the surviving replicas to stop and hand over their states
 CLOSE_WAIT = 5.0     # seconds for the mailboxes to take the abort at the end of a run
-RETIRE_CHECK_SECONDS = 1.0  # how often the coordinator looks for workers it should move off
 
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
 
@@ -82,9 +81,6 @@ class _PeerRun(Coordinator):
         self.traffic_before = {"messages": 0, "bytes": 0}  # through the mailboxes of earlier generations
         self.polled: list[dict[str, Any]] = [{"steps": 0, "loss_sum": 0.0, "recent_loss": math.nan}
                                              for _ in range(config.n_replicas)]  # last mailbox stats seen
-        # retirements refused from now on (scheduler times): the replicas move off those workers
-        self.events_seen = max((stamp for stamp, _ in client.get_events("all")), default=0.0)
-        self.next_retire_check = 0.0
         client.wait_for_workers(1, timeout=WORKER_WAIT)
         workers = self.live_workers()
         self.place_mailboxes(workers)
@@ -213,27 +209,11 @@ class _PeerRun(Coordinator):
         self.release(old)
         return center
 
-    def refused_retirements(self) -> frozenset[str]:
-        """The workers holding this run's actors whose retirement the scheduler refused since
-        the last look (at most every ``RETIRE_CHECK_SECONDS``). Read from the scheduler's
-        "all" topic with ``get_events``: ``subscribe_topic`` keeps one handler per topic and
-        client, and would replace one the user has set."""
-        now = time.monotonic()
-        if now < self.next_retire_check:
-            return frozenset()
-        self.next_retire_check = now + RETIRE_CHECK_SECONDS
-        refused: set[str] = set()
-        for stamp, event in self.client.get_events("all"):
-            if stamp > self.events_seen and isinstance(event, dict) and event.get("action") == "retire-workers":
-                refused.update(event.get("could-not-retire", ()))
-            self.events_seen = max(self.events_seen, stamp)
-        return frozenset(refused & {*self.placement, *self.center_workers})
-
     # -- what the watch loop asks -----------------------------------------------------------
 
     def poll(self) -> Progress:
         self.lost()
-        leaving = self.refused_retirements()
+        leaving = self.refused_retirements() & {*self.placement, *self.center_workers}
         if leaving:  # move off, so that the next attempt to retire them succeeds
             self.restart(leaving)
         finished = self.replicas_finished()
