@@ -161,8 +161,9 @@ class _DownpourRun(Coordinator):
         live = self.live_workers()
         if not live:
             raise WorkerLostError(f"parameter shard(s) {lost} were lost and no worker is left to re-create them on")
-        self.release([self.shard_futures[i] for i in lost])
+        gone = [self.shard_futures[i] for i in lost]
         self._replace(lost, states, live)
+        self.release(gone)  # after the new generation is published: a lookup never finds a forgotten key
         self.recoveries.append({"shards": lost, "restored_step": restored_step, "time": started - self.started,
                                 "seconds": time.perf_counter() - started})
 

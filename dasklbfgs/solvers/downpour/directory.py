@@ -17,6 +17,8 @@ from dasklbfgs.errors import WorkerLostError
 
 __all__ = ["ShardDirectory"]
 
+LOOKUP_SECONDS = 2.0  # a published actor's future answers at once; one that does not may have been released
+
 
 class ShardDirectory:
     """Named Dask Variables: ``NAME-generation`` and ``NAME-shard-i`` (actor futures)."""
@@ -39,18 +41,21 @@ class ShardDirectory:
     def current(self, newer_than: int = -1, timeout: float = 120.0) -> tuple[int, list[Any]]:
         """Replica: wait for a generation above ``newer_than``; its number and actor handles.
 
-        A generation whose actors Dask already knows lost (a shard's worker died after it was
-        published, before the coordinator noticed) is skipped: the replacement comes next."""
+        A generation whose actors are gone (a shard's worker died after it was published, or
+        the coordinator has already released it for a newer one) is skipped: the replacement
+        comes next. Published actors exist already, so their futures answer at once."""
         deadline = time.monotonic() + timeout
         generation = self._variable("generation")
         while True:
             current = int(generation.get(timeout=timeout))
             if current > newer_than:
                 try:
-                    return current, [self._variable(f"shard-{i}").get(timeout=timeout).result()
+                    return current, [self._variable(f"shard-{i}").get(timeout=timeout).result(timeout=LOOKUP_SECONDS)
                                      for i in range(self.n_shards)]
                 except RuntimeError:  # "Worker holding Actor was lost"
                     newer_than = current
+                except TimeoutError:  # a key released for a newer generation (or a slow answer): look again
+                    pass
             if time.monotonic() > deadline:
                 raise WorkerLostError(
                     f"parameter shards of {self.name!r} were lost and not re-created within {timeout:.0f} s"

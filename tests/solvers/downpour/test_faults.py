@@ -243,3 +243,32 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
     assert result.nit == 2 * 4 * 80  # every step counted: pushes refused by the old shard went to the new one
     assert len(set(result.stats["pushes_per_shard"])) == 1
     assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
+
+
+def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client) -> None:
+    """The coordinator may release a replaced shard's key while a replica still reads the old
+    generation from the directory: the lookup must not wait forever on the forgotten key."""
+    import threading
+
+    from dasklbfgs.solvers.downpour.directory import ShardDirectory
+
+    directory = ShardDirectory("downpour-test-released", 1, client)
+    released = client.submit(_Counter, actor=True, pure=False)
+    released.result()
+    directory.publish([released], 0)
+    client.cancel([released], force=True)  # forgotten on the scheduler; the directory still names it
+    found: dict = {}
+    replacement = None
+    lookup = threading.Thread(target=lambda: found.update(zip(("generation", "shards"), directory.current())))
+    try:
+        lookup.start()
+        time.sleep(0.5)
+        replacement = client.submit(_Counter, actor=True, pure=False)
+        replacement.result()
+        directory.publish([replacement], 1)
+        lookup.join(15)
+        assert found["generation"] == 1 and found["shards"][0].value().result() == 1
+    finally:
+        directory.delete()
+        if replacement is not None:
+            client.cancel([replacement], force=True)
