@@ -141,11 +141,33 @@ class _Counter:
         return 1
 
 
+def _lookup_finds_the_replacement(client, directory, replacement_worker=None) -> None:
+    """A lookup of the directory, whose generation 0 holds a gone actor, waits (does not
+    crash or hang) and returns generation 1 once it is published."""
+    import threading
+
+    found: dict = {}
+    replacement = None
+    lookup = threading.Thread(target=lambda: found.update(zip(("generation", "shards"), directory.current())))
+    try:
+        lookup.start()
+        time.sleep(0.5)
+        assert lookup.is_alive() and not found  # still waiting: generation 0 is gone
+        workers = None if replacement_worker is None else [replacement_worker]
+        replacement = client.submit(_Counter, actor=True, workers=workers, pure=False)
+        replacement.result()
+        directory.publish([replacement], 1)
+        lookup.join(15)
+        assert found["generation"] == 1 and found["shards"][0].value().result() == 1
+    finally:
+        directory.delete()
+        if replacement is not None:
+            client.cancel([replacement], force=True)
+
+
 def test_a_replica_looking_up_a_lost_shard_waits_for_its_replacement(cluster) -> None:
     """A replica (re)starting after a shard's worker died, before the coordinator re-created
     it, finds a lost actor in the directory: it waits for the next generation, not crash."""
-    import threading
-
     from dasklbfgs.solvers.downpour.directory import ShardDirectory
 
     first, second = sorted(cluster.scheduler_info()["workers"])[:2]
@@ -157,20 +179,8 @@ def test_a_replica_looking_up_a_lost_shard_waits_for_its_replacement(cluster) ->
     deadline = time.monotonic() + 30
     while lost.status != "error" and time.monotonic() < deadline:
         time.sleep(0.05)
-    found: dict = {}
-    replacement = None
-    lookup = threading.Thread(target=lambda: found.update(zip(("generation", "shards"), directory.current())))
-    try:
-        lookup.start()
-        time.sleep(0.5)
-        assert lookup.is_alive() and not found  # still waiting: generation 0 holds a lost actor
-        replacement = cluster.submit(_Counter, actor=True, workers=[second], pure=False)
-        directory.publish([replacement], 1)
-        lookup.join(10)
-        assert found["generation"] == 1 and found["shards"][0].value().result() == 1
-    finally:
-        directory.delete()
-        cluster.cancel([f for f in (lost, replacement) if f is not None], force=True)
+    _lookup_finds_the_replacement(cluster, directory, second)
+    cluster.cancel([lost], force=True)
 
 
 def test_a_shard_lost_while_the_coordinator_waits_on_it_is_restored_within_seconds(cluster, data, tmp_path) -> None:
@@ -248,8 +258,6 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
 def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client) -> None:
     """The coordinator may release a replaced shard's key while a replica still reads the old
     generation from the directory: the lookup must not wait forever on the forgotten key."""
-    import threading
-
     from dasklbfgs.solvers.downpour.directory import ShardDirectory
 
     directory = ShardDirectory("downpour-test-released", 1, client)
@@ -257,18 +265,4 @@ def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client)
     released.result()
     directory.publish([released], 0)
     client.cancel([released], force=True)  # forgotten on the scheduler; the directory still names it
-    found: dict = {}
-    replacement = None
-    lookup = threading.Thread(target=lambda: found.update(zip(("generation", "shards"), directory.current())))
-    try:
-        lookup.start()
-        time.sleep(0.5)
-        replacement = client.submit(_Counter, actor=True, pure=False)
-        replacement.result()
-        directory.publish([replacement], 1)
-        lookup.join(15)
-        assert found["generation"] == 1 and found["shards"][0].value().result() == 1
-    finally:
-        directory.delete()
-        if replacement is not None:
-            client.cancel([replacement], force=True)
+    _lookup_finds_the_replacement(client, directory)
