@@ -242,9 +242,17 @@ class Coordinator:
         return sorted(self.client.scheduler_info(n_workers=-1)["workers"])
 
     def actor(self, cls: type, *args: Any, key: str, worker: str | None) -> Future:
-        """Start the actor ``cls(*args)`` on ``worker`` (None: any worker)."""
+        """Start the actor ``cls(*args)`` on ``worker``, or on another one if that worker has
+        left in the meantime (an actor pinned to a departed worker would never start); None:
+        any worker. :meth:`workers_of` says where actors ended up."""
         return self.client.submit(cls, *args, actor=True, key=key, workers=None if worker is None else [worker],
-                                  pure=False)
+                                  allow_other_workers=True, pure=False)
+
+    def workers_of(self, actors: list[Future], asked: list[str]) -> list[str]:
+        """The worker each started actor lives on (the one ``asked`` for it, if it has already
+        gone again: its loss is noticed like any other)."""
+        where = self.client.who_has(actors)
+        return [min(where.get(f.key) or [w]) for f, w in zip(actors, asked)]
 
     def launch(self, r: int, task: Callable[..., Any], worker: str | None, *, allow_other_workers: bool,
                generation: int = 0, **kwargs: Any) -> None:

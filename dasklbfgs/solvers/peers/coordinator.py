@@ -88,6 +88,7 @@ class _PeerRun(Coordinator):
         self.center_workers = [workers[i % len(workers)] for i in range(len(self.bounds))]
         self.center_futures = [self.center_shard(i, x_start) for i in range(len(self.bounds))]
         self.center = [f.result() for f in self.center_futures]
+        self.center_workers = self.workers_of(self.center_futures, self.center_workers)
 
     def key(self, name: str, index: int) -> str:
         return f"{name}-{self.token}-{index}" + (f"-g{self.generation}" if self.generation else "")
@@ -98,6 +99,7 @@ class _PeerRun(Coordinator):
         self.mailbox_futures = [self.actor(PeerMailbox, r, key=self.key("peer-mailbox", r), worker=w)
                                 for r, w in enumerate(self.placement)]
         self.mailboxes = [f.result() for f in self.mailbox_futures]
+        self.placement = self.workers_of(self.mailbox_futures, self.placement)  # if a worker left meanwhile
 
     def center_shard(self, i: int, center: np.ndarray) -> Future:
         """EASGD's center shard ``i`` holding its slice of ``center``, on ``center_workers[i]``."""
@@ -206,6 +208,7 @@ class _PeerRun(Coordinator):
             self.center_workers[i] = workers[i % len(workers)]
             self.center_futures[i] = self.center_shard(i, center)
         self.center = [f.result() for f in self.center_futures]
+        self.center_workers = self.workers_of(self.center_futures, self.center_workers)
         self.release(old)
         return center
 
