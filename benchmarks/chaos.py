@@ -10,9 +10,9 @@ times within the first 80% of the undisturbed run's duration (events not yet due
 ends are not carried out, and counted apart), each one of
 
 - ``kill``: SIGKILL a random worker's process;
-- ``retire``: ``client.retire_workers([w])`` on a random worker, asked again 2 s later if the
-  worker is still there (what an adaptive deployment does: Dask cannot move actors, so the
-  first request is refused while a worker holds one);
+- ``retire``: ``client.retire_workers([w])`` on a random worker, asked again every 2 s (at
+  most 3 times) while the worker is still there, as an adaptive deployment does: Dask
+  cannot move actors, so a request is refused while the worker holds one of the run's;
 - ``scale-down``: ``cluster.scale(n - 1)`` (Dask retires a worker of its choice, then closes it);
 - ``scale-up``: ``cluster.scale(n + 1)``.
 
@@ -56,6 +56,7 @@ EVENTS = ("kill", "retire", "scale-down", "scale-up")
 PEERS = ("sync", "easgd", "gossip", "neighbours")
 MIN_WORKERS = 2
 SETTLE_SECONDS = 10.0
+RETIRE_ATTEMPTS, RETIRE_RETRY_SECONDS = 3, 2.0  # as an adaptive deployment asks again
 
 
 class SlowLogistic(Logistic):
@@ -121,11 +122,12 @@ class Chaos(threading.Thread):
         if kind == "kill":
             os.kill(self.client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
             return {"worker": victim}
-        self.client.retire_workers([victim])
-        attempts = 1
-        if victim in self.workers() and not self.stopped.wait(2.0):
+        attempts = 0
+        while attempts < RETIRE_ATTEMPTS and victim in self.workers():
+            if attempts and self.stopped.wait(RETIRE_RETRY_SECONDS):
+                break
             self.client.retire_workers([victim])
-            attempts = 2
+            attempts += 1
         return {"worker": victim, "attempts": attempts, "retired": victim not in self.workers()}
 
 
