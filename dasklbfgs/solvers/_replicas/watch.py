@@ -159,7 +159,7 @@ def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
 
 ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead worker
 CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
-RETIRE_CHECK_SECONDS = 1.0  # how often the coordinator looks for refused retirements
+RETIRE_CHECK_SECONDS = 0.5  # how often the coordinator looks for refused retirements
 SCHEDULER_EVENTS = "all"  # the scheduler's event topic with the outcomes of retire_workers
 
 

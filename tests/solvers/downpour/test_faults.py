@@ -240,7 +240,7 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
             retired["thread"].start()
 
     result = downpour_sgd(SlowSoftmax(10, 3, l2=1e-4), data["train"], client=cluster, eval_data=data["test"],
-                          callback=callback, **{**KW, "epochs": 4})
+                          callback=callback, **{**KW, "epochs": 8})  # long enough to see the retirement through
     ended = time.perf_counter()
     retired["thread"].join(30)
     assert result.success, result.message
@@ -250,7 +250,7 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
     [handover] = result.stats["shard_handovers"]
     assert handover["shards"] == [1] and handover["to"] != [victim]
     assert result.stats["shard_recoveries"] == [] and sum(result.stats["replica_reconnects"]) == 0
-    assert result.nit == 2 * 4 * 80  # every step counted: pushes refused by the old shard went to the new one
+    assert result.nit == 2 * 8 * 80  # every step counted: pushes refused by the old shard went to the new one
     assert len(set(result.stats["pushes_per_shard"])) == 1
     assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
 
