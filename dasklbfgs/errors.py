@@ -8,6 +8,7 @@ array, shard or argument).
 from __future__ import annotations
 
 __all__ = [
+    "MetricsWarning",
     "DaskLBFGSError",
     "DatasetError",
     "DatasetExistsError",
@@ -82,6 +83,10 @@ class DaskLBFGSWarning(UserWarning):
 
 class PerformanceWarning(DaskLBFGSWarning):
     """A setting that works but will be much slower than it needs to be."""
+
+
+class MetricsWarning(DaskLBFGSWarning):
+    """A training event did not reach the scheduler (the dashboard will miss it); training goes on."""
 
 
 class NonFiniteObjectiveError(DaskLBFGSError, FloatingPointError):

@@ -1,23 +1,50 @@
 """Training metrics streamed to the Dask scheduler as events.
 
-Every solver logs one event per iteration (Sandblaster) or per progress poll (Downpour) on
-the topic :data:`TOPIC`; the dashboard page and anything else holding a client can read
-them with ``client.get_events(TOPIC)``. Each message carries the ``run`` id that the
-solver's result also reports, so concurrent runs can be told apart.
+Every solver logs one event per iteration (Sandblaster) or per progress poll (Downpour and
+the peer methods) on the topic :data:`TOPIC`; the dashboard page and anything else holding a
+client can read them with ``client.get_events(TOPIC)``. Each message carries the ``run`` id
+that the solver's result also reports, so concurrent runs can be told apart.
+
+The payload schema: a dict with ``run`` and ``solver`` (str) and any other fields, whose
+values are plain JSON types only: str, int, float, bool, None, lists of them and dicts with
+str keys (:func:`plain_event` checks this where the event is built, and turns numpy scalars
+into Python ones). Dask refuses to serialize anything else, e.g. a dict with int keys, and
+the event would be lost: a failure to send is a :class:`~dasklbfgs.errors.MetricsWarning`.
 """
 
 from __future__ import annotations
 
-import logging
 import uuid
+import warnings
 from typing import Any
 
+import numpy as np
 from distributed import Client
 
-__all__ = ["TOPIC", "MetricsStream"]
+from dasklbfgs.errors import MetricsWarning
+
+__all__ = ["TOPIC", "MetricsStream", "plain_event"]
 
 TOPIC = "dasklbfgs.training"
-logger = logging.getLogger(__name__)
+_PLAIN = (str, bool, int, float, type(None))
+
+
+def plain_event(value: Any, where: str = "event") -> Any:
+    """``value`` as plain JSON types (numpy scalars become Python ones); ``TypeError`` naming
+    the field (``where``) for anything the event schema does not allow."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, _PLAIN):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [plain_event(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise TypeError(f"{where} has the key {key!r} ({type(key).__name__}): event dicts take str keys only")
+        return {key: plain_event(v, f"{where}.{key}") for key, v in value.items()}
+    raise TypeError(f"{where} is a {type(value).__name__}: events hold only str, int, float, bool, None, "
+                    "lists and dicts with str keys")
 
 
 class MetricsStream:
@@ -29,8 +56,10 @@ class MetricsStream:
         self.run = f"{solver}-{uuid.uuid4().hex[:8]}"
 
     def send(self, **metrics: Any) -> None:
-        message = {"run": self.run, "solver": self.solver, **metrics}
+        """Send one event (checked against the schema here, where it is built)."""
+        message = plain_event({"run": self.run, "solver": self.solver, **metrics})
         try:
             self.client.log_event(TOPIC, message)
-        except Exception as exc:  # metrics must never stop training
-            logger.debug("could not log a training event: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - metrics must never stop training, but must be seen
+            warnings.warn(f"a training event of run {self.run!r} did not reach the scheduler (the dashboard "
+                          f"will miss it): {type(exc).__name__}: {exc}", MetricsWarning, stacklevel=2)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dasklbfgs import Logistic, Softmax, sandblaster_lbfgs
+import numpy as np
+import pytest
+
+from dasklbfgs import Logistic, Softmax, minimize, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
-from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.monitor.events import TOPIC, plain_event
+from dasklbfgs.solvers.registry import get_solver, solver_names
 
 
 def _events(client, run_id):
@@ -26,3 +30,23 @@ def test_downpour_logs_progress_and_the_end(client, datasets) -> None:
     assert list(events[-1]["pushes_per_shard"]) == result.stats["pushes_per_shard"]
     steps = [e["step"] for e in events]
     assert steps == sorted(steps)
+
+
+@pytest.mark.parametrize("solver", solver_names())
+def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> None:
+    """One event per history entry (iteration or progress poll), plus the replica methods'
+    final one: none refused by Dask's serialization on the way."""
+    options = {"maxiter": 5} if solver == "sandblaster" else {"epochs": 2, "batch_size": 20, "poll_interval": 0.01}
+    result = minimize(Softmax(8, 3), datasets["multinomial"], solver, client=client, **options)
+    events = _events(client, result.run_id)
+    extra = 0 if get_solver(solver).iterative else 1  # the finished event
+    assert len(result.history) >= 3 and len(events) == len(result.history) + extra
+
+
+def test_event_payloads_are_plain_json() -> None:
+    assert plain_event({"a": np.float64(1.5), "b": [np.int64(2), None], "c": {"1": True}}) == {
+        "a": 1.5, "b": [2, None], "c": {"1": True}}
+    with pytest.raises(TypeError, match=r"event.staleness has the key 1 \(int\): event dicts take str keys only"):
+        plain_event({"staleness": {1: 3}})
+    with pytest.raises(TypeError, match=r"event.x is a ndarray: events hold only str, int, float"):
+        plain_event({"x": np.zeros(2)})
