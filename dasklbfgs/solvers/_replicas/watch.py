@@ -254,13 +254,18 @@ class Coordinator:
         where = self.client.who_has(actors)
         return [min(where.get(f.key) or [w]) for f, w in zip(actors, asked)]
 
+    def key(self, name: str, index: int, generation: int = 0) -> str:
+        """The key of the run's task or actor ``name`` number ``index``; after ``generation``
+        restarts a new one (Dask refuses to reuse a released key in flight)."""
+        return f"{name}-{self.token}-{index}" + (f"-g{generation}" if generation else "")
+
     def launch(self, r: int, task: Callable[..., Any], worker: str | None, *, allow_other_workers: bool,
                generation: int = 0, **kwargs: Any) -> None:
-        """Start replica ``r``'s ``task`` on its rows, on ``worker`` (None: any worker); a
-        restarted run's tasks need a new ``generation`` (Dask refuses a released key in flight)."""
+        """Start replica ``r``'s ``task`` on its rows, on ``worker`` (None: any worker), keyed for
+        ``generation`` (:meth:`key`)."""
         self.replica_futures[r] = self.client.submit(
             task, r, model=self.model, data=self.data, rows=self.rows[r], **kwargs,
-            key=f"{self.method}-replica-{self.token}-{r}" + (f"-g{generation}" if generation else ""),
+            key=self.key(f"{self.method}-replica", r, generation),
             workers=None if worker is None else [worker],
             allow_other_workers=allow_other_workers, pure=False,
         )

@@ -90,13 +90,10 @@ class _PeerRun(Coordinator):
         self.center = [f.result() for f in self.center_futures]
         self.center_workers = self.workers_of(self.center_futures, self.center_workers)
 
-    def key(self, name: str, index: int) -> str:
-        return f"{name}-{self.token}-{index}" + (f"-g{self.generation}" if self.generation else "")
-
     def place_mailboxes(self, workers: list[str]) -> None:
         """A mailbox per replica, spread over ``workers``; each replica will run where its mailbox lives."""
         self.placement = [workers[r % len(workers)] for r in range(self.config.n_replicas)]
-        self.mailbox_futures = [self.actor(PeerMailbox, r, key=self.key("peer-mailbox", r), worker=w)
+        self.mailbox_futures = [self.actor(PeerMailbox, r, key=self.key("peer-mailbox", r, self.generation), worker=w)
                                 for r, w in enumerate(self.placement)]
         self.mailboxes = [f.result() for f in self.mailbox_futures]
         self.placement = self.workers_of(self.mailbox_futures, self.placement)  # if a worker left meanwhile
@@ -105,7 +102,7 @@ class _PeerRun(Coordinator):
         """EASGD's center shard ``i`` holding its slice of ``center``, on ``center_workers[i]``."""
         a, b = self.bounds[i]
         return self.actor(ParameterShard, i, a, b, center[a:b], "sgd", {"learning_rate": 1.0},
-                          key=self.key("easgd-center", i), worker=self.center_workers[i])
+                          key=self.key("easgd-center", i, self.generation), worker=self.center_workers[i])
 
     def start_replicas(self, resumes: list[dict[str, Any]] | None = None) -> None:
         mailboxes = [ActorRef(PeerMailbox, w, m.key) for m, w in zip(self.mailboxes, self.placement)]
