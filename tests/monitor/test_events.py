@@ -50,3 +50,17 @@ def test_event_payloads_are_plain_json() -> None:
         plain_event({"staleness": {1: 3}})
     with pytest.raises(TypeError, match=r"event.x is a ndarray: events hold only str, int, float"):
         plain_event({"x": np.zeros(2)})
+
+
+def test_an_event_that_cannot_be_sent_is_a_visible_warning(client) -> None:
+    from distributed import Client
+
+    from dasklbfgs.errors import MetricsWarning
+    from dasklbfgs.monitor.events import MetricsStream
+
+    closed = Client(client.scheduler.address, set_as_default=False)
+    stream = MetricsStream(closed, "downpour")
+    closed.close()
+    with pytest.warns(MetricsWarning, match=rf"a training event of run '{stream.run}' did not reach the scheduler "
+                                            r"\(the dashboard will miss it\)"):
+        stream.send(step=1)
