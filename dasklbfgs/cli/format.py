@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+from dasklbfgs._format import human_bytes
 
 
 def format_description(info: dict[str, Any]) -> str:

@@ -21,19 +21,24 @@ def command(args: argparse.Namespace) -> int:
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with cluster_from_args(args) as client:
-        metrics = run_pipeline(config, args.output, client=client)
+        metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite)
     if not args.quiet:
-        print(json.dumps({k: metrics[k] for k in ("pipeline", "solver", "success", "message", "seconds")
-                          if k in metrics} | {s: metrics[s] for s in ("train", "test") if s in metrics},
-                         indent=2, default=float))
-        print(f"report in {args.output}/{metrics['pipeline']}/ (metrics.json, curves.json, curves.png, model.npz)")
+        summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
+        summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
+        print(json.dumps(summary, indent=2, default=float))
+        print(f"report in {metrics['report']}/ (metrics.json, curves.json, curves.png, model.npz)")
     return 0 if metrics["success"] else 1
 
 
 def add_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
     run.add_argument("config", help="YAML pipeline config")
-    run.add_argument("--output", default="pipeline-output", help="report folder (default ./pipeline-output)")
+    run.add_argument("--output", default="pipeline-output",
+                     help="where report folders go: OUTPUT/<pipeline name>, or <name>-2, -3, ... when that "
+                          "exists (default ./pipeline-output)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace OUTPUT/<pipeline name> (once the new report is complete) instead of "
+                          "writing the next free <name>-N")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                      help="override a config value, e.g. --set data.rows=5000 (repeatable)")
     run.add_argument("--quiet", action="store_true", help="no log lines or summary")

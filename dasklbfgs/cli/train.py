@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
 from dasklbfgs.cli.training import train_with_progress
+from dasklbfgs.errors import OutputExistsError
 
 __all__ = ["add_parser"]
 
@@ -29,7 +31,9 @@ def add_parser(sub: Any) -> None:
     add_option_flags(train.add_argument_group("model options"), ModelOptions)
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)
-    train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
+    train.add_argument("--output", default="dasklbfgs-model.npz",
+                       help="where to save the parameters and the run's report (default dasklbfgs-model.npz)")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress line (it only shows on a terminal)")
     add_cluster_arguments(train)
@@ -44,6 +48,9 @@ def command(args: argparse.Namespace) -> int:
 
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
     options = options_from_args(args, args.solver)
+    if os.path.exists(args.output) and not args.overwrite:
+        raise OutputExistsError(f"--output {args.output!r} exists (an earlier run's parameters); pass --overwrite to "
+                                "replace it or choose another --output")
     data = ShardedDataset.open(args.data)
     test = ShardedDataset.open(args.test) if args.test else None
     model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
@@ -52,7 +59,7 @@ def command(args: argparse.Namespace) -> int:
                                      quiet=args.quiet or args.json)
         report = train_report(model, result, data, test)
     report["dataset"] = str(data.path)
-    report["options"] = {k: str(v) if hasattr(v, "__fspath__") else v for k, v in options.to_dict().items()}
+    report["options"] = options.to_json()
     save_params(args.output, model, result.x, report)
     report["output"] = str(args.output)
     if args.json:
