@@ -41,6 +41,9 @@ class Model:
 
     name: ClassVar[str]
     task: ClassVar[str] = "classification"
+    #: Whether :meth:`loss_grad_sum` and prediction take a ``scipy.sparse`` X (CSR rows of a
+    #: sparse dataset); other models refuse sparse datasets in :meth:`check_data`.
+    accepts_sparse: ClassVar[bool] = False
     n_features: int
     n_params: int
     #: The parameters' row table (word embeddings) whose rows a batch touches sparsely, or
@@ -99,6 +102,11 @@ class Model:
 
     def check_data(self, data: Any) -> None:
         """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
+        if getattr(data, "is_sparse", False) and not self.accepts_sparse:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} takes dense data, but X at {str(data.path)!r} is sparse; the linear models "
+                "(least_squares, logistic, softmax) train on sparse data"
+            )
         if data.n_features != self.n_features:
             raise ModelDataMismatchError(
                 f"{self!r} expects {self.n_features} features but the dataset at "
