@@ -44,15 +44,18 @@ class TrainingPage:
         self.runs: list[RunView] = []
         self.pinned = False  # the user picked a run: stop following new ones
         self.updating = False  # the page itself is changing the pickers
-        self.picker = Select(title="run (newest first)", options=[], width=380)
+        self.picker = Select(title="run (newest first)", options=[], width=380, name="run-picker")
         self.other = Select(title="compare with", options=[NO_RUN], value=NO_RUN, width=380)
         self.x_axis = RadioButtonGroup(labels=["iteration / global step", "wall time (s)"], active=0)
-        self.status = Div(text="No dasklbfgs training has logged events yet.", sizing_mode="stretch_width")
+        self.status = Div(text="No dasklbfgs training has logged events yet.", sizing_mode="stretch_width",
+                          name="status")
         self.settings = ColumnDataSource({"setting": [], "value": []})
         table = DataTable(source=self.settings, height=220, sizing_mode="stretch_width", index_position=None,
                           columns=[TableColumn(field="setting", title="setting", width=140),
                                    TableColumn(field="value", title="value", width=500)])
-        self.sources = {(slot, name): ColumnDataSource({"x": [], "y": []}) for slot in SLOTS for name in CURVES}
+        # named, so that a browser (and the browser test) can find each curve's data
+        self.sources = {(slot, name): ColumnDataSource({"x": [], "y": []}, name=f"{slot}-{name}")
+                        for slot in SLOTS for name in CURVES}
         self.plots = {name: self._line_plot(name) for name in CURVES}
         self.shards = ColumnDataSource({"shard": [], "pushes": []})
         self.staleness = ColumnDataSource({"staleness": [], "pushes": []})
@@ -84,6 +87,7 @@ class TrainingPage:
             fig.line("x", "y", source=source, line_width=2, color=colour, line_dash=dash, legend_label=slot)
             fig.scatter("x", "y", source=source, size=4, color=colour)
         fig.legend.location = "top_right"
+        fig.legend.background_fill_alpha = 0.6  # the curve stays readable under it
         return fig
 
     @staticmethod
@@ -94,6 +98,7 @@ class TrainingPage:
                      y_axis_label=y_label)
         fig.vbar(x=x, top=y, source=source, width=0.8)
         fig.y_range.start = 0
+        fig.xaxis.ticker.min_interval = 1  # shards and staleness are whole numbers
         return fig
 
     # -- reading the events -----------------------------------------------------------------
@@ -153,7 +158,7 @@ class TrainingPage:
             fig.xaxis.axis_label = "wall time (s)" if x == "time" else main.x_label
             for item, run in zip(fig.legend.items, (main, other)):
                 item.label = value(run.run if run is not None else "")
-                item.visible = run is not None
+            fig.legend.visible = other is not None  # one run: the status line names it
         self.status.text = main.status()
         rows = main.settings()
         self.settings.data = {"setting": [r[0] for r in rows], "value": [r[1] for r in rows]}

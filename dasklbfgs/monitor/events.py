@@ -10,7 +10,8 @@ whose values are plain JSON types only: str, int, float, bool, None, lists of th
 with str keys (:func:`plain_event` checks this where the event is built, and turns numpy
 scalars into Python ones and paths into str).
 
-Kinds: ``"start"`` (once: the solver, the model, its number of parameters, the resolved
+Kinds: ``"start"`` (once: the solver, what its steps count (``unit``: "iteration" or
+"global step"), the model, its number of parameters, the resolved
 options, the dataset's path and shape, the number of workers and the wall-clock start
 ``started_at``), ``"step"`` (per iteration or progress poll; the replica methods' last one
 has ``finished=True``) and ``"end"`` (once: ``status`` (the solver's status name),
@@ -108,21 +109,22 @@ class RunRecord:
         self.end(status=status, success=bool(result.success), message=str(result.message))
 
 
-def start_facts(solver: str, model: Any, dataset: Any, options: Any) -> dict[str, Any]:
+def start_facts(solver: Any, model: Any, dataset: Any, options: Any) -> dict[str, Any]:
     """What the start event says of a run before it has a client (:func:`recorded_run`)."""
-    return plain_event({"model": repr(model), "n_params": model.n_params, "options": options.to_dict(),
-                        "dataset": {"path": dataset.path, "n_samples": dataset.n_samples,
-                                    "n_features": dataset.n_features}}, f"{solver} start event")
+    return plain_event({"unit": solver.unit, "model": repr(model), "n_params": model.n_params,
+                        "options": options.to_dict(), "dataset": {"path": dataset.path, "n_samples": dataset.n_samples,
+                                    "n_features": dataset.n_features}}, f"{solver.name} start event")
 
 
 _ACTIVE_RUN: ContextVar[RunRecord | None] = ContextVar("dasklbfgs_active_run", default=None)
 
 
 @contextlib.contextmanager
-def recorded_run(solver: str, model: Any, dataset: Any, options: Any) -> Iterator[RunRecord]:
-    """Around one run of ``solver``: the stream the solver opens sends the start event, and
-    the end event is sent here, a failed one (error type and message) if the solver raises.
-    Call :meth:`RunRecord.finished` with the result on a normal end."""
+def recorded_run(solver: Any, model: Any, dataset: Any, options: Any) -> Iterator[RunRecord]:
+    """Around one run of ``solver`` (a registered :class:`~dasklbfgs.solvers.registry.Solver`):
+    the stream the solver opens sends the start event, and the end event is sent here, a
+    failed one (error type and message) if the solver raises. Call
+    :meth:`RunRecord.finished` with the result on a normal end."""
     record = RunRecord(start_facts(solver, model, dataset, options))
     token = _ACTIVE_RUN.set(record)
     try:

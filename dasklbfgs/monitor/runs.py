@@ -36,7 +36,9 @@ class RunView:
     def iterative(self) -> bool:
         """True for a run counting iterations of one optimizer (Sandblaster), False for
         global steps of replicas (Downpour and the peer methods)."""
-        return any("nit" in e for e in self.steps[:1]) or self.solver == "sandblaster"
+        if self.start is not None:
+            return self.start["unit"] == "iteration"
+        return any("nit" in e for e in self.steps[:1])
 
     @property
     def x_label(self) -> str:

@@ -131,7 +131,7 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
     dataset = as_dataset(data)
-    with recorded_run(chosen.name, model, dataset, resolved) as record:  # the start and end events
+    with recorded_run(chosen, model, dataset, resolved) as record:  # the start and end events
         result = chosen.run(model, dataset, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
         record.finished(result)
     return result
