@@ -43,6 +43,7 @@ class TrainingPage:
         self.scheduler = scheduler
         self.runs: list[RunView] = []
         self.pinned = False  # the user picked a run: stop following new ones
+        self.seen: tuple[int, float] = (0, 0.0)  # number and time of the events last read
         self.updating = False  # the page itself is changing the pickers
         self.picker = Select(title="run (newest first)", options=[], width=380, name="run-picker")
         self.other = Select(title="compare with", options=[NO_RUN], value=NO_RUN, width=380)
@@ -78,8 +79,8 @@ class TrainingPage:
         from bokeh.plotting import figure
 
         log = CURVES[name].log
-        fig = figure(title=TITLES[name], height=280, sizing_mode="stretch_width", y_axis_type="log" if log else "linear",
-                     tools="pan,wheel_zoom,box_zoom,reset,save")
+        fig = figure(title=TITLES[name], height=280, sizing_mode="stretch_width",
+                     y_axis_type="log" if log else "linear", tools="pan,wheel_zoom,box_zoom,reset,save")
         if log:
             fig.yaxis.formatter = LogTickFormatter()
         for slot, (colour, dash) in SLOTS.items():
@@ -113,9 +114,11 @@ class TrainingPage:
 
     def update(self) -> None:
         """Read the events again and redraw (called every REFRESH_MS by the page)."""
-        self.runs = runs_newest_first([message for _, message in self.scheduler.get_events(TOPIC)])
-        if not self.runs:
-            return
+        events = self.scheduler.get_events(TOPIC)
+        if not events or (len(events), events[-1][0]) == self.seen:
+            return  # nothing new: the scheduler's thread has better things to do
+        self.seen = (len(events), events[-1][0])
+        self.runs = runs_newest_first([message for _, message in events])
         options = [(r.run, f"{r.run} ({r.state})") for r in self.runs]
         self.updating = True
         try:

@@ -8,17 +8,17 @@ that the solver's result also reports, so concurrent runs can be told apart.
 The payload schema: a dict with ``run``, ``solver`` and ``kind`` (str) and any other fields,
 whose values are plain JSON types only: str, int, float, bool, None, lists of them and dicts
 with str keys (:func:`plain_event` checks this where the event is built, and turns numpy
-scalars into Python ones and paths into str).
+scalars into Python ones and paths into str). Dask refuses to serialize anything else, e.g.
+a dict with int keys, and the event would be lost: a failure to send is a
+:class:`~dasklbfgs.errors.MetricsWarning`.
 
-Kinds: ``"start"`` (once: the solver, what its steps count (``unit``: "iteration" or
-"global step"), the model, its number of parameters, the resolved
-options, the dataset's path and shape, the number of workers and the wall-clock start
-``started_at``), ``"step"`` (per iteration or progress poll; the replica methods' last one
-has ``finished=True``) and ``"end"`` (once: ``status`` (the solver's status name),
-``success`` and ``message``; a run whose solver raised has ``status="FAILED"`` and the
-``error`` type). :func:`recorded_run`, around every solver run in
-:func:`dasklbfgs.minimize`, sends the start and end events. Dask refuses to serialize anything else, e.g. a dict with int keys, and
-the event would be lost: a failure to send is a :class:`~dasklbfgs.errors.MetricsWarning`.
+Kinds: ``"start"`` (once: what the run's steps count, ``unit``: "iteration" or "global
+step"; the model, its number of parameters, the resolved options, the dataset's path and
+shape, the number of workers and the wall-clock start ``started_at``), ``"step"`` (per
+iteration or progress poll; the replica methods' last one has ``finished=True``) and
+``"end"`` (once: ``status``, the solver's status name, ``success`` and ``message``; a run
+whose solver raised has ``status="FAILED"`` and the ``error`` type). :func:`recorded_run`,
+around every solver run in :func:`dasklbfgs.minimize`, sends the start and end events.
 """
 
 from __future__ import annotations

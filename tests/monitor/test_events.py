@@ -45,7 +45,8 @@ def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> No
     assert len(result.history) >= 3 and len(events) == len(result.history) + extra
     # One start event with the run's settings as plain data, one end event with the outcome.
     [start] = _events(client, result.run_id, "start")
-    assert start["unit"] == get_solver(solver).unit and start["n_params"] == Softmax(8, 3).n_params and start["n_workers"] == 2
+    assert start["unit"] == get_solver(solver).unit and start["n_params"] == Softmax(8, 3).n_params
+    assert start["n_workers"] == 2
     assert set(start["options"]) == {name for name, _, _ in get_solver(solver).options.items()}
     assert all(start["options"][name] == value for name, value in options.items() if name != "poll_interval")
     assert start["dataset"]["n_samples"] == datasets["multinomial"].n_samples
