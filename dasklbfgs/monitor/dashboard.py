@@ -75,13 +75,14 @@ class TrainingPage:
                            self.replica_panel, table, sizing_mode="stretch_width")
 
     def _line_plot(self, name: str) -> Any:
-        from bokeh.models import LogTickFormatter
+        from bokeh.models import LogTickFormatter, LogTicker
         from bokeh.plotting import figure
 
         log = CURVES[name].log
         fig = figure(title=TITLES[name], height=280, sizing_mode="stretch_width",
                      y_axis_type="log" if log else "linear", tools="pan,wheel_zoom,box_zoom,reset,save")
-        if log:
+        if log:  # labels at 1, 2 and 5 times a power of ten when the range spans less than a few decades
+            fig.yaxis.ticker = LogTicker(mantissas=[1, 2, 5])
             fig.yaxis.formatter = LogTickFormatter()
         for slot, (colour, dash) in SLOTS.items():
             source = self.sources[slot, name]

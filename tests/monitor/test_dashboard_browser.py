@@ -34,8 +34,7 @@ def test_training_page_in_headless_chromium(datasets, tmp_path) -> None:
     from playwright.sync_api import sync_playwright
 
     with connect(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as client:
-        sb = sandblaster_lbfgs(Logistic(8, l2=1e-4), datasets["logistic-ill"], client=client,
-                               eval_data=datasets["logistic"])
+        sb = sandblaster_lbfgs(Logistic(8, l2=1e-4), datasets["logistic-ill"], client=client, maxiter=12)
         dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=20, epochs=2,
                           poll_interval=0.05)
         url = client.dashboard_link.rsplit("/", 1)[0] + "/training"
