@@ -19,7 +19,9 @@ from typing import Any
 
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.monitor.events import recorded_run
 from dasklbfgs.options import Options, describe_default
 from dasklbfgs.models.base import Model
 
@@ -128,7 +130,11 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     resolved = resolve_options(chosen, options, values)
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
-    return chosen.run(model, data, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
+    dataset = as_dataset(data)
+    with recorded_run(chosen, model, dataset, resolved) as record:  # the start and end events
+        result = chosen.run(model, dataset, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
+        record.finished(result)
+    return result
 
 
 _RUN_INPUTS = ("client", "x0", "callback", "eval_data")  # minimize's other keywords, all default None

@@ -334,7 +334,8 @@ class _DownpourRun(Coordinator):
             self.launch_replicas(range(1, len(self.rows)))
             self.released, finished = True, False
         reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)
-        event = {"pushes": stats["version"], "replicas_running": self.running(),
+        event = {"pushes": stats["version"], "pushes_per_shard": [st["version"] for st in all_stats],
+                 "replicas_running": self.running(),
                  "staleness": {str(k): v for k, v in stats["staleness"].items()}}  # events take str keys
         return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished, event)
 
