@@ -12,14 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dasklbfgs.models.metrics import SCORES
+from dasklbfgs.models.metrics import SCORE_LABELS
 
 __all__ = ["RunView", "runs_newest_first", "Curve", "CURVES", "HELD_OUT_NAMES"]
 
 #: the held-out metric of each task (:data:`~dasklbfgs.models.metrics.SCORES`), as plots name it
-HELD_OUT_NAMES = {"accuracy": "held-out accuracy", "rmse": "held-out RMSE",
-                  "reconstruction_mse": "held-out reconstruction error (MSE)"}
-assert set(HELD_OUT_NAMES) == set(SCORES), "name every held-out score the models report"
+HELD_OUT_NAMES = {score: f"held-out {label}" for score, label in SCORE_LABELS.items()}
 
 
 @dataclass
