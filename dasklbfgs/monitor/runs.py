@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from dasklbfgs.models.metrics import SCORE_LABELS
+from dasklbfgs.models.metrics import SCORE_LABELS, SCORES
 
 __all__ = ["RunView", "runs_newest_first", "Curve", "CURVES", "HELD_OUT_NAMES"]
 
