@@ -8,7 +8,9 @@ from collections.abc import Iterator
 
 from distributed import Client
 
-__all__ = ["add_cluster_arguments", "cluster_from_args", "dashboard_line"]
+from dasklbfgs.cli.interrupt import Interrupt, shield_workers
+
+__all__ = ["add_cluster_arguments", "closing", "cluster_from_args", "dashboard_line", "dashboard_link"]
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +30,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @contextlib.contextmanager
-def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
+def cluster_from_args(args: argparse.Namespace, interrupt: Interrupt | None = None) -> Iterator[Client]:
+    """The client the flags name, closed on leaving (see :func:`closing`)."""
     from dasklbfgs.cluster import connect
 
     security = None
@@ -39,14 +42,30 @@ def cluster_from_args(args: argparse.Namespace) -> Iterator[Client]:
                             tls_client_key=args.tls_key, require_encryption=True)
     client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
                      timeout=args.timeout, security=security)
+    with closing(client, interrupt):
+        yield client
+
+
+@contextlib.contextmanager
+def closing(client: Client, interrupt: Interrupt | None = None) -> Iterator[Client]:
+    """``client``, closed on leaving; with ``interrupt``, an embedded cluster's workers
+    ignore Ctrl-C and the shutdown after one is quiet (see :mod:`dasklbfgs.cli.interrupt`)."""
     try:
+        if interrupt is not None:
+            shield_workers(client)
         yield client
     finally:
-        client.close()
+        with interrupt.quiet_shutdown() if interrupt is not None else contextlib.nullcontext():
+            client.close()
+
+
+def dashboard_link(client: Client) -> str | None:
+    """The dashboard's address, None when the scheduler serves none."""
+    return client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
 
 
 def dashboard_line(client: Client) -> str:
-    link = client.dashboard_link if client.scheduler_info().get("services", {}).get("dashboard") else None
+    link = dashboard_link(client)
     if not link:
         return "dashboard  (not running)"
     return f"dashboard  {link} (training curves: {link.rsplit('/', 1)[0]}/training)"

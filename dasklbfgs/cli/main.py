@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from dasklbfgs.cli import data, demo, info, run, train
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
 from dasklbfgs.errors import DaskLBFGSError
 
 __all__ = ["build_parser", "main"]
@@ -36,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DaskLBFGSError as exc:
         print(f"dasklbfgs: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before a run started (while writing data, say)
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

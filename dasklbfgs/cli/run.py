@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 
 __all__ = ["add_parser"]
 
@@ -20,14 +23,26 @@ def command(args: argparse.Namespace) -> int:
         args.workers = config["cluster"]["workers"]
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    with cluster_from_args(args) as client:
-        metrics = run_pipeline(config, args.output, client=client)
+    with Interrupt() as interrupt:
+        with cluster_from_args(args, interrupt) as client:
+            metrics = run_pipeline(config, args.output, client=client, callback=interrupt.callback())
+        if metrics["message"] == INTERRUPTED:
+            return _interrupted(metrics, Path(args.output) / metrics["pipeline"] / "model.npz")
     if not args.quiet:
         print(json.dumps({k: metrics[k] for k in ("pipeline", "solver", "success", "message", "seconds")
                           if k in metrics} | {s: metrics[s] for s in ("train", "test") if s in metrics},
                          indent=2, default=float))
         print(f"report in {args.output}/{metrics['pipeline']}/ (metrics.json, curves.json, curves.png, model.npz)")
     return 0 if metrics["success"] else 1
+
+
+def _interrupted(metrics: dict[str, Any], saved: Path) -> int:
+    from dasklbfgs.solvers import get_solver
+
+    unit = get_solver(metrics["solver"]).unit
+    count = metrics["run"]["iterations" if unit == "iteration" else "steps"]
+    print(interrupted_line(count, unit, str(saved)), file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def add_parser(sub: Any) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
-from dasklbfgs.cli.report import format_report, train_report
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
+from dasklbfgs.cli.report import format_report, interrupted_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
 from dasklbfgs.cli.training import train_with_progress
 
@@ -41,23 +43,31 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models import model_for_dataset
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions
+    from dasklbfgs.solvers import get_solver
 
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
     options = options_from_args(args, args.solver)
     data = ShardedDataset.open(args.data)
     test = ShardedDataset.open(args.test) if args.test else None
     model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
-    with cluster_from_args(args) as client:
-        result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
-                                     quiet=args.quiet or args.json)
-        report = train_report(model, result, data, test)
-    report["dataset"] = str(data.path)
-    report["options"] = {k: str(v) if hasattr(v, "__fspath__") else v for k, v in options.to_dict().items()}
-    save_params(args.output, model, result.x, report)
-    report["output"] = str(args.output)
-    if args.json:
-        print(json.dumps(report, indent=2, default=float))
-    else:
-        print(format_report(report))
-        print(f"saved      {args.output}")
-    return 0 if result.success else 1
+    with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
+        with cluster_from_args(args, interrupt) as client:
+            result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
+                                         quiet=args.quiet or args.json, interrupt=interrupt)
+            if result.message == INTERRUPTED:
+                report = interrupted_report(model, result)
+            else:
+                report = train_report(model, result, data, test)
+        report["dataset"] = str(data.path)
+        report["options"] = {k: str(v) if hasattr(v, "__fspath__") else v for k, v in options.to_dict().items()}
+        save_params(args.output, model, result.x, report)
+        report["output"] = str(args.output)
+        if result.message == INTERRUPTED:
+            print(interrupted_line(result.nit, get_solver(args.solver).unit, args.output), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if args.json:
+            print(json.dumps(report, indent=2, default=float))
+        else:
+            print(format_report(report))
+            print(f"saved      {args.output}")
+        return 0 if result.success else 1

@@ -7,6 +7,7 @@ from typing import Any
 from distributed import Client
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs.cli.interrupt import Interrupt
 from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options
 from dasklbfgs.solvers.common_options import without_held_out
@@ -16,8 +17,10 @@ __all__ = ["train_with_progress"]
 
 
 def train_with_progress(client: Client, model: Model, data: Any, solver: str, options: Options, *,
-                        eval_data: Any = None, quiet: bool = False) -> OptimizeResult:
-    """``minimize`` with a one-line progress display on a terminal (none when ``quiet``)."""
+                        eval_data: Any = None, quiet: bool = False, interrupt: Interrupt | None = None
+                        ) -> OptimizeResult:
+    """``minimize`` with a one-line progress display on a terminal (none when ``quiet``),
+    stopped at the next iteration or step once ``interrupt`` has seen Ctrl-C."""
     from dasklbfgs.monitor.progress import Progress
 
     chosen = get_solver(solver)
@@ -25,6 +28,8 @@ def train_with_progress(client: Client, model: Model, data: Any, solver: str, op
     shown = {"objective": chosen.loss_key, "eval_accuracy": "eval_accuracy"}  # label -> history key
 
     def show(entry: OptimizeResult) -> None:
+        if interrupt is not None:
+            interrupt.check()
         fields = {label: entry[key] for label, key in shown.items() if key in entry}
         progress.update(entry[chosen.count_key], **fields)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,11 @@ def _curve_point(entry: dict[str, Any], iteration: int, objective: float | None)
     return point
 
 
-def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) -> dict[str, Any]:
+def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client,
+                 callback: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Run ``config`` (from :func:`load_config`) on ``client``; write the report under
-    ``output/<pipeline.name>`` and return the metrics."""
+    ``output/<pipeline.name>`` and return the metrics. ``callback`` goes to the solver
+    (:func:`dasklbfgs.minimize`): raising ``StopIteration`` ends the run with what it reached."""
     name = config["pipeline"]["name"]
     out = Path(output) / name
     out.mkdir(parents=True, exist_ok=True)
@@ -61,7 +64,8 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client) 
     logger.info("data ready: %r (test: %r)", train, test)
     spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
     model = model_for_dataset(spec["name"], train, **model_options(spec))
-    result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test)
+    result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
+                      callback=callback)
     chosen = get_solver(solver)
     curve = [_curve_point(e, e[chosen.count_key], e.get(chosen.loss_key)) for e in result.history]
     if chosen.iterative:

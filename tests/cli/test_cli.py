@@ -89,9 +89,28 @@ def test_train_saves_parameters_and_scores(tmp_path) -> None:
     assert params.shape == (31,)
 
 
-def test_demo_trains_on_an_embedded_cluster(tmp_path) -> None:
-    out = run("demo", "--rows", "20000", "--features", "10", "--shard-rows", "5000",
-              "--dashboard-address", "127.0.0.1:0", "--keep", str(tmp_path)).stdout
+def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
+    import signal
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    proc = subprocess.Popen([sys.executable, "-m", "dasklbfgs.cli", "demo", "--rows", "20000", "--features", "10",
+                             "--shard-rows", "5000", "--dashboard-address", "127.0.0.1:0", "--keep", str(tmp_path),
+                             "--keep-open"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    lines = []
+    while not (lines and lines[-1].startswith("dashboard open at ")):
+        line = proc.stdout.readline()
+        assert line, f"the demo ended early (exit {proc.wait()}): {''.join(lines)}{proc.stderr.read()}"
+        lines.append(line)
+    url = lines[-1].split("dashboard open at ")[1].split(";")[0]
+    assert lines[-1].endswith("; Ctrl-C to stop\n")
+    with urllib.request.urlopen(url.rsplit("/", 1)[0] + "/training", timeout=30) as page:  # still served
+        assert page.status == 200
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the workers too
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    out = "".join(lines) + rest
     assert "embedded LocalCluster, 2 workers" in out
     assert "CONVERGENCE" in out and "success=True" in out
     test_line = next(line for line in out.splitlines() if line.startswith("test "))

@@ -1,0 +1,66 @@
+"""Ctrl-C on a real training command: SIGINT to its process group, as a terminal sends it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dasklbfgs.models.persist import load_params
+from tests.cli.test_cli import run
+
+
+@pytest.fixture(scope="module")
+def acoustic(tmp_path_factory):
+    """A small acoustic set on which an MLP trains for far longer than a test waits."""
+    folder = tmp_path_factory.mktemp("interrupt") / "ac"
+    run("data", "make", "acoustic", str(folder), "--rows", "3000", "--classes", "4", "--shard-rows", "1000",
+        "--quiet")
+    return folder / "train"
+
+
+def start(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    # a session of its own: the test signals the whole group, workers included, as a terminal does
+    return subprocess.Popen([sys.executable, "-m", "dasklbfgs.cli", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+def wait_until(condition, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"the run never got going (exit {proc.returncode})\n{out}\n{err}")
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize(("solver_args", "unit"), [
+    (["--solver", "sandblaster", "--maxiter", "100000", "--checkpoint-every", "3"], "iteration"),
+    (["--solver", "downpour", "--epochs", "1000", "--batch-size", "32", "--checkpoint-every", "20"], "global step"),
+])
+def test_ctrl_c_stops_saves_and_exits_130(tmp_path, acoustic, solver_args, unit) -> None:
+    output, checkpoint = tmp_path / "model.npz", tmp_path / "ckpt"
+    proc = start("train", "--data", str(acoustic), "--model", "mlp", "--hidden", "16", "--workers", "2",
+                 "--checkpoint", str(checkpoint), *solver_args, "--output", str(output))
+    wait_until(lambda: (checkpoint / "zarr.json").exists(), proc)  # iterating: it has checkpointed
+    signalled = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    stopped_in = time.monotonic() - signalled
+    assert proc.returncode == 130, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"interrupted at {unit} ") and lines[0].endswith(f"; parameters saved to {output}")
+    reached = int(lines[0].split(f"{unit} ")[1].split(";")[0])
+    assert reached > 0 and out == ""
+    assert stopped_in < 10
+    model, params, info = load_params(output)
+    assert params.shape == (model.n_params,) and model.hidden == (16,)
+    assert info["message"] == "interrupted" and info["success"] is False
+    assert info["iterations" if unit == "iteration" else "steps"] == reached
