@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from distributed import Client
 
-from dasklbfgs.cli.interrupt import Interrupt, shield_workers
+from dasklbfgs.cli.interrupt import Interrupt, shielded_start
 
 __all__ = ["add_cluster_arguments", "closing", "cluster_from_args", "dashboard_line", "dashboard_link"]
 
@@ -31,7 +31,8 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextlib.contextmanager
 def cluster_from_args(args: argparse.Namespace, interrupt: Interrupt | None = None) -> Iterator[Client]:
-    """The client the flags name, closed on leaving (see :func:`closing`)."""
+    """The client the flags name, closed on leaving (see :func:`closing`); an embedded
+    cluster's workers ignore Ctrl-C (:func:`~dasklbfgs.cli.interrupt.shielded_start`)."""
     from dasklbfgs.cluster import connect
 
     security = None
@@ -40,19 +41,18 @@ def cluster_from_args(args: argparse.Namespace, interrupt: Interrupt | None = No
 
         security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
                             tls_client_key=args.tls_key, require_encryption=True)
-    client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
-                     timeout=args.timeout, security=security)
+    with shielded_start():
+        client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
+                         timeout=args.timeout, security=security)
     with closing(client, interrupt):
         yield client
 
 
 @contextlib.contextmanager
 def closing(client: Client, interrupt: Interrupt | None = None) -> Iterator[Client]:
-    """``client``, closed on leaving; with ``interrupt``, an embedded cluster's workers
-    ignore Ctrl-C and the shutdown after one is quiet (see :mod:`dasklbfgs.cli.interrupt`)."""
+    """``client``, closed on leaving; with ``interrupt``, quietly after a Ctrl-C (see
+    :mod:`dasklbfgs.cli.interrupt`)."""
     try:
-        if interrupt is not None:
-            shield_workers(client)
         yield client
     finally:
         with interrupt.quiet_shutdown() if interrupt is not None else contextlib.nullcontext():

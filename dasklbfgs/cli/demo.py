@@ -13,7 +13,8 @@ from typing import Any
 from distributed import Client
 
 from dasklbfgs.cli.cluster_args import closing, dashboard_line, dashboard_link
-from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
+from dasklbfgs.cli.interrupt import (EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line,
+                                     shielded_start)
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.training import train_with_progress
 
@@ -56,8 +57,9 @@ def command(args: argparse.Namespace) -> int:
         folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         train, test = _write_data(args, folder / "demo-data")
         interrupt = stack.enter_context(Interrupt())
-        client = stack.enter_context(closing(connect(n_workers=args.workers,
-                                                     dashboard_address=args.dashboard_address), interrupt))
+        with shielded_start():
+            client = connect(n_workers=args.workers, dashboard_address=args.dashboard_address)
+        stack.enter_context(closing(client, interrupt))
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         print(f"cluster    embedded LocalCluster, {n_workers} workers x 1 thread")
         print(dashboard_line(client))

@@ -6,7 +6,7 @@ returns the parameters it reached and the command saves them, prints one line an
 with :data:`EXIT_INTERRUPTED`. A second SIGINT aborts at once without saving.
 
 A terminal sends Ctrl-C to the whole process group, which includes the worker processes
-of an embedded cluster: :func:`shield_workers` makes them ignore it, so that the run they
+of an embedded cluster: :func:`shielded_start` keeps it from them, so that the run they
 serve can stop in order rather than lose its workers mid-step.
 """
 
@@ -21,9 +21,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-from distributed import Client
-
-__all__ = ["EXIT_INTERRUPTED", "INTERRUPTED", "Interrupt", "interrupted_line", "shield_workers"]
+__all__ = ["EXIT_INTERRUPTED", "INTERRUPTED", "Interrupt", "interrupted_line", "shielded_start"]
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for a command stopped by Ctrl-C
 INTERRUPTED = "interrupted"  # the result's message, the report's and metrics.json's
@@ -96,13 +94,17 @@ def interrupted_line(count: int, unit: str, saved: str | None) -> str:
     return f"interrupted at {unit} {count}; {where}"
 
 
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+@contextlib.contextmanager
+def shielded_start() -> Iterator[None]:
+    """Start an embedded cluster inside: its worker processes ignore Ctrl-C.
 
-
-def shield_workers(client: Client) -> None:
-    """Make the worker processes of an embedded cluster ignore Ctrl-C (the command that
-    owns them stops the run and closes them); workers of a running cluster are left alone."""
-    if getattr(client, "cluster", None) is None:
-        return
-    client.run(_ignore_sigint)
+    SIGINT is ignored meanwhile, and the worker processes started now inherit that (an
+    ignored signal stays ignored across ``exec``, and Python keeps it so; a handler would
+    not survive). The price: a Ctrl-C pressed during the few seconds of the start is lost.
+    Workers of a running cluster are not this process's children and are not affected.
+    """
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
