@@ -19,14 +19,14 @@ def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="use a running Dask scheduler (default: $DASKLBFGS_SCHEDULER, "
                             "else an embedded LocalCluster)")
-    where.add_argument("--scheduler-file", metavar="FILE", help="scheduler file of a running cluster")
+    where.add_argument("--scheduler-file", metavar="FILE",
+                       help="scheduler file of a running cluster (default: as --scheduler)")
     group.add_argument("--workers", type=int, default=None,
                        help="workers of the embedded cluster (default: one per core)")
-    group.add_argument("--timeout", type=float, default=30.0,
-                       help="seconds to wait for a running scheduler (default 30)")
-    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate of a TLS cluster")
-    group.add_argument("--tls-cert", metavar="PEM", help="client certificate for a TLS cluster")
-    group.add_argument("--tls-key", metavar="PEM", help="client private key for a TLS cluster")
+    group.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a running scheduler")
+    group.add_argument("--tls-ca-file", metavar="PEM", help="CA certificate of a TLS cluster (default: no TLS)")
+    group.add_argument("--tls-cert", metavar="PEM", help="client certificate for a TLS cluster (default: no TLS)")
+    group.add_argument("--tls-key", metavar="PEM", help="client private key for a TLS cluster (default: no TLS)")
 
 
 @contextlib.contextmanager

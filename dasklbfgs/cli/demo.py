@@ -34,17 +34,18 @@ def add_parser(sub: Any) -> None:
     demo = sub.add_parser("demo", help="build a sample dataset and train on an embedded cluster",
                           description="Write an ill-conditioned logistic dataset, start an embedded cluster "
                                       "with its dashboard and train on it with Sandblaster L-BFGS.",
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+)
     demo.add_argument("--rows", type=_at_least(100), default=200_000, help="training rows to generate")
     demo.add_argument("--features", type=int, default=50, help="features per row")
     demo.add_argument("--shard-rows", type=int, default=25_000, help="rows per Zarr shard")
     demo.add_argument("--l2", type=float, default=1e-4, help="L2 penalty of the logistic model")
     demo.add_argument("--workers", type=int, default=None,
-                      help="workers of the embedded cluster (None: one per core)")
+                      help="workers of the embedded cluster (default: one per core)")
     demo.add_argument("--dashboard-address", default="127.0.0.1:8787",
                       help="where the dashboard listens (port 0: any free port)")
     demo.add_argument("--keep", metavar="DIR", default=None,
-                      help="keep the sample dataset (and, after Ctrl-C, the parameters) under DIR")
+                      help="keep the sample dataset (and, after Ctrl-C, the parameters) under DIR "
+                           "(default: a temporary folder, removed)")
     demo.add_argument("--keep-open", action="store_true",
                       help="after the run, keep the cluster and its dashboard up until Ctrl-C")
     demo.set_defaults(func=command)

@@ -50,7 +50,8 @@ def add_parser(sub: Any) -> None:
     run.add_argument("config", help="YAML pipeline config")
     run.add_argument("--output", default="pipeline-output", help="report folder (default ./pipeline-output)")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                     help="override a config value, e.g. --set data.rows=5000 (repeatable)")
+                     help="override a config value, e.g. --set data.rows=5000 (repeatable; default: the config "
+                          "as written)")
     run.add_argument("--quiet", action="store_true", help="no log lines or summary")
     add_cluster_arguments(run)
     run.set_defaults(func=command)
