@@ -26,8 +26,11 @@ def add_parser(sub: Any) -> None:
                            description="Train a model on a sharded dataset. Solvers: " + "; ".join(
                                f"{n} ({get_solver(n).options.__name__})" for n in names))
     train.add_argument("--data", required=True, help="training dataset (a ShardedDataset path)")
-    train.add_argument("--test", help="held-out dataset to score")
-    train.add_argument("--model", choices=MODELS, default="logistic")
+    train.add_argument("--test", help="held-out dataset to score (default: none)")
+    train.add_argument("--model", choices=MODELS, default=None,
+                       help="the model (default: what the dataset's recorded task implies: binary -> "
+                            "logistic, multiclass -> softmax, regression -> least_squares, unsupervised -> "
+                            "sparse_autoencoder, a vocabulary -> embedding_lm)")
     add_option_flags(train.add_argument_group("model options"), ModelOptions)
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)
@@ -41,6 +44,7 @@ def add_parser(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
+    from dasklbfgs.models.registry import default_model
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions
     from dasklbfgs.solvers import get_solver
@@ -49,7 +53,7 @@ def command(args: argparse.Namespace) -> int:
     options = options_from_args(args, args.solver)
     data = ShardedDataset.open(args.data)
     test = ShardedDataset.open(args.test) if args.test else None
-    model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
+    model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
     with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
         with cluster_from_args(args, interrupt) as client:
             result = train_with_progress(client, model, data, args.solver, options, eval_data=test,

@@ -157,7 +157,7 @@ def test_train_with_downpour(tmp_path) -> None:
     out = tmp_path / "dp.npz"
     report = json.loads(run(
         "train", "--solver", "downpour", "--data", str(tmp_path / "mn" / "train"),
-        "--test", str(tmp_path / "mn" / "test"), "--model", "softmax", "--replicas", "2",
+        "--test", str(tmp_path / "mn" / "test"), "--replicas", "2",  # --model: softmax, from the task
         "--param-shards", "2", "--batch-size", "64", "--learning-rate", "0.2", "--epochs", "2",
         "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "50", "--workers", "2",
         "--output", str(out), "--json").stdout)
