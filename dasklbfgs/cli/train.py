@@ -56,6 +56,8 @@ def command(args: argparse.Namespace) -> int:
     model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
     with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
         with cluster_from_args(args, interrupt) as client:
+            for dataset in (data, test) if test is not None else (data,):
+                dataset.check_workers_can_read(client)
             result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
                                          quiet=args.quiet or args.json, interrupt=interrupt)
             if result.message == INTERRUPTED:

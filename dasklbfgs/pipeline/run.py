@@ -61,6 +61,8 @@ def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client,
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     train, test = _datasets(config, out)
+    for dataset in (train, test) if test is not None else (train,):
+        dataset.check_workers_can_read(client)
     logger.info("data ready: %r (test: %r)", train, test)
     spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
     model = model_for_dataset(spec["name"], train, **model_options(spec))
