@@ -72,3 +72,27 @@ def test_ctrl_c_stops_saves_and_exits_130(tmp_path, acoustic, solver_args, unit)
     assert params.shape == (model.n_params,) and model.hidden == (16,)
     assert info["message"] == "interrupted" and info["success"] is False
     assert info["iterations" if unit == "iteration" else "steps"] == reached
+
+
+def test_ctrl_c_during_a_pipeline_writes_its_report(tmp_path) -> None:
+    import json
+    from pathlib import Path
+
+    config = Path(__file__).resolve().parents[2] / "pipelines" / "acoustic-mlp-downpour.yaml"
+    checkpoint, reports = tmp_path / "ckpt", tmp_path / "reports"
+    proc = start("run", str(config), "--output", str(reports), "--workers", "2", "--quiet",
+                 "--set", "data.rows=3000", "--set", "data.classes=4", "--set", "data.shard_rows=1000",
+                 "--set", "model.hidden=16", "--set", "train.epochs=1000",
+                 "--set", f"train.checkpoint_path={checkpoint}", "--set", "train.checkpoint_every=20")
+    wait_until(lambda: (checkpoint / "zarr.json").exists(), proc)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    folder = reports / "acoustic-mlp-downpour"
+    lines = [line for line in err.strip().splitlines() if not busy_port_warning(line)]
+    assert len(lines) == 1 and lines[0].endswith(f"; parameters saved to {folder / 'model.npz'}"), err
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["success"] is False and metrics["message"] == "interrupted"
+    assert lines[0].startswith(f"interrupted at global step {metrics['run']['steps']};")
+    model, params, _ = load_params(folder / "model.npz")
+    assert params.shape == (model.n_params,)
