@@ -96,3 +96,25 @@ def test_ctrl_c_during_a_pipeline_writes_its_report(tmp_path) -> None:
     assert lines[0].startswith(f"interrupted at global step {metrics['run']['steps']};")
     model, params, _ = load_params(folder / "model.npz")
     assert params.shape == (model.n_params,)
+
+
+def test_a_second_ctrl_c_aborts_at_once() -> None:
+    script = """
+import os, signal, sys, time
+from dasklbfgs.cli.interrupt import Interrupt
+with Interrupt() as interrupt:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.2)
+    try:
+        interrupt.check()
+    except StopIteration as stop:
+        print(f"first: {stop}", flush=True)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(30)
+print("not aborted")
+"""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 130 and proc.stdout == "first: interrupted\n"
+    assert proc.stderr.strip() == "interrupted again: stopped without saving"
+    assert time.monotonic() - started < 20
