@@ -18,7 +18,7 @@ import multiprocessing
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 __all__ = ["EXIT_INTERRUPTED", "INTERRUPTED", "Interrupt", "interrupted_line", "shielded_start"]
@@ -28,8 +28,8 @@ INTERRUPTED = "interrupted"  # the result's message, the report's and metrics.js
 
 
 class Interrupt:
-    """``with Interrupt() as stop:`` pass ``stop.callback(...)`` to the solver, then look
-    at ``stop.requested``."""
+    """``with Interrupt() as interrupt:`` pass ``interrupt.check`` to the solver as its
+    callback (or call it from yours); the result's message is then :data:`INTERRUPTED`."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -57,18 +57,10 @@ class Interrupt:
         os._exit(EXIT_INTERRUPTED)
 
     def check(self, *_: Any) -> None:
-        """Raise ``StopIteration`` once Ctrl-C was pressed (a solver callback)."""
+        """Raise ``StopIteration`` once Ctrl-C was pressed (a solver callback: the solver
+        stops and makes the exception's text its message)."""
         if self.requested:
             raise StopIteration(INTERRUPTED)
-
-    def callback(self, then: Callable[[Any], Any] | None = None) -> Callable[[Any], Any]:
-        """A solver callback that stops the run after Ctrl-C and otherwise calls ``then``."""
-
-        def stop_or_continue(entry: Any) -> Any:
-            self.check()
-            return None if then is None else then(entry)
-
-        return stop_or_continue
 
     @contextlib.contextmanager
     def quiet_shutdown(self) -> Iterator[None]:

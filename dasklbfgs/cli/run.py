@@ -25,7 +25,7 @@ def command(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with Interrupt() as interrupt:
         with cluster_from_args(args, interrupt) as client:
-            metrics = run_pipeline(config, args.output, client=client, callback=interrupt.callback())
+            metrics = run_pipeline(config, args.output, client=client, callback=interrupt.check)
         if metrics["message"] == INTERRUPTED:
             return _interrupted(metrics, Path(args.output) / metrics["pipeline"] / "model.npz")
     if not args.quiet:
