@@ -19,6 +19,7 @@ __all__ = [
     "ConfigurationError",
     "UnknownOptionError",
     "CheckpointError",
+    "OutputExistsError",
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
     "WorkerLostError",
@@ -66,6 +67,10 @@ class CorruptDatasetError(DatasetError):
 
 class CheckpointError(DaskLBFGSError):
     """A checkpoint is missing, unreadable, truncated, corrupted or of another kind."""
+
+
+class OutputExistsError(DaskLBFGSError, FileExistsError):
+    """A command's output file exists already and replacing it was not asked for."""
 
 
 class ModelDataMismatchError(DaskLBFGSError, ValueError):

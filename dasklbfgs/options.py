@@ -273,3 +273,13 @@ class Options:
     def to_dict(self) -> dict[str, Any]:
         """The values, by option name (plain Python types)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def to_json(self) -> dict[str, Any]:
+        """The values as JSON data (reports, metrics events): paths as str, tuples as lists."""
+        def plain(value: Any) -> Any:
+            if isinstance(value, os.PathLike):
+                return os.fspath(value)
+            if isinstance(value, (tuple, list)):
+                return [plain(v) for v in value]
+            return {k: plain(v) for k, v in value.items()} if isinstance(value, Mapping) else value
+        return {name: plain(value) for name, value in self.to_dict().items()}

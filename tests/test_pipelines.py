@@ -4,6 +4,8 @@ are refused with messages that name the problem."""
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 import subprocess
 import sys
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, DatasetExistsError
 from dasklbfgs.pipeline import load_config, run_pipeline, validate_config
+from dasklbfgs.pipeline.run import DURATIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "pipelines").glob("*.yaml"))
@@ -37,20 +40,47 @@ def test_every_config_is_covered() -> None:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
-def test_shipped_config_runs_and_reports(client, config, tmp_path) -> None:
+def test_shipped_config_runs_and_reports(client, config, tmp_path, data_home) -> None:
     loaded = load_config(config, SMALL[config.stem])
     metrics = run_pipeline(loaded, tmp_path, client=client)
     out = tmp_path / loaded["pipeline"]["name"]
-    assert json.loads((out / "metrics.json").read_text())["pipeline"] == config.stem
-    curve = json.loads((out / "curves.json").read_text())
-    assert curve and all("time" in p and "iteration" in p for p in curve)
-    assert any("heldout" in p for p in curve)
+    assert metrics["report"] == str(out)
+    written = json.loads((out / "metrics.json").read_text())
+    assert written["pipeline"] == config.stem and written["run_id"].startswith(loaded["train"]["solver"])
+    assert set(written["durations"]) == set(DURATIONS)
+    assert written["config"]["train"]["solver"] == loaded["train"]["solver"]
+    curves = json.loads((out / "curves.json").read_text())
+    assert curves["points"] and all("time" in p and "iteration" in p for p in curves["points"])
+    assert curves["heldout_metric"] is not None and any("heldout" in p for p in curves["points"])
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "model.npz").exists()
+    if loaded["data"]["recipe"] is not None:  # built data stays out of the report, in the data home
+        assert Path(written["datasets"]["train"]).is_relative_to(data_home)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [config.stem]  # no staging folder left
     default = ("accuracy" if "accuracy" in metrics["test"] else "r2", 0.5, "min")
     key, bound, kind = EXPECT.get(config.stem, default)
     value = metrics["test"][key]
     assert (value > bound) if kind == "min" else (value < bound), (key, value)
+
+
+def test_reports_are_never_silently_replaced(client, tmp_path, caplog) -> None:
+    """A second run writes <name>-2 and reuses the data built by the first; --overwrite
+    replaces the report; a run that fails leaves no report and no staging folder."""
+    config = load_config(ROOT / "pipelines" / "digits-softmax.yaml", ["train.maxiter=3"])
+    first = run_pipeline(config, tmp_path, client=client)
+    with caplog.at_level(logging.INFO, logger="dasklbfgs.pipeline.run"):
+        second = run_pipeline(config, tmp_path, client=client)
+    assert (first["report"], second["report"]) == (str(tmp_path / "digits-softmax"), str(tmp_path / "digits-softmax-2"))
+    assert first["datasets"] == second["datasets"] and "reusing the 'digits' recipe's datasets" in caplog.text
+    assert re.search(r"train: 1437 x 64 float64 in 3 shards \(\d+\.\d KiB in memory", caplog.text)  # sizes for people
+    third = run_pipeline(config, tmp_path, client=client, overwrite=True)
+    assert third["report"] == first["report"]
+    assert json.loads((tmp_path / "digits-softmax" / "metrics.json").read_text())["run_id"] == third["run_id"]
+    broken = load_config(ROOT / "pipelines" / "digits-softmax.yaml", [f"data.path={tmp_path / 'digits-softmax'}"])
+    with pytest.raises(DatasetExistsError, match=r"data.path .*digits-softmax' already exists and does not hold"):
+        run_pipeline(broken, tmp_path, client=client)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["digits-softmax", "digits-softmax-2"]
+    assert (tmp_path / "digits-softmax" / "metrics.json").exists()  # the report it pointed at is intact
 
 
 def test_cli_run_with_overrides(tmp_path) -> None:
@@ -65,7 +95,7 @@ def test_cli_run_with_overrides(tmp_path) -> None:
     # and says so (exit 1, success false), the report written all the same
     assert proc.returncode == 1, proc.stderr
     metrics = json.loads((tmp_path / "digits-softmax" / "metrics.json").read_text())
-    assert metrics["run"]["iterations"] == 20 and metrics["success"] is False
+    assert metrics["solver_stats"]["iterations"] == 20 and metrics["success"] is False
     assert metrics["message"] == "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT"
     bad = subprocess.run([*command, "run", str(ROOT / "pipelines" / "digits-softmax.yaml"),
                           "--set", "train.maxiterr=5"], capture_output=True, text=True, timeout=120)
@@ -87,6 +117,7 @@ BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name":
         ({"data": {"recipe": "wine", "train": "x"}}, r"exactly one of data.recipe .* or data.train"),
         ({"train": {"solver": "adam"}}, r"train.solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'adam'"),
         ({"model": [1]}, r"section 'model' must be a mapping, got list"),
+        ({"data": {"train": "x", "path": "y"}}, r"data.path is where a recipe's datasets are written; it needs"),
     ],
 )
 def test_config_errors(change, match) -> None:

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+from dasklbfgs._format import human_bytes
 
 
 def format_description(info: dict[str, Any]) -> str:
@@ -19,7 +13,9 @@ def format_description(info: dict[str, Any]) -> str:
     y_shape = "x".join(map(str, info["y_shape"]))
     lines = [
         f"dataset   {info['path']}",
-        f"X         {info['n_samples']} x {info['n_features']} {info['dtype']}",
+        f"X         {info['n_samples']} x {info['n_features']} {info['dtype']}"
+        + (f", sparse (CSR): {info['nnz']} non-zeros, density {info['density']:.3g}, "
+           f"{info['nnz'] / info['n_samples']:.1f} per row" if info.get("sparse") else ""),
         f"y         shape ({y_shape}), range [{info['y_min']:g}, {info['y_max']:g}]",
         f"shards    {info['n_shards']} of up to {info['shard_rows']} rows",
         f"size      {human_bytes(info['nbytes_stored'])} on disk, "

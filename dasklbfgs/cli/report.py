@@ -6,6 +6,7 @@ from typing import Any
 
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._format import human_bytes
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import SCORES, evaluate_model, score_name
 from dasklbfgs.solvers.registry import get_solver
@@ -92,7 +93,7 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(f"staleness  {report['staleness']} (pushes by how many updates they lagged)")
         else:
             between = report["between_replicas"]
-            lines.append(f"exchange   {between['messages']} messages, {between['bytes'] / 1e6:.1f} MB between "
+            lines.append(f"exchange   {between['messages']} messages, {human_bytes(between['bytes'])} between "
                          f"replicas; {between['center_exchanges']} center exchanges")
         if "chosen_replica" in report:
             lines.append(f"returned   replica {report['chosen_replica']} (best held-out objective, else recent loss)")

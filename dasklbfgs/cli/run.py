@@ -25,14 +25,15 @@ def command(args: argparse.Namespace) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with Interrupt() as interrupt:
         with cluster_from_args(args, interrupt) as client:
-            metrics = run_pipeline(config, args.output, client=client, callback=interrupt.check)
+            metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite,
+                                   callback=interrupt.check)
         if metrics["message"] == INTERRUPTED:
-            return _interrupted(metrics, Path(args.output) / metrics["pipeline"] / "model.npz")
+            return _interrupted(metrics, Path(metrics["report"]) / "model.npz")
     if not args.quiet:
-        print(json.dumps({k: metrics[k] for k in ("pipeline", "solver", "success", "message", "seconds")
-                          if k in metrics} | {s: metrics[s] for s in ("train", "test") if s in metrics},
-                         indent=2, default=float))
-        print(f"report in {args.output}/{metrics['pipeline']}/ (metrics.json, curves.json, curves.png, model.npz)")
+        summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
+        summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
+        print(json.dumps(summary, indent=2, default=float))
+        print(f"report in {metrics['report']}/ (metrics.json, curves.json, curves.png, model.npz)")
     return 0 if metrics["success"] else 1
 
 
@@ -40,7 +41,7 @@ def _interrupted(metrics: dict[str, Any], saved: Path) -> int:
     from dasklbfgs.solvers import get_solver
 
     unit = get_solver(metrics["solver"]).unit
-    count = metrics["run"]["iterations" if unit == "iteration" else "steps"]
+    count = metrics["solver_stats"]["iterations" if unit == "iteration" else "steps"]
     print(interrupted_line(count, unit, str(saved)), file=sys.stderr)
     return EXIT_INTERRUPTED
 
@@ -48,7 +49,12 @@ def _interrupted(metrics: dict[str, Any], saved: Path) -> int:
 def add_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
     run.add_argument("config", help="YAML pipeline config")
-    run.add_argument("--output", default="pipeline-output", help="report folder (default ./pipeline-output)")
+    run.add_argument("--output", default="pipeline-output",
+                     help="where report folders go: OUTPUT/<pipeline name>, or <name>-2, -3, ... when that "
+                          "exists (default ./pipeline-output)")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace OUTPUT/<pipeline name> (once the new report is complete) instead of "
+                          "writing the next free <name>-N")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                      help="override a config value, e.g. --set data.rows=5000 (repeatable; default: the config "
                           "as written)")

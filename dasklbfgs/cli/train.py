@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -12,6 +13,7 @@ from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, in
 from dasklbfgs.cli.report import format_report, interrupted_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
 from dasklbfgs.cli.training import train_with_progress
+from dasklbfgs.errors import OutputExistsError
 
 __all__ = ["add_parser"]
 
@@ -34,7 +36,9 @@ def add_parser(sub: Any) -> None:
     add_option_flags(train.add_argument_group("model options"), ModelOptions)
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)
-    train.add_argument("--output", default="dasklbfgs-model.npz", help="where to save the parameters")
+    train.add_argument("--output", default="dasklbfgs-model.npz",
+                       help="where to save the parameters and the run's report (default dasklbfgs-model.npz)")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress line (it only shows on a terminal)")
     add_cluster_arguments(train)
@@ -44,13 +48,15 @@ def add_parser(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
-    from dasklbfgs.models.registry import default_model
     from dasklbfgs.models.persist import save_params
-    from dasklbfgs.models.registry import ModelOptions
+    from dasklbfgs.models.registry import ModelOptions, default_model
     from dasklbfgs.solvers import get_solver
 
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
     options = options_from_args(args, args.solver)
+    if os.path.exists(args.output) and not args.overwrite:
+        raise OutputExistsError(f"--output {args.output!r} exists (an earlier run's parameters); pass --overwrite to "
+                                "replace it or choose another --output")
     data = ShardedDataset.open(args.data)
     test = ShardedDataset.open(args.test) if args.test else None
     model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
@@ -65,7 +71,7 @@ def command(args: argparse.Namespace) -> int:
             else:
                 report = train_report(model, result, data, test)
         report["dataset"] = str(data.path)
-        report["options"] = {k: str(v) if hasattr(v, "__fspath__") else v for k, v in options.to_dict().items()}
+        report["options"] = options.to_json()
         save_params(args.output, model, result.x, report)
         report["output"] = str(args.output)
         if result.message == INTERRUPTED:

@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import zarr
 
+from dasklbfgs.data._sparse import as_csr, check_csr, is_sparse, vstack_csr, write_csr_shard
 from dasklbfgs.data._validate import check_block_shapes, check_cast, check_finite, check_numeric
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
@@ -65,10 +67,12 @@ class _LabelSummary:
 
 
 class ShardWriter:
-    """Append validated, whole shards to the ``X`` and ``y`` arrays of a new Zarr group."""
+    """Append validated, whole shards to the ``X`` and ``y`` arrays of a new Zarr group
+    (``X`` dense, or one CSR subgroup per shard when the first block is sparse: see
+    :mod:`dasklbfgs.data._sparse`)."""
 
     def __init__(
-        self, group: zarr.Group, *, shard_rows: int, first_X: np.ndarray, first_y: np.ndarray,
+        self, group: zarr.Group, *, shard_rows: int, first_X: Any, first_y: np.ndarray,
         x_dtype: np.dtype, compressors: tuple,
     ) -> None:
         self.shard_rows = shard_rows
@@ -76,8 +80,11 @@ class ShardWriter:
         self.n_features = first_X.shape[1]
         self.y_tail = first_y.shape[1:]
         self.labels = _LabelSummary()
-        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pending: list[tuple[Any, np.ndarray]] = []
         self._pending_rows = 0
+        self.sparse = is_sparse(first_X)
+        self.nnz: list[int] = []  # per shard, sparse X only
+        self.x_dtype, self.compressors = x_dtype, compressors
 
         def create(name: str, tail: tuple[int, ...], dtype: Any, dims: tuple[str, ...]) -> Any:
             # write_empty_chunks: every shard's chunk exists, so a missing one is damage
@@ -86,13 +93,20 @@ class ShardWriter:
                 compressors=compressors, config={"write_empty_chunks": True}, dimension_names=dims,
             )
 
-        self.X = create("X", (self.n_features,), x_dtype, ("sample", "feature"))
+        if self.sparse:
+            self.X = group.create_group("X", attributes={"format": "csr"})
+        else:
+            self.X = create("X", (self.n_features,), x_dtype, ("sample", "feature"))
         y_dims = ("sample",) if first_y.ndim == 1 else ("sample", "output")
         y_dtype = first_y.dtype if first_y.dtype.kind in "iuf" else np.float64
         self.y = create("y", self.y_tail, y_dtype, y_dims)
 
-    def append(self, X: np.ndarray, y: np.ndarray) -> None:
+    def append(self, X: Any, y: np.ndarray) -> None:
         where = f"in the block starting at row {self.n_rows + self._pending_rows}"
+        if is_sparse(X) != self.sparse:
+            given, first = ("sparse", "dense") if is_sparse(X) else ("dense", "sparse")
+            raise InvalidDataError(f"X is {given} {where} but the first block was {first}; "
+                                   "give every block in the same kind")
         check_block_shapes(X, y, where=where)
         check_numeric(X, "X")
         check_numeric(y, "y")
@@ -108,6 +122,9 @@ class ShardWriter:
             )
         if X.shape[0] == 0:
             return
+        if self.sparse:  # checked whole, before the rows are cut into shards
+            X = check_csr(as_csr(X), first_row=self.n_rows + self._pending_rows, shard_rows=self.shard_rows,
+                          n_features=self.n_features)
         self._pending.append((X, y))
         self._pending_rows += X.shape[0]
         while self._pending_rows >= self.shard_rows:
@@ -118,28 +135,52 @@ class ShardWriter:
             self._write_shard(self._pending_rows)
 
     def _write_shard(self, rows: int) -> None:
-        X_all, y_all = (np.concatenate(parts) if len(parts) > 1 else parts[0]
-                        for parts in zip(*self._pending))
+        Xs, ys = zip(*self._pending)
+        X_all = vstack_csr(list(Xs), self.n_features, self.x_dtype) if self.sparse else (
+            np.concatenate(Xs) if len(Xs) > 1 else Xs[0])
+        y_all = np.concatenate(ys) if len(ys) > 1 else ys[0]
         X, y = X_all[:rows], y_all[:rows]
-        self._pending = [(X_all[rows:], y_all[rows:])] if len(X_all) > rows else []
-        self._pending_rows = len(X_all) - rows
+        self._pending = [(X_all[rows:], y_all[rows:])] if X_all.shape[0] > rows else []
+        self._pending_rows = X_all.shape[0] - rows
 
         shard = self.n_rows // self.shard_rows
-        check_finite(X, "X", first_row=self.n_rows, shard=shard)
         check_finite(y, "y", first_row=self.n_rows, shard=shard)
         with np.errstate(over="ignore", invalid="ignore"):
-            X_stored = X.astype(self.X.dtype, copy=False)
             y_stored = y.astype(self.y.dtype, copy=False)
         # Validate what is stored, not only what was given: a cast can overflow or truncate.
-        check_cast(X, X_stored, "X", first_row=self.n_rows, shard=shard)
         check_cast(y, y_stored, "y", first_row=self.n_rows, shard=shard)
+        X_stored = self._stored_X(X, shard)
         start, stop = self.n_rows, self.n_rows + rows
-        self.X.resize((stop, self.n_features))
+        if self.sparse:
+            write_csr_shard(self.X, shard, X_stored, dtype=self.x_dtype, compressors=self.compressors)
+            self.nnz.append(int(X_stored.nnz))
+        else:
+            self.X.resize((stop, self.n_features))
+            self.X[start:stop] = X_stored
         self.y.resize((stop, *self.y_tail))
-        self.X[start:stop] = X_stored
         self.y[start:stop] = y_stored
         self.labels.update(y)
         self.n_rows = stop
+
+    def _stored_X(self, X: Any, shard: int) -> Any:
+        """X as stored, checked: finite, and unchanged by the cast to the stored dtype (and a
+        sparse block well formed and canonical)."""
+        if not self.sparse:
+            check_finite(X, "X", first_row=self.n_rows, shard=shard)
+            with np.errstate(over="ignore", invalid="ignore"):
+                stored = X.astype(self.x_dtype, copy=False)
+            check_cast(X, stored, "X", first_row=self.n_rows, shard=shard)
+            return stored
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = X.data.astype(self.x_dtype, copy=False)
+        changed = ~np.isfinite(values) if values.dtype.kind == "f" else values != X.data
+        if changed.any():
+            i = int(np.argmax(changed))
+            row = self.n_rows + int(np.searchsorted(X.indptr, i, side="right")) - 1
+            raise InvalidDataError(
+                f"X value {X.data[i].item()!r} in shard {shard} at row {row}, column {int(X.indices[i])} does not "
+                f"fit the stored dtype {values.dtype} (fixed by the first block or the dtype argument)")
+        return sp.csr_array((values, X.indices, X.indptr), shape=X.shape)
 
 
 def _x_dtype(dtype: Any, first_X: np.ndarray) -> np.dtype:
@@ -188,7 +229,7 @@ def write_dataset(
     with written_aside(target, overwrite=overwrite) as temp:
         writer = None
         for X, y in blocks:
-            X, y = np.asarray(X), np.asarray(y)
+            X, y = (X if is_sparse(X) else np.asarray(X)), np.asarray(y)
             if writer is None:
                 check_block_shapes(X, y, where="in the first block")
                 check_numeric(X, "X")
@@ -218,6 +259,7 @@ def write_dataset(
             "shard_rows": shard_rows,
             "chunks_complete": True,
             "feature_names": list(map(str, feature_names)) if feature_names is not None else None,
+            **({"X_format": "csr", "X_dtype": str(writer.x_dtype), "nnz": writer.nnz} if writer.sparse else {}),
             **writer.labels.as_attrs(),
         }
         group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})

@@ -142,7 +142,8 @@ def make_dataset(
     -------
     dict
         ``{"train": ShardedDataset, "test": ShardedDataset}`` (no ``test`` when
-        ``test_fraction`` is 0).
+        ``test_fraction`` is 0). Each records how it was made in its ``recipe``
+        attribute (the kind and every option, defaults filled in).
     """
     if kind not in RECIPES:
         raise ConfigurationError(f"dataset kind must be one of {RECIPES!r}, got {kind!r}")
@@ -151,20 +152,31 @@ def make_dataset(
     workload_options = {"patch_size": patch_size, "image_source": image_source,
                         "vocab_size": vocab_size, "context": context}
     _check_options_apply(kind, workload_options, n_classes, ill_conditioned)
+    given_classes = n_classes
     n_classes = DEFAULT_CLASSES.get(kind, 3) if n_classes is None else n_classes
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
     recipe = SimpleNamespace(rows=rows, features=features, seed=seed, n_classes=n_classes,
                              ill_conditioned=ill_conditioned, test_fraction=test_fraction, **workload_options)
     splits = _recipe_splits(kind, recipe)
+    made_with = recipe_record(kind, rows=rows, features=features, shard_rows=shard_rows, seed=seed,
+                              n_classes=given_classes, ill_conditioned=ill_conditioned,
+                              test_fraction=test_fraction, **workload_options)
     with written_aside(target, overwrite=overwrite) as staging:
         for name, split in splits.items():
             blocks = split.blocks if on_progress is None else _counted(split.blocks, name, on_progress)
             ShardedDataset.from_blocks(
-                staging / name, blocks, shard_rows=shard_rows, attrs=split.attrs,
+                staging / name, blocks, shard_rows=shard_rows, attrs={**split.attrs, "recipe": made_with},
                 feature_names=split.feature_names, dtype=split.dtype,
             )
     return {name: ShardedDataset.open(target / name) for name in splits}
+
+
+def recipe_record(kind: str, **options: Any) -> dict[str, Any]:
+    """What ``make_dataset(kind, **options)`` records in each split's ``recipe`` attribute:
+    the kind and every :class:`RecipeOptions` value (defaults filled in), so a dataset says
+    how it was made and a reused one can be checked against what is asked."""
+    return {"kind": kind, **{name: options.get(name, default) for name, default, _ in RecipeOptions.items()}}
 
 
 def _recipe_splits(kind: str, recipe: SimpleNamespace) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 The group holds ``X`` (n x d) and ``y`` ((n,) or (n, k)); one row chunk of both arrays is
 one *data shard*, the unit Sandblaster caches on a worker and Downpour replicas stream
-from. Schema and label statistics live in the group attribute ``"dasklbfgs"``.
+from. Schema and label statistics live in the group attribute ``"dasklbfgs"``. A sparse
+``X`` (scipy.sparse input) is stored shard by shard in CSR form (see
+:mod:`dasklbfgs.data._sparse`) and read back as ``scipy.sparse.csr_array``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import scipy.sparse as sp
 import zarr
 
+from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard, vstack_csr
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows
 from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
 from dasklbfgs.errors import (ConfigurationError, CorruptDatasetError, DatasetError, InvalidDataError,
@@ -46,24 +50,34 @@ class ShardedDataset:
         # Absolute: the workers read this path, and their working directory is not ours.
         self.path = Path(path).absolute()
         group = _open_group(self.path)
-        for name in ("X", "y"):
+        self._attrs = dict(group.attrs)
+        schema = self._attrs.get(ATTRS_KEY, {})
+        sparse = schema.get("X_format") == "csr"
+        for name in ("y",) if sparse else ("X", "y"):
             if name not in group.array_keys():
                 raise NotADatasetError(
                     f"{str(self.path)!r} is a Zarr group but has no {name!r} array; "
                     "write datasets with ShardedDataset.create"
                 )
-        X, y = group["X"], group["y"]
-        if X.ndim != 2 or y.shape[0] != X.shape[0]:
+        y = group["y"]
+        if sparse:
+            if "X" not in group.group_keys():
+                raise NotADatasetError(f"{str(self.path)!r}: the schema says X is sparse (CSR) but there is no 'X' "
+                                       "group of shards; write datasets with ShardedDataset.create")
+            X_shape, chunk_rows = (schema["n_samples"], schema["n_features"]), y.chunks[0]
+            self._dtype = np.dtype(schema["X_dtype"])
+        else:
+            X = group["X"]
+            X_shape, chunk_rows, self._dtype = X.shape, X.chunks[0], X.dtype
+        if len(X_shape) != 2 or y.shape[0] != X_shape[0]:
             raise NotADatasetError(
-                f"{str(self.path)!r}: X has shape {X.shape} and y has shape {y.shape}; "
+                f"{str(self.path)!r}: X has shape {tuple(X_shape)} and y has shape {y.shape}; "
                 "expected X (n, d) and y with n rows"
             )
-        self._shape = X.shape
+        self._shape = tuple(X_shape)
         self._y_shape = y.shape
-        self._chunk_rows = X.chunks[0]
-        self._dtype = X.dtype
+        self._chunk_rows = chunk_rows
         self._y_dtype = y.dtype
-        self._attrs = dict(group.attrs)
 
     # -- construction ---------------------------------------------------------------
 
@@ -85,9 +99,10 @@ class ShardedDataset:
         path
             Target directory. Written atomically: a failure leaves no store behind.
         X
-            numpy array, dask array, or an ``xarray.Dataset`` with data variables ``X``
-            (dims ``sample``, ``feature``) and ``y`` (then leave ``y`` as None). Feature
-            names come from the ``feature`` coordinate when present.
+            numpy array, scipy.sparse matrix or array (CSR, CSC, COO, ...; stored sparse),
+            dask array (dense or with scipy.sparse chunks), or an ``xarray.Dataset`` with
+            data variables ``X`` (dims ``sample``, ``feature``) and ``y`` (then leave ``y``
+            as None). Feature names come from the ``feature`` coordinate when present.
         y
             Labels or targets, ``(n,)`` or ``(n, k)``.
         shard_rows
@@ -114,7 +129,8 @@ class ShardedDataset:
         X, y, feature_names = unpack_xarray(X, y, feature_names)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
-        X, y = _as_array(X, "X"), _as_array(y, "y")
+        X = as_csr(X) if is_sparse(X) else _as_array(X, "X")  # CSR: COO and DIA cannot slice rows
+        y = _as_array(y, "y")
         check_block_shapes(X, y, where="in the input")  # before any block is read
         if 0 in X.shape:
             raise InvalidDataError(
@@ -135,7 +151,8 @@ class ShardedDataset:
 
         Blocks may have any number of rows; they are buffered into whole shards, so only
         about one shard is held in memory at a time. This is how a dataset larger than
-        memory is written. Other parameters as in :meth:`create`.
+        memory is written. Sparse ``X_block`` (scipy.sparse) writes a sparse dataset; every
+        block must then be sparse. Other parameters as in :meth:`create`.
         """
         shard_rows = check_shard_rows(shard_rows)
         if attrs is not None:
@@ -178,6 +195,16 @@ class ShardedDataset:
         return self._dtype
 
     @property
+    def is_sparse(self) -> bool:
+        """Whether X is stored sparse (CSR shards; rows read as ``scipy.sparse.csr_array``)."""
+        return self.schema.get("X_format") == "csr"
+
+    @property
+    def nnz(self) -> int:
+        """Stored non-zeros of X (``n_samples * n_features`` when dense)."""
+        return sum(self.schema["nnz"]) if self.is_sparse else self.n_samples * self.n_features
+
+    @property
     def y_shape(self) -> tuple[int, ...]:
         return tuple(self._y_shape)
 
@@ -211,8 +238,11 @@ class ShardedDataset:
     @property
     def nbytes_in_memory(self) -> int:
         """Bytes X and y take once loaded (decompressed)."""
-        y_items = int(np.prod(self.y_shape))
-        return int(self.n_samples * self.n_features * self.dtype.itemsize + y_items * self._y_dtype.itemsize)
+        y_bytes = int(np.prod(self.y_shape)) * self._y_dtype.itemsize
+        if self.is_sparse:
+            return y_bytes + sum(csr_nbytes(nnz, stop - start, self.n_features, self.dtype.itemsize)
+                                 for nnz, (start, stop) in zip(self.schema["nnz"], self.shard_bounds, strict=True))
+        return int(self.n_samples * self.n_features * self.dtype.itemsize + y_bytes)
 
     def nbytes_stored(self) -> int:
         """Bytes the store occupies on disk."""
@@ -232,7 +262,8 @@ class ShardedDataset:
     def __repr__(self) -> str:
         return (
             f"ShardedDataset({str(self.path)!r}, n_samples={self.n_samples}, "
-            f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype})"
+            f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype}"
+            f"{f', sparse, nnz={self.nnz}' if self.is_sparse else ''})"
         )
 
     # -- reading --------------------------------------------------------------------
@@ -241,7 +272,7 @@ class ShardedDataset:
     # as a Dask scheduler that cannot see the files, does not open the store; a worker opens
     # it when it reads rows.
 
-    def _arrays(self) -> tuple[zarr.Array, zarr.Array]:
+    def _arrays(self) -> tuple[zarr.Array | zarr.Group, zarr.Array]:
         try:
             group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
             return group["X"], group["y"]
@@ -251,20 +282,24 @@ class ShardedDataset:
             raise NotADatasetError(f"no dataset at {str(self.path)!r} any more: the path does not exist "
                                    "(was it deleted or moved after it was opened?)") from exc
 
-    def load_rows(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Read rows ``[start, stop)`` of X and y; only the chunks touched are read."""
+    def load_rows(self, start: int, stop: int) -> tuple[Any, np.ndarray]:
+        """Read rows ``[start, stop)`` of X and y; only the chunks touched are read. X is a
+        numpy array, or a ``scipy.sparse.csr_array`` when the dataset is sparse."""
         if not (0 <= start <= stop <= self.n_samples):
             raise ConfigurationError(
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
         X, y = self._arrays()
+        if self.is_sparse:
+            return self._sparse_rows(X, start, stop), self._dense_rows(y, "y", start, stop)
+        return self._dense_rows(X, "X", start, stop), self._dense_rows(y, "y", start, stop)
+
+    def _dense_rows(self, array: zarr.Array, name: str, start: int, stop: int) -> np.ndarray:
         if stop == start:
-            return np.asarray(X[start:stop]), np.asarray(y[start:stop])
+            return np.asarray(array[start:stop])
         shards = range(start // self.shard_rows, (stop - 1) // self.shard_rows + 1)
-        out = []
-        complete = self.schema.get("chunks_complete", False)
-        for name, array in (("X", X), ("y", y)):
-            for i in shards if complete else ():  # a missing chunk file would silently read as zeros
+        if self.schema.get("chunks_complete", False):
+            for i in shards:  # a missing chunk file would silently read as zeros
                 key = array.metadata.encode_chunk_key((i,) + (0,) * (array.ndim - 1))
                 if not (self.path / name / key).is_file():
                     raise CorruptDatasetError(
@@ -272,14 +307,29 @@ class ShardedDataset:
                         f"(shard {i}, rows {i * self.shard_rows}-{min((i + 1) * self.shard_rows, self.n_samples)}); "
                         "rewrite the dataset"
                     )
+        try:
+            return np.asarray(array[start:stop])
+        except Exception as exc:
+            raise CorruptDatasetError(
+                f"cannot decode {name} of the dataset at {str(self.path)!r} in shard(s) "
+                f"{list(shards)} (rows [{start}, {stop})): {exc}; a chunk file is damaged, rewrite the dataset"
+            ) from exc
+
+    def _sparse_rows(self, X: zarr.Group, start: int, stop: int) -> Any:
+        """Rows ``[start, stop)`` of a sparse X: the CSR shards they touch, cut and stacked."""
+        parts = []
+        for i in range(start // self.shard_rows, -(-stop // self.shard_rows)):
+            first, last = self.shard_bounds[i]
             try:
-                out.append(np.asarray(array[start:stop]))
+                shard = read_csr_shard(X, i, self.n_features, last - first, self.path / "X")
             except Exception as exc:
                 raise CorruptDatasetError(
-                    f"cannot decode {name} of the dataset at {str(self.path)!r} in shard(s) "
-                    f"{list(shards)} (rows [{start}, {stop})): {exc}; a chunk file is damaged, rewrite the dataset"
+                    f"cannot read sparse shard {i} of X of the dataset at {str(self.path)!r} (rows {first}-{last}): "
+                    f"{exc}; rewrite the dataset"
                 ) from exc
-        return out[0], out[1]
+            whole = start <= first and stop >= first + shard.shape[0]
+            parts.append(shard if whole else shard[max(start - first, 0) : stop - first])
+        return vstack_csr(parts, self.n_features, self.dtype)
 
     def load_shard(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """Read shard ``index`` (one row chunk) of X and y."""
@@ -292,16 +342,27 @@ class ShardedDataset:
             yield self.load_shard(i)
 
     def to_dask(self) -> tuple[dask.array.Array, dask.array.Array]:
-        """``X`` and ``y`` as dask arrays, one dask chunk per shard."""
+        """``X`` and ``y`` as dask arrays, one dask chunk per shard (``scipy.sparse.csr_array``
+        chunks when the dataset is sparse)."""
+        import dask
         import dask.array as da
 
         X, y = self._arrays()
-        return da.from_zarr(X), da.from_zarr(y)
+        if not self.is_sparse:
+            return da.from_zarr(X), da.from_zarr(y)
+        load = dask.delayed(_sparse_shard_X, pure=True)
+        meta = sp.csr_array((0, self.n_features), dtype=self.dtype)
+        chunks = [da.from_delayed(load(self, i), shape=(stop - start, self.n_features), dtype=self.dtype, meta=meta)
+                  for i, (start, stop) in enumerate(self.shard_bounds)]
+        return da.concatenate(chunks, axis=0), da.from_zarr(y)
 
     def to_xarray(self) -> xarray.Dataset:
         """A lazy ``xarray.Dataset`` with ``X`` (sample, feature) and ``y`` (sample[, output])."""
         import xarray as xr
 
+        if self.is_sparse:
+            raise ConfigurationError(f"the dataset at {str(self.path)!r} is sparse and xarray holds dense arrays; "
+                                     "use to_dask() (scipy.sparse chunks) or load_rows()")
         ds = xr.open_zarr(str(self.path), consolidated=False, zarr_format=3)
         if self.feature_names is not None:
             ds = ds.assign_coords(feature=self.feature_names)
@@ -318,6 +379,9 @@ class ShardedDataset:
             "n_shards": self.n_shards,
             "shard_rows": self.shard_rows,
             "dtype": str(self.dtype),
+            "sparse": self.is_sparse,
+            "nnz": self.nnz,
+            "density": self.nnz / (self.n_samples * self.n_features),
             "nbytes_in_memory": self.nbytes_in_memory,
             "nbytes_stored": self.nbytes_stored(),
             "y_min": schema.get("y_min"),
@@ -325,6 +389,11 @@ class ShardedDataset:
             "label_counts": self.label_counts,
             "attrs": {k: v for k, v in self._attrs.items() if k != ATTRS_KEY},
         }
+
+
+def _sparse_shard_X(data: ShardedDataset, index: int) -> Any:
+    """X of shard ``index`` (a dask task of :meth:`ShardedDataset.to_dask`)."""
+    return data.load_shard(index)[0]
 
 
 def _open_group(path: Path) -> zarr.Group:
@@ -377,8 +446,26 @@ def _as_array(a: Any, name: str):
         raise InvalidDataError(f"{name} cannot be converted to an array: {exc}") from exc
 
 
-def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Yield (X, y) row blocks of one shard each; dask inputs are computed block by block."""
+def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[Any, np.ndarray]]:
+    """Yield (X, y) row blocks of one shard each; dask inputs are computed block by block.
+
+    A sparse X is never cut here but handed over whole (in memory) or chunk by chunk (dask):
+    the writer checks each block before cutting it, and scipy's row slicing would drop an
+    out-of-range column index silently.
+    """
+    if is_sparse(X):
+        yield X, np.asarray(y)
+        return
+    if hasattr(X, "dask") and is_sparse(getattr(X, "_meta", None)):
+        import dask
+
+        start = 0
+        for i in range(X.numblocks[0]):
+            Xb, yb = dask.compute(X.blocks[i, 0] if X.numblocks[1] == 1 else X.blocks[i].rechunk({1: -1}),
+                                  y[start : start + X.chunks[0][i]])
+            start += X.chunks[0][i]
+            yield Xb, np.asarray(yb)
+        return
     lazy = hasattr(X, "dask") or hasattr(y, "dask")
     for start in range(0, X.shape[0], shard_rows):
         Xb, yb = X[start : start + shard_rows], y[start : start + shard_rows]
@@ -386,7 +473,7 @@ def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[np.ndarray, np.ndarray]
             import dask
 
             Xb, yb = dask.compute(Xb, yb)
-        yield np.asarray(Xb), np.asarray(yb)
+        yield (Xb if is_sparse(Xb) else np.asarray(Xb)), np.asarray(yb)
 
 
 def as_dataset(data: Any) -> ShardedDataset:

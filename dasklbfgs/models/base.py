@@ -41,6 +41,9 @@ class Model:
 
     name: ClassVar[str]
     task: ClassVar[str] = "classification"
+    #: Whether :meth:`loss_grad_sum` and prediction take a ``scipy.sparse`` X (CSR rows of a
+    #: sparse dataset); other models refuse sparse datasets in :meth:`check_data`.
+    accepts_sparse: ClassVar[bool] = False
     n_features: int
     n_params: int
     #: The parameters' row table (word embeddings) whose rows a batch touches sparsely, or
@@ -70,8 +73,13 @@ class Model:
         """Predictions for the rows of ``X`` (labels, values or reconstructions, by ``task``)."""
         raise NotImplementedError
 
+    def row_table_for(self, data: Any) -> Any:
+        """The row table whose rows a batch of ``data`` touches sparsely (None: none): the
+        model's :attr:`row_table`, or one that only some data makes sparse."""
+        return self.row_table
+
     def touched_rows(self, X: np.ndarray) -> np.ndarray:
-        """Rows of :attr:`row_table` that the rows of ``X`` read (models with a row table)."""
+        """Rows of the row table (:meth:`row_table_for`) that the rows of ``X`` read."""
         raise NotImplementedError(f"{type(self).__name__} has no row table")
 
     def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
@@ -99,6 +107,11 @@ class Model:
 
     def check_data(self, data: Any) -> None:
         """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
+        if getattr(data, "is_sparse", False) and not self.accepts_sparse:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} takes dense data, but X at {str(data.path)!r} is sparse; the linear models "
+                "(least_squares, logistic, softmax) train on sparse data"
+            )
         if data.n_features != self.n_features:
             raise ModelDataMismatchError(
                 f"{self!r} expects {self.n_features} features but the dataset at "

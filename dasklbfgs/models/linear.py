@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
@@ -30,6 +31,7 @@ class LinearModel(Model):
     """Shared machinery of the linear objectives; subclasses set the link and label rules."""
 
     name: ClassVar[str]
+    accepts_sparse: ClassVar[bool] = True
     _link: ClassVar[Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]]
 
     def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool) -> None:
@@ -70,8 +72,11 @@ class LinearModel(Model):
 
         Rows are processed in cache-sized blocks: each block of X is read from memory for
         ``X_b W`` and is still in cache for ``X_b^T dz``, so X streams from memory about
-        once per call.
+        once per call. A sparse X (``scipy.sparse``, CSR) is never densified: its
+        products cost its non-zeros.
         """
+        if sp.issparse(X):
+            return self._sparse_loss_grad_sum(params, X.tocsr(), y)
         if X.dtype.kind != "f":  # integer-coded features: compute in float64, never truncate W
             X = X.astype(np.float64)
         W, b = self.unpack(params)
@@ -90,6 +95,36 @@ class LinearModel(Model):
             gb += dz.sum(axis=0)
         return loss, grad
 
+    def _sparse_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`loss_grad_sum` of a CSR block in one pass (a row of it is a few non-zeros:
+        no cache blocking needed); float64 parameters whatever X's dtype."""
+        W, b = self.unpack(params)
+        grad = np.zeros(self.n_params)
+        gW, gb = self.unpack(grad)
+        z = X @ W
+        z += b if self.n_outputs > 1 else b[0]
+        loss, dz = type(self)._link(np.asarray(z, dtype=np.float64), y)
+        gW += X.T @ dz
+        gb += dz.sum(axis=0)
+        return loss, grad
+
+    def row_table_for(self, data: Any) -> Any:
+        """On sparse data without a penalty, the rows of W (one per feature, ``n_outputs``
+        wide): a batch's gradient is zero in the rows of the features it has no value for,
+        so Downpour pushes and fetches only the others. An l2 penalty makes every row's
+        gradient non-zero (``l2 * W``), and dense data touches every row: then none."""
+        from dasklbfgs.models.embedding import RowTable
+
+        if getattr(data, "is_sparse", False) and self.l2 == 0.0:
+            return RowTable(0, self.n_features, self.n_outputs)
+        return None
+
+    def touched_rows(self, X: Any) -> np.ndarray:
+        """The features (rows of W) with a value in a row of ``X``, sorted."""
+        if sp.issparse(X):
+            return np.unique(X.tocsr().indices)
+        return np.flatnonzero(np.any(np.asarray(X) != 0, axis=0))
+
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """(l2 / 2) ||W||^2 and its gradient (zero on intercepts)."""
         grad = np.zeros(self.n_params)
@@ -103,7 +138,7 @@ class LinearModel(Model):
 
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         W, b = self.unpack(np.asarray(params, dtype=np.float64))
-        z = np.asarray(X) @ W
+        z = (X.tocsr() if sp.issparse(X) else np.asarray(X)) @ W
         return z + (b if self.n_outputs > 1 else b[0])
 
     def _config(self) -> dict[str, Any]:

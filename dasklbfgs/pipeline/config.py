@@ -25,7 +25,8 @@ def _keys(options: type[Options]) -> dict[str, tuple[tuple[type, ...], Any]]:
 # section -> key -> (accepted types, default); a default of ... means required.
 SCHEMA: dict[str, dict[str, tuple[tuple[type, ...], Any]]] = {
     "pipeline": {"name": ((str,), ...), "description": ((str,), "")},
-    "data": {"recipe": ((str,), None), "train": ((str,), None), "test": ((str,), None), **_keys(RecipeOptions)},
+    "data": {"recipe": ((str,), None), "path": ((str,), None), "train": ((str,), None), "test": ((str,), None),
+             **_keys(RecipeOptions)},
     "model": {"name": ((str,), ...), **_keys(ModelOptions)},
     # "train": derived from the solvers' options classes (see validate_train)
     "cluster": {"workers": ((int,), None)},
@@ -76,6 +77,9 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     data = config["data"]
     if (data["recipe"] is None) == (data["train"] is None):
         raise ConfigurationError(f"{where}: give exactly one of data.recipe (build a dataset) or data.train (use one)")
+    if data["path"] is not None and data["recipe"] is None:
+        raise ConfigurationError(f"{where}: data.path is where a recipe's datasets are written; "
+                                 "it needs data.recipe (existing datasets are named by data.train and data.test)")
     return config
 
 

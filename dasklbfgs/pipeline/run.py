@@ -1,121 +1,114 @@
 """Run a validated pipeline config: build or open the data, train, evaluate, report.
 
-The report folder holds ``metrics.json`` (final train/held-out metrics and run facts),
-``curves.json`` (objective and held-out metric per iteration or step, with wall time),
-``curves.png`` (both against iteration and against wall time) and ``model.npz``.
+The report folder (``<output>/<pipeline.name>``, or ``<name>-2``, ... when that exists and
+``overwrite`` is off; see :mod:`dasklbfgs.pipeline.report`) holds ``metrics.json`` (the
+resolved config, run id, versions, start time, durations, solver facts and final
+train/held-out metrics), ``curves.json`` and ``curves.png`` (see
+:mod:`dasklbfgs.pipeline.curves`) and ``model.npz``. Data built from a recipe goes to the
+data home (:mod:`dasklbfgs.data.cache`) or ``data.path``, not into the report.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from distributed import Client
 
-from dasklbfgs.data import ShardedDataset, make_dataset
+from dasklbfgs._format import human_bytes
+from dasklbfgs.data import ShardedDataset
+from dasklbfgs.data.cache import recipe_datasets
 from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.models import model_for_dataset
-from dasklbfgs.models.metrics import evaluate_model, score_name
+from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
+from dasklbfgs.pipeline.curves import learning_curves, plot_curves
+from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
 from dasklbfgs.solvers import get_solver, minimize
 from dasklbfgs.solvers.common_options import without_held_out
 
-__all__ = ["run_pipeline"]
+__all__ = ["run_pipeline", "open_datasets", "DURATIONS"]
 
 logger = logging.getLogger(__name__)
 
+#: metrics.json "durations": each one's meaning (pipelines/README.md lists them; a test keeps them equal)
+DURATIONS = {
+    "data_seconds": "opening the datasets, or building them from the recipe (near 0 when reused)",
+    "train_seconds": "the solver's run, from the call to its result (shard loading included)",
+    "evaluate_seconds": "scoring the final parameters on the training and held-out data",
+    "total_seconds": "the whole pipeline, from the start to the report written",
+}
 
-def _datasets(config: dict[str, Any], out: Path) -> tuple[ShardedDataset, ShardedDataset | None]:
+
+def open_datasets(config: dict[str, Any]) -> tuple[ShardedDataset, ShardedDataset | None]:
+    """The config's training and held-out datasets: opened, or built from its recipe (or
+    reused, when built before with the same options)."""
     data = config["data"]
-    if data["recipe"] is not None:
-        recipe = {key: data[key] for key in RecipeOptions.fields()}
-        splits = make_dataset(data["recipe"], out / "data", **recipe, overwrite=True)
-        return splits["train"], splits.get("test")
-    test = ShardedDataset.open(data["test"]) if data["test"] else None
-    return ShardedDataset.open(data["train"]), test
+    if data["recipe"] is None:
+        test = ShardedDataset.open(data["test"]) if data["test"] else None
+        return ShardedDataset.open(data["train"]), test
+    options = {key: data[key] for key in RecipeOptions.fields()}
+    splits, reused = recipe_datasets(data["recipe"], options, data["path"])
+    logger.info("%s the %r recipe's datasets in %s", "reusing" if reused else "built", data["recipe"],
+                splits["train"].path.parent)
+    return splits["train"], splits.get("test")
 
 
-def _curve_point(entry: dict[str, Any], iteration: int, objective: float | None) -> dict[str, Any]:
-    """One point of curves.json from a solver's history entry."""
-    point: dict[str, Any] = {"iteration": iteration, "time": entry["time"]}
-    if objective is not None:
-        point["objective"] = objective
-    score = score_name(entry, "eval_")
-    if score is not None:
-        point["heldout"] = entry["eval_" + score]
-    return point
+def _describe(data: ShardedDataset) -> str:
+    return (f"{data.n_samples} x {data.n_features} {data.dtype} in {data.n_shards} shards "
+            f"({human_bytes(data.nbytes_in_memory)} in memory, {human_bytes(data.nbytes_stored())} stored)")
 
 
-def run_pipeline(config: dict[str, Any], output: Path | str, *, client: Client,
-                 callback: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, client: Client,
+                 overwrite: bool = False, callback: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Run ``config`` (from :func:`load_config`) on ``client``; write the report under
-    ``output/<pipeline.name>`` and return the metrics. ``callback`` goes to the solver
-    (:func:`dasklbfgs.minimize`): raising ``StopIteration`` ends the run with what it reached."""
-    name = config["pipeline"]["name"]
-    out = Path(output) / name
-    out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
-    train, test = _datasets(config, out)
-    for dataset in (train, test) if test is not None else (train,):
-        dataset.check_workers_can_read(client)
-    logger.info("data ready: %r (test: %r)", train, test)
-    spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
-    model = model_for_dataset(spec["name"], train, **model_options(spec))
-    result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
-                      callback=callback)
-    chosen = get_solver(solver)
-    curve = [_curve_point(e, e[chosen.count_key], e.get(chosen.loss_key)) for e in result.history]
-    if chosen.iterative:
-        facts = {"iterations": result.nit, "evaluations": result.nfev, **result.timing}
-    else:
-        facts = {"steps": result.nit, **result.stats}
-
-    metrics: dict[str, Any] = {
-        "pipeline": name,
-        "solver": solver,
-        "options": {k: str(v) if hasattr(v, "__fspath__") else v for k, v in options.to_dict().items()},
-        "model": repr(model),
-        "success": bool(result.success),
-        "message": result.message,
-        "train": evaluate_model(model, result.x, train),
-        "run": facts,
-        "seconds": time.perf_counter() - started,
-    }
-    if test is not None:
-        metrics["test"] = evaluate_model(model, result.x, test)
-    save_params(out / "model.npz", model, result.x, {"pipeline": name})
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
-    (out / "curves.json").write_text(json.dumps(curve, indent=2, default=float) + "\n")
-    held_label = "held-out " + (score_name(metrics["test"]) if test is not None else "metric")
-    plot_curves(curve, out / "curves.png", title=f"{name} ({solver})", heldout_label=held_label)
+    ``output`` and return the metrics (``metrics["report"]`` is the folder written).
+    ``callback`` goes to the solver (:func:`dasklbfgs.minimize`): raising ``StopIteration``
+    ends the run with what it reached."""
+    name, started_at, started = config["pipeline"]["name"], utc_now(), time.perf_counter()
+    with staged_report(output, name, overwrite=overwrite) as folders:
+        train, test = open_datasets(config)
+        for dataset in (train, test) if test is not None else (train,):
+            dataset.check_workers_can_read(client)
+        logger.info("train: %s", _describe(train))
+        if test is not None:
+            logger.info("held out: %s", _describe(test))
+        data_ready = time.perf_counter()
+        spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
+        model = model_for_dataset(spec["name"], train, **model_options(spec))
+        result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
+                          callback=callback)
+        trained = time.perf_counter()
+        scores = {"train": evaluate_model(model, result.x, train)}
+        if test is not None:
+            scores["test"] = evaluate_model(model, result.x, test)
+        evaluated = time.perf_counter()
+        chosen = get_solver(solver)
+        metrics: dict[str, Any] = {
+            "pipeline": name, "run_id": result.run_id, "solver": solver, "model": repr(model),
+            "success": bool(result.success), "message": result.message, **scores,
+            "config": resolved_config(config),
+            "datasets": {split: str(d.path) for split, d in (("train", train), ("test", test)) if d is not None},
+            "cluster": {"scheduler": client.scheduler.address,
+                        "workers": len(client.scheduler_info(n_workers=-1)["workers"])},
+            "solver_stats": ({"iterations": result.nit, "evaluations": result.nfev, **result.timing}
+                             if chosen.iterative else {"steps": result.nit, **result.stats}),
+            "versions": versions(), "started_at": started_at,
+            "durations": {"data_seconds": data_ready - started, "train_seconds": trained - data_ready,
+                          "evaluate_seconds": evaluated - trained},
+        }
+        staging = folders["staging"]
+        save_params(staging / "model.npz", model, result.x, {"pipeline": name, "run_id": result.run_id})
+        curves = learning_curves(result.history, solver)
+        (staging / "curves.json").write_text(json.dumps(curves, indent=2) + "\n")
+        plot_curves(curves, staging / "curves.png", title=f"{name}: {solver}, {result.message}")
+        metrics["durations"]["total_seconds"] = time.perf_counter() - started
+        (staging / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
+    metrics["report"] = str(folders["path"])
+    logger.info("report written to %s", folders["path"])
     return metrics
-
-
-def plot_curves(curve: list[dict[str, Any]], path: Path, *, title: str, heldout_label: str) -> Path:
-    """Objective and held-out metric against iteration and against wall time, one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
-    for row, (key, label) in enumerate((("objective", "objective"), ("heldout", heldout_label))):
-        points = [p for p in curve if key in p]
-        for col, (x_key, x_label) in enumerate((("iteration", "iteration / global step"), ("time", "wall time (s)"))):
-            ax = axes[row][col]
-            if points:
-                ax.plot([p[x_key] for p in points], [p[key] for p in points], marker=".")
-            else:
-                ax.text(0.5, 0.5, "no held-out data", ha="center", va="center", transform=ax.transAxes)
-            ax.set_xlabel(x_label)
-            ax.set_ylabel(label)
-            ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path

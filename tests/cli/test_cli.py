@@ -129,6 +129,9 @@ def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
         (["data", "make", "logistic", "{tmp}/d", "--rows", "10", "--features", "2", "--shard-rows", "0"],
          "shard_rows must be a positive integer, got 0"),
         (["train", "--data", "/nonexistent/x", "--workers", "1"], "no dataset at '/nonexistent/x'"),
+        # an earlier run's output is never replaced unasked (and nothing starts)
+        (["train", "--data", "/nonexistent/x", "--output", "{tmp}"],
+         "exists (an earlier run's parameters); pass --overwrite to replace it or choose another --output"),
         # checked before connecting: no scheduler listens there, and the dataset is what is named
         (["train", "--data", "/nonexistent/x", "--scheduler", "tcp://127.0.0.1:9", "--timeout", "3"],
          "no dataset at '/nonexistent/x'"),

@@ -93,7 +93,7 @@ def test_ctrl_c_during_a_pipeline_writes_its_report(tmp_path) -> None:
     assert len(lines) == 1 and lines[0].endswith(f"; parameters saved to {folder / 'model.npz'}"), err
     metrics = json.loads((folder / "metrics.json").read_text())
     assert metrics["success"] is False and metrics["message"] == "interrupted"
-    assert lines[0].startswith(f"interrupted at global step {metrics['run']['steps']};")
+    assert lines[0].startswith(f"interrupted at global step {metrics['solver_stats']['steps']};")
     model, params, _ = load_params(folder / "model.npz")
     assert params.shape == (model.n_params,)
 

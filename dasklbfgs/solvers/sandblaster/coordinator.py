@@ -18,6 +18,7 @@ import numpy as np
 from distributed import Client
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._format import human_bytes
 from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
@@ -122,8 +123,8 @@ class SandblasterRun:
             return self.options.cache
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
         cache = shards_fit(self.dataset.nbytes_in_memory, limits)
-        logger.info("%s the %d-byte dataset (worker memory limits %s)",
-                    "caching" if cache else "streaming", self.dataset.nbytes_in_memory, limits)
+        logger.info("%s the dataset (%s in memory; worker memory limits %s)", "caching" if cache else "streaming",
+                    human_bytes(self.dataset.nbytes_in_memory), ", ".join(human_bytes(n) if n else "none" for n in limits))
         return cache
 
     def _minimize(self, client: Client) -> OptimizeResult:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 from dasklbfgs.models.base import Model
 
 Shard = tuple[np.ndarray, np.ndarray]
@@ -18,6 +19,8 @@ def aligned(a: np.ndarray) -> np.ndarray:
     arrays to BLAS but uses its own loop, which rounds differently (and runs slower), so
     the same portion would give other bits on a copied shard than on the original.
     """
+    if sp.issparse(a):  # scipy's sparse products are its own loops, whatever the alignment
+        return a
     return a if a.flags.aligned else np.require(a, requirements="A")
 
 
@@ -51,8 +54,14 @@ def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.nda
 
 
 def column_moments(shard: Shard) -> tuple[int, np.ndarray, np.ndarray]:
-    """Row count, column means and column sums of squared deviations of one shard."""
+    """Row count, column means and column sums of squared deviations of one shard (a sparse
+    shard from its column sums and sums of squares: centering it would make it dense)."""
     X = aligned(shard[0])
+    if sp.issparse(X):
+        n = X.shape[0]
+        mean = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel() / n
+        squares = np.asarray(X.multiply(X).sum(axis=0, dtype=np.float64)).ravel()
+        return n, mean, np.maximum(squares - n * mean * mean, 0.0)
     mean = X.mean(axis=0, dtype=np.float64)
     centered = X - mean
     return X.shape[0], mean, np.einsum("ij,ij->j", centered, centered)

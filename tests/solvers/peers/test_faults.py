@@ -123,7 +123,9 @@ def test_a_killed_worker_s_replicas_are_restarted_and_the_run_finishes(three_wor
                     callback=kill_at(client, 60, victim, killed), **KW, **extra)
     assert killed["at"] >= 60 and result.success, result.message
     [restart] = result.stats["replica_restarts"]
-    assert restart["replicas"] == [0] and restart["seconds"] < 10
+    # replica 0 is lost with its mailbox; on a loaded machine the scheduler may have run
+    # another replica's task on the victim too, and that one restarts as well
+    assert 0 in restart["replicas"] and restart["seconds"] < 10
     assert restart["center_shards"] == ([0] if method is easgd else [])
     assert killed["at"] - 3 * 10 <= restart["step"] <= 360  # the steps polled before the kill are kept
     # the run still takes each replica's planned steps (a lost replica re-walks those since the last poll)

@@ -1,0 +1,126 @@
+"""Sparse X in a sharded dataset: each shard a CSR matrix in its own three Zarr arrays.
+
+Layout (``X_format: "csr"`` in the schema): the group ``X`` holds one subgroup per shard,
+``X/<i>``, with the 1-D arrays ``data`` (the non-zeros), ``indices`` (their columns) and
+``indptr`` (row starts, ``rows + 1`` entries), each one chunk. A shard is still one unit
+of reading and caching, and bytes on disk and in memory grow with the non-zeros, not with
+``n x d``. ``y`` stays a dense array chunked like the dense layout. The non-zeros of each
+shard are recorded in the schema (``nnz``), so the dataset's size is known without reading.
+
+Blocks are checked before they are written: values finite, column indices in
+``[0, n_features)``, ``indptr`` starting at 0, non-decreasing and ending at the number of
+values. Duplicate entries of a row are summed and each row's columns sorted (scipy's
+canonical CSR, what ``sum_duplicates`` gives): a matrix built from (row, column, value)
+triples with repeats means their sum, as in scipy's COO -> CSR conversion.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from dasklbfgs.errors import InvalidDataError
+
+__all__ = ["is_sparse", "index_dtype", "as_csr", "check_csr", "write_csr_shard", "read_csr_shard", "csr_nbytes", "vstack_csr"]
+
+_INT32_LIMIT = np.iinfo(np.int32).max
+
+
+def index_dtype(n_features: int, nnz: int) -> np.dtype:
+    """Column indices and row pointers in int32 while they fit (4 bytes a non-zero less than
+    int64; scipy's own choice), else int64."""
+    return np.dtype(np.int32 if max(n_features, nnz) <= _INT32_LIMIT else np.int64)
+
+
+def is_sparse(X: Any) -> bool:
+    """A scipy.sparse matrix or array (any format)."""
+    return sp.issparse(X)
+
+
+def as_csr(X: Any) -> sp.csr_array:
+    """``X`` as a ``csr_array`` (a sparse block of any format, or CSR parts) without a dense copy."""
+    return X if isinstance(X, sp.csr_array) else sp.csr_array(X)
+
+
+def check_csr(X: sp.csr_array, *, first_row: int, shard_rows: int, n_features: int) -> sp.csr_array:
+    """Check a CSR block whose first row is row ``first_row`` of the dataset: structure and
+    values, naming the shard, row and column of the first problem. Returns it canonical
+    (duplicates summed, columns sorted). Check before slicing: scipy's row slicing drops
+    entries whose column is out of range, silently."""
+    def where(row: int) -> str:
+        return f"in shard {row // shard_rows} at row {row}"
+
+    indptr, indices, data = X.indptr, X.indices, X.data
+    rows = X.shape[0]
+    if len(indptr) != rows + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) or indptr[-1] != len(data):
+        raise InvalidDataError(
+            f"X is a malformed CSR block in shard {first_row // shard_rows} starting at row {first_row}: indptr must "
+            f"hold rows + 1 = {rows + 1} non-decreasing offsets from 0 to the {len(data)} values, got {len(indptr)} "
+            f"from {indptr[:1].tolist()} to {indptr[-1:].tolist()}")
+    if len(indices) != len(data):
+        raise InvalidDataError(f"X has {len(indices)} column indices for {len(data)} values in the CSR block starting "
+                               f"at row {first_row} (shard {first_row // shard_rows}); they must match")
+    row_of = np.repeat(np.arange(first_row, first_row + rows), np.diff(indptr))
+    out_of_range = (indices < 0) | (indices >= n_features)
+    if out_of_range.any():
+        i = int(np.argmax(out_of_range))
+        raise InvalidDataError(f"X has the column index {int(indices[i])} {where(int(row_of[i]))}, "
+                               f"outside [0, {n_features}) (the dataset has {n_features} features)")
+    bad = ~np.isfinite(data) if data.dtype.kind == "f" else np.zeros(len(data), bool)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise InvalidDataError(f"X holds a non-finite value ({data[i]}) {where(int(row_of[i]))}, "
+                               f"column {int(indices[i])}; drop or impute such rows before writing")
+    canonical = X.copy()
+    canonical.sum_duplicates()  # sorts each row's columns too
+    return canonical
+
+
+def write_csr_shard(group: zarr.Group, shard: int, X: sp.csr_array, *, dtype: np.dtype, compressors: tuple) -> None:
+    """Write shard ``shard`` of X as ``X/<shard>/{data,indices,indptr}``, one chunk each."""
+    node = group.require_group(str(shard))
+    index = index_dtype(X.shape[1], X.nnz)
+    parts = {"data": X.data.astype(dtype, copy=False), "indices": X.indices.astype(index, copy=False),
+             "indptr": X.indptr.astype(index, copy=False)}
+    for name, values in parts.items():
+        array = node.create_array(name, shape=values.shape, chunks=(max(len(values), 1),), dtype=values.dtype,
+                                  compressors=compressors, config={"write_empty_chunks": True})
+        array[:] = values
+
+
+def read_csr_shard(group: zarr.Group, shard: int, n_features: int, rows: int, folder: Path) -> sp.csr_array:
+    """Shard ``shard`` (``rows`` rows) of the sparse X stored in ``folder`` (the ``X`` group's
+    directory). A missing chunk file raises ``FileNotFoundError``, a shard whose parts do
+    not fit together ``ValueError``: Zarr would read a missing chunk as zeros, silently."""
+    node = group[str(shard)]
+    parts = {}
+    for name in ("data", "indices", "indptr"):
+        array = node[name]
+        key = array.metadata.encode_chunk_key((0,))
+        if array.shape[0] and not (folder / str(shard) / name / key).is_file():
+            raise FileNotFoundError(f"the chunk file X/{shard}/{name}/{key} is missing")
+        parts[name] = np.asarray(array[:])
+    data, indices, indptr = parts["data"], parts["indices"], parts["indptr"]
+    if len(indptr) != rows + 1 or indptr[-1] != len(data) or len(indices) != len(data):
+        raise ValueError(f"its parts do not fit together ({len(data)} values, {len(indices)} column indices, "
+                         f"{len(indptr)} row pointers for {rows} rows)")
+    return sp.csr_array((data, indices, indptr), shape=(rows, n_features))
+
+
+def csr_nbytes(nnz: int, rows: int, n_features: int, itemsize: int) -> int:
+    """Bytes of a CSR block in memory: values, column indices and row pointers."""
+    index = index_dtype(n_features, nnz).itemsize
+    return nnz * (itemsize + index) + (rows + 1) * index
+
+
+def vstack_csr(blocks: list[sp.csr_array], n_features: int, dtype: np.dtype) -> sp.csr_array:
+    """Rows of ``blocks`` one after the other, as one CSR array."""
+    if not blocks:
+        return sp.csr_array((0, n_features), dtype=dtype)
+    if len(blocks) == 1:
+        return blocks[0]
+    return sp.csr_array(sp.vstack(blocks, format="csr"))

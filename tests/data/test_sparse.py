@@ -1,0 +1,175 @@
+"""Sparse X: CSR shards in Zarr, read back as scipy.sparse, never densified, checked on the
+way in; the linear models and Sandblaster compute on them as on dense rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from dasklbfgs import LeastSquares, Logistic, MLP, ShardedDataset, Softmax, sandblaster_lbfgs
+from dasklbfgs.cli.format import format_description
+from dasklbfgs.errors import ConfigurationError, CorruptDatasetError, InvalidDataError, ModelDataMismatchError
+
+N, D = 1000, 300
+
+
+def sparse_X(density: float = 0.02, seed: int = 0, n: int = N, d: int = D, dtype=np.float64) -> sp.csr_array:
+    """About ``density * n * d`` uniform non-zeros at random places (drawn directly: scipy's
+    ``sparse.random`` draws from all ``n * d`` cells, slow for wide matrices)."""
+    rng = np.random.default_rng(seed)
+    k = int(density * n * d)
+    rows, cols = rng.integers(0, n, k), rng.integers(0, d, k)
+    X = sp.csr_array((rng.uniform(size=k).astype(dtype), (rows, cols)), shape=(n, d))
+    X.sum_duplicates()
+    return X
+
+
+def labels(X, seed: int = 0, classes: int = 2) -> np.ndarray:
+    scores = X @ np.random.default_rng(seed).normal(size=(X.shape[1], classes))
+    return np.argmax(scores + 0.1 * np.random.default_rng(seed + 1).normal(size=scores.shape), axis=1)
+
+
+def leftovers(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("kind", ["csr_array", "csr_matrix", "csc_array", "coo_matrix", "dask"])
+def test_sparse_input_round_trips_as_csr(tmp_path, kind) -> None:
+    X = sparse_X()
+    y = labels(X)
+    given = {"csr_array": X, "csr_matrix": sp.csr_matrix(X), "csc_array": sp.csc_array(X),
+             "coo_matrix": sp.coo_matrix(X)}.get(kind)
+    if kind == "dask":
+        import dask.array as da
+
+        given = da.from_array(sp.csr_matrix(X), chunks=(170, D), asarray=False)
+    ds = ShardedDataset.create(tmp_path / "s", given, y, shard_rows=300)
+    assert ds.is_sparse and ds.nnz == X.nnz and ds.n_shards == 4
+    rows, y_rows = ds.load_rows(250, 701)  # across three shards
+    assert isinstance(rows, sp.csr_array) and rows.shape == (451, D)
+    assert (rows != X[250:701]).nnz == 0 and np.array_equal(y_rows, y[250:701])
+    X_dask, y_dask = ds.to_dask()
+    assert X_dask.numblocks == (4, 1) and isinstance(X_dask.blocks[1].compute(), sp.csr_array)
+    assert (X_dask.compute() != X).nnz == 0 and np.array_equal(y_dask.compute(), y)
+
+
+def test_bytes_grow_with_the_non_zeros_not_with_n_times_d(tmp_path) -> None:
+    wide = 200_000  # a dense float64 X would be 1.6 GB
+    sizes = {}
+    for density in (1e-4, 1e-3):
+        X = sparse_X(density, n=N, d=wide)
+        ds = ShardedDataset.create(tmp_path / str(density), X, np.zeros(N), shard_rows=250)
+        sizes[density] = (ds.nbytes_in_memory, ds.nbytes_stored(), ds.nnz)
+        shard, _ = ds.load_shard(0)
+        assert shard.indices.dtype == np.int32  # 12 bytes a non-zero, as scipy keeps them
+        assert ds.nbytes_in_memory == pytest.approx(12 * ds.nnz + 8 * N + 4 * (N + 4), rel=1e-9)
+    (mem_low, disk_low, nnz_low), (mem_high, disk_high, nnz_high) = sizes[1e-4], sizes[1e-3]
+    assert nnz_high / nnz_low == pytest.approx(10, rel=0.05)
+    assert 8 < mem_high / mem_low < 10.5 and 5 < disk_high / disk_low < 11
+    assert mem_high < 0.001 * N * wide * 8 * 2
+
+
+def test_from_blocks_of_uneven_sparse_blocks_equals_create(tmp_path) -> None:
+    X = sparse_X()
+    y = labels(X)
+    cuts = [0, 13, 400, 401, 999, N]
+    blocks = ((X[a:b], y[a:b]) for a, b in zip(cuts, cuts[1:]))
+    ds = ShardedDataset.from_blocks(tmp_path / "b", blocks, shard_rows=256)
+    assert ds.n_shards == 4 and ds.schema["nnz"] == [X[s:s + 256].nnz for s in range(0, N, 256)]
+    assert (ds.load_rows(0, N)[0] != X).nnz == 0
+
+
+def test_duplicates_are_summed_and_columns_sorted(tmp_path) -> None:
+    coo = sp.coo_array((np.array([1.0, 2.0, 5.0, 0.5]), (np.array([0, 0, 1, 0]), np.array([3, 3, 0, 1]))),
+                       shape=(2, 4))
+    ds = ShardedDataset.create(tmp_path / "dup", coo, np.array([0, 1]), shard_rows=2)
+    X, _ = ds.load_rows(0, 2)
+    assert X.indices.tolist() == [1, 3, 0] and X.data.tolist() == [0.5, 3.0, 5.0]  # row 0: col 1, col 3 = 1 + 2
+    unsorted = sp.csr_array((np.array([2.0, 1.0]), np.array([3, 1]), np.array([0, 2])), shape=(1, 4))
+    X, _ = ShardedDataset.create(tmp_path / "unsorted", unsorted, np.array([1]), shard_rows=1).load_rows(0, 1)
+    assert X.indices.tolist() == [1, 3] and X.data.tolist() == [1.0, 2.0]
+
+
+def _broken(change: str) -> sp.csr_array:
+    X = sparse_X(0.5, n=40, d=10)  # every row holds values
+    if change == "nan":
+        X.data[X.indptr[33]] = np.nan
+    elif change == "column":
+        X.indices[X.indptr[35]] = 10
+    elif change == "indptr":
+        X.indptr[20] = X.indptr[19] - 1
+    elif change == "lengths":
+        X.indices = X.indices[:-1]
+    return X
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ("nan", r"X holds a non-finite value \(nan\) in shard 1 at row 33, column \d+; drop or impute"),
+    ("column", r"X has the column index 10 in shard 1 at row 35, outside \[0, 10\) \(the dataset has 10 features\)"),
+    ("indptr", r"X is a malformed CSR block in shard 0 starting at row 0: indptr must hold rows \+ 1 = 41 "
+               r"non-decreasing offsets"),
+    ("lengths", r"X has \d+ column indices for \d+ values in the CSR block starting at row 0 \(shard 0\); they must match"),
+])
+def test_bad_sparse_input_names_shard_row_column_and_leaves_nothing(tmp_path, change, match) -> None:
+    with pytest.raises(InvalidDataError, match=match):
+        ShardedDataset.create(tmp_path / "bad", _broken(change), np.zeros(40), shard_rows=25)
+    assert leftovers(tmp_path) == []
+
+
+def test_mixing_sparse_and_dense_blocks_is_refused(tmp_path) -> None:
+    X = sparse_X(n=20)
+    with pytest.raises(InvalidDataError, match="X is dense in the block starting at row 10 but the first block was sparse"):
+        ShardedDataset.from_blocks(tmp_path / "m", [(X[:10], np.zeros(10)), (X[10:].toarray(), np.zeros(10))],
+                                   shard_rows=5)
+    with pytest.raises(InvalidDataError, match="X is sparse in the block starting at row 10 but the first block was dense"):
+        ShardedDataset.from_blocks(tmp_path / "m", [(X[:10].toarray(), np.zeros(10)), (X[10:], np.zeros(10))],
+                                   shard_rows=5)
+    assert leftovers(tmp_path) == []
+
+
+def test_describe_info_and_what_sparse_data_cannot_do(tmp_path) -> None:
+    X = sparse_X(0.01)
+    ds = ShardedDataset.create(tmp_path / "s", X, labels(X), shard_rows=500)
+    info = ds.describe()
+    assert info["sparse"] and info["nnz"] == X.nnz and info["density"] == pytest.approx(X.nnz / (N * D))
+    assert f"sparse (CSR): {X.nnz} non-zeros, density {X.nnz / (N * D):.3g}, {X.nnz / N:.1f} per row" \
+        in format_description(info)
+    assert "sparse, nnz=" in repr(ds)
+    with pytest.raises(ConfigurationError, match=r"is sparse and xarray holds dense arrays; use to_dask\(\)"):
+        ds.to_xarray()
+    with pytest.raises(ModelDataMismatchError, match=r"MLP takes dense data, but X at .* is sparse; the linear models"):
+        MLP(D, (4,), 2).check_data(ds)
+    (tmp_path / "s" / "X" / "1" / "indices" / "c" / "0").unlink()  # a damaged store is named, not read as zeros
+    with pytest.raises(CorruptDatasetError, match=r"cannot read sparse shard 1 of X of the dataset at .*\(rows 500-1000\): "
+                       r"the chunk file X/1/indices/c/0 is missing; rewrite the dataset"):
+        ds.load_shard(1)
+    assert ds.load_shard(0)[0].nnz == ds.schema["nnz"][0]
+
+
+@pytest.mark.parametrize("model", [LeastSquares(D, l2=0.1), Logistic(D, l2=0.1, fit_intercept=False),
+                                   Softmax(D, 3, l2=0.1)], ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sparse_and_dense_give_the_same_loss_and_gradient(model, dtype) -> None:
+    X = sparse_X(0.05, dtype=dtype)
+    y = labels(X, classes=getattr(model, "n_classes", 2)).astype(float)
+    params = np.random.default_rng(3).normal(size=model.n_params)
+    loss_sparse, grad_sparse = model.loss_grad_sum(params, X, y)
+    loss_dense, grad_dense = model.loss_grad_sum(params, X.toarray(), y)
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    assert loss_sparse == pytest.approx(loss_dense, rel=rtol)
+    np.testing.assert_allclose(grad_sparse, grad_dense, rtol=rtol, atol=rtol * np.abs(grad_dense).max())
+    np.testing.assert_allclose(model.predict(params, X), model.predict(params, X.toarray()))
+
+
+@pytest.mark.parametrize("standardize", [False, True])
+def test_sandblaster_on_sparse_shards_takes_the_dense_iterates(client, tmp_path, standardize) -> None:
+    X = sparse_X(0.03)
+    y = labels(X)
+    sparse = ShardedDataset.create(tmp_path / "s", X, y, shard_rows=300)
+    dense = ShardedDataset.create(tmp_path / "d", X.toarray(), y, shard_rows=300)
+    model = Logistic(D, l2=1e-3)
+    on_sparse = sandblaster_lbfgs(model, sparse, client=client, standardize=standardize)
+    on_dense = sandblaster_lbfgs(model, dense, client=client, standardize=standardize)
+    assert on_sparse.success and on_sparse.nit == on_dense.nit
+    np.testing.assert_allclose(on_sparse.x, on_dense.x, rtol=0, atol=1e-10)
