@@ -17,12 +17,16 @@ __all__ = ["add_parser"]
 
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.pipeline import load_config, run_pipeline
+    from dasklbfgs.pipeline.run import open_datasets
 
     config = load_config(args.config, args.set or ())
     if args.workers is None:
         args.workers = config["cluster"]["workers"]
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The data before the cluster: a missing dataset fails without waiting for a scheduler,
+    # and a recipe's datasets are built here once (run_pipeline then reuses them).
+    open_datasets(config)
     with Interrupt() as interrupt:
         with cluster_from_args(args, interrupt) as client:
             metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite,

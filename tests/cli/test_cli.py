@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -135,10 +136,16 @@ def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
         # checked before connecting: no scheduler listens there, and the dataset is what is named
         (["train", "--data", "/nonexistent/x", "--scheduler", "tcp://127.0.0.1:9", "--timeout", "3"],
          "no dataset at '/nonexistent/x'"),
+        # run opens the data before connecting too
+        (["run", "{root}/pipelines/digits-softmax.yaml", "--set", "data.recipe=null",
+          "--set", "data.train=/nonexistent/x", "--scheduler", "tcp://127.0.0.1:9", "--timeout", "3",
+          "--output", "{tmp}/reports"],
+         "no dataset at '/nonexistent/x'"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(tmp_path, args, message) -> None:
-    proc = run(*[a.replace("{tmp}", str(tmp_path)) for a in args], check=False)
+    root = str(Path(__file__).resolve().parents[2])
+    proc = run(*[a.replace("{tmp}", str(tmp_path)).replace("{root}", root) for a in args], check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(message) or message in proc.stderr
     assert "Traceback" not in proc.stderr
