@@ -122,7 +122,7 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     default the active client, else an embedded ``LocalCluster`` closed on return. ``x0``:
     starting parameters (default: the model's initialisation). ``callback`` is called with
     each iteration's or history entry's ``OptimizeResult``; raising ``StopIteration`` stops
-    the run cleanly. ``eval_data``: a held-out dataset scored every ``eval_every``
+    the run cleanly (``StopIteration("why")`` makes ``"why"`` the result's message). ``eval_data``: a held-out dataset scored every ``eval_every``
     iterations or steps. Returns a :class:`~dasklbfgs.solvers.result.Result` (a scipy
     ``OptimizeResult``; its docstring lists the fields).
     """

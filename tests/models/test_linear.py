@@ -171,3 +171,31 @@ def test_model_data_mismatch(tmp_path) -> None:
     assert model_for_dataset("softmax", data).n_classes == 4
     with pytest.raises(ConfigurationError, match=r"model must be one of .* got 'svm'"):
         model_for_dataset("svm", data)
+
+
+@pytest.mark.parametrize(("attrs", "expected"), [
+    ({"task": "binary"}, "logistic"),
+    ({"task": "multiclass", "n_classes": 4}, "softmax"),
+    ({"task": "regression"}, "least_squares"),
+    ({"task": "unsupervised"}, "sparse_autoencoder"),
+    ({"task": "multiclass", "vocab_size": 50}, "embedding_lm"),
+    ({"task": "classification", "n_classes": 2}, "logistic"),
+    ({"task": "classification", "n_classes": 5}, "softmax"),
+])
+def test_the_default_model_is_what_the_recorded_task_implies(tmp_path, attrs, expected) -> None:
+    from dasklbfgs.models.registry import default_model
+
+    data = ShardedDataset.create(tmp_path / "d", X[:50], Y["softmax"][:50], shard_rows=50, attrs=attrs)
+    assert default_model(data) == expected
+
+
+def test_a_dataset_without_a_task_asks_for_the_model(tmp_path) -> None:
+    from dasklbfgs.models.registry import default_model
+
+    data = ShardedDataset.create(tmp_path / "d", X[:50], Y["softmax"][:50], shard_rows=50)
+    with pytest.raises(ConfigurationError, match=r"dataset '.*d' records no task: choose the model, one of "
+                                                 r"\('least_squares', 'logistic'.*\(--model, or model: name:"):
+        default_model(data)
+    odd = ShardedDataset.create(tmp_path / "o", X[:50], Y["softmax"][:50], shard_rows=50, attrs={"task": "ranking"})
+    with pytest.raises(ConfigurationError, match=r"records task 'ranking', which names no model"):
+        default_model(odd)
