@@ -125,7 +125,7 @@ def test_a_dataset_a_worker_cannot_see_is_one_line_naming_it(tmp_path) -> None:
                 process.kill()
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert f"error: worker tcp://127.0.0.1:" in proc.stderr
+    assert "error: worker tcp://127.0.0.1:" in proc.stderr
     assert f"cannot read the dataset at {str(train.path)!r} (no dataset at " in proc.stderr
     assert not (tmp_path / "m.npz").exists()
 
