@@ -172,15 +172,6 @@ def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
     assert proc.returncode == 2 and "could not reach the Dask scheduler" in proc.stderr
 
 
-def _training_page(dask_scheduler) -> tuple[str | None, str]:
-    """The run the Training page shows and its status line, built in the scheduler's process."""
-    from dasklbfgs.monitor import TrainingPage
-
-    page = TrainingPage(dask_scheduler)
-    page.update()
-    return page.run, page.status.text
-
-
 def test_preloaded_training_page(deployment) -> None:
     import urllib.request
 
@@ -193,5 +184,14 @@ def test_preloaded_training_page(deployment) -> None:
     train = make_dataset("logistic", root / "page", rows=2_000, features=3, shard_rows=500, overwrite=True)["train"]
     with connect(scheduler_file=scheduler_file) as client:
         result = sandblaster_lbfgs(Logistic(3, l2=1e-3), train, client=client)
-        shown, status = client.run_on_scheduler(_training_page)
+        def training_page(dask_scheduler) -> tuple[str | None, str]:
+            """The run the Training page shows and its status line, built in the scheduler's
+            process (defined here so that it travels by value: the scheduler cannot import tests)."""
+            from dasklbfgs.monitor import TrainingPage
+
+            page = TrainingPage(dask_scheduler)
+            page.update()
+            return page.run, page.status.text
+
+        shown, status = client.run_on_scheduler(training_page)
     assert shown == result.run_id and "finished" in status
