@@ -134,9 +134,27 @@ def lbfgs_minimize(
     opts = options or LBFGSOptions()
     started = time.perf_counter()
     space, state = _start(evaluate, x0, opts, state, space)
+    return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration,
+                          started=started)
+
+
+def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
+                   iterate: Callable[[Any, LBFGSState, LBFGSOptions], tuple[Status, str] | None], *,
+                   callback: Callable[[OptimizeResult], Any] | None = None,
+                   on_iteration: Callable[[LBFGSState], None] | None = None,
+                   started: float | None = None) -> tuple[OptimizeResult, LBFGSState]:
+    """The loop every quasi-Newton method here shares: ``iterate`` until it or the stopping
+    rules say stop, with the history, callbacks and the scipy-style result.
+
+    ``space`` answers ``gmax()`` (the norm convergence is measured on), ``x()`` and ``g()``
+    (the result's ``x`` and ``jac``); ``iterate(space, state, opts)`` makes one iteration in
+    place or returns ``(status, message)`` when it cannot. The history's times count from
+    ``started`` (a ``time.perf_counter()`` value: the run's start, its first evaluation included).
+    """
+    started = time.perf_counter() if started is None else started
     status, message = _check_gradient(space, opts)
     while status is None:
-        outcome = _iterate(space, state, opts)
+        outcome = iterate(space, state, opts)
         if outcome is not None:
             status, message = outcome
             break
@@ -158,20 +176,24 @@ def lbfgs_minimize(
     return result, state
 
 
+def evaluate_start(evaluate: Evaluate, x0: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
+    """``(x0, f, g)`` at the starting point, refused when not finite."""
+    x = np.array(x0, dtype=np.float64)
+    f, g = evaluate(x)
+    if not (math.isfinite(f) and np.all(np.isfinite(g))):
+        raise NonFiniteObjectiveError(f"the objective at x0 is not finite (f = {f}); check the data scale and x0")
+    return x, float(f), g
+
+
 def _start(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBFGSState | None,
            space: Any) -> tuple[Any, LBFGSState]:
     """The space and state to iterate from: a new local run, a restored one, or a space's."""
     if space is None:
         if state is None:
-            x = np.array(x0, dtype=np.float64)
-            f, g = evaluate(x)
-            if not (math.isfinite(f) and np.all(np.isfinite(g))):
-                raise NonFiniteObjectiveError(
-                    f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
-                )
+            x, f, g = evaluate_start(evaluate, x0)
             basis = LocalBasis(x.size, opts.history)
             basis.set_gradient(g)
-            state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
+            state = LBFGSState(x=x, f=f, g=g, basis=basis, nfev=1)
         return LocalSpace(evaluate, state), state
     if state is None:
         return space, LBFGSState(x=None, f=space.start(), g=None, basis=space.basis, nfev=1)
@@ -238,12 +260,34 @@ def _check_convergence(space: Any, state: LBFGSState, opts: LBFGSOptions):
     return _check_gradient(space, opts)
 
 
-def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
-    """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
+def check_limits(state: LBFGSState, opts: LBFGSOptions) -> tuple[Status, str] | None:
+    """``(LIMIT, message)`` once the iterations or evaluations are used up."""
     if state.nit >= opts.maxiter:
         return Status.LIMIT, MSG_MAXITER
     if state.nfev >= opts.maxfun:
         return Status.LIMIT, MSG_MAXFUN
+    return None
+
+
+def search_failure(search: Any, state: LBFGSState, opts: LBFGSOptions, basis: GramMatrix):
+    """How a run ends after a failed line search, or ``None`` to retry along the steepest
+    descent (when pairs were in use: they may be what misled the search)."""
+    if state.nfev >= opts.maxfun:
+        return Status.LIMIT, MSG_MAXFUN
+    if basis.k > 0:
+        return None
+    if search.saw_non_finite:
+        return Status.NON_FINITE, (
+            "ABNORMAL: the objective became non-finite along the search direction; x is the last finite iterate"
+        )
+    return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
+
+
+def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
+    """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
+    limit = check_limits(state, opts)
+    if limit is not None:
+        return limit
     basis = space.basis
     for _attempt in range(2):  # the second try starts over from steepest descent
         gram = basis.gram()
@@ -268,15 +312,9 @@ def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
         search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, alpha_max=1e10 * alpha1, max_evals=budget)
         if search.success:
             break
-        if state.nfev >= opts.maxfun:
-            return Status.LIMIT, MSG_MAXFUN
-        if basis.k == 0:
-            if search.saw_non_finite:
-                return Status.NON_FINITE, (
-                    "ABNORMAL: the objective became non-finite along the search direction; "
-                    "x is the last finite iterate"
-                )
-            return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
+        failure = search_failure(search, state, opts, basis)
+        if failure is not None:
+            return failure
         basis.drop_pairs()
     state.previous_f = state.f
     state.last_step = search.alpha

@@ -1,0 +1,214 @@
+"""OWL-QN: L-BFGS for ``f(x) + sum_j w_j |x_j|`` (Andrew and Gao 2007; docs/algorithms.md §8).
+
+``f`` is smooth (``evaluate(x) -> (f, g)``, as for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`);
+``w_j >= 0`` are per-coordinate L1 weights (zero on intercepts). The method keeps L-BFGS's
+two-loop recursion, basis and stopping rules and changes four things, all element-wise:
+
+- the *pseudo-gradient* ``v`` (the minimum-norm subgradient of the objective) replaces ``g``
+  in the direction and in the gradient-norm test;
+- the direction ``p = -H v`` is zeroed where its sign disagrees with ``-v`` (penalised
+  coordinates only);
+- each trial point is projected onto the orthant of the current iterate (or, at zero, the
+  orthant ``-v`` points into): coordinates that would cross zero stop at exactly zero;
+- the line search backtracks until Armijo's condition holds on the full objective, with the
+  pseudo-gradient's linear prediction ``v . (x_trial - x)``.
+
+The curvature pairs use the smooth gradient: ``y = g_new - g``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.optim.basis import LocalBasis, keep_pair
+from dasklbfgs.optim.lbfgs import (
+    Evaluate, LBFGSOptions, LBFGSState, check_limits, evaluate_start, lbfgs_minimize, run_iterations,
+    search_failure,
+)
+from dasklbfgs.optim.linesearch import backtracking_armijo
+from dasklbfgs.optim.two_loop import two_loop_coefficients
+
+__all__ = ["l1_weights", "owlqn_minimize", "pseudo_gradient"]
+
+
+def l1_weights(l1: Any, n: int, penalised: Any = None) -> np.ndarray:
+    """Per-coordinate L1 weights: ``l1`` (a number or ``n`` numbers) where ``penalised`` (a
+    boolean mask, an index array or a slice; ``None``: every coordinate), zero elsewhere."""
+    weights = np.array(l1, dtype=np.float64)
+    if weights.shape not in ((), (n,)):
+        raise ConfigurationError(f"l1 must be a number or {n} numbers (one per coordinate), got shape {weights.shape}")
+    weights = np.broadcast_to(weights, (n,)).copy()
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0):
+        bad = float(weights[~(np.isfinite(weights) & (weights >= 0))][0])
+        raise ConfigurationError(f"l1 must be non-negative and finite, got {bad!r}; use 0 for no L1 penalty")
+    if penalised is not None:
+        mask = np.zeros(n, dtype=bool)
+        mask[penalised] = True
+        weights[~mask] = 0.0
+    return weights
+
+
+def pseudo_gradient(x: np.ndarray, g: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The minimum-norm subgradient of ``f + sum w |x|``: ``g + w sign(x)`` off zero; at zero
+    ``g + w`` or ``g - w`` when that still points downhill, else 0 (zero is optimal there)."""
+    v = g + weights * np.sign(x)
+    at_zero = x == 0
+    right, left = g + weights, g - weights
+    v[at_zero] = np.where(right[at_zero] < 0, right[at_zero], np.where(left[at_zero] > 0, left[at_zero], 0.0))
+    return v
+
+
+def l1_term(x: np.ndarray, weights: np.ndarray) -> float:
+    return float(weights @ np.abs(x))
+
+
+class OrthantSpace:
+    """The OWL-QN vectors in this process, with the questions :func:`run_iterations` asks.
+
+    ``state.g`` is the smooth gradient; the basis holds the pseudo-gradient as its
+    gradient vector, so the two-loop recursion gives ``-H v``.
+    """
+
+    def __init__(self, evaluate: Evaluate, state: LBFGSState, weights: np.ndarray) -> None:
+        self.evaluate, self.state, self.weights = evaluate, state, weights
+        self.basis: LocalBasis = state.basis  # type: ignore[assignment]
+        self.penalised = weights > 0
+        self.pg = pseudo_gradient(state.x, state.g, weights)
+        self._p = np.zeros(0)
+        self._orthant = np.zeros(0)
+        self._trials: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
+
+    def set_direction(self, delta: np.ndarray) -> float:
+        """Point along ``sum delta_l b_l``, sign-aligned with ``-v``; returns ``v . p``."""
+        p = self.basis.combine(delta)
+        p[self.penalised & (p * self.pg >= 0)] = 0.0
+        x = self.state.x
+        self._p = p
+        self._orthant = np.where(x != 0, np.sign(x), -np.sign(self.pg))
+        self._trials = {}
+        return float(self.pg @ p)
+
+    def trial(self, alpha: float) -> tuple[float, float]:
+        """The full objective at the projected trial point and ``v . (x_trial - x)``."""
+        x_trial = self.state.x + alpha * self._p
+        x_trial[self.penalised & (np.sign(x_trial) != self._orthant)] = 0.0
+        f_trial, g_trial = self.evaluate(x_trial)
+        objective = float(f_trial) + l1_term(x_trial, self.weights)
+        self._trials[alpha] = (x_trial, objective, g_trial)
+        return objective, float(self.pg @ (x_trial - self.state.x))
+
+    def accept(self, alpha: float) -> float:
+        """Move to the trial point at ``alpha``; the pair uses the smooth gradients."""
+        x_new, objective, g_new = self._trials[alpha]
+        s, y = x_new - self.state.x, g_new - self.state.g
+        if keep_pair(float(s @ y), -float(self.pg @ s)):
+            self.basis.push_pair(s, y)
+        self.pg = pseudo_gradient(x_new, g_new, self.weights)
+        self.basis.set_gradient(self.pg)
+        self.state.x, self.state.g = x_new, g_new
+        return objective
+
+    def gmax(self) -> float:
+        return float(np.max(np.abs(self.pg), initial=0.0))
+
+    def x(self) -> np.ndarray:
+        return self.state.x.copy()
+
+    def g(self) -> np.ndarray:
+        """The pseudo-gradient (zero at a minimum, where the smooth gradient is not)."""
+        return self.pg.copy()
+
+
+def owlqn_minimize(
+    evaluate: Evaluate,
+    x0: np.ndarray,
+    l1: Any,
+    options: LBFGSOptions | None = None,
+    *,
+    penalised: Any = None,
+    callback: Callable[[OptimizeResult], Any] | None = None,
+    state: LBFGSState | None = None,
+    on_iteration: Callable[[LBFGSState], None] | None = None,
+) -> tuple[OptimizeResult, LBFGSState]:
+    """Minimise ``f(x) + sum_j w_j |x_j|`` from ``x0`` (or continue from ``state``) with OWL-QN.
+
+    Parameters
+    ----------
+    evaluate
+        ``x -> (f(x), grad f(x))`` of the smooth part.
+    x0
+        Starting point (ignored when ``state`` is given).
+    l1
+        The L1 weight: a number, or one per coordinate (:func:`l1_weights`).
+    options
+        :class:`~dasklbfgs.optim.lbfgs.LBFGSOptions`: the same memory, limits and tolerances.
+    penalised
+        Which coordinates carry the L1 term (a boolean mask, indices or a slice); default all.
+    callback, state, on_iteration
+        As for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`.
+
+    Returns
+    -------
+    (OptimizeResult, LBFGSState)
+        ``fun`` is the full objective (L1 term included) and ``jac`` the pseudo-gradient;
+        ``state.g`` is the smooth gradient. Coordinates that the L1 term sets to zero are
+        exactly ``0.0``.
+
+    Notes
+    -----
+    Stopping is L-BFGS's with the pseudo-gradient in place of the gradient: ``max|v| <= gtol``;
+    the relative decrease of the full objective ``<= ftol``; ``maxiter``; ``maxfun``; a
+    failed backtracking search (retried once along ``-v``) gives status 2, a non-finite
+    objective on it status 3. Without any positive weight this *is* L-BFGS: the call is
+    :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize` itself, so the iterates are the same bits.
+    """
+    opts = options or LBFGSOptions()
+    n = (state.x if state is not None else np.asarray(x0)).size
+    weights = l1_weights(l1, n, penalised)
+    if not np.any(weights > 0):
+        return lbfgs_minimize(evaluate, x0, opts, callback=callback, state=state, on_iteration=on_iteration)
+    if state is None:
+        x, f, g = evaluate_start(evaluate, x0)
+        state = LBFGSState(x=x, f=f + l1_term(x, weights), g=g, basis=LocalBasis(x.size, opts.history), nfev=1)
+    space = OrthantSpace(evaluate, state, weights)
+    space.basis.set_gradient(space.pg)
+    return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration)
+
+
+def _iterate(space: OrthantSpace, state: LBFGSState, opts: LBFGSOptions):
+    """One OWL-QN iteration in place; returns ``(status, message)`` when it cannot go on."""
+    limit = check_limits(state, opts)
+    if limit is not None:
+        return limit
+    basis = space.basis
+    for _attempt in range(2):  # the second try starts over from the steepest orthant descent
+        slope = space.set_direction(two_loop_coefficients(basis.gram(), basis.k))
+        alpha1 = 1.0
+        if not slope < 0 or basis.k == 0:
+            basis.drop_pairs()
+            slope = space.set_direction(two_loop_coefficients(basis.gram(), 0))
+            alpha1 = 1.0 / math.sqrt(-slope)  # a first step of length 1 along -v
+
+        def phi(alpha: float) -> tuple[float, float]:
+            state.nfev += 1
+            return space.trial(alpha)
+
+        budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
+        search = backtracking_armijo(phi, state.f, alpha1=alpha1, max_evals=budget)
+        if search.success:
+            break
+        failure = search_failure(search, state, opts, basis)
+        if failure is not None:
+            return failure
+        basis.drop_pairs()
+    state.previous_f = state.f
+    state.last_step = search.alpha
+    state.f = space.accept(search.alpha)
+    state.nit += 1
+    return None
