@@ -1,7 +1,7 @@
 """The coordinator of Sandblaster L-BFGS (docs/algorithms.md §1, §2).
 
 The coordinator is a :class:`SandblasterRun` in the client process: it runs the pure
-L-BFGS of :mod:`dasklbfgs.optim` and asks a :class:`MegaBatchEvaluator` for each loss and
+L-BFGS of :mod:`dasklbfgs.optim` (OWL-QN, §8, for a model with an l1 term) and asks a :class:`MegaBatchEvaluator` for each loss and
 gradient; the evaluator's portions run as Dask futures on the workers next to their
 cached shards. Options: :class:`~dasklbfgs.solvers.sandblaster.options.SandblasterOptions`.
 """
@@ -27,7 +27,7 @@ from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.monitor.events import MetricsStream
-from dasklbfgs.optim import LBFGSState, lbfgs_minimize
+from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
@@ -67,6 +67,12 @@ class SandblasterRun:
             raise ConfigurationError(
                 f"standardize=True rescales the features of linear models; {model!r} is not one "
                 "(scale its inputs when writing the dataset instead)"
+            )
+        self.l1 = model.l1_weights()
+        if self.l1 is not None and options.state == "sharded":
+            raise ConfigurationError(
+                f"{model!r} has an l1 penalty, which Sandblaster minimises with OWL-QN on the coordinator's "
+                "vectors; use state='local' (the default) for it, or l1=0 with state='sharded'"
             )
         self.dataset = as_dataset(data)
         model.check_data(self.dataset)
@@ -142,10 +148,7 @@ class SandblasterRun:
             if self.saved is not None:
                 self.space.restore(opts.checkpoint_path, self.saved.basis)
         try:
-            result, final = lbfgs_minimize(
-                self._evaluate, theta0, opts, callback=self._user_callback if self.callback else None,
-                state=self.saved, on_iteration=self._on_iteration, space=self.space,
-            )
+            result, final = self._optimize(theta0)
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
         if opts.checkpoint_path is not None and not self._due(final.nit, opts.checkpoint_every):
@@ -157,6 +160,16 @@ class SandblasterRun:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)
         return result
+
+    def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
+        """L-BFGS, or OWL-QN with the model's l1 weights (in ``theta``'s coordinates)."""
+        callback = self._user_callback if self.callback else None
+        if self.l1 is None:
+            return lbfgs_minimize(self._evaluate, theta0, self.options, callback=callback, state=self.saved,
+                                  on_iteration=self._on_iteration, space=self.space)
+        weights = self.l1 if self.transform is None else self.transform.l1_weights_to_theta(self.l1)
+        return owlqn_minimize(self._evaluate, theta0, weights, self.options, callback=callback, state=self.saved,
+                              on_iteration=self._on_iteration)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""
