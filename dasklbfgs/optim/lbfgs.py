@@ -133,7 +133,7 @@ def lbfgs_minimize(
     """
     opts = options or LBFGSOptions()
     started = time.perf_counter()
-    space, state = _start(evaluate, x0, opts, state, space)
+    space, state = start_run(evaluate, x0, opts, state, space)
     return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration,
                           started=started)
 
@@ -185,7 +185,7 @@ def evaluate_start(evaluate: Evaluate, x0: np.ndarray) -> tuple[np.ndarray, floa
     return x, float(f), g
 
 
-def _start(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBFGSState | None,
+def start_run(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBFGSState | None,
            space: Any) -> tuple[Any, LBFGSState]:
     """The space and state to iterate from: a new local run, a restored one, or a space's."""
     if space is None:

@@ -29,12 +29,12 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.basis import LocalBasis, keep_pair
 from dasklbfgs.optim.lbfgs import (
     Evaluate, LBFGSOptions, LBFGSState, check_limits, evaluate_start, lbfgs_minimize, run_iterations,
-    search_failure,
+    search_failure, start_run,
 )
 from dasklbfgs.optim.linesearch import backtracking_armijo
 from dasklbfgs.optim.two_loop import two_loop_coefficients
 
-__all__ = ["l1_weights", "owlqn_minimize", "pseudo_gradient"]
+__all__ = ["align_direction", "l1_weights", "orthant_of", "owlqn_minimize", "project_to_orthant", "pseudo_gradient"]
 
 
 def l1_weights(l1: Any, n: int, penalised: Any = None) -> np.ndarray:
@@ -68,6 +68,21 @@ def l1_term(x: np.ndarray, weights: np.ndarray) -> float:
     return float(weights @ np.abs(x))
 
 
+def align_direction(p: np.ndarray, pg: np.ndarray, penalised: np.ndarray) -> None:
+    """Zero, in place, the penalised components of ``p`` that do not point along ``-pg``."""
+    p[penalised & (p * pg >= 0)] = 0.0
+
+
+def orthant_of(x: np.ndarray, pg: np.ndarray) -> np.ndarray:
+    """The orthant a step from ``x`` stays in: ``sign(x)``, or ``sign(-pg)`` where ``x = 0``."""
+    return np.where(x != 0, np.sign(x), -np.sign(pg))
+
+
+def project_to_orthant(x: np.ndarray, orthant: np.ndarray, penalised: np.ndarray) -> None:
+    """Zero, in place, the penalised components of ``x`` that left ``orthant``."""
+    x[penalised & (np.sign(x) != orthant)] = 0.0
+
+
 class OrthantSpace:
     """The OWL-QN vectors in this process, with the questions :func:`run_iterations` asks.
 
@@ -87,17 +102,16 @@ class OrthantSpace:
     def set_direction(self, delta: np.ndarray) -> float:
         """Point along ``sum delta_l b_l``, sign-aligned with ``-v``; returns ``v . p``."""
         p = self.basis.combine(delta)
-        p[self.penalised & (p * self.pg >= 0)] = 0.0
-        x = self.state.x
+        align_direction(p, self.pg, self.penalised)
         self._p = p
-        self._orthant = np.where(x != 0, np.sign(x), -np.sign(self.pg))
+        self._orthant = orthant_of(self.state.x, self.pg)
         self._trials = {}
         return float(self.pg @ p)
 
     def trial(self, alpha: float) -> tuple[float, float]:
         """The full objective at the projected trial point and ``v . (x_trial - x)``."""
         x_trial = self.state.x + alpha * self._p
-        x_trial[self.penalised & (np.sign(x_trial) != self._orthant)] = 0.0
+        project_to_orthant(x_trial, self._orthant, self.penalised)
         f_trial, g_trial = self.evaluate(x_trial)
         objective = float(f_trial) + l1_term(x_trial, self.weights)
         self._trials[alpha] = (x_trial, objective, g_trial)
@@ -135,6 +149,7 @@ def owlqn_minimize(
     callback: Callable[[OptimizeResult], Any] | None = None,
     state: LBFGSState | None = None,
     on_iteration: Callable[[LBFGSState], None] | None = None,
+    space: Any = None,
 ) -> tuple[OptimizeResult, LBFGSState]:
     """Minimise ``f(x) + sum_j w_j |x_j|`` from ``x0`` (or continue from ``state``) with OWL-QN.
 
@@ -152,6 +167,13 @@ def owlqn_minimize(
         Which coordinates carry the L1 term (a boolean mask, indices or a slice); default all.
     callback, state, on_iteration
         As for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`.
+    space
+        Where the vectors live, when not in this process (``evaluate`` and ``x0`` are then
+        unused): as for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`, a space holding the
+        same weights whose ``size`` is the number of coordinates, ``start()`` returns the full
+        objective, ``set_direction`` returns ``v . p`` after the alignment and ``trial``
+        returns the full objective and ``v . (x_trial - x)`` (the sharded Sandblaster state,
+        :class:`~dasklbfgs.solvers.sandblaster.sharded_space.ShardedSpace`).
 
     Returns
     -------
@@ -169,10 +191,14 @@ def owlqn_minimize(
     :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize` itself, so the iterates are the same bits.
     """
     opts = options or LBFGSOptions()
-    n = (state.x if state is not None else np.asarray(x0)).size
+    n = space.size if space is not None else (state.x if state is not None else np.asarray(x0)).size
     weights = l1_weights(l1, n, penalised)
     if not np.any(weights > 0):
-        return lbfgs_minimize(evaluate, x0, opts, callback=callback, state=state, on_iteration=on_iteration)
+        return lbfgs_minimize(evaluate, x0, opts, callback=callback, state=state, on_iteration=on_iteration,
+                              space=space)
+    if space is not None:
+        space, state = start_run(evaluate, x0, opts, state, space)
+        return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration)
     if state is None:
         x, f, g = evaluate_start(evaluate, x0)
         state = LBFGSState(x=x, f=f + l1_term(x, weights), g=g, basis=LocalBasis(x.size, opts.history), nfev=1)
@@ -181,7 +207,7 @@ def owlqn_minimize(
     return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration)
 
 
-def _iterate(space: OrthantSpace, state: LBFGSState, opts: LBFGSOptions):
+def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
     """One OWL-QN iteration in place; returns ``(status, message)`` when it cannot go on."""
     limit = check_limits(state, opts)
     if limit is not None:

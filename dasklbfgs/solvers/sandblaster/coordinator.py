@@ -69,11 +69,7 @@ class SandblasterRun:
                 "(scale its inputs when writing the dataset instead)"
             )
         self.l1 = model.l1_weights()
-        if self.l1 is not None and options.state == "sharded":
-            raise ConfigurationError(
-                f"{model!r} has an l1 penalty, which Sandblaster minimises with OWL-QN on the coordinator's "
-                "vectors; use state='local' (the default) for it, or l1=0 with state='sharded'"
-            )
+        self.l1_theta = self.l1  # the weights in the optimizer's coordinates (set by _minimize)
         self.dataset = as_dataset(data)
         model.check_data(self.dataset)
         self.eval_set = as_dataset(eval_data) if eval_data is not None else None
@@ -141,9 +137,11 @@ class SandblasterRun:
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
             )
         theta0 = self.x_start if self.transform is None else self.transform.to_theta(self.x_start)
+        if self.l1 is not None and self.transform is not None:
+            self.l1_theta = self.transform.l1_weights_to_theta(self.l1)
         if opts.state == "sharded":
             self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.n_samples, theta0,
-                                      opts.history, opts.param_shards, self.transform)
+                                      opts.history, opts.param_shards, self.transform, self.l1_theta)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
                 self.space.restore(opts.checkpoint_path, self.saved.basis)
@@ -167,9 +165,8 @@ class SandblasterRun:
         if self.l1 is None:
             return lbfgs_minimize(self._evaluate, theta0, self.options, callback=callback, state=self.saved,
                                   on_iteration=self._on_iteration, space=self.space)
-        weights = self.l1 if self.transform is None else self.transform.l1_weights_to_theta(self.l1)
-        return owlqn_minimize(self._evaluate, theta0, weights, self.options, callback=callback, state=self.saved,
-                              on_iteration=self._on_iteration)
+        return owlqn_minimize(self._evaluate, theta0, self.l1_theta, self.options, callback=callback, state=self.saved,
+                              on_iteration=self._on_iteration, space=self.space)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""

@@ -455,13 +455,19 @@ def test_l1_runs_owlqn_to_the_in_process_and_scikit_learn_optimum(client, datase
     assert 0 < support.size < 9 and local.x[8] != 0.0  # some coefficients exactly zero, the intercept not
     np.testing.assert_array_equal(support, np.flatnonzero(np.abs(theirs) > 1e-8))
     assert abs(local.fun - objective(theirs)) <= 1e-6 * local.fun
-    for standardize in (False, True):
-        result = sandblaster_lbfgs(model, data, client=client, standardize=standardize, maxiter=500, **TIGHT)
+    runs = {}
+    for standardize, state in ((False, "local"), (True, "local"), (True, "sharded")):
+        shards = {"n_param_shards": 2} if state == "sharded" else {}
+        runs[standardize, state] = result = sandblaster_lbfgs(model, data, client=client, standardize=standardize,
+                                                              state=state, maxiter=500, **shards, **TIGHT)
         assert result.success, result.message
         assert abs(result.fun - local.fun) <= 1e-6 * local.fun
         assert result.fun == pytest.approx(objective(result.x), rel=1e-12)  # fun counts the L1 term
         np.testing.assert_array_equal(np.flatnonzero(result.x), support)  # exact zeros, mapped back too
-    with pytest.raises(ConfigurationError, match=r"has an l1 penalty.*use state='local'"):
-        sandblaster_lbfgs(model, data, client=client, state="sharded")
+    # the vector shards do the pseudo-gradient, alignment and projection: the local mode's iterates
+    local_run, sharded_run = runs[True, "local"], runs[True, "sharded"]
+    assert sharded_run.nit == local_run.nit and sharded_run.nfev == local_run.nfev
+    np.testing.assert_allclose(sharded_run.x, local_run.x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sharded_run.jac, local_run.jac, rtol=1e-7, atol=1e-10)
     with pytest.raises(ConfigurationError, match=r"solver 'downpour' does not minimise an l1 penalty.*'sandblaster'"):
         train(model, data, "downpour", client=client)
