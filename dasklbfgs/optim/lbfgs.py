@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -283,41 +284,64 @@ def search_failure(search: Any, state: LBFGSState, opts: LBFGSOptions, basis: Gr
     return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
 
 
-def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
-    """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
+def quasi_newton_iteration(space: Any, state: LBFGSState, opts: LBFGSOptions, *,
+                           direction: Callable[[Any], tuple[float, float]],
+                           search: Callable[..., Any]) -> tuple[Status, str] | None:
+    """One iteration in place; returns ``(status, message)`` when it cannot go on.
+
+    ``direction(space)`` points the space's search direction (dropping the pairs for the
+    steepest descent when theirs is no descent) and returns its slope and first trial step;
+    ``search(phi, f0, slope, alpha1, budget)`` is the line search. A failed search drops the
+    pairs and tries once more (:func:`search_failure`).
+    """
     limit = check_limits(state, opts)
     if limit is not None:
         return limit
     basis = space.basis
     for _attempt in range(2):  # the second try starts over from steepest descent
-        gram = basis.gram()
-        delta = two_loop_coefficients(gram, basis.k)
-        slope = float(delta @ gram[:, -1])  # g . p
-        if not slope < 0 or basis.k == 0:
-            basis.drop_pairs()
-            delta = two_loop_coefficients(basis.gram(), 0)
-            slope = -float(basis.gram()[-1, -1])
-            alpha1 = 1.0 / math.sqrt(-slope)
-        else:
-            alpha1 = 1.0
-        space.set_direction(delta)
+        slope, alpha1 = direction(space)
 
         def phi(alpha: float) -> tuple[float, float]:
             state.nfev += 1
             return space.trial(alpha)
 
         budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
-        # the largest step is relative to the first trial: along -g that is 1 / ||g||, so an
-        # absolute cap would depend on the objective's scale (the step in x is what matters)
-        search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, alpha_max=1e10 * alpha1, max_evals=budget)
-        if search.success:
+        result = search(phi, state.f, slope, alpha1, budget)
+        if result.success:
             break
-        failure = search_failure(search, state, opts, basis)
+        failure = search_failure(result, state, opts, basis)
         if failure is not None:
             return failure
         basis.drop_pairs()
     state.previous_f = state.f
-    state.last_step = search.alpha
-    state.f = space.accept(search.alpha)
+    state.last_step = result.alpha
+    state.f = space.accept(result.alpha)
     state.nit += 1
     return None
+
+
+def _two_loop_direction(space: Any) -> tuple[float, float]:
+    """L-BFGS's ``p = -H g`` (``-g`` when that is no descent or no pair is stored)."""
+    basis = space.basis
+    gram = basis.gram()
+    delta = two_loop_coefficients(gram, basis.k)
+    slope = float(delta @ gram[:, -1])  # g . p
+    if not slope < 0 or basis.k == 0:
+        basis.drop_pairs()
+        delta = two_loop_coefficients(basis.gram(), 0)
+        slope = -float(basis.gram()[-1, -1])
+        alpha1 = 1.0 / math.sqrt(-slope)
+    else:
+        alpha1 = 1.0
+    space.set_direction(delta)
+    return slope, alpha1
+
+
+def _wolfe_search(phi: Callable[[float], tuple[float, float]], f0: float, slope: float, alpha1: float,
+                  budget: int) -> Any:
+    # the largest step is relative to the first trial: along -g that is 1 / ||g||, so an
+    # absolute cap would depend on the objective's scale (the step in x is what matters)
+    return strong_wolfe(phi, f0, slope, alpha1=alpha1, alpha_max=1e10 * alpha1, max_evals=budget)
+
+
+_iterate = partial(quasi_newton_iteration, direction=_two_loop_direction, search=_wolfe_search)

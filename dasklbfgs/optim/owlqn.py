@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,8 @@ from scipy.optimize import OptimizeResult
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.basis import LocalBasis, keep_pair
 from dasklbfgs.optim.lbfgs import (
-    Evaluate, LBFGSOptions, LBFGSState, check_limits, evaluate_start, lbfgs_minimize, run_iterations,
-    search_failure, start_run,
+    Evaluate, LBFGSOptions, LBFGSState, evaluate_start, lbfgs_minimize, quasi_newton_iteration, run_iterations,
+    start_run,
 )
 from dasklbfgs.optim.linesearch import backtracking_armijo
 from dasklbfgs.optim.two_loop import two_loop_coefficients
@@ -207,34 +208,20 @@ def owlqn_minimize(
     return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration)
 
 
-def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
-    """One OWL-QN iteration in place; returns ``(status, message)`` when it cannot go on."""
-    limit = check_limits(state, opts)
-    if limit is not None:
-        return limit
+def _orthant_direction(space: Any) -> tuple[float, float]:
+    """``-H v`` sign-aligned with ``-v`` (``-v`` when that is no descent or no pair is stored)."""
     basis = space.basis
-    for _attempt in range(2):  # the second try starts over from the steepest orthant descent
-        slope = space.set_direction(two_loop_coefficients(basis.gram(), basis.k))
-        alpha1 = 1.0
-        if not slope < 0 or basis.k == 0:
-            basis.drop_pairs()
-            slope = space.set_direction(two_loop_coefficients(basis.gram(), 0))
-            alpha1 = 1.0 / math.sqrt(-slope)  # a first step of length 1 along -v
+    slope = space.set_direction(two_loop_coefficients(basis.gram(), basis.k))
+    if slope < 0 and basis.k > 0:
+        return slope, 1.0
+    basis.drop_pairs()
+    slope = space.set_direction(two_loop_coefficients(basis.gram(), 0))
+    return slope, 1.0 / math.sqrt(-slope)  # a first step of length 1 along -v
 
-        def phi(alpha: float) -> tuple[float, float]:
-            state.nfev += 1
-            return space.trial(alpha)
 
-        budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
-        search = backtracking_armijo(phi, state.f, alpha1=alpha1, max_evals=budget)
-        if search.success:
-            break
-        failure = search_failure(search, state, opts, basis)
-        if failure is not None:
-            return failure
-        basis.drop_pairs()
-    state.previous_f = state.f
-    state.last_step = search.alpha
-    state.f = space.accept(search.alpha)
-    state.nit += 1
-    return None
+def _armijo_search(phi: Callable[[float], tuple[float, float]], f0: float, slope: float, alpha1: float,
+                   budget: int) -> Any:
+    return backtracking_armijo(phi, f0, alpha1=alpha1, max_evals=budget)
+
+
+_iterate = partial(quasi_newton_iteration, direction=_orthant_direction, search=_armijo_search)
