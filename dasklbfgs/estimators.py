@@ -2,7 +2,8 @@
 
 ``LogisticRegression``, ``LinearRegression`` and ``MLPClassifier`` follow scikit-learn's parameter names and
 objectives, so they drop into ``Pipeline``, ``GridSearchCV`` and ``clone``. ``fit`` accepts
-numpy arrays, dask arrays, an ``xarray.Dataset`` with ``X``/``y`` variables, or a
+numpy arrays, scipy.sparse matrices (the linear estimators: stored as CSR shards, never
+densified), dask arrays, an ``xarray.Dataset`` with ``X``/``y`` variables, or a
 :class:`ShardedDataset`; in-memory inputs are written to a temporary sharded Zarr store for
 the duration of the fit (workers read it by path, so on a multi-machine cluster pass a
 ``ShardedDataset`` on shared storage instead).
@@ -63,6 +64,9 @@ class _ShardedEstimator(BaseEstimator):
     other option of the chosen solver is reachable through ``solver_options`` and checked
     by the solver's options class.
     """
+
+    #: whether fit and predict take scipy.sparse X (written as a sparse dataset: CSR shards)
+    _accepts_sparse = False
 
     def _check_params(self) -> None:
         get_solver(self.solver)  # a registered solver, or an error listing them
@@ -144,7 +148,8 @@ class _ShardedEstimator(BaseEstimator):
             yield X, classes
             return
         X, y, _ = unpack_xarray(X, y)
-        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier)
+        X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier,
+                             accept_sparse="csr" if self._accepts_sparse else False)
         classes = None
         if classifier:
             check_classification_targets(y)
@@ -167,7 +172,8 @@ class _ShardedEstimator(BaseEstimator):
     def _checked(self, X: Any) -> np.ndarray:
         """``X`` to predict from, once fitted, checked against the fitted features."""
         check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32])
+        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32],
+                             accept_sparse="csr" if self._accepts_sparse else False)
 
     def _decision(self, X: Any) -> np.ndarray:
         return self._checked(X) @ self.coef_.T + self.intercept_
@@ -176,6 +182,7 @@ class _ShardedEstimator(BaseEstimator):
         tags = super().__sklearn_tags__()
         # the replica methods' asynchrony makes runs differ; Sandblaster repeats bitwise
         tags.non_deterministic = self.solver not in solver_names() or not get_solver(self.solver).iterative
+        tags.input_tags.sparse = self._accepts_sparse
         return tags
 
 
@@ -217,6 +224,8 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
                  random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
+
+    _accepts_sparse = True
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
         self._check_params()
@@ -269,6 +278,8 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
                  random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
+
+    _accepts_sparse = True
 
     def fit(self, X: Any, y: Any = None) -> LinearRegression:
         self._check_params()

@@ -64,15 +64,70 @@ def deployment(tmp_path_factory):
 def test_cli_trains_against_the_scheduler_file(deployment) -> None:
     scheduler_file, root = deployment
     make_dataset("logistic", root / "logit", rows=20_000, features=8, shard_rows=2_500, overwrite=True)
+    # Relative paths, from a directory that is not the workers' working directory: the
+    # command makes them absolute before the workers see them.
+    assert Path.cwd() != root
     out = subprocess.run(
         [sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler-file", str(scheduler_file),
-         "--data", str(root / "logit" / "train"), "--test", str(root / "logit" / "test"),
-         "--model", "logistic", "--l2", "1e-3", "--output", str(root / "m.npz"), "--json"],
-        capture_output=True, text=True, timeout=180,
+         "--data", "logit/train", "--test", "logit/test",
+         "--model", "logistic", "--l2", "1e-3", "--output", "m.npz", "--json"],
+        capture_output=True, text=True, timeout=180, cwd=root, env=_env_with_this_package(),
     )
     assert out.returncode == 0, out.stderr
+    assert (root / "m.npz").exists()
     report = json.loads(out.stdout)
     assert report["success"] and report["test"]["accuracy"] > 0.6
+
+
+def _env_with_this_package() -> dict[str, str]:
+    """The environment, with this checkout importable from another working directory."""
+    env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    here = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def test_a_dataset_a_worker_cannot_see_is_one_line_naming_it(tmp_path) -> None:
+    """A worker in its own mount namespace, where the dataset's folder is an empty tmpfs:
+    the client sees the dataset, the worker does not (as without a shared file system)."""
+    if shutil.which("unshare") is None or subprocess.run(
+            ["unshare", "-m", "--propagation", "private", "true"], capture_output=True).returncode != 0:
+        pytest.skip("needs unshare -m (root or user namespaces) to hide a folder from one worker")
+    hidden = tmp_path / "hidden"
+    train = make_dataset("logistic", hidden, rows=200, features=2, shard_rows=100)["train"]
+    scheduler_file = tmp_path / "scheduler.json"
+    env = _env_with_this_package()
+    processes = [subprocess.Popen(
+        [*_dask(), "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address", "127.0.0.1:0",
+         "--scheduler-file", str(scheduler_file)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)]
+    try:
+        worker = " ".join([*_dask(), "worker", "--scheduler-file", str(scheduler_file), "--host", "127.0.0.1",
+                           "--nthreads", "1", "--no-nanny", "--no-dashboard"])
+        processes.append(subprocess.Popen(
+            ["unshare", "-m", "--propagation", "private", "sh", "-c", f"mount -t tmpfs none {hidden} && exec {worker}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env))
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists():
+            assert time.monotonic() < deadline, "the scheduler did not write its file"
+            time.sleep(0.1)
+        with connect(scheduler_file=scheduler_file) as client:
+            client.wait_for_workers(1, timeout=60)
+        proc = subprocess.run([sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler-file", str(scheduler_file),
+                               "--data", str(train.path), "--output", str(tmp_path / "m.npz")],
+                              capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert "error: worker tcp://127.0.0.1:" in proc.stderr
+    assert f"cannot read the dataset at {str(train.path)!r} (no dataset at " in proc.stderr
+    assert not (tmp_path / "m.npz").exists()
 
 
 def test_a_pipeline_runs_against_the_scheduler_file(deployment) -> None:
@@ -117,10 +172,26 @@ def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
     assert proc.returncode == 2 and "could not reach the Dask scheduler" in proc.stderr
 
 
+def _training_page(dask_scheduler) -> tuple[str | None, str]:
+    """The run the Training page shows and its status line, built in the scheduler's process."""
+    from dasklbfgs.monitor import TrainingPage
+
+    page = TrainingPage(dask_scheduler)
+    page.update()
+    return page.run, page.status.text
+
+
 def test_preloaded_training_page(deployment) -> None:
     import urllib.request
 
-    scheduler_file, _ = deployment
+    scheduler_file, root = deployment
     port = json.loads(scheduler_file.read_text())["services"]["dashboard"]
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/training", timeout=30) as response:
-        assert response.status == 200 and "dasklbfgs: Training" in response.read().decode()
+        html = response.read().decode()
+    assert response.status == 200 and 'class="navbar"' in html and "bokeh" in html.lower()
+    # The page shows the newest run, not an earlier one of this long-lived scheduler.
+    train = make_dataset("logistic", root / "page", rows=2_000, features=3, shard_rows=500, overwrite=True)["train"]
+    with connect(scheduler_file=scheduler_file) as client:
+        result = sandblaster_lbfgs(Logistic(3, l2=1e-3), train, client=client)
+        shown, status = client.run_on_scheduler(_training_page)
+    assert shown == result.run_id and "finished" in status

@@ -40,6 +40,26 @@ def test_same_coefficients_as_scikit_learn(client, loader) -> None:
     assert ours.n_iter_.shape == (1,) and len(ours.loss_curve_) == ours.n_iter_[0]
 
 
+def test_sparse_input_fits_as_scikit_learn_does_on_it(client) -> None:
+    """scipy.sparse X is stored as CSR shards and never densified; the fit is scikit-learn's
+    on the same sparse matrix, and predictions take sparse X too."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.random(600, 2000, density=0.01, format="csr", random_state=0)  # wide: 2000 features, ~20 a row
+    y = (X @ rng.normal(size=2000) + 0.05 * rng.normal(size=600) > 0).astype(int)
+    ours = LogisticRegression(C=10.0, tol=1e-9, max_iter=2000, standardize=False).fit(X, y)
+    ref = SkLogisticRegression(C=10.0, tol=1e-10, max_iter=10000).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=2e-5)
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-5)
+    assert np.array_equal(ours.predict(sp.csc_matrix(X)), ref.predict(X))
+    target = X @ np.linspace(-1, 1, 2000)
+    fitted = LinearRegression(alpha=1.0, tol=1e-10, max_iter=2000).fit(sp.coo_matrix(X), target)
+    np.testing.assert_allclose(fitted.coef_, Ridge(alpha=1.0, tol=1e-12).fit(X, target).coef_, atol=2e-5)
+    with pytest.raises(TypeError, match="dense data is required"):  # the MLP takes dense data, as scikit-learn's
+        MLPClassifier((4,), max_iter=2).fit(X, y)
+
+
 def test_solver_options_reach_the_solver(client) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)

@@ -19,11 +19,11 @@ def add_parser(sub: Any) -> None:
         help="write a recipe's train/test datasets",
         description="Write PATH/train and PATH/test for a synthetic, bundled or workload recipe.",
     )
-    make.add_argument("kind", choices=RECIPES)
-    make.add_argument("path")
+    make.add_argument("kind", choices=RECIPES, help="the recipe")
+    make.add_argument("path", help="folder to write train/ and test/ into")
     add_option_flags(make, RecipeOptions)
-    make.add_argument("--overwrite", action="store_true")
-    make.add_argument("--quiet", action="store_true")
+    make.add_argument("--overwrite", action="store_true", help="replace datasets already at PATH")
+    make.add_argument("--quiet", action="store_true", help="no progress line or summary")
     make.set_defaults(func=command)
 
 

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from dasklbfgs.cli.cluster_args import dashboard_line
+from distributed import Client
+
+from dasklbfgs.cli.cluster_args import closing, dashboard_line, dashboard_link
+from dasklbfgs.cli.interrupt import (EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line,
+                                     shielded_start)
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.training import train_with_progress
 
@@ -26,43 +31,81 @@ def _at_least(minimum: int):
 
 
 def add_parser(sub: Any) -> None:
-    demo = sub.add_parser("demo", help="build a sample dataset and train on an embedded cluster")
-    demo.add_argument("--rows", type=_at_least(100), default=200_000)
-    demo.add_argument("--features", type=int, default=50)
-    demo.add_argument("--shard-rows", type=int, default=25_000)
-    demo.add_argument("--l2", type=float, default=1e-4)
-    demo.add_argument("--workers", type=int, default=None)
-    demo.add_argument("--dashboard-address", default="127.0.0.1:8787")
-    demo.add_argument("--keep", metavar="DIR", help="keep the sample dataset under DIR")
+    demo = sub.add_parser("demo", help="build a sample dataset and train on an embedded cluster",
+                          description="Write an ill-conditioned logistic dataset, start an embedded cluster "
+                                      "with its dashboard and train on it with Sandblaster L-BFGS.",
+)
+    demo.add_argument("--rows", type=_at_least(100), default=200_000, help="training rows to generate")
+    demo.add_argument("--features", type=int, default=50, help="features per row")
+    demo.add_argument("--shard-rows", type=int, default=25_000, help="rows per Zarr shard")
+    demo.add_argument("--l2", type=float, default=1e-4, help="L2 penalty of the logistic model")
+    demo.add_argument("--workers", type=int, default=None,
+                      help="workers of the embedded cluster (default: one per core)")
+    demo.add_argument("--dashboard-address", default="127.0.0.1:8787",
+                      help="where the dashboard listens (port 0: any free port)")
+    demo.add_argument("--keep", metavar="DIR", default=None,
+                      help="keep the sample dataset (and, after Ctrl-C, the parameters) under DIR "
+                           "(default: a temporary folder, removed)")
+    demo.add_argument("--keep-open", action="store_true",
+                      help="after the run, keep the cluster and its dashboard up until Ctrl-C")
     demo.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.cluster import connect
-    from dasklbfgs.data import make_dataset
-    from dasklbfgs.models import Logistic
-    from dasklbfgs.solvers import SandblasterOptions
 
     with contextlib.ExitStack() as stack:
         folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        started = time.perf_counter()
-        splits = make_dataset(
-            "logistic", folder / "demo-data", rows=args.rows, features=args.features,
-            shard_rows=args.shard_rows, seed=0, ill_conditioned=True, overwrite=True,
-        )
-        train, test = splits["train"], splits["test"]
-        print(f"data       {train.n_samples} x {train.n_features} logistic rows "
-              f"(features scaled over 4 decades) in {train.n_shards} Zarr shard{'' if train.n_shards == 1 else 's'}, "
-              f"{test.n_samples} held out; written in {time.perf_counter() - started:.1f} s")
-        client = connect(n_workers=args.workers, dashboard_address=args.dashboard_address)
-        stack.callback(client.close)
+        train, test = _write_data(args, folder / "demo-data")
+        interrupt = stack.enter_context(Interrupt())
+        with shielded_start():
+            client = connect(n_workers=args.workers, dashboard_address=args.dashboard_address)
+        stack.enter_context(closing(client, interrupt))
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         print(f"cluster    embedded LocalCluster, {n_workers} workers x 1 thread")
         print(dashboard_line(client))
-        model = Logistic(train.n_features, l2=args.l2)
-        options = SandblasterOptions(standardize=True, maxiter=200, gtol=1e-6)
-        result = train_with_progress(client, model, train, "sandblaster", options)
-        print(format_report(train_report(model, result, train, test)))
+        code = _train(args, client, train, test, interrupt)
         if args.keep:
             print(f"kept       {folder / 'demo-data'}")
+        if args.keep_open and code != EXIT_INTERRUPTED:
+            _wait_for_ctrl_c(client, interrupt)
+    return code
+
+
+def _write_data(args: argparse.Namespace, path: Path) -> tuple[Any, Any]:
+    from dasklbfgs.data import make_dataset
+
+    started = time.perf_counter()
+    splits = make_dataset("logistic", path, rows=args.rows, features=args.features, shard_rows=args.shard_rows,
+                          seed=0, ill_conditioned=True, overwrite=True)
+    train, test = splits["train"], splits["test"]
+    print(f"data       {train.n_samples} x {train.n_features} logistic rows "
+          f"(features scaled over 4 decades) in {train.n_shards} Zarr shard{'' if train.n_shards == 1 else 's'}, "
+          f"{test.n_samples} held out; written in {time.perf_counter() - started:.1f} s")
+    return train, test
+
+
+def _train(args: argparse.Namespace, client: Client, train: Any, test: Any, interrupt: Interrupt) -> int:
+    """Train, print the report (or the one line of a Ctrl-C) and return the exit code."""
+    from dasklbfgs.models import Logistic
+    from dasklbfgs.models.persist import save_params
+    from dasklbfgs.solvers import SandblasterOptions
+
+    model = Logistic(train.n_features, l2=args.l2)
+    options = SandblasterOptions(standardize=True, maxiter=200, gtol=1e-6)
+    result = train_with_progress(client, model, train, "sandblaster", options, interrupt=interrupt)
+    if result.message == INTERRUPTED:
+        saved = save_params(Path(args.keep) / "demo-model.npz", model, result.x) if args.keep else None
+        print(interrupted_line(result.nit, "iteration", saved and str(saved)), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(format_report(train_report(model, result, train, test)))
     return 0 if result.success else 1
+
+
+def _wait_for_ctrl_c(client: Client, interrupt: Interrupt) -> None:
+    """``--keep-open``: the dashboard stays up, so that its printed address keeps working."""
+    link = dashboard_link(client)
+    print(f"dashboard open at {link}; Ctrl-C to stop" if link else "cluster open (no dashboard); Ctrl-C to stop",
+          flush=True)
+    while not interrupt.requested:
+        time.sleep(0.2)

@@ -12,7 +12,7 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: Any) -> None:
     info = sub.add_parser("info", help="describe a sharded dataset (or a train/test folder)")
-    info.add_argument("path")
+    info.add_argument("path", help="a ShardedDataset, or a folder of them (a recipe's train/ and test/)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=command)
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
 from dasklbfgs.cli import data, demo, info, run, train
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
+from dasklbfgs.cli.parser import EXIT_CODES, Parser, TopFormatter
 from dasklbfgs.errors import DaskLBFGSError
 
 __all__ = ["build_parser", "main"]
@@ -14,12 +15,14 @@ __all__ = ["build_parser", "main"]
 COMMANDS = (info, data, train, demo, run)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     from dasklbfgs import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="dasklbfgs",
         description="Sandblaster L-BFGS, Downpour SGD and their peers on Dask over sharded Zarr datasets.",
+        epilog=f"{EXIT_CODES}\n\n'dasklbfgs COMMAND --help' lists a command's options and their defaults.",
+        formatter_class=TopFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dasklbfgs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -36,6 +39,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DaskLBFGSError as exc:
         print(f"dasklbfgs: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C before a run started (while writing data, say)
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,7 +11,7 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import SCORES, evaluate_model, score_name
 from dasklbfgs.solvers.registry import get_solver
 
-__all__ = ["format_report", "train_report"]
+__all__ = ["format_report", "interrupted_report", "train_report"]
 
 
 def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> dict[str, Any]:
@@ -54,6 +54,22 @@ def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> 
     if test is not None:
         report["test"] = evaluate_model(model, result.x, test)
     return report
+
+
+def interrupted_report(model: Model, result: OptimizeResult) -> dict[str, Any]:
+    """The facts of a run stopped by Ctrl-C, without the pass over the data that scoring
+    takes (the person who pressed it wants the command back)."""
+    chosen = get_solver(result.solver)
+    losses = [entry[chosen.loss_key] for entry in result.history if chosen.loss_key in entry]
+    return {
+        "model": repr(model),
+        "n_params": model.n_params,
+        "solver": result.solver,
+        "success": False,
+        "message": result.message,
+        "iterations" if chosen.iterative else "steps": int(result.nit),
+        "objective": losses[-1] if losses else None,
+    }
 
 
 def format_report(report: dict[str, Any]) -> str:

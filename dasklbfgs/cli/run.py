@@ -5,29 +5,49 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 
 __all__ = ["add_parser"]
 
 
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.pipeline import load_config, run_pipeline
+    from dasklbfgs.pipeline.run import open_datasets
 
     config = load_config(args.config, args.set or ())
     if args.workers is None:
         args.workers = config["cluster"]["workers"]
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    with cluster_from_args(args) as client:
-        metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite)
+    # The data before the cluster: a missing dataset fails without waiting for a scheduler,
+    # and a recipe's datasets are built here once (run_pipeline then reuses them).
+    open_datasets(config)
+    with Interrupt() as interrupt:
+        with cluster_from_args(args, interrupt) as client:
+            metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite,
+                                   callback=interrupt.check)
+        if metrics["message"] == INTERRUPTED:
+            return _interrupted(metrics, Path(metrics["report"]) / "model.npz")
     if not args.quiet:
         summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
         summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
         print(json.dumps(summary, indent=2, default=float))
         print(f"report in {metrics['report']}/ (metrics.json, curves.json, curves.png, model.npz)")
     return 0 if metrics["success"] else 1
+
+
+def _interrupted(metrics: dict[str, Any], saved: Path) -> int:
+    from dasklbfgs.solvers import get_solver
+
+    unit = get_solver(metrics["solver"]).unit
+    count = metrics["solver_stats"]["iterations" if unit == "iteration" else "steps"]
+    print(interrupted_line(count, unit, str(saved)), file=sys.stderr)
+    return EXIT_INTERRUPTED
 
 
 def add_parser(sub: Any) -> None:
@@ -40,7 +60,8 @@ def add_parser(sub: Any) -> None:
                      help="replace OUTPUT/<pipeline name> (once the new report is complete) instead of "
                           "writing the next free <name>-N")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
-                     help="override a config value, e.g. --set data.rows=5000 (repeatable)")
+                     help="override a config value, e.g. --set data.rows=5000 (repeatable; default: the config "
+                          "as written)")
     run.add_argument("--quiet", action="store_true", help="no log lines or summary")
     add_cluster_arguments(run)
     run.set_defaults(func=command)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
-from dasklbfgs.cli.report import format_report, train_report
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
+from dasklbfgs.cli.report import format_report, interrupted_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
 from dasklbfgs.cli.training import train_with_progress
 from dasklbfgs.errors import OutputExistsError
@@ -26,8 +28,11 @@ def add_parser(sub: Any) -> None:
                            description="Train a model on a sharded dataset. Solvers: " + "; ".join(
                                f"{n} ({get_solver(n).options.__name__})" for n in names))
     train.add_argument("--data", required=True, help="training dataset (a ShardedDataset path)")
-    train.add_argument("--test", help="held-out dataset to score")
-    train.add_argument("--model", choices=MODELS, default="logistic")
+    train.add_argument("--test", help="held-out dataset to score (default: none)")
+    train.add_argument("--model", choices=MODELS, default=None,
+                       help="the model (default: what the dataset's recorded task implies: binary -> "
+                            "logistic, multiclass -> softmax, regression -> least_squares, unsupervised -> "
+                            "sparse_autoencoder, a vocabulary -> embedding_lm)")
     add_option_flags(train.add_argument_group("model options"), ModelOptions)
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)
@@ -44,7 +49,8 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
     from dasklbfgs.models.persist import save_params
-    from dasklbfgs.models.registry import ModelOptions
+    from dasklbfgs.models.registry import ModelOptions, default_model
+    from dasklbfgs.solvers import get_solver
 
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
     options = options_from_args(args, args.solver)
@@ -53,18 +59,27 @@ def command(args: argparse.Namespace) -> int:
                                 "replace it or choose another --output")
     data = ShardedDataset.open(args.data)
     test = ShardedDataset.open(args.test) if args.test else None
-    model = model_for_dataset(args.model, data, **given_options(args, ModelOptions.fields()))
-    with cluster_from_args(args) as client:
-        result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
-                                     quiet=args.quiet or args.json)
-        report = train_report(model, result, data, test)
-    report["dataset"] = str(data.path)
-    report["options"] = options.to_json()
-    save_params(args.output, model, result.x, report)
-    report["output"] = str(args.output)
-    if args.json:
-        print(json.dumps(report, indent=2, default=float))
-    else:
-        print(format_report(report))
-        print(f"saved      {args.output}")
-    return 0 if result.success else 1
+    model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
+    with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
+        with cluster_from_args(args, interrupt) as client:
+            for dataset in (data, test) if test is not None else (data,):
+                dataset.check_workers_can_read(client)
+            result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
+                                         quiet=args.quiet or args.json, interrupt=interrupt)
+            if result.message == INTERRUPTED:
+                report = interrupted_report(model, result)
+            else:
+                report = train_report(model, result, data, test)
+        report["dataset"] = str(data.path)
+        report["options"] = options.to_json()
+        save_params(args.output, model, result.x, report)
+        report["output"] = str(args.output)
+        if result.message == INTERRUPTED:
+            print(interrupted_line(result.nit, get_solver(args.solver).unit, args.output), file=sys.stderr)
+            return EXIT_INTERRUPTED
+        if args.json:
+            print(json.dumps(report, indent=2, default=float))
+        else:
+            print(format_report(report))
+            print(f"saved      {args.output}")
+        return 0 if result.success else 1

@@ -20,6 +20,7 @@ import numpy as np
 from dasklbfgs._checks import check_int
 from dasklbfgs.data._validate import check_fraction, check_shard_rows
 from dasklbfgs.data._writer import check_target, written_aside
+from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import (
@@ -31,7 +32,8 @@ from dasklbfgs.options import Options, option
 SYNTHETIC = {"logistic": "binary", "multinomial": "multiclass", "regression": "regression"}
 BUNDLED = {"digits": "multiclass", "breast_cancer": "binary", "wine": "multiclass"}
 WORKLOADS = {"acoustic": "multiclass", "patches": "unsupervised", "text": "multiclass"}
-RECIPES = tuple(SYNTHETIC) + tuple(BUNDLED) + tuple(WORKLOADS)
+SPARSE = {"ctr": "binary"}  # wide hashed features, stored sparse
+RECIPES = tuple(SYNTHETIC) + tuple(BUNDLED) + tuple(WORKLOADS) + tuple(SPARSE)
 TEST_BLOCK_OFFSET = 1_000_000  # test rows come from generator blocks no train row uses
 DEFAULT_CLASSES = {"multinomial": 3, "acoustic": 128}
 DIGIT_PATCHES_DEFAULT_ROWS = 10_000  # as many as the sparse autoencoder exercise samples
@@ -50,7 +52,8 @@ class RecipeOptions(Options):
 
     solver: ClassVar[str] = "make_dataset"
     rows: int | None = _some("training rows (synthetic and workload recipes)", minimum=1)
-    features: int | None = _some("features (synthetic recipes)", minimum=1)
+    features: int | None = _some("features (synthetic recipes; ctr: the hashed columns)", none_means="ctr: 2^22",
+                                 minimum=1)
     shard_rows: int = option(50_000, "rows per shard", "int", minimum=1)
     seed: int = option(0, "seeds the generator and the train/test split", "int", minimum=0)
     n_classes: int | None = _some("classes (multinomial and acoustic recipes)", none_means="3; acoustic: 128",
@@ -106,7 +109,10 @@ def make_dataset(
         the workloads ``"acoustic"`` (440 stacked speech-like frame features, labels of a
         teacher network), ``"patches"`` (image patches in [0.1, 0.9] for an autoencoder,
         unsupervised) and ``"text"`` (context -> next word ids from the docstrings of the
-        Python standard library); see :mod:`dasklbfgs.data.workloads`.
+        Python standard library); see :mod:`dasklbfgs.data.workloads`; or ``"ctr"``
+        (click-through-like impressions: 26 power-law categorical fields and 8 crosses
+        hashed into ``features`` columns, 2^22 by default, about 34 non-zeros a row and 3%
+        positives, stored sparse; see :mod:`dasklbfgs.data.ctr`).
     rows, features
         Size of the synthetic training set (test rows are ``test_fraction`` of it on top).
         The bundled datasets have a fixed size; giving either is an error. ``"acoustic"``
@@ -185,6 +191,8 @@ def _recipe_splits(kind: str, recipe: SimpleNamespace) -> dict[str, Any]:
     rows, features, seed, test_fraction = recipe.rows, recipe.features, recipe.seed, recipe.test_fraction
     if kind in SYNTHETIC:
         return _synthetic_splits(kind, rows, features, seed, recipe.n_classes, recipe.ill_conditioned, test_fraction)
+    if kind in SPARSE:
+        return _ctr_splits(rows, features, seed, test_fraction)
     if kind in WORKLOADS:
         if features is not None:
             width = {"acoustic": f"{FRAMES * BANDS} features ({FRAMES} frames x {BANDS} bands)",
@@ -223,6 +231,15 @@ def _synthetic_splits(kind, rows, features, seed, n_classes, ill_conditioned, te
     return _generated_splits(problem.blocks, rows, test_fraction, attrs)
 
 
+def _ctr_splits(rows, features, seed, test_fraction):
+    if rows is None:
+        raise ConfigurationError("the 'ctr' recipe needs rows (impressions; 1,000,000 or more is realistic)")
+    logs = ClickLogs(int(features) if features is not None else DEFAULT_HASHED_FEATURES, seed)
+    attrs = {"task": SPARSE["ctr"], "n_classes": 2, "source": "synthetic:ctr", "seed": seed,
+             "fields": N_FIELDS, "crosses": len(CROSSES), "hashed_features": logs.n_features}
+    return _generated_splits(logs.blocks, rows, test_fraction, attrs)
+
+
 def _bundled_splits(kind, seed, test_fraction):
     from sklearn import datasets
     from sklearn.model_selection import train_test_split
@@ -249,7 +266,9 @@ def _check_options_apply(kind, workload_options, n_classes, ill_conditioned) -> 
     if n_classes is not None and kind in ("patches", "text"):
         hint = "; the classes of 'text' are its vocab_size" if kind == "text" else " (unsupervised)"
         raise ConfigurationError(f"the {kind!r} recipe takes no n_classes{hint}, got {n_classes!r}")
-    if ill_conditioned and kind in WORKLOADS:
+    if n_classes is not None and kind in SPARSE:
+        raise ConfigurationError(f"the {kind!r} recipe is binary (clicks); it takes no n_classes, got {n_classes!r}")
+    if ill_conditioned and (kind in WORKLOADS or kind in SPARSE):
         raise ConfigurationError(f"ill_conditioned applies to the synthetic recipes only, not {kind!r}")
 
 

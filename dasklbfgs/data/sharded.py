@@ -22,7 +22,8 @@ import zarr
 from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard, vstack_csr
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows
 from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
-from dasklbfgs.errors import ConfigurationError, CorruptDatasetError, InvalidDataError, NotADatasetError
+from dasklbfgs.errors import (ConfigurationError, CorruptDatasetError, DatasetError, InvalidDataError,
+                              NotADatasetError)
 
 if TYPE_CHECKING:
     import dask.array
@@ -46,7 +47,8 @@ class ShardedDataset:
     """
 
     def __init__(self, path: os.PathLike[str] | str) -> None:
-        self.path = Path(path)
+        # Absolute: the workers read this path, and their working directory is not ours.
+        self.path = Path(path).absolute()
         group = _open_group(self.path)
         self._attrs = dict(group.attrs)
         schema = self._attrs.get(ATTRS_KEY, {})
@@ -245,6 +247,17 @@ class ShardedDataset:
     def nbytes_stored(self) -> int:
         """Bytes the store occupies on disk."""
         return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+
+    def check_workers_can_read(self, client: Any) -> None:
+        """Open this dataset on every worker of ``client`` before work is sent to them: a
+        worker that cannot (no shared file system, another mount) is a :class:`DatasetError`
+        naming the path and the worker, not a failed task's traceback later."""
+        answers = client.run(_open_problem, str(self.path))
+        for worker, problem in sorted(answers.items()):
+            if problem is not None:
+                raise DatasetError(
+                    f"worker {worker} cannot read the dataset at {str(self.path)!r} ({problem}); every worker "
+                    "needs it at the same path (a shared file system, or a copy at that path on each machine)")
 
     def __repr__(self) -> str:
         return (
@@ -472,3 +485,12 @@ def as_dataset(data: Any) -> ShardedDataset:
     raise ConfigurationError(
         f"data must be a ShardedDataset or a path to one, got {type(data).__name__}"
     )
+
+
+def _open_problem(path: str) -> str | None:
+    """Why this process cannot open the dataset at ``path`` (None: it can)."""
+    try:
+        ShardedDataset(path)
+    except Exception as exc:  # any reason at all is what the caller must hear
+        return str(exc) if isinstance(exc, DatasetError) else f"{type(exc).__name__}: {exc}"
+    return None

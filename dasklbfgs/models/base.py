@@ -78,8 +78,13 @@ class Model:
         """Predictions for the rows of ``X`` (labels, values or reconstructions, by ``task``)."""
         raise NotImplementedError
 
+    def row_table_for(self, data: Any) -> Any:
+        """The row table whose rows a batch of ``data`` touches sparsely (None: none): the
+        model's :attr:`row_table`, or one that only some data makes sparse."""
+        return self.row_table
+
     def touched_rows(self, X: np.ndarray) -> np.ndarray:
-        """Rows of :attr:`row_table` that the rows of ``X`` read (models with a row table)."""
+        """Rows of the row table (:meth:`row_table_for`) that the rows of ``X`` read."""
         raise NotImplementedError(f"{type(self).__name__} has no row table")
 
     def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:

@@ -110,6 +110,23 @@ class LinearModel(Model):
         gb += dz.sum(axis=0)
         return loss, grad
 
+    def row_table_for(self, data: Any) -> Any:
+        """On sparse data without a penalty, the rows of W (one per feature, ``n_outputs``
+        wide): a batch's gradient is zero in the rows of the features it has no value for,
+        so Downpour pushes and fetches only the others. An l2 penalty makes every row's
+        gradient non-zero (``l2 * W``), and dense data touches every row: then none."""
+        from dasklbfgs.models.embedding import RowTable
+
+        if getattr(data, "is_sparse", False) and self.l2 == 0.0:
+            return RowTable(0, self.n_features, self.n_outputs)
+        return None
+
+    def touched_rows(self, X: Any) -> np.ndarray:
+        """The features (rows of W) with a value in a row of ``X``, sorted."""
+        if sp.issparse(X):
+            return np.unique(X.tocsr().indices)
+        return np.flatnonzero(np.any(np.asarray(X) != 0, axis=0))
+
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """(l2 / 2) ||W||^2 and its gradient (zero on intercepts)."""
         grad = np.zeros(self.n_params)

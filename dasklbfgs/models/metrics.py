@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 #: the held-out score of each task, as :func:`evaluate_model` names it, and how reports show it
 SCORES = {"accuracy": "accuracy {accuracy:.4f}", "rmse": "rmse {rmse:.4g}, r2 {r2:.4f}",
           "reconstruction_mse": "reconstruction mse {reconstruction_mse:.4g}"}
+#: each score's name on plots and pages (the dashboard, curves.png)
+SCORE_LABELS = {"accuracy": "accuracy", "rmse": "RMSE", "reconstruction_mse": "reconstruction error (MSE)"}
+assert set(SCORE_LABELS) == set(SCORES), "label every score the models report"
 
 
 def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, float]:

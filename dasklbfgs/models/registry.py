@@ -61,6 +61,27 @@ def _n_classes(data: Any) -> int:
     return int(data.label_range[1]) + 1 if n_classes is None else int(n_classes)
 
 
+#: The model a dataset's recorded ``task`` attribute (written by the recipes) implies.
+MODEL_FOR_TASK = {"binary": "logistic", "multiclass": "softmax", "regression": "least_squares",
+                  "unsupervised": "sparse_autoencoder"}
+
+
+def default_model(data: Any) -> str:
+    """The model ``data``'s recorded task implies: ``binary`` -> logistic, ``multiclass`` ->
+    softmax (a dataset with a vocabulary: embedding_lm), ``regression`` -> least_squares,
+    ``unsupervised`` -> sparse_autoencoder; ``classification`` by its ``n_classes``."""
+    task = data.attrs.get("task")
+    if task == "classification" and data.attrs.get("n_classes") is not None:
+        task = "binary" if int(data.attrs["n_classes"]) <= 2 else "multiclass"
+    if task == "multiclass" and data.attrs.get("vocab_size") is not None:
+        return "embedding_lm"
+    if task not in MODEL_FOR_TASK:
+        recorded = "records no task" if task is None else f"records task {task!r}, which names no model"
+        raise ConfigurationError(f"dataset {str(data.path)!r} {recorded}: choose the model, one of {MODELS!r} "
+                                 "(--model, or model: name: in a pipeline)")
+    return MODEL_FOR_TASK[task]
+
+
 def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
                       **options: Any) -> Model:
     """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).

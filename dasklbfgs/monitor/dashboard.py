@@ -5,83 +5,196 @@ The page lives in the scheduler's process and reads the events the solvers log o
 :func:`dasklbfgs.connect` registers it; for a ``dask scheduler`` add
 ``--preload dasklbfgs.monitor.dashboard``. It is served at ``/training`` and listed in the
 dashboard's "More" menu.
+
+It shows one run (a picker lists the runs this scheduler has seen, newest first, and follows
+new runs until the user picks one), optionally overlaid with a second ("compare with"): its
+status and settings, the training objective or mini-batch loss, the gradient norm, the
+held-out loss and metric, against iteration/global step or wall time; for Downpour and the
+peer methods also updates/s, and for Downpour the pushes per parameter shard and the
+staleness of the pushes.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from dasklbfgs.models.metrics import SCORES
 from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.monitor.runs import CURVES, RunView, runs_newest_first
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
 
 ROUTE = "/training"
 REFRESH_MS = 500
-#: column of the curves -> the event keys that fill it, the first one present
-_COLUMNS = {"x": ("nit", "step"), "objective": ("fun", "train_loss"), "gnorm": ("gnorm",),
-            "heldout": tuple(f"eval_{name}" for name in SCORES), "time": ("time",)}
+NO_RUN = "none"
+X_AXES = ("step", "time")  # the x toggle's choices, in its buttons' order
+#: the plots' titles (their y-axis labels name what each selected run reports)
+TITLES = {"loss": "Training loss", "gnorm": "Gradient norm", "heldout_loss": "Held-out loss",
+          "heldout_metric": "Held-out metric", "rate": "Updates per second"}
+SLOTS = {"run": ("#1f77b4", "solid"), "compare": ("#ff7f0e", "dashed")}  # colour and dash of each run
 
 
 class TrainingPage:
-    """Bokeh models for the latest run: objective, gradient norm, held-out metric, shards."""
+    """The Bokeh models of the page; :meth:`update` reads the scheduler's events."""
 
     def __init__(self, scheduler: Any) -> None:
         from bokeh.layouts import column, row
-        from bokeh.models import ColumnDataSource, DataTable, Div, TableColumn
-        from bokeh.plotting import figure
+        from bokeh.models import ColumnDataSource, DataTable, Div, RadioButtonGroup, Select, TableColumn
 
         self.scheduler = scheduler
-        self.curve = ColumnDataSource({column: [] for column in _COLUMNS})
+        self.runs: list[RunView] = []
+        self.pinned = False  # the user picked a run: stop following new ones
+        self.seen: tuple[int, float] = (0, 0.0)  # number and time of the events last read
+        self.updating = False  # the page itself is changing the pickers
+        self.picker = Select(title="run (newest first)", options=[], width=380, name="run-picker")
+        self.other = Select(title="compare with", options=[NO_RUN], value=NO_RUN, width=380)
+        self.x_axis = RadioButtonGroup(labels=["iteration / global step", "wall time (s)"], active=0)
+        self.status = Div(text="No dasklbfgs training has logged events yet.", sizing_mode="stretch_width",
+                          name="status")
+        self.settings = ColumnDataSource({"setting": [], "value": []})
+        table = DataTable(source=self.settings, height=220, sizing_mode="stretch_width", index_position=None,
+                          columns=[TableColumn(field="setting", title="setting", width=140),
+                                   TableColumn(field="value", title="value", width=500)])
+        # named, so that a browser (and the browser test) can find each curve's data
+        self.sources = {(slot, name): ColumnDataSource({"x": [], "y": []}, name=f"{slot}-{name}")
+                        for slot in SLOTS for name in CURVES}
+        self.plots = {name: self._line_plot(name) for name in CURVES}
         self.shards = ColumnDataSource({"shard": [], "pushes": []})
-        self.summary = Div(text="No dasklbfgs training has logged events yet.")
-        self.run: str | None = None
+        self.staleness = ColumnDataSource({"staleness": [], "pushes": []})
+        self.shard_plot = self._bar_plot("Pushes per parameter shard", self.shards, "shard", "pushes",
+                                         "parameter shard", "pushes applied")
+        self.staleness_plot = self._bar_plot("Staleness of the pushes (parameter shard 0)", self.staleness,
+                                             "staleness", "pushes", "staleness (versions behind)", "pushes")
+        self.picker.on_change("value", self._picked)
+        self.other.on_change("value", self._redraw)
+        self.x_axis.on_change("active", self._redraw)
+        p = self.plots
+        self.replica_panel = row(p["rate"], self.shard_plot, self.staleness_plot, sizing_mode="stretch_width")
+        self.root = column(row(self.picker, self.other, self.x_axis), self.status,
+                           row(p["loss"], p["gnorm"], sizing_mode="stretch_width"),
+                           row(p["heldout_loss"], p["heldout_metric"], sizing_mode="stretch_width"),
+                           self.replica_panel, table, sizing_mode="stretch_width")
 
-        def plot(title: str, y: str, y_axis_type: str = "linear"):
-            fig = figure(title=title, height=260, width=420, y_axis_type=y_axis_type,
-                         x_axis_label="iteration / global step", tools="pan,wheel_zoom,box_zoom,reset")
-            fig.line("x", y, source=self.curve, line_width=2)
-            fig.scatter("x", y, source=self.curve, size=4)
-            return fig
+    def _line_plot(self, name: str) -> Any:
+        from bokeh.models import LogTickFormatter, LogTicker
+        from bokeh.plotting import figure
 
-        self.objective_plot = plot("Objective (Sandblaster) / training loss (Downpour)", "objective")
-        self.gnorm_plot = plot("Gradient max-norm", "gnorm", "log")
-        self.heldout_plot = plot("Held-out metric", "heldout")
-        table = DataTable(source=self.shards, height=160, width=420, columns=[
-            TableColumn(field="shard", title="parameter shard"), TableColumn(field="pushes", title="pushes applied")])
-        self.root = column(self.summary, row(self.objective_plot, self.gnorm_plot),
-                           row(self.heldout_plot, table), sizing_mode="stretch_width")
+        log = CURVES[name].log
+        fig = figure(title=TITLES[name], height=280, sizing_mode="stretch_width",
+                     y_axis_type="log" if log else "linear", tools="pan,wheel_zoom,box_zoom,reset,save")
+        if log:  # labels at 1, 2 and 5 times a power of ten when the range spans less than a few decades
+            fig.yaxis.ticker = LogTicker(mantissas=[1, 2, 5])
+            fig.yaxis.formatter = LogTickFormatter()
+        for slot, (colour, dash) in SLOTS.items():
+            source = self.sources[slot, name]
+            fig.line("x", "y", source=source, line_width=2, color=colour, line_dash=dash, legend_label=slot)
+            fig.scatter("x", "y", source=source, size=4, color=colour)
+        fig.legend.location = "top_right"
+        fig.legend.background_fill_alpha = 0.6  # the curve stays readable under it
+        return fig
+
+    @staticmethod
+    def _bar_plot(title: str, source: Any, x: str, y: str, x_label: str, y_label: str) -> Any:
+        from bokeh.plotting import figure
+
+        fig = figure(title=title, height=280, sizing_mode="stretch_width", tools="save", x_axis_label=x_label,
+                     y_axis_label=y_label)
+        fig.vbar(x=x, top=y, source=source, width=0.8)
+        fig.y_range.start = 0
+        fig.xaxis.ticker.min_interval = 1  # shards and staleness are whole numbers
+        return fig
+
+    # -- reading the events -----------------------------------------------------------------
+
+    @property
+    def run(self) -> str | None:
+        """The selected run's id (None before any run)."""
+        return self.picker.value or None
+
+    def view(self, run_id: str | None) -> RunView | None:
+        return next((r for r in self.runs if r.run == run_id), None)
 
     def update(self) -> None:
-        """Show the newest run's events (called every REFRESH_MS by the page)."""
-        events = [message for _, message in self.scheduler.get_events(TOPIC)]
-        if not events:
+        """Read the events again and redraw (called every REFRESH_MS by the page)."""
+        events = self.scheduler.get_events(TOPIC)
+        if not events or (len(events), events[-1][0]) == self.seen:
+            return  # nothing new: the scheduler's thread has better things to do
+        self.seen = (len(events), events[-1][0])
+        self.runs = runs_newest_first([message for _, message in events])
+        options = [(r.run, f"{r.run} ({r.state})") for r in self.runs]
+        self.updating = True
+        try:
+            if options != self.picker.options:
+                self.picker.options = options
+                self.other.options = [(NO_RUN, "none"), *options]
+            if not self.pinned or self.view(self.picker.value) is None:
+                self.picker.value = self.runs[0].run
+        finally:
+            self.updating = False
+        self.draw()
+
+    def _picked(self, attr: str, old: str, new: str) -> None:
+        if not self.updating:  # the user's choice: follow new runs again only if it is the newest
+            self.pinned = new != self.runs[0].run
+        self.draw()
+
+    def _redraw(self, attr: str, old: Any, new: Any) -> None:
+        self.draw()
+
+    # -- drawing ------------------------------------------------------------------------------
+
+    def draw(self) -> None:
+        """Show the selected run (and the one to compare with) as the x toggle says."""
+        from bokeh.core.properties import value
+
+        main = self.view(self.run)
+        if main is None:
             return
-        self.run = events[-1]["run"]
-        mine = [e for e in events if e["run"] == self.run]
-        nan = float("nan")
-        data = {column: [next((e[k] for k in keys if k in e), nan) for e in mine]
-                for column, keys in _COLUMNS.items()}
-        if data["x"] != list(self.curve.data["x"]):
-            self.curve.data = data
-        last = mine[-1]
-        pushes = last.get("pushes_per_shard")
+        other = self.view(self.other.value)
+        x = X_AXES[self.x_axis.active]
+        for name, curve in CURVES.items():
+            for slot, run in (("run", main), ("compare", other)):
+                points = run.points(curve, x) if run is not None else {"x": [], "y": []}
+                if points != dict(self.sources[slot, name].data):
+                    self.sources[slot, name].data = points
+            fig = self.plots[name]
+            fig.visible = bool(self.sources["run", name].data["x"])
+            fig.yaxis.axis_label = curve.label(main)
+            fig.xaxis.axis_label = "wall time (s)" if x == "time" else main.x_label
+            for item, run in zip(fig.legend.items, (main, other)):
+                item.label = value(run.run if run is not None else "")
+            fig.legend.visible = other is not None  # one run: the status line names it
+        self.status.text = main.status()
+        rows = main.settings()
+        self.settings.data = {"setting": [r[0] for r in rows], "value": [r[1] for r in rows]}
+        self._draw_replica_panel(main)
+
+    def _draw_replica_panel(self, run: RunView) -> None:
+        """Downpour's pushes per shard and staleness, the replica methods' updates/s."""
+        self.replica_panel.visible = not run.iterative
+        pushes = next((e["pushes_per_shard"] for e in reversed(run.steps) if "pushes_per_shard" in e), None)
+        self.shard_plot.visible = pushes is not None
         if pushes is not None:
             self.shards.data = {"shard": list(range(len(pushes))), "pushes": list(pushes)}
-        state = "finished" if last.get("finished") else "running or done"
-        self.summary.text = (
-            f"<b>{self.run}</b> ({last['solver']}, {state}): {len(mine)} updates, "
-            f"latest objective {data['objective'][-1]:.6g} at {data['x'][-1]} after {last.get('time', nan):.1f} s"
-        )
+        staleness = next((e["staleness"] for e in reversed(run.steps) if "staleness" in e), None)
+        self.staleness_plot.visible = staleness is not None
+        if staleness is not None:
+            ages = sorted(staleness, key=int)
+            self.staleness.data = {"staleness": [int(a) for a in ages], "pushes": [staleness[a] for a in ages]}
 
 
 def training_doc(scheduler: Any, extra: dict[str, Any], doc: Any) -> None:
-    """Bokeh document factory in the form the Dask dashboard expects."""
+    """Bokeh document factory in the form the Dask dashboard expects: the page inside the
+    dashboard's own template, so that its navigation bar stays."""
+    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+
     page = TrainingPage(scheduler)
     page.update()
     doc.title = "dasklbfgs: Training"
     doc.add_root(page.root)
     doc.add_periodic_callback(page.update, REFRESH_MS)
+    doc.template = env.get_template("simple.html")
+    doc.template_variables.update(extra)
+    doc.theme = BOKEH_THEME
 
 
 def register() -> None:

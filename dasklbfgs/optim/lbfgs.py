@@ -104,7 +104,7 @@ def lbfgs_minimize(
         :class:`LBFGSOptions`.
     callback
         Called after each iteration with an ``OptimizeResult`` holding ``x`` and ``fun``
-        (scipy's ``intermediate_result``); raising ``StopIteration`` stops with status 99.
+        (scipy's ``intermediate_result``); raising ``StopIteration`` stops with status 99 (its argument, if any, is the message).
     state
         A state from an earlier run to continue from.
     on_iteration
@@ -167,8 +167,8 @@ def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
         if callback is not None:
             try:
                 callback(OptimizeResult(x=space.x(), fun=state.f, nit=state.nit))
-            except StopIteration:
-                status, message = Status.CALLBACK_STOP, MSG_CALLBACK
+            except StopIteration as stop:
+                status, message = Status.CALLBACK_STOP, str(stop) or MSG_CALLBACK
                 break
         status, message = _check_convergence(space, state, opts)
     result = OptimizeResult(x=space.x(), fun=state.f, jac=space.g(), nit=state.nit, nfev=state.nfev,

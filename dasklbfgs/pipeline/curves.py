@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.models.metrics import score_name
+from dasklbfgs.models.metrics import SCORE_LABELS, score_name
 from dasklbfgs.solvers import get_solver
 
 __all__ = ["learning_curves", "plot_curves", "smoothed", "smoothing_weight", "honest_limits"]
@@ -84,8 +84,9 @@ def _panels(curves: dict[str, Any]) -> list[dict[str, Any]]:
         panels.append({"title": "Gradient norm", "ylabel": "gradient max-norm", "log": True,
                        "lines": [("gradient max-norm", *series("gnorm"), False)]})
     if metric is not None:
-        panels.append({"title": f"Held-out {metric}", "ylabel": metric, "log": False,
-                       "lines": [(f"held-out {metric}", *series("heldout"), False)]})
+        label = SCORE_LABELS[metric]
+        panels.append({"title": f"Held-out {label}", "ylabel": label, "log": False,
+                       "lines": [(f"held-out {label}", *series("heldout"), False)]})
     loss["log"] = all(v > 0 for _, _, ys, _ in loss["lines"] for v in ys)
     return panels
 

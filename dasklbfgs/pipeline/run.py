@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from distributed import Client
@@ -64,19 +65,24 @@ def _describe(data: ShardedDataset) -> str:
 
 
 def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, client: Client,
-                 overwrite: bool = False) -> dict[str, Any]:
+                 overwrite: bool = False, callback: Callable[[Any], Any] | None = None) -> dict[str, Any]:
     """Run ``config`` (from :func:`load_config`) on ``client``; write the report under
-    ``output`` and return the metrics (``metrics["report"]`` is the folder written)."""
+    ``output`` and return the metrics (``metrics["report"]`` is the folder written).
+    ``callback`` goes to the solver (:func:`dasklbfgs.minimize`): raising ``StopIteration``
+    ends the run with what it reached."""
     name, started_at, started = config["pipeline"]["name"], utc_now(), time.perf_counter()
     with staged_report(output, name, overwrite=overwrite) as folders:
         train, test = open_datasets(config)
+        for dataset in (train, test) if test is not None else (train,):
+            dataset.check_workers_can_read(client)
         logger.info("train: %s", _describe(train))
         if test is not None:
             logger.info("held out: %s", _describe(test))
         data_ready = time.perf_counter()
         spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
         model = model_for_dataset(spec["name"], train, **model_options(spec))
-        result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test)
+        result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
+                          callback=callback)
         trained = time.perf_counter()
         scores = {"train": evaluate_model(model, result.x, train)}
         if test is not None:

@@ -19,7 +19,9 @@ from typing import Any
 
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.monitor.events import recorded_run
 from dasklbfgs.options import Options, describe_default
 from dasklbfgs.models.base import Model
 
@@ -122,7 +124,7 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     default the active client, else an embedded ``LocalCluster`` closed on return. ``x0``:
     starting parameters (default: the model's initialisation). ``callback`` is called with
     each iteration's or history entry's ``OptimizeResult``; raising ``StopIteration`` stops
-    the run cleanly. ``eval_data``: a held-out dataset scored every ``eval_every``
+    the run cleanly (``StopIteration("why")`` makes ``"why"`` the result's message). ``eval_data``: a held-out dataset scored every ``eval_every``
     iterations or steps. Returns a :class:`~dasklbfgs.solvers.result.Result` (a scipy
     ``OptimizeResult``; its docstring lists the fields).
     """
@@ -136,7 +138,11 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
             f"solver {solver!r} does not minimise an l1 penalty, and {model!r} has one; "
             f"train it with solver {able[0] if len(able) == 1 else able!r} (OWL-QN) or set l1=0"
         )
-    return chosen.run(model, data, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
+    dataset = as_dataset(data)
+    with recorded_run(chosen, model, dataset, resolved) as record:  # the start and end events
+        result = chosen.run(model, dataset, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
+        record.finished(result)
+    return result
 
 
 _RUN_INPUTS = ("client", "x0", "callback", "eval_data")  # minimize's other keywords, all default None

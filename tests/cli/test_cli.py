@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -89,9 +90,28 @@ def test_train_saves_parameters_and_scores(tmp_path) -> None:
     assert params.shape == (31,)
 
 
-def test_demo_trains_on_an_embedded_cluster(tmp_path) -> None:
-    out = run("demo", "--rows", "20000", "--features", "10", "--shard-rows", "5000",
-              "--dashboard-address", "127.0.0.1:0", "--keep", str(tmp_path)).stdout
+def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
+    import signal
+    import urllib.request
+
+    env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    proc = subprocess.Popen([sys.executable, "-m", "dasklbfgs.cli", "demo", "--rows", "20000", "--features", "10",
+                             "--shard-rows", "5000", "--dashboard-address", "127.0.0.1:0", "--keep", str(tmp_path),
+                             "--keep-open"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    lines = []
+    while not (lines and lines[-1].startswith("dashboard open at ")):
+        line = proc.stdout.readline()
+        assert line, f"the demo ended early (exit {proc.wait()}): {''.join(lines)}{proc.stderr.read()}"
+        lines.append(line)
+    url = lines[-1].split("dashboard open at ")[1].split(";")[0]
+    assert lines[-1].endswith("; Ctrl-C to stop\n")
+    with urllib.request.urlopen(url.rsplit("/", 1)[0] + "/training", timeout=30) as page:  # still served
+        assert page.status == 200
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C reaches the workers too
+    rest, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    out = "".join(lines) + rest
     assert "embedded LocalCluster, 2 workers" in out
     assert "CONVERGENCE" in out and "success=True" in out
     test_line = next(line for line in out.splitlines() if line.startswith("test "))
@@ -116,10 +136,16 @@ def test_demo_trains_on_an_embedded_cluster(tmp_path) -> None:
         # checked before connecting: no scheduler listens there, and the dataset is what is named
         (["train", "--data", "/nonexistent/x", "--scheduler", "tcp://127.0.0.1:9", "--timeout", "3"],
          "no dataset at '/nonexistent/x'"),
+        # run opens the data before connecting too
+        (["run", "{root}/pipelines/digits-softmax.yaml", "--set", "data.recipe=null",
+          "--set", "data.train=/nonexistent/x", "--scheduler", "tcp://127.0.0.1:9", "--timeout", "3",
+          "--output", "{tmp}/reports"],
+         "no dataset at '/nonexistent/x'"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(tmp_path, args, message) -> None:
-    proc = run(*[a.replace("{tmp}", str(tmp_path)) for a in args], check=False)
+    root = str(Path(__file__).resolve().parents[2])
+    proc = run(*[a.replace("{tmp}", str(tmp_path)).replace("{root}", root) for a in args], check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().endswith(message) or message in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -141,7 +167,7 @@ def test_train_with_downpour(tmp_path) -> None:
     out = tmp_path / "dp.npz"
     report = json.loads(run(
         "train", "--solver", "downpour", "--data", str(tmp_path / "mn" / "train"),
-        "--test", str(tmp_path / "mn" / "test"), "--model", "softmax", "--replicas", "2",
+        "--test", str(tmp_path / "mn" / "test"), "--replicas", "2",  # --model: softmax, from the task
         "--param-shards", "2", "--batch-size", "64", "--learning-rate", "0.2", "--epochs", "2",
         "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "50", "--workers", "2",
         "--output", str(out), "--json").stdout)

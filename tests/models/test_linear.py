@@ -187,3 +187,31 @@ def test_l1_weights_cover_the_coefficients_only(tmp_path) -> None:
     assert model_for_dataset("logistic", data, l1=0.1, l2=0.2) == Logistic(D, l1=0.1, l2=0.2)
     with pytest.raises(ConfigurationError, match=r"l1=0.1 applies to the linear models .* not 'mlp'"):
         model_for_dataset("mlp", data, l1=0.1)
+
+
+@pytest.mark.parametrize(("attrs", "expected"), [
+    ({"task": "binary"}, "logistic"),
+    ({"task": "multiclass", "n_classes": 4}, "softmax"),
+    ({"task": "regression"}, "least_squares"),
+    ({"task": "unsupervised"}, "sparse_autoencoder"),
+    ({"task": "multiclass", "vocab_size": 50}, "embedding_lm"),
+    ({"task": "classification", "n_classes": 2}, "logistic"),
+    ({"task": "classification", "n_classes": 5}, "softmax"),
+])
+def test_the_default_model_is_what_the_recorded_task_implies(tmp_path, attrs, expected) -> None:
+    from dasklbfgs.models.registry import default_model
+
+    data = ShardedDataset.create(tmp_path / "d", X[:50], Y["softmax"][:50], shard_rows=50, attrs=attrs)
+    assert default_model(data) == expected
+
+
+def test_a_dataset_without_a_task_asks_for_the_model(tmp_path) -> None:
+    from dasklbfgs.models.registry import default_model
+
+    data = ShardedDataset.create(tmp_path / "d", X[:50], Y["softmax"][:50], shard_rows=50)
+    with pytest.raises(ConfigurationError, match=r"dataset '.*d' records no task: choose the model, one of "
+                                                 r"\('least_squares', 'logistic'.*\(--model, or model: name:"):
+        default_model(data)
+    odd = ShardedDataset.create(tmp_path / "o", X[:50], Y["softmax"][:50], shard_rows=50, attrs={"task": "ranking"})
+    with pytest.raises(ConfigurationError, match=r"records task 'ranking', which names no model"):
+        default_model(odd)

@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
+import html as html_text
+import math
 import urllib.request
 
 import numpy as np
+import pytest
 
 from dasklbfgs import Logistic, Softmax, connect, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.monitor import TrainingPage
+from dasklbfgs.monitor.events import TOPIC
 
 
-def test_page_is_served_and_holds_the_run(datasets) -> None:
+class FailsOnWorkers(Logistic):
+    """A Logistic model whose gradient raises on the workers after a few calls."""
+
+    calls = 0
+
+    def loss_grad_sum(self, params, X, y):
+        FailsOnWorkers.calls += 1
+        if FailsOnWorkers.calls > 6:
+            raise RuntimeError("a model bug on a worker")
+        return super().loss_grad_sum(params, X, y)
+
+
+def _points(page, name, slot="run"):
+    return page.sources[slot, name].data
+
+
+def test_page_is_served_and_shows_each_run(datasets) -> None:
     with connect(n_workers=2, dashboard_address="127.0.0.1:0") as client:
         held_out = datasets["logistic-ill"]  # other rows of the same shape
         result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client, eval_data=held_out)
@@ -20,7 +40,8 @@ def test_page_is_served_and_holds_the_run(datasets) -> None:
         assert base.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{base}/training", timeout=30) as response:
             html = response.read().decode()
-        assert response.status == 200 and "dasklbfgs: Training" in html and "bokeh" in html.lower()
+        assert response.status == 200 and "bokeh" in html.lower()
+        assert 'class="navbar"' in html  # Dask's navigation bar stays (the title comes with the document)
         with urllib.request.urlopen(f"{base}/status", timeout=30) as response:
             assert "individual-training" in response.read().decode()  # in the "More" menu
 
@@ -28,17 +49,61 @@ def test_page_is_served_and_holds_the_run(datasets) -> None:
         page = TrainingPage(client.cluster.scheduler)
         page.update()
         assert page.run == result.run_id
-        assert list(page.curve.data["x"]) == list(range(1, result.nit + 1))
-        assert page.curve.data["objective"][-1] == result.fun
-        assert np.all(np.asarray(page.curve.data["gnorm"]) > 0)
+        loss = _points(page, "loss")
+        assert list(loss["x"]) == list(range(1, result.nit + 1)) and loss["y"][-1] == result.fun
+        assert page.plots["loss"].yaxis.axis_label == "objective (full batch)"
+        assert page.plots["loss"].xaxis.axis_label == "iteration"
+        assert np.all(np.asarray(_points(page, "gnorm")["y"]) > 0) and page.plots["gnorm"].visible
         # Held-out curve of a Sandblaster run: scored at every iteration, at that iterate.
-        assert list(page.curve.data["heldout"]) == [h["eval_accuracy"] for h in result.history]
+        assert list(_points(page, "heldout_metric")["y"]) == [h["eval_accuracy"] for h in result.history]
+        assert page.plots["heldout_metric"].yaxis.axis_label == "held-out accuracy"
         last = evaluate_model(Logistic(8, l2=1e-3), result.x, held_out)
         assert result.history[-1]["eval_accuracy"] == last["accuracy"]
         assert result.history[-1]["eval_objective"] == last["objective"]
+        assert "finished" in page.status.text and html_text.escape(result.message, quote=False) in page.status.text
+        settings = dict(zip(page.settings.data["setting"], page.settings.data["value"]))
+        assert settings["solver"] == "sandblaster" and settings["workers"] == "2" and "gtol" in settings
+        assert not page.replica_panel.visible
 
-        dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=50, epochs=1)
+        # A new run: the page follows it; the picker lists the runs newest first.
+        dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=50, epochs=1,
+                          eval_data=datasets["multinomial"])
         page.update()
         assert page.run == dp.run_id
+        assert [run for run, _ in page.picker.options] == [dp.run_id, result.run_id]
+        assert page.plots["loss"].yaxis.axis_label == "mini-batch loss (noisy)"
+        assert page.plots["loss"].xaxis.axis_label == "global step" and not page.plots["gnorm"].visible
         assert list(page.shards.data["pushes"]) == dp.stats["pushes_per_shard"]
-        assert "finished" in page.summary.text
+        assert sum(page.staleness.data["pushes"]) > 0 and page.replica_panel.visible
+        assert len(_points(page, "rate")["y"]) >= 2 and min(_points(page, "rate")["y"]) >= 0
+        assert "finished" in page.status.text and html_text.escape(dp.message, quote=False) in page.status.text
+        # The finished event has no mini-batch loss: no nan point is drawn, and no "nan" is shown.
+        losses = _points(page, "loss")["y"]
+        assert losses and all(math.isfinite(v) for v in losses) and "nan" not in page.status.text
+        assert _points(page, "heldout_loss")["x"][-1] == dp.nit  # the final held-out score is drawn
+
+        # The x toggle: wall time in seconds.
+        page.x_axis.active = 1
+        times = [e["time"] for _, e in client.get_events(TOPIC) if e["run"] == dp.run_id and "train_loss" in e]
+        assert list(_points(page, "loss")["x"]) == times
+        assert page.plots["loss"].xaxis.axis_label == "wall time (s)"
+        page.x_axis.active = 0
+
+        # Overlay: the Sandblaster run compared with the Downpour run, both named in the legend.
+        page.picker.value = result.run_id  # as the user picks it
+        page.other.value = dp.run_id
+        assert list(_points(page, "loss")["x"]) == list(range(1, result.nit + 1))
+        assert len(_points(page, "loss", "compare")["x"]) == len(losses)
+        legend = page.plots["loss"].legend.items
+        assert [item.label.value for item in legend] == [result.run_id, dp.run_id]
+
+        # A run whose solver raises: the failed end event reaches the page, which stays on
+        # the run the user picked until the user picks the new one.
+        with pytest.raises(RuntimeError, match="a model bug on a worker"):
+            sandblaster_lbfgs(FailsOnWorkers(8, l2=1e-3), datasets["logistic"], client=client)
+        page.update()
+        failed = page.picker.options[0][0]
+        assert page.run == result.run_id and page.picker.options[0][1] == f"{failed} (failed)"
+        page.picker.value = failed
+        assert "failed" in page.status.text and "RuntimeError: a model bug on a worker" in page.status.text
+        assert not page.pinned  # the newest run is picked: the page follows new runs again

@@ -1,5 +1,5 @@
 """The Training page rendered by a real browser (headless Chromium, driven by Playwright)
-holds the run's curves."""
+holds each run's curves."""
 
 from __future__ import annotations
 
@@ -8,20 +8,23 @@ import shutil
 
 import pytest
 
-from dasklbfgs import Logistic, connect, sandblaster_lbfgs
+from dasklbfgs import Logistic, Softmax, connect, sandblaster_lbfgs
+from dasklbfgs.downpour import downpour_sgd
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 QUIET_FLAGS = [  # no sandbox as root; and no background traffic to hosts this machine can't reach
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
-POINTS_JS = """() => {
-    let most = 0;
-    for (const model of Bokeh.documents[0].all_models) {
-        if (model.type === "ColumnDataSource" && model.data.x !== undefined) most = Math.max(most, model.data.x.length);
-    }
-    return most;
-}"""
+MODEL_JS = "(name) => Bokeh.documents[0].get_model_by_name(name)"
+POINTS_JS = f"() => ({MODEL_JS})('run-loss').data.x.length"
+PICK_JS = f"(run) => {{ ({MODEL_JS})('run-picker').value = run; }}"  # as a user's pick reaches the server
+PAGE_JS = f"""() => ({{
+    picker: ({MODEL_JS})('run-picker').options.map((option) => option[0]),
+    status: ({MODEL_JS})('status').text,
+    navbar: document.querySelector('.navbar') !== null,
+    title: document.title,
+}})"""
 
 
 @pytest.mark.skipif(CHROMIUM is None and not os.environ.get("CI"),
@@ -30,20 +33,32 @@ def test_training_page_in_headless_chromium(datasets, tmp_path) -> None:
     assert CHROMIUM is not None, "chromium is missing: .ci/run should have installed it"
     from playwright.sync_api import sync_playwright
 
-    with connect(n_workers=1, dashboard_address="127.0.0.1:0") as client:
-        result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client)
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as client:
+        sb = sandblaster_lbfgs(Logistic(8, l2=1e-4), datasets["logistic-ill"], client=client, maxiter=12)
+        dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=20, epochs=2,
+                          poll_interval=0.05)
         url = client.dashboard_link.rsplit("/", 1)[0] + "/training"
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=QUIET_FLAGS, headless=True)
             try:
-                page = browser.new_page(viewport={"width": 1300, "height": 900})
+                page = browser.new_page(viewport={"width": 1400, "height": 900})
                 page.goto(url)
                 page.wait_for_function("() => window.Bokeh && Bokeh.documents.length > 0", timeout=30_000)
-                page.wait_for_function(f"() => ({POINTS_JS})() >= {result.nit}", timeout=30_000)
-                points = page.evaluate(POINTS_JS)
-                assert page.title() == "dasklbfgs: Training"
-                page.screenshot(path=str(tmp_path / "training.png"))
+                drawn = {}
+                for result in (dp, sb):  # the newest run is shown first; then the user picks the other
+                    page.evaluate(PICK_JS, result.run_id)
+                    page.wait_for_function(f"() => ({MODEL_JS})('status').text.includes('{result.run_id}')",
+                                           timeout=30_000)
+                    page.wait_for_function(f"() => ({POINTS_JS})() > 5", timeout=30_000)
+                    drawn[result.run_id] = {"points": page.evaluate(POINTS_JS), **page.evaluate(PAGE_JS)}
+                    page.screenshot(path=str(tmp_path / f"{result.solver}.png"), full_page=True)
             finally:
                 browser.close()
-    assert points == result.nit  # one point per iteration, drawn in the browser
-    assert (tmp_path / "training.png").stat().st_size > 10_000
+    assert drawn[sb.run_id]["points"] == sb.nit > 5  # one point per iteration, drawn in the browser
+    assert drawn[dp.run_id]["points"] == len([h for h in dp.history if "train_loss" in h]) > 5
+    for shown in drawn.values():
+        assert shown["picker"] == [dp.run_id, sb.run_id]  # newest first
+        assert shown["navbar"] and shown["title"] == "dasklbfgs: Training"
+        assert "finished" in shown["status"]
+    for solver in ("sandblaster", "downpour"):
+        assert (tmp_path / f"{solver}.png").stat().st_size > 10_000

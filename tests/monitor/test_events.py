@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -11,8 +13,8 @@ from dasklbfgs.monitor.events import TOPIC, plain_event
 from dasklbfgs.solvers.registry import get_solver, solver_names
 
 
-def _events(client, run_id):
-    return [message for _, message in client.get_events(TOPIC) if message["run"] == run_id]
+def _events(client, run_id, kind="step"):
+    return [message for _, message in client.get_events(TOPIC) if message["run"] == run_id and message["kind"] == kind]
 
 
 def test_sandblaster_logs_every_iteration(client, datasets) -> None:
@@ -41,11 +43,21 @@ def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> No
     events = _events(client, result.run_id)
     extra = 0 if get_solver(solver).iterative else 1  # the finished event
     assert len(result.history) >= 3 and len(events) == len(result.history) + extra
+    # One start event with the run's settings as plain data, one end event with the outcome.
+    [start] = _events(client, result.run_id, "start")
+    assert start["unit"] == get_solver(solver).unit and start["n_params"] == Softmax(8, 3).n_params
+    assert start["n_workers"] == 2
+    assert set(start["options"]) == {name for name, _, _ in get_solver(solver).options.items()}
+    assert all(start["options"][name] == value for name, value in options.items() if name != "poll_interval")
+    assert start["dataset"]["n_samples"] == datasets["multinomial"].n_samples
+    assert start["dataset"]["path"] == str(datasets["multinomial"].path)
+    [end] = _events(client, result.run_id, "end")
+    assert (end["status"], end["success"], end["message"]) == (result.status.name, result.success, result.message)
 
 
 def test_event_payloads_are_plain_json() -> None:
-    assert plain_event({"a": np.float64(1.5), "b": [np.int64(2), None], "c": {"1": True}}) == {
-        "a": 1.5, "b": [2, None], "c": {"1": True}}
+    assert plain_event({"a": np.float64(1.5), "b": [np.int64(2), None], "c": {"1": True}, "p": Path("/d")}) == {
+        "a": 1.5, "b": [2, None], "c": {"1": True}, "p": "/d"}
     with pytest.raises(TypeError, match=r"event.staleness has the key 1 \(int\): event dicts take str keys only"):
         plain_event({"staleness": {1: 3}})
     with pytest.raises(TypeError, match=r"event.x is a ndarray: events hold only str, int, float"):

@@ -53,3 +53,16 @@ def test_data_make_reports_rows_as_they_are_written(tmp_path) -> None:
                  on_progress=lambda split, rows: seen.append((split, rows)))
     assert seen[-1] == ("test", 1000) and ("train", 5000) in seen
     assert [r for s, r in seen if s == "train"] == sorted(r for s, r in seen if s == "train")
+
+
+def test_the_line_shows_the_epoch_and_the_time_left_at_the_rate_so_far() -> None:
+    progress = Progress(100, "downpour", per_epoch=25, stream=FakeTerminal(), min_interval=0.0)
+    progress.update(10, loss=0.5)  # the rate is measured from here
+    start = progress._first[1]
+    line = progress.line(30, {"loss": 0.25}, start + 2.0)  # 20 steps in 2 s: 70 left take 7 s
+    assert "[######..............] 30/100 epoch 2/4 loss=0.25" in line and line.endswith("ETA 7s")
+    assert progress.line(100, {}, start + 9.0).split()[-1] != "ETA"  # done: nothing left to estimate
+    assert progress.line(11, {}, start + 3.0).endswith("ETA 4m27s")  # 1 step in 3 s: 89 left take 267 s
+    limit = Progress(1000, "sandblaster", total_is_limit=True, stream=FakeTerminal(), min_interval=0.0)
+    limit.update(1)
+    assert limit.line(2, {}, limit._first[1] + 1.0).endswith("ETA <= 16m38s")  # may converge sooner

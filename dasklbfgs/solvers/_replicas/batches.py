@@ -10,14 +10,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Batches", "ReplicaTask", "epoch_order", "is_non_finite", "leave_task_slot", "non_finite_message",
-           "replica_rows"]
+__all__ = ["Batches", "ReplicaTask", "epoch_order", "global_steps_per_epoch", "is_non_finite", "leave_task_slot",
+           "non_finite_message", "replica_rows"]
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
     """Contiguous, nearly equal row ranges, one per replica (its training subset)."""
     edges = [n_samples * r // n_replicas for r in range(n_replicas + 1)]
     return list(zip(edges[:-1], edges[1:]))
+
+
+def global_steps_per_epoch(n_samples: int, n_replicas: int, batch_size: int) -> int:
+    """Mini-batch steps summed over the replicas (the global step's unit) in one epoch."""
+    return sum(math.ceil((b - a) / batch_size) for a, b in replica_rows(n_samples, n_replicas))
 
 
 def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:

@@ -107,9 +107,9 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
                 if callback is not None and not stopped_by_callback:
                     try:
                         callback(OptimizeResult(**entry))
-                    except StopIteration:
+                    except StopIteration as stop:
                         stopped_by_callback = True
-                        status, message = Status.CALLBACK_STOP, MSG_CALLBACK
+                        status, message = Status.CALLBACK_STOP, str(stop) or MSG_CALLBACK
                         run.stop(message)
             reason = progress.stop_reason
             if is_non_finite(reason):

@@ -52,8 +52,8 @@ def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: C
     check_param_shards(model, options.n_param_shards)
     rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
-    table = _row_table(model, options, rule)
-    bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table)
+    table = _row_table(model, checked.dataset, options, rule)
+    bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table_for(checked.dataset))
     states = _resume_states(options, model, rule, bounds)
     with resolve_client(client) as active:
         run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table)
@@ -63,14 +63,16 @@ def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: C
             run.close()
 
 
-def _row_table(model: Model, options: DownpourOptions, rule: Any) -> Any:
-    """The model's row table when pushes and fetches are row-sparse, else None."""
-    table = model.row_table
+def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> Any:
+    """The model's row table on ``data`` when pushes and fetches are row-sparse, else None."""
+    table = model.row_table_for(data)
     sparse = options.sparse
     if sparse is None:
         return table if table is not None and rule.sparse_exact and not options.overlap else None
     if sparse and table is None:
-        raise ConfigurationError(f"sparse=True needs a model with a row table (e.g. EmbeddingLM); {model!r} has none")
+        raise ConfigurationError(
+            f"sparse=True needs a model with a row table (EmbeddingLM, or a linear model without l2 on sparse data); "
+            f"{model!r} has none on this data")
     if sparse and not rule.sparse_exact:
         raise ConfigurationError(
             f"sparse=True needs an update rule where a zero gradient is a zero step; {options.optimizer!r} is not one"
@@ -268,7 +270,7 @@ class _DownpourRun(Coordinator):
         if local_rate is None:
             local_rate = 0.0 if opts.optimizer == "adagrad" else self.rule.hyper["learning_rate"]
         return ReplicaConfig(opts.batch_size, opts.n_fetch, opts.n_push, opts.epochs, float(local_rate), opts.seed,
-                             opts.wire_dtype, self.table is not None, opts.overlap)
+                             opts.wire_dtype, self.table, opts.overlap)
 
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = self.started = time.perf_counter()
@@ -332,7 +334,8 @@ class _DownpourRun(Coordinator):
             self.launch_replicas(range(1, len(self.rows)))
             self.released, finished = True, False
         reason = next((st["stop_reason"] for st in all_stats if st["stop_reason"]), None)
-        event = {"pushes": stats["version"], "replicas_running": self.running(),
+        event = {"pushes": stats["version"], "pushes_per_shard": [st["version"] for st in all_stats],
+                 "replicas_running": self.running(),
                  "staleness": {str(k): v for k, v in stats["staleness"].items()}}  # events take str keys
         return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished, event)
 

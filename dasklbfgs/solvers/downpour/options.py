@@ -28,9 +28,10 @@ class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions):
     wire_dtype: str = option("float64", "dtype of parameters and gradients in transit (float32 halves the "
                              "bytes; shards keep float64)", "choice", choices=("float64", "float32"))
     sparse: bool | None = option(
-        None, "push and fetch only the rows of the model's row table (word embeddings) that batches touch",
+        None, "push and fetch only the rows of the model's row table that batches touch (word embeddings; "
+        "a linear model's feature rows on sparse data without l2)",
         "optional_bool", nullable=True,
-        none_means="on when the model has a row table and the update rule allows it exactly")
+        none_means="on when the model has a row table on the data and the update rule allows it exactly")
     overlap: bool = option(False, "keep each push in flight while computing the next gradient (hides the "
                            "round trip, adds one step of staleness; dense transfer only)", "bool")
 

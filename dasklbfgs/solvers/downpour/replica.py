@@ -38,8 +38,12 @@ class ReplicaConfig:
     local_learning_rate: float
     seed: int
     wire_dtype: str = "float64"
-    sparse: bool = False
+    table: Any = None  # the row table of row-sparse pushes and fetches; None: dense transfer
     overlap: bool = False
+
+    @property
+    def sparse(self) -> bool:
+        return self.table is not None
 
 
 def _stop_reason(replies: list[Any], position: int) -> str | None:
@@ -76,13 +80,13 @@ class DownpourReplica(ReplicaTask):
         self.generation = -1
         self.take_replacements()
         super().__init__(replica, model, data, rows, config)
-        self.wire = Wire(bounds, config.wire_dtype, model.row_table if config.sparse else None, copy=config.overlap)
+        self.wire = Wire(bounds, config.wire_dtype, config.table, copy=config.overlap)
         # Pushing every step (dense): each gradient is pushed as it is, instead of being added
         # into a zeroed accumulator and the accumulator zeroed again (three passes over the
         # parameters per step saved; 0 + g is g, so the values pushed are the same).
         self.direct = config.n_push == 1 and not config.sparse
         self.accrued = np.zeros(model.n_params)
-        self.touched = np.zeros(model.row_table.n_rows, dtype=bool) if config.sparse else None
+        self.touched = np.zeros(config.table.n_rows, dtype=bool) if config.sparse else None
         self.accrued_steps, self.accrued_loss = 0, 0.0
         self.fetches = self.pushes = self.reconnects = 0
         self.params = np.zeros(model.n_params)

@@ -116,11 +116,32 @@ def test_two_replicas_with_sparse_pushes_reduce_the_loss(client, corpus) -> None
     assert end < 0.7 * start
 
 
+def test_a_linear_model_on_sparse_data_pushes_only_the_features_batches_touch(client, tmp_path) -> None:
+    """Wide sparse data (each row a few of 3000 features): pushes and fetches carry the
+    touched feature rows of W only, and the parameters are the dense pushes' exactly."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.random(2000, 3000, density=0.002, format="csr", random_state=0)
+    y = (X @ rng.normal(size=(3000, 3))).argmax(axis=1)
+    data = ShardedDataset.create(tmp_path / "wide", X, y, shard_rows=1000)
+    model = Softmax(3000, 3)
+    kwargs = dict(client=client, n_replicas=1, n_param_shards=2, batch_size=20, learning_rate=0.5, epochs=1,
+                  seed=1, max_steps=60)
+    sparse = downpour_sgd(model, data, **kwargs)  # on by default: a row table on this data
+    dense = downpour_sgd(model, data, sparse=False, **kwargs)
+    np.testing.assert_array_equal(sparse.x, dense.x)
+    assert sparse.stats["sparse"] and not dense.stats["sparse"]
+    assert sparse.stats["bytes_in"] < 0.1 * sparse.stats["dense_bytes_in"]  # ~8 of 3000 rows a batch
+    assert model.row_table_for(ShardedDataset.create(tmp_path / "dense", X.toarray(), y, shard_rows=1000)) is None
+    assert Softmax(3000, 3, l2=1e-3).row_table_for(data) is None  # l2 reaches every row: dense pushes
+
+
 def test_sparse_option_errors(client, corpus, tmp_path) -> None:
     with pytest.raises(ConfigurationError, match="sparse=True needs an update rule .* 'momentum' is not one"):
         downpour_sgd(EmbeddingLM(60, 4, 2, 4), corpus, client=client, sparse=True, optimizer="momentum")
     with pytest.raises(ConfigurationError, match="overlap=True needs dense transfer"):
         downpour_sgd(EmbeddingLM(60, 4, 2, 4), corpus, client=client, overlap=True, sparse=True)
     data = ShardedDataset.create(tmp_path / "s", np.zeros((40, 2)), np.arange(40) % 2, shard_rows=20)
-    with pytest.raises(ConfigurationError, match="sparse=True needs a model with a row table"):
+    with pytest.raises(ConfigurationError, match="sparse=True needs a model with a row table .* has none on this data"):
         downpour_sgd(Softmax(2, 2), data, client=client, sparse=True, batch_size=4)

@@ -106,8 +106,8 @@ def test_mailbox_waits_wakes_and_times_out() -> None:
 
 # -- on a real cluster ------------------------------------------------------------------------
 
-def _events(client, run_id):
-    return [m for _, m in client.get_events(TOPIC) if m["run"] == run_id]
+def _steps(client, run_id):
+    return [m for _, m in client.get_events(TOPIC) if m["run"] == run_id and m["kind"] == "step"]
 
 
 @pytest.mark.parametrize("method, options", [
@@ -134,7 +134,7 @@ def test_each_method_learns_the_softmax_problem(client, softmax_data, method, op
     assert after["accuracy"] > 0.7  # Sandblaster's optimum scores about 0.76 here
     assert len(result.replicas) == 4 and all(r["x"].shape == (model.n_params,) for r in result.replicas)
     assert any("eval_accuracy" in h for h in result.history[:-1])  # scored during the run
-    events = _events(client, result.run_id)
+    events = _steps(client, result.run_id)
     assert events[-1]["finished"] and events[-1]["solver"] == result.stats["method"]
     if method is not easgd:
         assert result.stats["messages_between_replicas"] > 0

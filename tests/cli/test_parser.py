@@ -1,0 +1,59 @@
+"""The command's parser: every option's help shows its default; a mistyped flag gets a
+suggestion; the exit codes are in ``dasklbfgs --help``."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from dasklbfgs.cli.main import build_parser
+from dasklbfgs.cli.parser import DefaultsFormatter
+
+
+def every_parser(parser: argparse.ArgumentParser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from every_parser(sub)
+
+
+def test_every_option_says_what_it_does_and_its_default() -> None:
+    parsers = list(every_parser(build_parser()))
+    assert {p.prog for p in parsers} >= {"dasklbfgs train", "dasklbfgs demo", "dasklbfgs run",
+                                         "dasklbfgs data make", "dasklbfgs info"}
+    checked = 0
+    for parser in parsers:
+        formatter = DefaultsFormatter(parser.prog)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help, f"{parser.prog} {action.option_strings or action.dest} has no help"
+            if action.option_strings and action.nargs != 0 and not action.required:  # takes a value
+                text = formatter._get_help_string(action) % {"default": action.default}
+                assert "default" in text.lower(), f"{parser.prog} {action.option_strings[0]}: {text}"
+                checked += 1
+    assert checked > 60  # the solvers', models', recipes' and cluster flags among them
+
+
+def test_the_help_lists_the_exit_codes() -> None:
+    text = build_parser().format_help()
+    for line in ("0    the run converged", "1    the run ended without converging", "2    bad usage or input",
+                 "130  interrupted by Ctrl-C"):
+        assert line in text
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["train", "--data", "d", "--maxiterr", "3"], "unrecognized argument --maxiterr; did you mean --maxiter?"),
+    (["train", "--data", "d", "--learnig-rate=0.1"], "did you mean --learning-rate?"),
+    (["demo", "--keep-opne"], "dasklbfgs demo: error: unrecognized argument --keep-opne; did you mean --keep-open?"),
+    (["data", "make", "logistic", "p", "--rwos", "3"], "did you mean --rows?"),
+    (["train", "--data", "d", "--zzzzzz"], "unrecognized argument --zzzzzz; 'dasklbfgs train --help' lists"),
+])
+def test_an_unknown_flag_is_one_line_with_the_closest_flag(capsys, argv, message) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args(argv)
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
