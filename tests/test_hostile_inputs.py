@@ -164,7 +164,7 @@ def corrupted_checkpoint(tmp, store, ckpt, client):
     shutil.copytree(ckpt, copy)
     victim = next(p for p in sorted(copy.rglob("*")) if p.is_file() and "/c/" in str(p))
     victim.write_bytes(b"\x00" * len(victim.read_bytes()))
-    load_state(copy, model_config={"name": "logistic", "n_features": 4, "l2": 0.0, "fit_intercept": True},
+    load_state(copy, model_config={"name": "logistic", "n_features": 4, "l2": 0.0, "l1": 0.0, "fit_intercept": True},
                settings={})
 
 
@@ -173,7 +173,7 @@ def truncated_checkpoint(tmp, store, ckpt, client):
     shutil.copytree(ckpt, copy)
     victim = next(p for p in sorted(copy.rglob("*")) if p.is_file() and "/c/" in str(p))
     truncate(victim)
-    load_state(copy, model_config={"name": "logistic", "n_features": 4, "l2": 0.0, "fit_intercept": True},
+    load_state(copy, model_config={"name": "logistic", "n_features": 4, "l2": 0.0, "l1": 0.0, "fit_intercept": True},
                settings={})
 
 

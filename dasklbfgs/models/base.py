@@ -69,6 +69,11 @@ class Model:
         """The penalty term of the objective and its gradient."""
         raise NotImplementedError
 
+    def l1_weights(self) -> np.ndarray | None:
+        """Per-parameter weights of an L1 term ``sum_j w_j |theta_j|`` that the optimizer adds
+        to the objective (OWL-QN), or ``None`` when the model has none (the default)."""
+        return None
+
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Predictions for the rows of ``X`` (labels, values or reconstructions, by ``task``)."""
         raise NotImplementedError

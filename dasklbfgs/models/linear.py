@@ -4,9 +4,10 @@ Parameter layout (one flat float64 vector): coefficients first, the ``d x K`` ma
 row-major (``K = 1`` for least squares and logistic), then the ``K`` intercepts when
 ``fit_intercept``. The objective is
 
-    f(theta) = (1/n) sum_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2
+    f(theta) = (1/n) sum_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2 + l1 ||W||_1
 
-with intercepts not penalised. Models compute the loss and gradient *sums* over a block
+with intercepts not penalised. :meth:`Model.penalty` is the smooth part (the l2 term); the
+l1 term is the optimizer's (:meth:`LinearModel.l1_weights`, OWL-QN, docs/algorithms.md §8). Models compute the loss and gradient *sums* over a block
 of rows (:meth:`loss_grad_sum`), so partial results from any split of the rows add up
 exactly to the full-data sums; the coordinator adds the penalty once.
 """
@@ -34,10 +35,11 @@ class LinearModel(Model):
     accepts_sparse: ClassVar[bool] = True
     _link: ClassVar[Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]]
 
-    def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool) -> None:
+    def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool, l1: float) -> None:
         self.n_features = check_int(n_features, "n_features")
         self.n_outputs = n_outputs
         self.l2 = check_l2(l2)
+        self.l1 = check_l2(l1, "l1")
         if not isinstance(fit_intercept, (bool, np.bool_)):
             raise ConfigurationError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         self.fit_intercept = bool(fit_intercept)
@@ -134,6 +136,14 @@ class LinearModel(Model):
         grad[: self.n_coef] = self.l2 * coef
         return 0.5 * self.l2 * float(coef @ coef), grad
 
+    def l1_weights(self) -> np.ndarray | None:
+        """``l1`` on every coefficient and 0 on the intercepts; ``None`` without an l1 term."""
+        if self.l1 == 0.0:
+            return None
+        weights = np.zeros(self.n_params)
+        weights[: self.n_coef] = self.l1
+        return weights
+
     # -- prediction -----------------------------------------------------------------------
 
     def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
@@ -142,7 +152,7 @@ class LinearModel(Model):
         return z + (b if self.n_outputs > 1 else b[0])
 
     def _config(self) -> dict[str, Any]:
-        return {"n_features": self.n_features, "l2": self.l2, "fit_intercept": self.fit_intercept}
+        return {"n_features": self.n_features, "l2": self.l2, "l1": self.l1, "fit_intercept": self.fit_intercept}
 
 
 class LeastSquares(LinearModel):
@@ -152,8 +162,8 @@ class LeastSquares(LinearModel):
     task = "regression"
     _link = staticmethod(squared_link)
 
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
-        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept)
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
 
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return self.decision_function(params, X)
@@ -165,8 +175,8 @@ class Logistic(LinearModel):
     name = "logistic"
     _link = staticmethod(logistic_link)
 
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
-        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept)
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
 
     def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Columns P(y=0), P(y=1)."""
@@ -187,9 +197,10 @@ class Softmax(SoftmaxOutput, LinearModel):
     name = "softmax"
     _link = staticmethod(softmax_link)
 
-    def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True) -> None:
+    def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True,
+                 l1: float = 0.0) -> None:
         n_classes = check_int(n_classes, "n_classes", minimum=2)
-        super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept)
+        super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1)
 
     @property
     def n_classes(self) -> int:

@@ -39,6 +39,8 @@ class ModelOptions(Options):
 
     solver: ClassVar[str] = "model"
     l2: float = option(0.0, "l2 penalty strength", "float", minimum=0)
+    l1: float = option(0.0, "l1 penalty strength on the coefficients of linear models (never the intercepts); "
+                       "Sandblaster then runs OWL-QN, and l1 with l2 is the elastic net", "float", minimum=0)
     fit_intercept: bool = option(True, "fit an intercept (linear models)", "bool", aliases=("intercept",))
     hidden: tuple[int, ...] | None = _shape("hidden layer widths, e.g. 256,256 (embedding_lm: one width)",
                                             "ints")
@@ -80,12 +82,13 @@ def default_model(data: Any) -> str:
     return MODEL_FOR_TASK[task]
 
 
-def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, fit_intercept: bool = True,
+def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
                       **options: Any) -> Model:
     """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).
 
     ``options`` are the neural models' shape options (:data:`OPTIONS`); ``fit_intercept``
-    applies to the linear models only (the neural ones always have biases).
+    and ``l1`` apply to the linear models only (the neural ones always have biases, and
+    OWL-QN's orthants suit convex objectives).
     """
     if name not in CLASSES:
         raise ConfigurationError(f"model must be one of {MODELS!r}, got {name!r}")
@@ -97,10 +100,14 @@ def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, fit_intercept: b
         )
     if name in LINEAR:
         if name == "softmax":
-            return Softmax(data.n_features, _n_classes(data), l2=l2, fit_intercept=fit_intercept)
-        return CLASSES[name](data.n_features, l2=l2, fit_intercept=fit_intercept)  # type: ignore[call-arg]
+            return Softmax(data.n_features, _n_classes(data), l2=l2, fit_intercept=fit_intercept, l1=l1)
+        return CLASSES[name](data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)  # type: ignore[call-arg]
     if not fit_intercept:
         raise ConfigurationError(f"fit_intercept=False applies to linear models, not {name!r}")
+    if l1:
+        raise ConfigurationError(
+            f"l1={l1!r} applies to the linear models {list(LINEAR)}, not {name!r}; use l2 for {name!r}"
+        )
     if name == "mlp":
         return MLP(data.n_features, n_classes=_n_classes(data), l2=l2, **options)
     if name == "sparse_autoencoder":

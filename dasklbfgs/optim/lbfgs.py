@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
@@ -133,10 +134,28 @@ def lbfgs_minimize(
     """
     opts = options or LBFGSOptions()
     started = time.perf_counter()
-    space, state = _start(evaluate, x0, opts, state, space)
+    space, state = start_run(evaluate, x0, opts, state, space)
+    return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration,
+                          started=started)
+
+
+def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
+                   iterate: Callable[[Any, LBFGSState, LBFGSOptions], tuple[Status, str] | None], *,
+                   callback: Callable[[OptimizeResult], Any] | None = None,
+                   on_iteration: Callable[[LBFGSState], None] | None = None,
+                   started: float | None = None) -> tuple[OptimizeResult, LBFGSState]:
+    """The loop every quasi-Newton method here shares: ``iterate`` until it or the stopping
+    rules say stop, with the history, callbacks and the scipy-style result.
+
+    ``space`` answers ``gmax()`` (the norm convergence is measured on), ``x()`` and ``g()``
+    (the result's ``x`` and ``jac``); ``iterate(space, state, opts)`` makes one iteration in
+    place or returns ``(status, message)`` when it cannot. The history's times count from
+    ``started`` (a ``time.perf_counter()`` value: the run's start, its first evaluation included).
+    """
+    started = time.perf_counter() if started is None else started
     status, message = _check_gradient(space, opts)
     while status is None:
-        outcome = _iterate(space, state, opts)
+        outcome = iterate(space, state, opts)
         if outcome is not None:
             status, message = outcome
             break
@@ -158,20 +177,24 @@ def lbfgs_minimize(
     return result, state
 
 
-def _start(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBFGSState | None,
+def evaluate_start(evaluate: Evaluate, x0: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
+    """``(x0, f, g)`` at the starting point, refused when not finite."""
+    x = np.array(x0, dtype=np.float64)
+    f, g = evaluate(x)
+    if not (math.isfinite(f) and np.all(np.isfinite(g))):
+        raise NonFiniteObjectiveError(f"the objective at x0 is not finite (f = {f}); check the data scale and x0")
+    return x, float(f), g
+
+
+def start_run(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBFGSState | None,
            space: Any) -> tuple[Any, LBFGSState]:
     """The space and state to iterate from: a new local run, a restored one, or a space's."""
     if space is None:
         if state is None:
-            x = np.array(x0, dtype=np.float64)
-            f, g = evaluate(x)
-            if not (math.isfinite(f) and np.all(np.isfinite(g))):
-                raise NonFiniteObjectiveError(
-                    f"the objective at x0 is not finite (f = {f}); check the data scale and x0"
-                )
+            x, f, g = evaluate_start(evaluate, x0)
             basis = LocalBasis(x.size, opts.history)
             basis.set_gradient(g)
-            state = LBFGSState(x=x, f=float(f), g=g, basis=basis, nfev=1)
+            state = LBFGSState(x=x, f=f, g=g, basis=basis, nfev=1)
         return LocalSpace(evaluate, state), state
     if state is None:
         return space, LBFGSState(x=None, f=space.start(), g=None, basis=space.basis, nfev=1)
@@ -238,48 +261,87 @@ def _check_convergence(space: Any, state: LBFGSState, opts: LBFGSOptions):
     return _check_gradient(space, opts)
 
 
-def _iterate(space: Any, state: LBFGSState, opts: LBFGSOptions):
-    """One L-BFGS iteration in place; returns ``(status, message)`` when it cannot go on."""
+def check_limits(state: LBFGSState, opts: LBFGSOptions) -> tuple[Status, str] | None:
+    """``(LIMIT, message)`` once the iterations or evaluations are used up."""
     if state.nit >= opts.maxiter:
         return Status.LIMIT, MSG_MAXITER
     if state.nfev >= opts.maxfun:
         return Status.LIMIT, MSG_MAXFUN
+    return None
+
+
+def search_failure(search: Any, state: LBFGSState, opts: LBFGSOptions, basis: GramMatrix):
+    """How a run ends after a failed line search, or ``None`` to retry along the steepest
+    descent (when pairs were in use: they may be what misled the search)."""
+    if state.nfev >= opts.maxfun:
+        return Status.LIMIT, MSG_MAXFUN
+    if basis.k > 0:
+        return None
+    if search.saw_non_finite:
+        return Status.NON_FINITE, (
+            "ABNORMAL: the objective became non-finite along the search direction; x is the last finite iterate"
+        )
+    return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
+
+
+def quasi_newton_iteration(space: Any, state: LBFGSState, opts: LBFGSOptions, *,
+                           direction: Callable[[Any], tuple[float, float]],
+                           search: Callable[..., Any]) -> tuple[Status, str] | None:
+    """One iteration in place; returns ``(status, message)`` when it cannot go on.
+
+    ``direction(space)`` points the space's search direction (dropping the pairs for the
+    steepest descent when theirs is no descent) and returns its slope and first trial step;
+    ``search(phi, f0, slope, alpha1, budget)`` is the line search. A failed search drops the
+    pairs and tries once more (:func:`search_failure`).
+    """
+    limit = check_limits(state, opts)
+    if limit is not None:
+        return limit
     basis = space.basis
     for _attempt in range(2):  # the second try starts over from steepest descent
-        gram = basis.gram()
-        delta = two_loop_coefficients(gram, basis.k)
-        slope = float(delta @ gram[:, -1])  # g . p
-        if not slope < 0 or basis.k == 0:
-            basis.drop_pairs()
-            delta = two_loop_coefficients(basis.gram(), 0)
-            slope = -float(basis.gram()[-1, -1])
-            alpha1 = 1.0 / math.sqrt(-slope)
-        else:
-            alpha1 = 1.0
-        space.set_direction(delta)
+        slope, alpha1 = direction(space)
 
         def phi(alpha: float) -> tuple[float, float]:
             state.nfev += 1
             return space.trial(alpha)
 
         budget = min(opts.max_line_search, max(opts.maxfun - state.nfev, 1))
-        # the largest step is relative to the first trial: along -g that is 1 / ||g||, so an
-        # absolute cap would depend on the objective's scale (the step in x is what matters)
-        search = strong_wolfe(phi, state.f, slope, alpha1=alpha1, alpha_max=1e10 * alpha1, max_evals=budget)
-        if search.success:
+        result = search(phi, state.f, slope, alpha1, budget)
+        if result.success:
             break
-        if state.nfev >= opts.maxfun:
-            return Status.LIMIT, MSG_MAXFUN
-        if basis.k == 0:
-            if search.saw_non_finite:
-                return Status.NON_FINITE, (
-                    "ABNORMAL: the objective became non-finite along the search direction; "
-                    "x is the last finite iterate"
-                )
-            return Status.LINE_SEARCH_FAILED, f"ABNORMAL_TERMINATION_IN_LNSRCH: {search.message}"
+        failure = search_failure(result, state, opts, basis)
+        if failure is not None:
+            return failure
         basis.drop_pairs()
     state.previous_f = state.f
-    state.last_step = search.alpha
-    state.f = space.accept(search.alpha)
+    state.last_step = result.alpha
+    state.f = space.accept(result.alpha)
     state.nit += 1
     return None
+
+
+def _two_loop_direction(space: Any) -> tuple[float, float]:
+    """L-BFGS's ``p = -H g`` (``-g`` when that is no descent or no pair is stored)."""
+    basis = space.basis
+    gram = basis.gram()
+    delta = two_loop_coefficients(gram, basis.k)
+    slope = float(delta @ gram[:, -1])  # g . p
+    if not slope < 0 or basis.k == 0:
+        basis.drop_pairs()
+        delta = two_loop_coefficients(basis.gram(), 0)
+        slope = -float(basis.gram()[-1, -1])
+        alpha1 = 1.0 / math.sqrt(-slope)
+    else:
+        alpha1 = 1.0
+    space.set_direction(delta)
+    return slope, alpha1
+
+
+def _wolfe_search(phi: Callable[[float], tuple[float, float]], f0: float, slope: float, alpha1: float,
+                  budget: int) -> Any:
+    # the largest step is relative to the first trial: along -g that is 1 / ||g||, so an
+    # absolute cap would depend on the objective's scale (the step in x is what matters)
+    return strong_wolfe(phi, f0, slope, alpha1=alpha1, alpha_max=1e10 * alpha1, max_evals=budget)
+
+
+_iterate = partial(quasi_newton_iteration, direction=_two_loop_direction, search=_wolfe_search)

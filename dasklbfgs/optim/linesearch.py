@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["LineSearchResult", "strong_wolfe"]
+__all__ = ["LineSearchResult", "backtracking_armijo", "strong_wolfe"]
 
 Phi = Callable[[float], tuple[float, float]]
 
@@ -152,3 +152,33 @@ def _zoom(phi, f0, d0, lo, f_lo, d_lo, hi, f_hi, d_hi, c1, c2, evals, max_evals,
     return LineSearchResult(0.0, f0, d0, evals, False,
                             "no step satisfying the strong Wolfe conditions within the budget",
                             saw_non_finite)
+
+
+def backtracking_armijo(
+    phi: Phi,
+    f0: float,
+    *,
+    alpha1: float = 1.0,
+    c1: float = 1e-4,
+    shrink: float = 0.5,
+    max_evals: int = 20,
+) -> LineSearchResult:
+    """Halve ``alpha`` from ``alpha1`` until ``f(alpha) <= f0 + c1 * predicted(alpha)``.
+
+    For OWL-QN's projected search (docs/algorithms.md §8): ``phi(alpha)`` returns the
+    objective at the (projected) trial point and the predicted change there, ``v . (x(alpha)
+    - x)`` with ``v`` the pseudo-gradient, negative along a descent direction. The path bends
+    at the orthant's faces, so there is no curvature condition to test; a non-finite
+    objective counts as a step too long. ``derivative`` holds the predicted change.
+    """
+    alpha, saw_non_finite = alpha1, False
+    for evals in range(1, max_evals + 1):
+        f, predicted = phi(alpha)
+        if not _finite(f):
+            saw_non_finite = True
+        elif predicted < 0 and f <= f0 + c1 * predicted:
+            return LineSearchResult(alpha, f, predicted, evals, True, "sufficient decrease (Armijo) holds",
+                                    saw_non_finite)
+        alpha *= shrink
+    return LineSearchResult(0.0, f0, math.nan, max_evals, False,
+                            "no step with sufficient decrease within the budget", saw_non_finite)

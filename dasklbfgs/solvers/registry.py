@@ -32,8 +32,9 @@ __all__ = ["Solver", "register", "get_solver", "solver_names", "minimize", "solv
 class Solver:
     """A registered solver.
 
-    ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``); the
-    properties below are what front ends need to know about it.
+    ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``);
+    ``takes_l1`` whether it minimises a model's L1 term (:meth:`Model.l1_weights`), which
+    the others refuse; the properties below are what front ends need to know about it.
     """
 
     name: str
@@ -41,6 +42,7 @@ class Solver:
     run: Callable[..., OptimizeResult]
     summary: str
     unit: str = "iteration"
+    takes_l1: bool = False
 
     @property
     def iterative(self) -> bool:
@@ -130,6 +132,12 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     resolved = resolve_options(chosen, options, values)
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
+    if model.l1_weights() is not None and not chosen.takes_l1:
+        able = [name for name, known in _load().items() if known.takes_l1]
+        raise ConfigurationError(
+            f"solver {solver!r} does not minimise an l1 penalty, and {model!r} has one; "
+            f"train it with solver {able[0] if len(able) == 1 else able!r} (OWL-QN) or set l1=0"
+        )
     dataset = as_dataset(data)
     with recorded_run(chosen, model, dataset, resolved) as record:  # the start and end events
         result = chosen.run(model, dataset, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)

@@ -124,7 +124,7 @@ def test_layout_and_init() -> None:
 
 
 def test_save_and_load_params(tmp_path) -> None:
-    model = Softmax(3, 2, l2=0.5, fit_intercept=False)
+    model = Softmax(3, 2, l2=0.5, fit_intercept=False, l1=0.25)
     params = np.arange(6.0)
     save_params(tmp_path / "m.npz", model, params, {"note": "x"})
     loaded, p, info = load_params(tmp_path / "m.npz")
@@ -145,6 +145,7 @@ def test_save_and_load_params(tmp_path) -> None:
         (lambda: Logistic(3, l2="big"), r"l2 must be a non-negative number, got 'big'"),
         (lambda: Softmax(3, 1), r"n_classes must be an integer >= 2, got 1"),
         (lambda: LeastSquares(3, fit_intercept="yes"), r"fit_intercept must be True or False, got 'yes'"),
+        (lambda: Logistic(3, l1=-0.5), r"l1 must be a non-negative finite number, got -0.5"),
     ],
 )
 def test_configuration_errors(factory, match) -> None:
@@ -171,6 +172,21 @@ def test_model_data_mismatch(tmp_path) -> None:
     assert model_for_dataset("softmax", data).n_classes == 4
     with pytest.raises(ConfigurationError, match=r"model must be one of .* got 'svm'"):
         model_for_dataset("svm", data)
+
+
+def test_l1_weights_cover_the_coefficients_only(tmp_path) -> None:
+    assert Logistic(3).l1_weights() is None  # no l1 term: Sandblaster runs plain L-BFGS
+    np.testing.assert_array_equal(Logistic(3, l1=0.5).l1_weights(), [0.5, 0.5, 0.5, 0.0])
+    np.testing.assert_array_equal(Softmax(2, 3, l1=0.5).l1_weights(), [0.5] * 6 + [0.0] * 3)
+    np.testing.assert_array_equal(LeastSquares(2, l1=0.5, fit_intercept=False).l1_weights(), [0.5, 0.5])
+    # the penalty stays the smooth part: l1 does not enter it
+    model = Logistic(3, l2=1.0, l1=0.5)
+    params = np.array([1.0, -2.0, 0.0, 3.0])
+    assert model.penalty(params)[0] == Logistic(3, l2=1.0).penalty(params)[0] == 2.5
+    data = ShardedDataset.create(tmp_path / "d", X, Y["logistic"], shard_rows=1000)
+    assert model_for_dataset("logistic", data, l1=0.1, l2=0.2) == Logistic(D, l1=0.1, l2=0.2)
+    with pytest.raises(ConfigurationError, match=r"l1=0.1 applies to the linear models .* not 'mlp'"):
+        model_for_dataset("mlp", data, l1=0.1)
 
 
 @pytest.mark.parametrize(("attrs", "expected"), [

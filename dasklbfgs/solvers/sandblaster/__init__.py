@@ -13,8 +13,10 @@ SUMMARY = """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFG
     Each evaluation cuts the dataset into portions that run as Dask tasks next to the
     workers' cached shards and are summed in portion order (bitwise the same iterates with
     any number of workers); a coordinator in this process runs L-BFGS with a strong Wolfe
-    line search and scipy's stopping rules. Returns an ``OptimizeResult`` (``x, fun, jac,
-    nit, nfev, njev, status, success, message, history, timing, run_id``)."""
+    line search and scipy's stopping rules (OWL-QN when the model has an ``l1`` term).
+    Returns an ``OptimizeResult`` (``x, fun, jac, nit, nfev, njev, status, success,
+    message, history, timing, run_id``)."""
 
-SOLVER = register(Solver("sandblaster", SandblasterOptions, run_sandblaster, SUMMARY, unit="iteration"))
+SOLVER = register(Solver("sandblaster", SandblasterOptions, run_sandblaster, SUMMARY, unit="iteration",
+                         takes_l1=True))
 sandblaster_lbfgs = solver_function("sandblaster_lbfgs", "sandblaster", SandblasterOptions, SUMMARY)

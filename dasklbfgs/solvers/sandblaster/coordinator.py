@@ -1,7 +1,7 @@
 """The coordinator of Sandblaster L-BFGS (docs/algorithms.md §1, §2).
 
 The coordinator is a :class:`SandblasterRun` in the client process: it runs the pure
-L-BFGS of :mod:`dasklbfgs.optim` and asks a :class:`MegaBatchEvaluator` for each loss and
+L-BFGS of :mod:`dasklbfgs.optim` (OWL-QN, §8, for a model with an l1 term) and asks a :class:`MegaBatchEvaluator` for each loss and
 gradient; the evaluator's portions run as Dask futures on the workers next to their
 cached shards. Options: :class:`~dasklbfgs.solvers.sandblaster.options.SandblasterOptions`.
 """
@@ -27,7 +27,7 @@ from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.monitor.events import MetricsStream
-from dasklbfgs.optim import LBFGSState, lbfgs_minimize
+from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
@@ -68,6 +68,8 @@ class SandblasterRun:
                 f"standardize=True rescales the features of linear models; {model!r} is not one "
                 "(scale its inputs when writing the dataset instead)"
             )
+        self.l1 = model.l1_weights()
+        self.l1_theta = self.l1  # the weights in the optimizer's coordinates (set by _minimize)
         self.dataset = as_dataset(data)
         model.check_data(self.dataset)
         self.eval_set = as_dataset(eval_data) if eval_data is not None else None
@@ -135,17 +137,16 @@ class SandblasterRun:
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
             )
         theta0 = self.x_start if self.transform is None else self.transform.to_theta(self.x_start)
+        if self.l1 is not None and self.transform is not None:
+            self.l1_theta = self.transform.l1_weights_to_theta(self.l1)
         if opts.state == "sharded":
             self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.n_samples, theta0,
-                                      opts.history, opts.param_shards, self.transform)
+                                      opts.history, opts.param_shards, self.transform, self.l1_theta)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
                 self.space.restore(opts.checkpoint_path, self.saved.basis)
         try:
-            result, final = lbfgs_minimize(
-                self._evaluate, theta0, opts, callback=self._user_callback if self.callback else None,
-                state=self.saved, on_iteration=self._on_iteration, space=self.space,
-            )
+            result, final = self._optimize(theta0)
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
         if opts.checkpoint_path is not None and not self._due(final.nit, opts.checkpoint_every):
@@ -157,6 +158,15 @@ class SandblasterRun:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)
         return result
+
+    def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
+        """L-BFGS, or OWL-QN with the model's l1 weights (in ``theta``'s coordinates)."""
+        callback = self._user_callback if self.callback else None
+        if self.l1 is None:
+            return lbfgs_minimize(self._evaluate, theta0, self.options, callback=callback, state=self.saved,
+                                  on_iteration=self._on_iteration, space=self.space)
+        return owlqn_minimize(self._evaluate, theta0, self.l1_theta, self.options, callback=callback, state=self.saved,
+                              on_iteration=self._on_iteration, space=self.space)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""

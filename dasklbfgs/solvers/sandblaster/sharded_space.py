@@ -18,6 +18,12 @@ only the ``(2m+1)^2`` Gram matrix and scalars:
 
 So what reaches the coordinator per iteration does not grow with the number of
 parameters (:attr:`ShardedSpace.bytes_received` counts it).
+
+With L1 weights (OWL-QN, docs/algorithms.md §8) the shards also do OWL-QN's element-wise
+work on their slices: the pseudo-gradient (which their basis holds in place of ``g``; the
+smooth gradient is kept aside for the pairs), the sign alignment of ``p``, the orthant and
+the projection of each trial point; the L1 term and ``v . (x_trial - x)`` come back as
+partial sums like ``g . p``.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
 from dasklbfgs.models.base import Model
 from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
+from dasklbfgs.optim.owlqn import align_direction, l1_term, orthant_of, project_to_orthant, pseudo_gradient
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
@@ -49,10 +56,14 @@ class VectorShard:
 
     index: int = 0
 
-    def __init__(self, index: int, start: int, stop: int, x: np.ndarray, m: int) -> None:
+    def __init__(self, index: int, start: int, stop: int, x: np.ndarray, m: int,
+                 weights: np.ndarray | None = None) -> None:
         n = stop - start
         self.index, self.start, self.stop = index, start, stop
         self.x = np.array(x, dtype=np.float64)
+        self.weights = None if weights is None else np.array(weights, dtype=np.float64)  # L1 (OWL-QN)
+        self.g = np.zeros(n)  # the smooth gradient; the basis holds the pseudo-gradient under L1
+        self.orthant = np.zeros(n)
         self.p = np.zeros(n)
         self.x_trial = self.x.copy()
         self.g_trial = np.zeros(n)
@@ -63,33 +74,48 @@ class VectorShard:
     async def trial_params(self, alpha: float | None) -> np.ndarray:
         """This slice of ``x + alpha p`` (``None``: of ``x``), remembered as the trial point."""
         self.x_trial = self.x.copy() if alpha is None else self.x + alpha * self.p
+        if self.weights is not None and alpha is not None:
+            project_to_orthant(self.x_trial, self.orthant, self.weights > 0)
         return self.x_trial
 
-    async def set_trial_gradient(self, g: np.ndarray) -> float:
-        """Store this slice of the trial point's gradient; return its part of ``g . p``."""
+    async def set_trial_gradient(self, g: np.ndarray) -> tuple[float, float, float]:
+        """Store this slice of the trial point's gradient; return its parts of ``g . p``, of
+        the L1 term and of ``v . (x_trial - x)`` (both 0 without L1 weights)."""
         self.g_trial = aligned(np.asarray(g, dtype=np.float64))  # arrived over the wire
-        return float(self.g_trial @ self.p)
+        if self.weights is None:
+            return float(self.g_trial @ self.p), 0.0, 0.0
+        return (float(self.g_trial @ self.p), l1_term(self.x_trial, self.weights),
+                float(self.basis.g @ (self.x_trial - self.x)))
 
-    async def set_direction(self, delta: np.ndarray, k: int) -> None:
-        """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""
+    async def set_direction(self, delta: np.ndarray, k: int) -> float:
+        """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]`` (with L1 weights:
+        sign-aligned with ``-v``, and the orthant set); returns this slice's part of ``g . p``."""
         if k != self.basis.k:
             raise RuntimeError(f"vector shard {self.index} holds {self.basis.k} pairs, the coordinator {k}")
         self.p = self.basis.combine(aligned(delta))  # delta arrived over the wire
+        if self.weights is not None:
+            align_direction(self.p, self.basis.g, self.weights > 0)
+            self.orthant = orthant_of(self.x, self.basis.g)
+        return float(self.basis.g @ self.p)
 
     async def curvature(self) -> np.ndarray:
-        """Parts of ``s . y`` and ``-g . s`` for the trial step (see :func:`keep_pair`)."""
-        s, y = self.x_trial - self.x, self.g_trial - self.basis.g
+        """Parts of ``s . y`` and ``-g . s`` for the trial step (see :func:`keep_pair`; ``y``
+        from the smooth gradients, ``g`` the basis' own: the pseudo-gradient under L1)."""
+        s, y = self.x_trial - self.x, self.g_trial - self.g
         return np.array([s @ y, -(self.basis.g @ s)])
 
     async def accept(self, push: bool) -> dict[str, Any]:
         """Move to the trial point (storing the pair when ``push``); return the partial dot
         products the Gram matrix needs and this slice's ``max |g|``."""
-        out = {"pair": self.basis.push_pair(self.x_trial - self.x, self.g_trial - self.basis.g)} if push else {}
+        out = {"pair": self.basis.push_pair(self.x_trial - self.x, self.g_trial - self.g)} if push else {}
         self.x = self.x_trial.copy()
         return {**out, **self._take_gradient(self.g_trial.copy())}
 
     def _take_gradient(self, g: np.ndarray) -> dict[str, Any]:
-        return {"grad": self.basis.set_gradient(g), "gmax": float(np.max(np.abs(g))) if g.size else 0.0}
+        """Take the smooth gradient ``g``; the basis gets it, or with L1 weights the pseudo-gradient."""
+        self.g = g
+        v = g if self.weights is None else pseudo_gradient(self.x, g, self.weights)
+        return {"grad": self.basis.set_gradient(v), "gmax": float(np.max(np.abs(v))) if v.size else 0.0}
 
     async def drop_pairs(self) -> None:
         self.basis.drop_pairs()
@@ -101,7 +127,7 @@ class VectorShard:
     async def save(self, path: str) -> None:
         """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
         k, basis = self.basis.k, self.basis
-        write_checkpoint(path, {"x": self.x, "g": basis.g, "S": basis.S[:k], "Y": basis.Y[:k]}, kind=SHARD_KIND,
+        write_checkpoint(path, {"x": self.x, "g": self.g, "S": basis.S[:k], "Y": basis.Y[:k]}, kind=SHARD_KIND,
                          attrs={"index": self.index, "start": self.start, "stop": self.stop})
 
     async def restore(self, path: str) -> dict[str, Any]:
@@ -129,16 +155,18 @@ def assemble_trial(shards: list[Any], alpha: float | None) -> np.ndarray:
 
 
 def finish_trial(model: Model, params: np.ndarray, n: int, bounds: list[tuple[int, int]], shards: list[Any],
-                 total: tuple[float, np.ndarray], transform: Any = None) -> tuple[float, float]:
+                 total: tuple[float, np.ndarray], transform: Any = None) -> tuple[float, float, float]:
     """On a worker: the objective from the added sums; each shard gets its slice of the
     gradient (in the optimizer's coordinates when a ``transform`` standardizes them) and
-    answers with its part of ``g . p``. Returns ``(f, g . p)``. Arrays that arrived over
-    the wire are aligned first, so the bits do not depend on placement."""
+    answers with its parts of ``g . p``, the L1 term and ``v . (x_trial - x)``. Returns
+    ``(f + L1 term, g . p, v . (x_trial - x))``. Arrays that arrived over the wire are
+    aligned first, so the bits do not depend on placement."""
     f, g = model.objective_from_sums(aligned(params), total[0], aligned(total[1]), n)
     if transform is not None:
         g = transform.gradient_to_theta(g)
     calls = [s.set_trial_gradient(g[a:b]) for s, (a, b) in zip(shards, bounds)]
-    return float(f), float(sum(c.result() for c in calls))
+    gp, l1, predicted = (float(sum(part)) for part in zip(*(c.result() for c in calls)))
+    return float(f) + l1, gp, predicted
 
 
 def standardized_to_params(transform: Any, theta: np.ndarray) -> np.ndarray:
@@ -151,16 +179,20 @@ class ShardedSpace:
     """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
 
     def __init__(self, client: Client, evaluator: Any, model: Model, n_samples: int, x0: np.ndarray,
-                 m: int, n_shards: int, transform: Any = None) -> None:
+                 m: int, n_shards: int, transform: Any = None, l1_weights: np.ndarray | None = None) -> None:
         """``x0`` in the optimizer's coordinates; ``transform`` (a
         :class:`~dasklbfgs.solvers.sandblaster.standardize.Standardizer`, per-feature scales only)
-        maps them to the model's parameters on the workers."""
+        maps them to the model's parameters on the workers; ``l1_weights`` (in the optimizer's
+        coordinates) make it a space for OWL-QN (:func:`~dasklbfgs.optim.owlqn.owlqn_minimize`)."""
         self.client, self.evaluator, self.model, self.n = client, evaluator, model, n_samples
         self.transform = transform
+        self.size = model.n_params
+        self.orthants = l1_weights is not None
         self.bounds = vector_bounds(model.n_params, n_shards)
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self._futures = [
-            client.submit(VectorShard, i, a, b, x0[a:b], m, actor=True, pure=False,
+            client.submit(VectorShard, i, a, b, x0[a:b], m, None if l1_weights is None else l1_weights[a:b],
+                          actor=True, pure=False,
                           workers=None if workers[0] is None else [workers[i % len(workers)]])
             for i, (a, b) in enumerate(self.bounds)
         ]
@@ -178,7 +210,8 @@ class ShardedSpace:
         calls = [getattr(s, method)(*args) for s in self.shards]
         return [self._receive(c.result()) for c in calls]
 
-    def _evaluate(self, alpha: float | None) -> tuple[float, float]:
+    def _evaluate(self, alpha: float | None) -> tuple[float, float, float]:
+        """``(f + L1 term, g . p, v . (x_trial - x))`` at ``x + alpha p`` (projected under L1)."""
         client = self.client
         theta = client.submit(assemble_trial, self.shards, alpha, pure=False)
         params = theta if self.transform is None else client.submit(standardized_to_params, self.transform, theta,
@@ -187,11 +220,11 @@ class ShardedSpace:
         total = reduce_in_groups(parts, lambda *ps: client.submit(add_sums, *ps, pure=False))
         finish = client.submit(finish_trial, self.model, params, self.n, self.bounds, self.shards, total,
                                self.transform, pure=False)
-        f, gp = self._receive(finish.result())
+        f, gp, predicted = self._receive(finish.result())
         for future in {theta, params, *parts, total, finish}:
             future.release()
         self._last = (alpha, f)
-        return f, gp
+        return f, gp, predicted
 
     def _take_gradient(self, replies: list[dict[str, Any]]) -> None:
         k = self.basis.k
@@ -202,20 +235,24 @@ class ShardedSpace:
     # -- what lbfgs_minimize asks of a space ---------------------------------------------
 
     def start(self) -> float:
-        f, _ = self._evaluate(None)
+        f, _, _ = self._evaluate(None)
         self._take_gradient(self._on_shards("accept", False))  # the first point is the iterate
         if not (np.isfinite(f) and np.isfinite(self._gmax)):
             raise NonFiniteObjectiveError(
                 f"the objective at x0 is not finite (f = {f}); check the data scale and x0")
         return f
 
-    def set_direction(self, delta: np.ndarray) -> None:
+    def set_direction(self, delta: np.ndarray) -> float:
+        """Point along the coefficients ``delta``; returns ``g . p`` (OWL-QN: ``v . p`` after
+        the sign alignment)."""
         if self.basis.k == 0:
             self._on_shards("drop_pairs")  # mirror a restart from steepest descent
-        self._on_shards("set_direction", np.asarray(delta, dtype=np.float64), self.basis.k)
+        return float(sum(self._on_shards("set_direction", np.asarray(delta, dtype=np.float64), self.basis.k)))
 
     def trial(self, alpha: float) -> tuple[float, float]:
-        return self._evaluate(alpha)
+        """L-BFGS: ``(f, g . p)``; OWL-QN: ``(F, v . (x_trial - x))`` at the projected point."""
+        f, gp, predicted = self._evaluate(alpha)
+        return (f, predicted) if self.orthants else (f, gp)
 
     def accept(self, alpha: float) -> float:
         if self._last is None or self._last[0] != alpha:

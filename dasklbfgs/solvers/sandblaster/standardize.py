@@ -81,6 +81,12 @@ class Standardizer:
         gC = (gW - self.mean[:, None] * gb[None, :]) / self.std[:, None]
         return self._join(gC, gb)
 
+    def l1_weights_to_theta(self, weights: np.ndarray) -> np.ndarray:
+        """The L1 weights in ``theta``: ``w |W_jk| = (w / sigma_j) |C_jk|``, so the L1 term,
+        and with it the objective and its exact zeros, is unchanged (intercepts carry none)."""
+        wW, wb = self._split(weights)
+        return self._join(wW / self.std[:, None], wb)
+
     def gradient_to_params(self, grad_theta: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`gradient_to_theta`: dF/dW = sigma dF/dC + mu dF/db^T."""
         gC, gc = self._split(grad_theta)

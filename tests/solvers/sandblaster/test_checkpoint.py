@@ -24,10 +24,10 @@ from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import load_state, save_stat
 from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fail_writes, tree_bytes
 
 
-@pytest.mark.parametrize("standardize", [False, True])
-def test_resume_reaches_the_same_result_bitwise(client, datasets, tmp_path, standardize) -> None:
+@pytest.mark.parametrize("standardize, l1", [(False, 0.0), (True, 0.0), (True, 1e-3)])
+def test_resume_reaches_the_same_result_bitwise(client, datasets, tmp_path, standardize, l1) -> None:
     data = datasets["multinomial-ill"]
-    model = Softmax(data.n_features, 3, l2=1e-3)
+    model = Softmax(data.n_features, 3, l2=1e-3, l1=l1)  # l1 > 0: OWL-QN's state resumes too
     # 40 iterations: far enough past the checkpoint for rounding differences to show
     straight = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize)
     path = tmp_path / "state"

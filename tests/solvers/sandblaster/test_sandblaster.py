@@ -433,3 +433,41 @@ def test_many_shards_do_not_warn_about_a_portion_rows_nobody_gave(client, tmp_pa
     evaluator = MegaBatchEvaluator(client, Logistic(2), data, cache=False)  # raises if it warns
     assert len(evaluator.portions) == 2100
     evaluator.close()
+
+
+def test_l1_runs_owlqn_to_the_in_process_and_scikit_learn_optimum(client, datasets) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    from dasklbfgs import minimize as train
+    from dasklbfgs.optim import LBFGSOptions, owlqn_minimize
+
+    data = datasets["logistic-ill"]  # column scales 0.1 .. 10: the L1 weights differ per theta coordinate
+    X, y = load_all(data)
+    l1 = 0.01
+    model = Logistic(8, l1=l1)
+    local, _ = owlqn_minimize(lambda w: model.objective(w, X, y), np.zeros(9), model.l1_weights(),
+                              LBFGSOptions(**TIGHT))
+    reference = LogisticRegression(l1_ratio=1.0, C=1.0 / (X.shape[0] * l1), solver="saga", tol=1e-10,
+                                   max_iter=100_000).fit(X, y)
+    theirs = np.r_[reference.coef_.ravel(), reference.intercept_]
+    objective = lambda w: model.objective(w, X, y)[0] + l1 * np.abs(w[:8]).sum()  # noqa: E731
+    support = np.flatnonzero(local.x)
+    assert 0 < support.size < 9 and local.x[8] != 0.0  # some coefficients exactly zero, the intercept not
+    np.testing.assert_array_equal(support, np.flatnonzero(np.abs(theirs) > 1e-8))
+    assert abs(local.fun - objective(theirs)) <= 1e-6 * local.fun
+    runs = {}
+    for standardize, state in ((False, "local"), (True, "local"), (True, "sharded")):
+        shards = {"n_param_shards": 2} if state == "sharded" else {}
+        runs[standardize, state] = result = sandblaster_lbfgs(model, data, client=client, standardize=standardize,
+                                                              state=state, maxiter=500, **shards, **TIGHT)
+        assert result.success, result.message
+        assert abs(result.fun - local.fun) <= 1e-6 * local.fun
+        assert result.fun == pytest.approx(objective(result.x), rel=1e-12)  # fun counts the L1 term
+        np.testing.assert_array_equal(np.flatnonzero(result.x), support)  # exact zeros, mapped back too
+    # the vector shards do the pseudo-gradient, alignment and projection: the local mode's iterates
+    local_run, sharded_run = runs[True, "local"], runs[True, "sharded"]
+    assert sharded_run.nit == local_run.nit and sharded_run.nfev == local_run.nfev
+    np.testing.assert_allclose(sharded_run.x, local_run.x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(sharded_run.jac, local_run.jac, rtol=1e-7, atol=1e-10)
+    with pytest.raises(ConfigurationError, match=r"solver 'downpour' does not minimise an l1 penalty.*'sandblaster'"):
+        train(model, data, "downpour", client=client)

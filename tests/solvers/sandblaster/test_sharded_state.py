@@ -102,11 +102,12 @@ def test_sharded_state_errors(client, datasets, tmp_path) -> None:
         sandblaster_lbfgs(Logistic(8), data, client=client, state="sharded", n_param_shards=50)
 
 
-@pytest.mark.parametrize("standardize", [False, True])
-def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_path, standardize) -> None:
-    """Each vector shard writes its own slices; a resumed run follows the uninterrupted one."""
+@pytest.mark.parametrize("standardize, l1", [(False, 0.0), (True, 0.0), (True, 1e-3)])
+def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_path, standardize, l1) -> None:
+    """Each vector shard writes its own slices; a resumed run follows the uninterrupted one
+    (with l1: OWL-QN's, the shards keeping the smooth gradient and the pseudo-gradient)."""
     data = datasets["multinomial"]
-    model = Softmax(8, 3, l2=1e-3)
+    model = Softmax(8, 3, l2=1e-3, l1=l1)
     sharded = dict(client=client, state="sharded", n_param_shards=3, standardize=standardize)
     straight = sandblaster_lbfgs(model, data, maxiter=12, **sharded)
     path = tmp_path / "state"
