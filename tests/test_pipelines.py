@@ -15,7 +15,7 @@ import pytest
 
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError
 from dasklbfgs.pipeline import load_config, run_pipeline, validate_config
-from dasklbfgs.pipeline.run import DURATIONS
+from dasklbfgs.pipeline.run import DURATIONS, open_datasets
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "pipelines").glob("*.yaml"))
@@ -73,8 +73,12 @@ def test_reports_are_never_silently_replaced(client, tmp_path, caplog) -> None:
     assert (first["report"], second["report"]) == (str(tmp_path / "digits-softmax"), str(tmp_path / "digits-softmax-2"))
     assert first["datasets"] == second["datasets"] and "reusing the 'digits' recipe's datasets" in caplog.text
     assert re.search(r"train: 1437 x 64 float64 in 3 shards \(\d+\.\d KiB in memory", caplog.text)  # sizes for people
-    third = run_pipeline(config, tmp_path, client=client, overwrite=True)
-    assert third["report"] == first["report"]
+    prepared = open_datasets(config)  # as `dasklbfgs run` does before it connects: the time still counts
+    third = run_pipeline(config, tmp_path, client=client, overwrite=True, data=prepared)
+    assert third["report"] == first["report"] and third["started_at"] == prepared.started_at
+    durations = third["durations"]
+    assert durations["data_seconds"] >= prepared.seconds
+    assert durations["total_seconds"] >= sum(durations[k] for k in ("data_seconds", "train_seconds", "evaluate_seconds"))
     assert json.loads((tmp_path / "digits-softmax" / "metrics.json").read_text())["run_id"] == third["run_id"]
     broken = load_config(ROOT / "pipelines" / "digits-softmax.yaml", [f"data.path={tmp_path / 'digits-softmax'}"])
     with pytest.raises(DatasetExistsError, match=r"data.path .*digits-softmax' already exists and does not hold"):

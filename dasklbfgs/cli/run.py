@@ -25,12 +25,12 @@ def command(args: argparse.Namespace) -> int:
     if not args.quiet:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     # The data before the cluster: a missing dataset fails without waiting for a scheduler,
-    # and a recipe's datasets are built here once (run_pipeline then reuses them).
-    open_datasets(config)
+    # and a recipe's datasets are built here, once (the report counts that time).
+    data = open_datasets(config)
     with Interrupt() as interrupt:
         with cluster_from_args(args, interrupt) as client:
             metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite,
-                                   callback=interrupt.check)
+                                   callback=interrupt.check, data=data)
         if metrics["message"] == INTERRUPTED:
             return _interrupted(metrics, Path(metrics["report"]) / "model.npz")
     if not args.quiet:

@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from distributed import Client
 
@@ -32,31 +32,46 @@ from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, v
 from dasklbfgs.solvers import get_solver, minimize
 from dasklbfgs.solvers.common_options import without_held_out
 
-__all__ = ["run_pipeline", "open_datasets", "DURATIONS"]
+__all__ = ["run_pipeline", "open_datasets", "PreparedData", "DURATIONS"]
 
 logger = logging.getLogger(__name__)
 
 #: metrics.json "durations": each one's meaning (pipelines/README.md lists them; a test keeps them equal)
 DURATIONS = {
-    "data_seconds": "opening the datasets, or building them from the recipe (near 0 when reused)",
+    "data_seconds": "opening the datasets, or building them from the recipe (near 0 when reused), and "
+                    "checking that the workers can read them",
     "train_seconds": "the solver's run, from the call to its result (shard loading included)",
     "evaluate_seconds": "scoring the final parameters on the training and held-out data",
-    "total_seconds": "the whole pipeline, from the start to the report written",
+    "total_seconds": "the whole pipeline, from getting the data to the report written",
 }
 
 
-def open_datasets(config: dict[str, Any]) -> tuple[ShardedDataset, ShardedDataset | None]:
+class PreparedData(NamedTuple):
+    """A pipeline's datasets and when and how long getting them took (a front end may get
+    them before it connects to a cluster; the report still counts that time)."""
+
+    train: ShardedDataset
+    test: ShardedDataset | None
+    started: float  # time.perf_counter() when preparing began
+    started_at: str  # the same moment, ISO 8601 UTC
+    seconds: float
+
+
+def open_datasets(config: dict[str, Any]) -> PreparedData:
     """The config's training and held-out datasets: opened, or built from its recipe (or
     reused, when built before with the same options)."""
+    started_at, started = utc_now(), time.perf_counter()
     data = config["data"]
     if data["recipe"] is None:
         test = ShardedDataset.open(data["test"]) if data["test"] else None
-        return ShardedDataset.open(data["train"]), test
-    options = {key: data[key] for key in RecipeOptions.fields()}
-    splits, reused = recipe_datasets(data["recipe"], options, data["path"])
-    logger.info("%s the %r recipe's datasets in %s", "reusing" if reused else "built", data["recipe"],
-                splits["train"].path.parent)
-    return splits["train"], splits.get("test")
+        train = ShardedDataset.open(data["train"])
+    else:
+        options = {key: data[key] for key in RecipeOptions.fields()}
+        splits, reused = recipe_datasets(data["recipe"], options, data["path"])
+        logger.info("%s the %r recipe's datasets in %s", "reusing" if reused else "built", data["recipe"],
+                    splits["train"].path.parent)
+        train, test = splits["train"], splits.get("test")
+    return PreparedData(train, test, started, started_at, time.perf_counter() - started)
 
 
 def _describe(data: ShardedDataset) -> str:
@@ -65,14 +80,18 @@ def _describe(data: ShardedDataset) -> str:
 
 
 def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, client: Client,
-                 overwrite: bool = False, callback: Callable[[Any], Any] | None = None) -> dict[str, Any]:
+                 overwrite: bool = False, callback: Callable[[Any], Any] | None = None,
+                 data: PreparedData | None = None) -> dict[str, Any]:
     """Run ``config`` (from :func:`load_config`) on ``client``; write the report under
     ``output`` and return the metrics (``metrics["report"]`` is the folder written).
     ``callback`` goes to the solver (:func:`dasklbfgs.minimize`): raising ``StopIteration``
-    ends the run with what it reached."""
-    name, started_at, started = config["pipeline"]["name"], utc_now(), time.perf_counter()
+    ends the run with what it reached. ``data``: the datasets from :func:`open_datasets`
+    when the caller got them already (their time still counts as the pipeline's)."""
+    name = config["pipeline"]["name"]
     with staged_report(output, name, overwrite=overwrite) as folders:
-        train, test = open_datasets(config)
+        prepared = data if data is not None else open_datasets(config)
+        train, test, started, started_at = prepared.train, prepared.test, prepared.started, prepared.started_at
+        checking = time.perf_counter()
         for dataset in (train, test) if test is not None else (train,):
             dataset.check_workers_can_read(client)
         logger.info("train: %s", _describe(train))
@@ -99,7 +118,8 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
             "solver_stats": ({"iterations": result.nit, "evaluations": result.nfev, **result.timing}
                              if chosen.iterative else {"steps": result.nit, **result.stats}),
             "versions": versions(), "started_at": started_at,
-            "durations": {"data_seconds": data_ready - started, "train_seconds": trained - data_ready,
+            "durations": {"data_seconds": prepared.seconds + (data_ready - checking),
+                          "train_seconds": trained - data_ready,
                           "evaluate_seconds": evaluated - trained},
         }
         staging = folders["staging"]
