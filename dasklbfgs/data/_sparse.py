@@ -25,7 +25,8 @@ import zarr
 
 from dasklbfgs.errors import InvalidDataError
 
-__all__ = ["is_sparse", "index_dtype", "as_csr", "check_csr", "write_csr_shard", "read_csr_shard", "csr_nbytes", "vstack_csr"]
+__all__ = ["row_of_value", "is_sparse", "index_dtype", "as_csr", "check_csr", "write_csr_shard", "read_csr_shard",
+           "csr_nbytes", "vstack_csr"]
 
 _INT32_LIMIT = np.iinfo(np.int32).max
 
@@ -46,6 +47,11 @@ def as_csr(X: Any) -> sp.csr_array:
     return X if isinstance(X, sp.csr_array) else sp.csr_array(X)
 
 
+def row_of_value(indptr: np.ndarray, position: int) -> int:
+    """The row (within the block) that holds the value stored at ``position``."""
+    return int(np.searchsorted(indptr, position, side="right")) - 1
+
+
 def check_csr(X: sp.csr_array, *, first_row: int, shard_rows: int, n_features: int) -> sp.csr_array:
     """Check a CSR block whose first row is row ``first_row`` of the dataset: structure and
     values, naming the shard, row and column of the first problem. Returns it canonical
@@ -64,18 +70,21 @@ def check_csr(X: sp.csr_array, *, first_row: int, shard_rows: int, n_features: i
     if len(indices) != len(data):
         raise InvalidDataError(f"X has {len(indices)} column indices for {len(data)} values in the CSR block starting "
                                f"at row {first_row} (shard {first_row // shard_rows}); they must match")
-    row_of = np.repeat(np.arange(first_row, first_row + rows), np.diff(indptr))
     out_of_range = (indices < 0) | (indices >= n_features)
     if out_of_range.any():
         i = int(np.argmax(out_of_range))
-        raise InvalidDataError(f"X has the column index {int(indices[i])} {where(int(row_of[i]))}, "
+        row = first_row + row_of_value(indptr, i)
+        raise InvalidDataError(f"X has the column index {int(indices[i])} {where(row)}, "
                                f"outside [0, {n_features}) (the dataset has {n_features} features)")
     bad = ~np.isfinite(data) if data.dtype.kind == "f" else np.zeros(len(data), bool)
     if bad.any():
         i = int(np.argmax(bad))
-        raise InvalidDataError(f"X holds a non-finite value ({data[i]}) {where(int(row_of[i]))}, "
+        row = first_row + row_of_value(indptr, i)
+        raise InvalidDataError(f"X holds a non-finite value ({data[i]}) {where(row)}, "
                                f"column {int(indices[i])}; drop or impute such rows before writing")
-    canonical = X.copy()
+    if X.has_canonical_format:
+        return X
+    canonical = X.copy()  # the caller's matrix stays as given
     canonical.sum_duplicates()  # sorts each row's columns too
     return canonical
 

@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from dasklbfgs.data._sparse import as_csr, check_csr, is_sparse, vstack_csr, write_csr_shard
+from dasklbfgs.data._sparse import as_csr, check_csr, is_sparse, row_of_value, vstack_csr, write_csr_shard
 from dasklbfgs.data._validate import check_block_shapes, check_cast, check_finite, check_numeric
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
@@ -176,7 +176,7 @@ class ShardWriter:
         changed = ~np.isfinite(values) if values.dtype.kind == "f" else values != X.data
         if changed.any():
             i = int(np.argmax(changed))
-            row = self.n_rows + int(np.searchsorted(X.indptr, i, side="right")) - 1
+            row = self.n_rows + row_of_value(X.indptr, i)
             raise InvalidDataError(
                 f"X value {X.data[i].item()!r} in shard {shard} at row {row}, column {int(X.indices[i])} does not "
                 f"fit the stored dtype {values.dtype} (fixed by the first block or the dtype argument)")
