@@ -145,6 +145,13 @@ def test_describe_info_and_what_sparse_data_cannot_do(tmp_path) -> None:
                        r"the chunk file X/1/indices/c/0 is missing; rewrite the dataset"):
         ds.load_shard(1)
     assert ds.load_shard(0)[0].nnz == ds.schema["nnz"][0]
+    import zarr
+
+    zarr.open_group(str(tmp_path / "s" / "X" / "0"), mode="a", zarr_format=3).create_array(
+        "indptr", data=np.array([0, 1], dtype=np.int32), overwrite=True)  # a shard whose parts disagree
+    with pytest.raises(CorruptDatasetError, match=r"cannot read sparse shard 0 .*its parts do not fit together "
+                                                  r"\(\d+ values, \d+ column indices, 2 row pointers for 500 rows\)"):
+        ds.load_shard(0)
 
 
 @pytest.mark.parametrize("model", [LeastSquares(D, l2=0.1), Logistic(D, l2=0.1, fit_intercept=False),
