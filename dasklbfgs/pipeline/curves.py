@@ -76,7 +76,8 @@ def _panels(curves: dict[str, Any]) -> list[dict[str, Any]]:
     if exact:
         x, f = series("train")
         if f:
-            gap = [(i, v - min(f)) for i, v in zip(x, f, strict=True) if v - min(f) > 0]
+            best = min(f)
+            gap = [(i, v - best) for i, v in zip(x, f, strict=True) if v > best]
             panels.append({"title": "Suboptimality", "ylabel": "objective − lowest objective reached",
                            "log": True, "lines": [("estimated suboptimality", [i for i, _ in gap],
                                                    [g for _, g in gap], False)]})
