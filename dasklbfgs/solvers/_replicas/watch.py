@@ -74,7 +74,7 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
     next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
     stopped_by_callback = False
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
-    start_loss = run.start_loss()  # a future: taken when the first loss is to be judged
+    start_loss = run.start_loss  # a future, submitted before the replicas started
     try:
         while True:
             time.sleep(options.poll_interval)
@@ -214,13 +214,15 @@ class Coordinator:
                     check()
         return replies
 
-    def start_loss(self) -> Future:
-        """The objective at the starting parameters ``self.x_start`` on the first
+    def measure_start_loss(self) -> None:
+        """Submit the objective at the starting parameters ``self.x_start`` on the first
         ``START_SAMPLE_ROWS`` rows of replica 0's subset, computed on a worker (the data may
-        not be readable from this process): what :func:`diverged` compares losses with."""
+        not be readable from this process), as ``self.start_loss``: what :func:`diverged`
+        compares losses with. Called before the replicas start, so that it is known by the
+        first poll: a fast exploding run would otherwise pass its first polls unjudged."""
         a, b = self.rows[0]
-        return self.client.submit(_sample_objective, self.model, self.data, (a, min(b, a + START_SAMPLE_ROWS)),
-                                  self.x_start, pure=False)
+        self.start_loss = self.client.submit(_sample_objective, self.model, self.data,
+                                             (a, min(b, a + START_SAMPLE_ROWS)), self.x_start, pure=False)
 
     def refused_retirements(self) -> frozenset[str]:
         """The workers whose retirement the scheduler refused since the last look (at most every

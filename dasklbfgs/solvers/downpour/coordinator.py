@@ -281,6 +281,7 @@ class _DownpourRun(Coordinator):
             if self.start_steps >= opts.max_steps:
                 self.stop(f"max_steps ({opts.max_steps}) reached")
         self.released = opts.warmstart_steps == 0 or len(self.rows) == 1
+        self.measure_start_loss()
         self.launch_replicas(range(len(self.rows)) if self.released else range(1))
         history, status, message = watch(self, opts, started=started, start_steps=self.start_steps,
                                          checkpoint_every=opts.checkpoint_every, callback=callback)

@@ -270,6 +270,7 @@ class _PeerRun(Coordinator):
 
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = time.perf_counter()
+        self.measure_start_loss()
         self.start_replicas()
         watched = watch(self, self.options, started=started, start_steps=0, checkpoint_every=None, callback=callback)
         tallies = wait_all(list(self.replica_futures.values()))

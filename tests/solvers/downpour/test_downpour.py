@@ -262,15 +262,17 @@ def test_an_exploding_adagrad_run_is_stopped_as_diverged(client, softmax_data, t
     becoming non-finite: the run stops with DIVERGED and says what to lower; a sane rate runs on."""
     from dasklbfgs import Status
 
-    kw = dict(n_replicas=2, n_param_shards=2, batch_size=50, epochs=3, checkpoint_path=tmp_path / "ckpt")
+    kw = dict(n_replicas=2, n_param_shards=2, batch_size=50, checkpoint_path=tmp_path / "ckpt")
+    # 10 epochs = 800 global steps, which replicas this small run in about a second: the
+    # coordinator judges at its polls (every 50 ms), so it must stop the run well before.
     result = downpour_sgd(Softmax(10, 3), softmax_data["train"], client=client, eval_data=softmax_data["test"],
-                          eval_every=20, learning_rate=1e4, **kw)
+                          eval_every=20, learning_rate=1e4, epochs=10, **kw)
     assert result.status == Status.DIVERGED and not result.success
     assert re.fullmatch(r"the (mini-batch|held-out) loss reached \S+ at global step \d+, more than 100 times the "
                         r"loss at the start \((1\.09\d*|1\.1)\): the run diverged and was stopped; lower "
                         r"learning_rate", result.message), result.message
-    assert result.nit < 2 * 3 * 40 / 2  # stopped early, not after its epochs
+    assert result.nit < 2 * 10 * 40 / 4  # stopped early, not after its epochs
     assert not os.path.exists(tmp_path / "ckpt")  # no checkpoint of exploded parameters
     sane = downpour_sgd(Softmax(10, 3), softmax_data["train"], client=client, eval_data=softmax_data["test"],
-                        eval_every=20, learning_rate=0.2, **{**kw, "checkpoint_path": None})
+                        eval_every=20, learning_rate=0.2, epochs=3, **{**kw, "checkpoint_path": None})
     assert sane.status == Status.CONVERGED and sane.success, sane.message
