@@ -16,7 +16,7 @@ import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
 
-__all__ = ["UpdateRule", "sgd", "momentum", "adagrad", "make_rule", "RULES"]
+__all__ = ["UpdateRule", "sgd", "momentum", "adagrad", "ftrl", "ftrl_weights", "ftrl_step", "make_rule", "RULES"]
 
 State = dict[str, np.ndarray]
 
@@ -101,11 +101,79 @@ def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float 
                       init, update, sparse_exact=True)
 
 
-RULES: dict[str, Callable[..., UpdateRule]] = {"sgd": sgd, "momentum": momentum, "adagrad": adagrad}
+def _check_penalty(value: Any, name: str) -> float | np.ndarray:
+    """A non-negative finite number, or an array of them (one per coordinate)."""
+    try:
+        penalty = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name} must be a non-negative number or array of them, got {value!r}") from None
+    if not (np.all(penalty >= 0) and np.all(np.isfinite(penalty))):
+        raise ConfigurationError(f"{name} must be a non-negative number or array of them, got {value!r}")
+    return float(penalty) if penalty.ndim == 0 else penalty
+
+
+def ftrl_weights(state: State, *, learning_rate: float, beta: float, l1: Any, l2: float) -> np.ndarray:
+    """FTRL-Proximal's closed-form parameters from its state ``z, n`` (McMahan et al. 2013,
+    Algorithm 1): ``0`` where ``|z| <= l1``, else ``-(z - sign(z) l1) / ((beta + sqrt(n)) / alpha + l2)``."""
+    z, n = state["z"], state["n"]
+    shrunk = np.sign(z) * np.maximum(np.abs(z) - l1, 0.0)  # exactly 0 where |z| <= l1
+    return -shrunk / ((beta + np.sqrt(n)) / learning_rate + l2)
+
+
+def ftrl_step(grad: np.ndarray, state: State, played: np.ndarray, *, learning_rate: float, beta: float,
+              l1: Any, l2: float) -> tuple[np.ndarray, State]:
+    """One FTRL-Proximal round: the gradient ``grad`` was taken at ``played``; the new
+    parameters (thresholded with ``l1``) and state.
+
+    ``sigma = (sqrt(n + g^2) - sqrt(n)) / alpha``; ``z += g - sigma played``; ``n += g^2``.
+    Where ``g == 0``, ``sigma == 0`` and the state is unchanged.
+    """
+    n = state["n"] + grad * grad
+    sigma = (np.sqrt(n) - np.sqrt(state["n"])) / learning_rate
+    new_state = {"z": state["z"] + grad - sigma * played, "n": n}
+    return ftrl_weights(new_state, learning_rate=learning_rate, beta=beta, l1=l1, l2=l2), new_state
+
+
+def ftrl(learning_rate: float, beta: float = 1.0, l1: Any = 0.0, l2: float = 0.0) -> UpdateRule:
+    """FTRL-Proximal (McMahan et al., KDD 2013, Algorithm 1; docs/algorithms.md §9).
+
+    Per coordinate, state ``z`` and ``n`` (the sum of squared gradients); the parameters are
+    a closed form of the state (:func:`ftrl_weights`), exactly 0 where ``|z| <= l1``.
+    ``learning_rate`` is the paper's alpha; ``l1`` a number or one per coordinate (0 spares
+    a coordinate, e.g. an intercept); ``l2`` the paper's lambda_2. ``init(params)`` sets
+    ``z`` so that the closed form gives ``params`` back (a warm start); ``update`` returns
+    the change of the closed form, so ``params += delta`` tracks it.
+    """
+    alpha = _check_rate(learning_rate)
+    try:
+        beta = float(beta)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"beta must be a positive number, got {beta!r}") from None
+    if not (beta > 0 and math.isfinite(beta)):  # beta = 0 divides by zero before the first gradient
+        raise ConfigurationError(f"beta must be a positive number, got {beta!r}")
+    l1, l2 = _check_penalty(l1, "l1"), _check_penalty(l2, "l2")
+    if np.ndim(l2):
+        raise ConfigurationError(f"l2 must be a non-negative number, got an array of shape {np.shape(l2)}")
+    hyper = {"learning_rate": alpha, "beta": beta, "l1": l1, "l2": l2}
+
+    def init(params: np.ndarray) -> State:
+        params = np.asarray(params, dtype=np.float64)
+        # The inverse of ftrl_weights at n = 0: -z = params (beta/alpha + l2) + sign(params) l1.
+        return {"z": -(params * (beta / alpha + l2) + np.sign(params) * l1), "n": np.zeros_like(params)}
+
+    def update(grad: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        old = ftrl_weights(state, **hyper)
+        new, state = ftrl_step(grad, state, old, **hyper)
+        return new - old, state
+
+    return UpdateRule("ftrl", hyper, init, update, sparse_exact=True)
+
+
+RULES: dict[str, Callable[..., UpdateRule]] = {"sgd": sgd, "momentum": momentum, "adagrad": adagrad, "ftrl": ftrl}
 
 
 def make_rule(name: str, **hyper: Any) -> UpdateRule:
-    """Build rule ``name`` (``"adagrad"``, ``"sgd"`` or ``"momentum"``) from hyper-parameters."""
+    """Build rule ``name`` (``"adagrad"``, ``"sgd"``, ``"momentum"`` or ``"ftrl"``) from hyper-parameters."""
     if name not in RULES:
         raise ConfigurationError(f"optimizer must be one of {tuple(RULES)!r}, got {name!r}")
     try:

@@ -67,10 +67,12 @@ class ReplicaOptions(HeldOutOptions):
                              minimum=1, aliases=("replicas",))
     batch_size: int = option(128, "mini-batch rows per replica step", "int", minimum=1)
     learning_rate: float = option(0.1, "rate of the update rule (Adagrad: gamma, usually ~10x the best fixed "
-                                  "SGD rate)", "float", positive=True)
-    optimizer: str = option("sgd", "update rule", "choice", choices=tuple(RULES))
+                                  "SGD rate; FTRL: alpha)", "float", positive=True)
+    optimizer: str = option("sgd", "update rule (ftrl: FTRL-Proximal; with Downpour it minimises the model's l1)",
+                            "choice", choices=tuple(RULES))
     optimizer_options: dict[str, Any] | None = option(
-        None, "further hyper-parameters of the update rule, e.g. {beta: 0.9, nesterov: true} for momentum",
+        None, "further hyper-parameters of the update rule, e.g. {beta: 0.9, nesterov: true} for momentum, "
+        "{beta: 1.0, l2: 0.0} for ftrl (its l1 is the model's)",
         "mapping", nullable=True, none_means="the rule's defaults")
     epochs: int = option(1, "passes of each replica over its rows", "int", minimum=1)
     max_steps: int | None = option(
@@ -81,3 +83,11 @@ class ReplicaOptions(HeldOutOptions):
                               "training (scoring then takes no CPU from the replicas)", "bool")
     poll_interval: float = option(0.05, "seconds between the coordinator's progress polls", "float",
                                   positive=True)
+
+    def check_together(self) -> None:
+        super().check_together()
+        if self.optimizer == "ftrl" and "l1" in (self.optimizer_options or {}):
+            raise ConfigurationError(
+                f"{self.solver}: FTRL takes its l1 from the model, where it is the objective's and spares the "
+                f"intercepts: give l1 to the model (e.g. Logistic(..., l1={self.optimizer_options['l1']!r})) instead "
+                "of optimizer_options")

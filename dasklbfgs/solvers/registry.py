@@ -33,8 +33,10 @@ class Solver:
     """A registered solver.
 
     ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``);
-    ``takes_l1`` whether it minimises a model's L1 term (:meth:`Model.l1_weights`), which
-    the others refuse; the properties below are what front ends need to know about it.
+    ``takes_l1`` whether it minimises a model's L1 term (:meth:`Model.l1_weights`) whatever
+    its options, ``l1_optimizers`` the values of its ``optimizer`` option with which it does
+    (:meth:`minimises_l1`); other runs of a model with l1 are refused. The properties below
+    are what front ends need to know about it.
     """
 
     name: str
@@ -43,6 +45,18 @@ class Solver:
     summary: str
     unit: str = "iteration"
     takes_l1: bool = False
+    l1_optimizers: tuple[str, ...] = ()
+
+    def minimises_l1(self, options: Options) -> bool:
+        """Whether a run with ``options`` minimises the model's l1 term."""
+        return self.takes_l1 or getattr(options, "optimizer", None) in self.l1_optimizers
+
+    @property
+    def l1_combinations(self) -> list[str]:
+        """How this solver takes l1, in words: ``["sandblaster"]``, ``["downpour with optimizer='ftrl'"]``."""
+        if self.takes_l1:
+            return [repr(self.name)]
+        return [f"{self.name!r} with optimizer={opt!r}" for opt in self.l1_optimizers]
 
     @property
     def iterative(self) -> bool:
@@ -132,17 +146,24 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     resolved = resolve_options(chosen, options, values)
     if callback is not None and not callable(callback):
         raise ConfigurationError(f"callback must be callable, got {callback!r}")
-    if model.l1_weights() is not None and not chosen.takes_l1:
-        able = [name for name, known in _load().items() if known.takes_l1]
-        raise ConfigurationError(
-            f"solver {solver!r} does not minimise an l1 penalty, and {model!r} has one; "
-            f"train it with solver {able[0] if len(able) == 1 else able!r} (OWL-QN) or set l1=0"
-        )
+    if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
+        _refuse_l1(chosen, resolved, model)
     dataset = as_dataset(data)
     with recorded_run(chosen, model, dataset, resolved) as record:  # the start and end events
         result = chosen.run(model, dataset, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
         record.finished(result)
     return result
+
+
+def _refuse_l1(chosen: Solver, options: Options, model: Model) -> None:
+    """The error for a model with l1 given to a solver (or optimizer) that ignores it."""
+    able = " or ".join(c for known in _load().values() for c in known.l1_combinations)
+    given = f" with optimizer={getattr(options, 'optimizer', None)!r}" if chosen.l1_optimizers else ""
+    fix = f"pass optimizer={chosen.l1_optimizers[0]!r}" if chosen.l1_optimizers else "train it with another solver"
+    raise ConfigurationError(
+        f"solver {chosen.name!r} does not minimise an l1 penalty{given}, and {model!r} has one; {fix} or set "
+        f"l1=0 (l1 is minimised by solver {able})"
+    )
 
 
 _RUN_INPUTS = ("client", "x0", "callback", "eval_data")  # minimize's other keywords, all default None

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.optim.updates import adagrad, make_rule, momentum, sgd
+from dasklbfgs.optim.updates import adagrad, ftrl, ftrl_weights, make_rule, momentum, sgd
 
 
 def test_sgd() -> None:
@@ -49,5 +49,103 @@ def test_adagrad_two_steps() -> None:
     ],
 )
 def test_errors(call, match) -> None:
+    with pytest.raises(ConfigurationError, match=match):
+        call()
+
+
+def test_ftrl_three_steps_against_hand_computed_values() -> None:
+    """alpha = 0.5, beta = 1, l1 = 0.3, l2 = 0.2, from w = 0 (z = n = 0). Coordinate 0, by hand:
+
+    g = 1:   sigma = (1 - 0) / 0.5 = 2;  z = 1 - 2 * 0 = 1;  n = 1
+             w = -(1 - 0.3) / ((1 + 1) / 0.5 + 0.2) = -0.7 / 4.2 = -0.1666...
+    g = -2:  n = 5;  sigma = (sqrt 5 - 1) / 0.5 = 2.4721360;  z = 1 - 2 + 2.4721360 / 6 = -0.5879773
+             w = -(-0.5879773 + 0.3) / ((1 + sqrt 5) / 0.5 + 0.2) = 0.2879773 / 6.6721360 = 0.0431612
+    g = 0.5: n = 5.25;  sigma = (sqrt 5.25 - sqrt 5) / 0.5 = 0.1104405
+             z = -0.5879773 + 0.5 - 0.1104405 * 0.0431612 = -0.0927441;  |z| <= 0.3: w = 0 exactly
+    Coordinate 1 (g = 0.1, -0.1, 0.15): z = 0.1, 0.0, 0.15 (w stays 0, so sigma w = 0), all
+    within l1: w = 0 exactly throughout; n = 0.01, 0.02, 0.0425.
+    """
+    rule = ftrl(0.5, beta=1.0, l1=0.3, l2=0.2)
+    state = rule.init(np.zeros(2))
+    w = np.zeros(2)
+    expected = [  # (g, w after, z after) per step, for coordinates 0 and 1
+        ([1.0, 0.1], [-0.7 / 4.2, 0.0], [1.0, 0.1]),
+        ([-2.0, -0.1], [0.0431611920, 0.0], [-0.5879773408, 0.0]),
+        ([0.5, 0.15], [0.0, 0.0], [-0.0927440517, 0.15]),
+    ]
+    for grad, w_expected, z_expected in expected:
+        delta, state = rule.update(np.array(grad), state)
+        w += delta
+        np.testing.assert_allclose(w, w_expected, rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(state["z"], z_expected, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(state["n"], [5.25, 0.0425])
+    # Exactly zero from the closed form; the tracked w is 0 up to rounding of the deltas.
+    np.testing.assert_array_equal(ftrl_weights(state, **rule.hyper), [0.0, 0.0])
+
+
+def test_ftrl_first_step_in_numbers() -> None:
+    """One step written out as numbers: z = 1, n = 1, w = -(1 - 0.3) / ((1 + 1) / 0.5 + 0.2)."""
+    rule = ftrl(0.5, beta=1.0, l1=0.3, l2=0.2)
+    delta, state = rule.update(np.array([1.0]), rule.init(np.zeros(1)))
+    np.testing.assert_allclose(delta, [-0.7 / 4.2])
+    np.testing.assert_allclose([state["z"][0], state["n"][0]], [1.0, 1.0])
+
+
+def test_ftrl_init_gives_the_params_back() -> None:
+    params = np.array([-1.5, 0.0, 0.25, 3.0])
+    l1 = np.array([0.1, 0.1, 0.0, 0.4])  # per coordinate
+    rule = ftrl(0.3, beta=2.0, l1=l1, l2=0.5)
+    state = rule.init(params)
+    np.testing.assert_allclose(ftrl_weights(state, **rule.hyper), params, rtol=1e-14)
+    np.testing.assert_array_equal(state["n"], 0.0)
+
+
+def test_ftrl_zero_gradient_changes_nothing() -> None:
+    """sparse_exact: updating only the entries a sparse gradient carries equals the dense update."""
+    rule = ftrl(0.5, l1=0.2, l2=0.1)
+    state = rule.init(np.array([0.5, -0.2, 0.0]))
+    _, state = rule.update(np.array([0.3, -1.0, 2.0]), state)
+    w_before = ftrl_weights(state, **rule.hyper)
+    delta, after = rule.update(np.zeros(3), state)
+    assert rule.sparse_exact
+    np.testing.assert_array_equal(delta, 0.0)
+    for key in ("z", "n"):
+        np.testing.assert_array_equal(after[key], state[key])
+    np.testing.assert_array_equal(ftrl_weights(after, **rule.hyper), w_before)
+    # The same, entry by entry: a dense gradient with a zero equals updating the others alone.
+    dense, _ = rule.update(np.array([0.7, 0.0, -0.4]), state)
+    part, _ = rule.update(np.array([0.7, -0.4]), {k: v[[0, 2]] for k, v in state.items()})
+    np.testing.assert_array_equal(dense[[0, 2]], part)
+    assert dense[1] == 0.0
+
+
+def test_ftrl_l1_gives_exact_zeros_and_spares_unpenalised_coordinates() -> None:
+    rule = ftrl(1.0, l1=np.array([1.0, 1.0, 0.0]))
+    state = rule.init(np.zeros(3))
+    w = np.zeros(3)
+    for g in ([0.5, -0.4, 0.5], [0.3, -0.3, 0.3], [2.0, 0.2, 0.01]):
+        delta, state = rule.update(np.array(g), state)
+        w += delta
+    # |z| of coordinate 1 stays under l1: exactly 0; coordinate 2 has no l1 and moves.
+    assert w[1] == 0.0 and np.signbit(w[1]) in (True, False)
+    assert w[0] < 0 and w[2] != 0.0
+    np.testing.assert_array_equal(ftrl_weights(state, **rule.hyper) == 0.0, [False, True, False])
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: ftrl(0.0), r"learning_rate must be a positive number, got 0.0"),
+        (lambda: ftrl(float("inf")), r"learning_rate must be a positive number, got inf"),
+        (lambda: ftrl(0.1, beta=0.0), r"beta must be a positive number, got 0.0"),
+        (lambda: ftrl(0.1, beta="x"), r"beta must be a positive number, got 'x'"),
+        (lambda: ftrl(0.1, l1=-0.1), r"l1 must be a non-negative number or array of them, got -0.1"),
+        (lambda: ftrl(0.1, l1=np.array([0.1, np.nan])), r"l1 must be a non-negative number or array"),
+        (lambda: ftrl(0.1, l2=-1), r"l2 must be a non-negative number or array of them, got -1"),
+        (lambda: ftrl(0.1, l2=np.ones(2)), r"l2 must be a non-negative number, got an array of shape \(2,\)"),
+        (lambda: make_rule("ftrl", learning_rate=0.1, gamma=1), r"bad hyper-parameters for 'ftrl'"),
+    ],
+)
+def test_ftrl_errors(call, match) -> None:
     with pytest.raises(ConfigurationError, match=match):
         call()

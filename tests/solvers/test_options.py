@@ -108,7 +108,7 @@ def test_older_spellings_still_work() -> None:
     (lambda: SandblasterOptions(gtol=float("nan")), ConfigurationError, r"gtol must be a non-negative number, got nan"),
     (lambda: SandblasterOptions(standardize="yes"), ConfigurationError, r"standardize must be True or False, got 'yes'"),
     (lambda: DownpourOptions(optimizer="adam"), ConfigurationError,
-     r"optimizer must be one of \('sgd', 'momentum', 'adagrad'\), got 'adam'"),
+     r"optimizer must be one of \('sgd', 'momentum', 'adagrad', 'ftrl'\), got 'adam'"),
     (lambda: DownpourOptions(wire_dtype="float16"), ConfigurationError, r"wire_dtype must be one of"),
     (lambda: DownpourOptions(overlap=True, sparse=True), ConfigurationError, r"overlap=True needs dense transfer"),
     (lambda: DownpourOptions(checkpoint_every=5), ConfigurationError, r"checkpoint_every needs checkpoint_path"),
@@ -173,3 +173,14 @@ def test_front_ends_drop_eval_every_without_held_out_data() -> None:
     assert without_held_out(options, None).eval_every is None
     assert without_held_out(options, "test.zarr").eval_every == 50
     assert without_held_out(SandblasterOptions(), None).eval_every is None
+
+
+@pytest.mark.parametrize("name", ["sync", "easgd", "gossip", "neighbours"])
+def test_the_peers_refuse_a_model_with_l1_even_with_ftrl(name) -> None:
+    """Checked before any data or cluster is touched; the message names every run that takes l1."""
+    from dasklbfgs.models import Logistic
+
+    with pytest.raises(ConfigurationError, match=rf"solver '{name}' does not minimise an l1 penalty, and Logistic\(.*\) "
+                       r"has one; train it with another solver or set l1=0 \(l1 is minimised by solver 'sandblaster' "
+                       r"or 'downpour' with optimizer='ftrl'\)"):
+        minimize(Logistic(3, l1=0.1), "no-data-needed", name, optimizer="ftrl")

@@ -11,7 +11,8 @@ __all__ = ["DownpourOptions", "ParameterShard", "downpour_sgd", "param_bounds"]
 SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
 
     ``n_param_shards`` ParameterShard actors own contiguous slices of the parameters and
-    apply the update rule (Adagrad by default) themselves; ``n_replicas`` replica tasks,
+    apply the update rule (Adagrad by default; ``optimizer="ftrl"``, FTRL-Proximal, also
+    minimises the model's ``l1`` term) themselves; ``n_replicas`` replica tasks,
     each on its own contiguous block of rows, fetch every ``n_fetch`` steps, compute a
     mini-batch gradient and push every ``n_push`` steps, never waiting for each other. A
     lost parameter shard is re-created from the latest checkpoint. Returns an
@@ -19,5 +20,6 @@ SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
     ``history``, ``stats``: updates/s, examples/s, staleness, bytes moved, pushes per shard,
     steps per replica)."""
 
-SOLVER = register(Solver("downpour", DownpourOptions, run_downpour, SUMMARY, unit="global step"))
+SOLVER = register(Solver("downpour", DownpourOptions, run_downpour, SUMMARY, unit="global step",
+                         l1_optimizers=("ftrl",)))
 downpour_sgd = solver_function("downpour_sgd", "downpour", DownpourOptions, SUMMARY)

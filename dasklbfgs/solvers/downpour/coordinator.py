@@ -42,6 +42,8 @@ REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still ru
 # How long a handed-over shard stays (refusing calls, which replicas then send to its
 # successor) before it is released: replicas that call it later see a lost shard instead.
 HANDOVER_GRACE_SECONDS = 2.0
+# Rules whose state the replicas do not have: no local step by default (local_learning_rate).
+ADAPTIVE_RULES = ("adagrad", "ftrl")
 
 
 def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: Client | None = None,
@@ -67,8 +69,10 @@ def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> 
     """The model's row table on ``data`` when pushes and fetches are row-sparse, else None."""
     table = model.row_table_for(data)
     sparse = options.sparse
+    # The model's l1 threshold grows with every push, also on rows a push does not carry.
+    exact = rule.sparse_exact and model.l1_weights() is None
     if sparse is None:
-        return table if table is not None and rule.sparse_exact and not options.overlap else None
+        return table if table is not None and exact and not options.overlap else None
     if sparse and table is None:
         raise ConfigurationError(
             f"sparse=True needs a model with a row table (EmbeddingLM, or a linear model without l2 on sparse data); "
@@ -77,6 +81,10 @@ def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> 
         raise ConfigurationError(
             f"sparse=True needs an update rule where a zero gradient is a zero step; {options.optimizer!r} is not one"
         )
+    if sparse and not exact:
+        raise ConfigurationError(
+            f"sparse=True cannot train {model!r}: its l1 threshold at the shards grows on every row with every "
+            "push, so updating only the rows a push carries is not exact; pass sparse=False")
     return table if sparse else None
 
 
@@ -114,6 +122,7 @@ class _DownpourRun(Coordinator):
         super().__init__(client, model, checked, options)
         self.started = time.perf_counter()  # the run's clock (history entries' "time"), reset by train()
         self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
+        self.l1 = model.l1_weights()  # minimize lets it through only with optimizer="ftrl"
         self.workers: list[str | None] = self.live_workers() or [None]
         self.shard_futures: list[Future] = [
             self._new_shard(i, self.workers[i % len(self.workers)]) for i in range(len(bounds))
@@ -136,8 +145,9 @@ class _DownpourRun(Coordinator):
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
+        l1 = None if self.l1 is None else self.l1[a:b]
         return self.actor(ParameterShard, i, a, b, self.x_start[a:b], self.rule.name, self.rule.hyper, self.table,
-                          key=f"downpour-shard-{self.token}-{i}-{generation}", worker=worker)
+                          l1, key=f"downpour-shard-{self.token}-{i}-{generation}", worker=worker)
 
     # -- shards, with recovery ------------------------------------------------------------
 
@@ -268,7 +278,7 @@ class _DownpourRun(Coordinator):
         opts = self.options
         local_rate = opts.local_learning_rate
         if local_rate is None:
-            local_rate = 0.0 if opts.optimizer == "adagrad" else self.rule.hyper["learning_rate"]
+            local_rate = 0.0 if opts.optimizer in ADAPTIVE_RULES else self.rule.hyper["learning_rate"]
         return ReplicaConfig(opts.batch_size, opts.n_fetch, opts.n_push, opts.epochs, float(local_rate), opts.seed,
                              opts.wire_dtype, self.table, opts.overlap)
 

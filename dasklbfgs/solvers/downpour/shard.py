@@ -4,7 +4,9 @@ Each shard stores its slice and the optimizer state for it, and applies the upda
 itself when a replica pushes an accrued gradient (docs/algorithms.md §3). Shards never talk to
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
 (:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
-exact for rules where a zero gradient is a zero step (Adagrad, SGD). The same shards hold
+exact for rules where a zero gradient is a zero step (Adagrad, SGD, FTRL). A shard of a model
+with an l1 term runs FTRL-Proximal with that term as its threshold, growing with the steps
+accrued (:meth:`ParameterShard._ftrl_with_model_l1`, docs/algorithms.md §9). The same shards hold
 EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that
 several shards hosted by one worker interleave on its event loop instead of queueing behind
 one actor thread (Dask runs every synchronous actor method of a worker on one thread).
@@ -19,7 +21,7 @@ import numpy as np
 
 from dasklbfgs.optim.collective import elastic_difference
 from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
-from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.optim.updates import ftrl_step, make_rule
 
 __all__ = ["ParameterShard", "ShardMoved"]
 
@@ -43,8 +45,10 @@ class ParameterShard:
     stop: int = 0
 
     def __init__(self, index: int, start: int, stop: int, values: np.ndarray, rule: str,
-                 hyper: dict[str, Any], table: Any = None) -> None:
+                 hyper: dict[str, Any], table: Any = None, l1: np.ndarray | None = None) -> None:
         self.index, self.start, self.stop = index, start, stop
+        # The model's per-coordinate l1 weights on this slice (0 on intercepts); FTRL only.
+        self.l1 = None if l1 is None else np.array(l1, dtype=np.float64)
         self.layout = ShardLayout(start, stop, table)
         self.rule_name, self.hyper = rule, dict(hyper)
         self._rule = make_rule(rule, **hyper)
@@ -106,6 +110,9 @@ class ParameterShard:
                 self.values[where] += delta
                 for k, v in sub_state.items():
                     self.state[k][where] = v
+        elif self.l1 is not None:  # the coordinator never sends row-sparse pushes here
+            wire_dtype = gradient.dtype
+            self._ftrl_with_model_l1(gradient.astype(np.float64, copy=False), steps)
         else:
             wire_dtype = gradient.dtype
             delta, self.state = self._rule.update(gradient.astype(np.float64, copy=False), self.state)
@@ -123,6 +130,19 @@ class ParameterShard:
             self.stop_reason = f"max_steps ({self.max_steps}) reached"
         values = self._values(wire_dtype, fetch_rows) if fetch else None
         return self.version, self.stop_reason, values
+
+    def _ftrl_with_model_l1(self, gradient: np.ndarray, steps: int) -> None:
+        """FTRL-Proximal whose threshold is the model's l1 times the mini-batch steps whose
+        gradients ``z`` has summed (this push's included).
+
+        ``z`` holds about ``S`` times the mean-loss gradient after ``S`` steps, so the l1 of
+        the same sum is ``S l1``: the fixed point then satisfies the model's optimality
+        conditions (``|grad| <= l1`` where ``w = 0``). A constant threshold would fade
+        against the growing ``z``. The parameters are set from the closed form, not
+        incremented, so ``|z| <= S l1`` gives exact zeros.
+        """
+        threshold = self.l1 * (self.steps + steps)
+        self.values, self.state = ftrl_step(gradient, self.state, self.values, **{**self.hyper, "l1": threshold})
 
     async def elastic(self, x: np.ndarray, alpha: float) -> np.ndarray:
         """EASGD's exchange with the center (docs/algorithms.md §6), atomic on this slice:
