@@ -22,7 +22,7 @@ class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions):
     n_push: int = option(1, "push the accrued gradient to the shards every N steps", "int", minimum=1)
     local_learning_rate: float | None = option(
         None, "rate of the replica's local step on its own copy between fetches", "float", minimum=0,
-        nullable=True, none_means="learning_rate for sgd and momentum, 0 (no local step) for adagrad")
+        nullable=True, none_means="learning_rate for sgd and momentum, 0 (no local step) for adagrad and ftrl")
     warmstart_steps: int = option(0, "train one replica alone for this many steps before releasing the others",
                                   "int", minimum=0)
     wire_dtype: str = option("float64", "dtype of parameters and gradients in transit (float32 halves the "
