@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -234,7 +236,13 @@ def _assert_same_optimum(objective, ours: np.ndarray, theirs: np.ndarray, n_coef
     assert 0 < np.count_nonzero(ours[:n_coef]) < n_coef
 
 
+def _params_of(estimator) -> np.ndarray:
+    """A fitted linear estimator's coef_ and intercept_ in the models' flat layout."""
+    return np.r_[np.atleast_2d(estimator.coef_).T.ravel(), estimator.intercept_]
+
+
 def _with_l1(model, l1: float):
+    """The model's full objective: its smooth part plus the l1 term on the coefficients."""
     return lambda params, X, y: model.objective(params, X, y)[0] + l1 * np.abs(params[: model.n_coef]).sum()
 
 
@@ -248,8 +256,7 @@ def test_elastic_net_and_lasso_reach_scikit_learns_optimum(client, l1_ratio) -> 
            SkElasticNet(alpha, l1_ratio=l1_ratio, tol=1e-14, max_iter=100_000)).fit(X, y)
     model = LeastSquares(X.shape[1], l2=alpha * (1 - l1_ratio))  # mean 0.5 r^2: scikit-learn's 1/(2n) ||r||^2
     objective = _with_l1(model, alpha * l1_ratio)
-    _assert_same_optimum(lambda p: objective(p, X, y), np.r_[ours.coef_, ours.intercept_],
-                         np.r_[ref.coef_, ref.intercept_], X.shape[1])
+    _assert_same_optimum(lambda p: objective(p, X, y), _params_of(ours), _params_of(ref), X.shape[1])
     assert ours.score(X, y) == pytest.approx(ref.score(X, y), abs=1e-6)
 
 
@@ -266,14 +273,12 @@ def test_l1_and_elastic_net_logistic_reach_scikit_learns_optimum(client, l1_rati
     penalties = {"l2": (1 - l1_ratio) / (C * n)}
     model = Logistic(d, **penalties) if K == 1 else Softmax(d, K, **penalties)
     objective = _with_l1(model, l1_ratio / (C * n))
-    flat = lambda est: np.r_[est.coef_.T.ravel(), est.intercept_]  # noqa: E731  (the model's layout)
-    _assert_same_optimum(lambda p: objective(p, X, y), flat(ours), flat(ref), d * K)
+    _assert_same_optimum(lambda p: objective(p, X, y), _params_of(ours), _params_of(ref), d * K)
     np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-4)
 
 
-def _warnings_of(call) -> list[tuple[type, str]]:
-    import warnings
-
+def _warnings_of(call) -> list[tuple[str, str]]:
+    """(category, message) of each warning ``call()`` gives but ConvergenceWarning, sorted."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         call()
@@ -328,8 +333,7 @@ def test_warm_start_reuses_the_fit(client) -> None:
     assert warm.n_iter_[0] < cold.n_iter_[0]
     n = len(X)  # the same optimum, within what tol leaves: objective to 1e-9, same zeros
     objective = _with_l1(Softmax(X.shape[1], 3, l2=0.5 / (0.55 * n)), 0.5 / (0.55 * n))
-    at = lambda est: objective(np.r_[est.coef_.T.ravel(), est.intercept_], X, y)  # noqa: E731
-    assert at(warm) == pytest.approx(at(cold), rel=1e-9)
+    assert objective(_params_of(warm), X, y) == pytest.approx(objective(_params_of(cold), X, y), rel=1e-9)
     assert np.array_equal(warm.coef_ == 0, cold.coef_ == 0)
 
     target = X @ np.linspace(-1, 1, X.shape[1])
