@@ -1,12 +1,14 @@
 """scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
 
-``LogisticRegression``, ``LinearRegression`` and ``MLPClassifier`` follow scikit-learn's parameter names and
-objectives, so they drop into ``Pipeline``, ``GridSearchCV`` and ``clone``. ``fit`` accepts
-numpy arrays, scipy.sparse matrices (the linear estimators: stored as CSR shards, never
-densified), dask arrays, an ``xarray.Dataset`` with ``X``/``y`` variables, or a
-:class:`ShardedDataset`; in-memory inputs are written to a temporary sharded Zarr store for
-the duration of the fit (workers read it by path, so on a multi-machine cluster pass a
-``ShardedDataset`` on shared storage instead).
+``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso`` and ``MLPClassifier``
+follow scikit-learn's parameter names and objectives, so they drop into ``Pipeline``,
+``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
+names become ``feature_names_in_``, checked at predict), scipy.sparse matrices (the linear
+estimators: stored as CSR shards, never densified), dask arrays, an ``xarray.Dataset`` with
+``X``/``y`` variables, or a :class:`ShardedDataset`; in-memory inputs are written to a
+temporary sharded Zarr store for the duration of the fit (workers read it by path, so on a
+multi-machine cluster pass a ``ShardedDataset`` on shared storage instead). The linear
+estimators take ``warm_start``: a refit starts from the previous ``coef_`` and ``intercept_``.
 """
 
 from __future__ import annotations
@@ -32,11 +34,12 @@ from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.options import Options
 from dasklbfgs.solvers import DownpourOptions, get_solver, minimize, solver_names
 
-__all__ = ["LogisticRegression", "LinearRegression", "MLPClassifier"]
+__all__ = ["LogisticRegression", "LinearRegression", "ElasticNet", "Lasso", "MLPClassifier"]
 
 _REPLICAS = DownpourOptions  # the replica options' declared defaults
 
@@ -46,6 +49,13 @@ def _check_number(value: Any, name: str, *, positive: bool = False) -> None:
     if not (isinstance(value, (int, float, np.floating)) and (value > 0 if positive else value >= 0)):
         raise ConfigurationError(f"{name} must be {'a positive number' if positive else 'a number >= 0'}, "
                                  f"got {value!r}")
+
+
+def _check_l1_ratio(value: Any) -> None:
+    """scikit-learn's range for ``l1_ratio``: a number in [0, 1]."""
+    if not (isinstance(value, (int, float, np.floating)) and 0 <= value <= 1):
+        raise ConfigurationError(f"l1_ratio must be a number in [0, 1] (0: L2 penalty, 1: L1, between: "
+                                 f"elastic net), got {value!r}")
 
 
 def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
@@ -72,6 +82,8 @@ class _ShardedEstimator(BaseEstimator):
         get_solver(self.solver)  # a registered solver, or an error listing them
         check_int(self.max_iter, "max_iter")
         _check_number(self.tol, "tol")
+        if not isinstance(getattr(self, "warm_start", False), (bool, np.bool_)):
+            raise ConfigurationError(f"warm_start must be True or False, got {self.warm_start!r}")
         if self.solver_options is not None and not isinstance(self.solver_options, dict):
             raise ConfigurationError(f"solver_options must be a dict or None, got {self.solver_options!r}")
 
@@ -98,6 +110,28 @@ class _ShardedEstimator(BaseEstimator):
                 "learning_rate, batch_size, n_replicas, random_state): pass those instead"
             )
         return solver.options.from_mapping({**defaults, **mapped, **extra})
+
+    def _penalty_scale(self, data: ShardedDataset) -> float:
+        """What a penalty written on a summed loss (``C``, Ridge's and the MLP's ``alpha``) is
+        divided by to sit beside the models' mean loss: the number of rows, the one count the
+        mean divides by."""
+        return data.n_samples
+
+    def _warm_start_x0(self, model: LinearModel) -> np.ndarray | None:
+        """With ``warm_start=True`` and a fitted ``coef_``: the start ``x0`` made of ``coef_`` and
+        ``intercept_`` (scikit-learn's warm start); otherwise ``None`` (the solver's start)."""
+        if not self.warm_start or not hasattr(self, "coef_"):
+            return None
+        coef = np.asarray(self.coef_, dtype=np.float64)
+        if coef.size != model.n_coef or coef.shape[-1] != model.n_features:
+            raise ConfigurationError(
+                f"warm_start=True starts from the fitted coef_, of shape {coef.shape}, but this data needs "
+                f"{model.n_features} features x {model.n_outputs} output(s); fit with warm_start=False to start afresh"
+            )
+        W = coef.reshape(model.n_outputs, model.n_features).T.ravel()
+        if not model.fit_intercept:
+            return W
+        return np.concatenate([W, np.broadcast_to(np.asarray(self.intercept_, dtype=np.float64), (model.n_outputs,))])
 
     def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
         result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
@@ -133,6 +167,8 @@ class _ShardedEstimator(BaseEstimator):
             self.n_features_in_ = X.n_features
             if X.feature_names is not None:
                 self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
+            elif hasattr(self, "feature_names_in_"):  # from an earlier fit: not this data's
+                del self.feature_names_in_
             classes = None
             if classifier:
                 counts = X.label_counts
@@ -186,20 +222,81 @@ class _ShardedEstimator(BaseEstimator):
         return tags
 
 
-class LogisticRegression(ClassifierMixin, _ShardedEstimator):
-    """L2-regularised logistic regression (binary or multinomial) trained on Dask.
+#: scikit-learn 1.9's warning for ``penalty``, word for word (``penalty`` goes in 1.10)
+_PENALTY_DEPRECATED = (
+    "'penalty' was deprecated in version 1.8 and will be removed in 1.10. To avoid this warning, leave "
+    "'penalty' set to its default value and use 'l1_ratio' or 'C' instead. Use l1_ratio=0 instead of "
+    "penalty='l2', l1_ratio=1 instead of penalty='l1', l1_ratio set to a float between 0 and 1 instead of "
+    "penalty='elasticnet', and C=np.inf instead of penalty=None."
+)
+_PENALTIES = ("l1", "l2", "elasticnet", None)
 
-    Minimises ``C * sum_i loss_i + ||w||^2 / 2`` like scikit-learn's, here solved as the
-    equivalent ``mean_i loss_i + ||w||^2 / (2 C n)``. Binary problems use
-    :class:`~dasklbfgs.models.Logistic`, more classes :class:`~dasklbfgs.models.Softmax`.
+
+def _penalty_name(penalty: Any, C: float, l1_ratio: float | None) -> str | None:
+    """The penalty scikit-learn 1.9's ``LogisticRegression`` applies, with its FutureWarnings:
+    from ``l1_ratio`` and ``C`` when ``penalty`` is left at ``"deprecated"``, else ``penalty``."""
+    if penalty != "deprecated":
+        warnings.warn(_PENALTY_DEPRECATED, FutureWarning, stacklevel=4)
+        return penalty
+    if l1_ratio is None:
+        warnings.warn("'l1_ratio=None' was deprecated in version 1.8 and will trigger an error in 1.10. "
+                      "Use 0<=l1_ratio<=1 instead.", FutureWarning, stacklevel=4)
+    if C == np.inf:
+        return None
+    return "l2" if not l1_ratio else "l1" if l1_ratio == 1 else "elasticnet"
+
+
+def _logistic_penalty(penalty: Any, C: float, l1_ratio: float | None) -> tuple[float, float]:
+    """``(1 / C, share of L1)`` of scikit-learn 1.9's ``LogisticRegression`` for these parameters,
+    checked and warned about as scikit-learn does: the penalty is ``(1 / C) (share ||w||_1 +
+    (1 - share) ||w||^2 / 2)`` beside the summed loss."""
+    if penalty != "deprecated" and penalty not in _PENALTIES:
+        raise ConfigurationError(f"penalty must be one of {_PENALTIES} (deprecated: use l1_ratio and C), "
+                                 f"got {penalty!r}")
+    _check_number(C, "C", positive=True)
+    if l1_ratio is not None:
+        _check_l1_ratio(l1_ratio)
+    name = _penalty_name(penalty, C, l1_ratio)
+    if name != "elasticnet" and l1_ratio is not None and 0 < l1_ratio < 1:
+        warnings.warn(f"l1_ratio parameter is only used when penalty is 'elasticnet'. Got (penalty={name})",
+                      stacklevel=3)
+    if (penalty == "l2" and l1_ratio != 0) or (penalty == "l1" and l1_ratio != 1):
+        warnings.warn(f"Inconsistent values: penalty={penalty} with l1_ratio={l1_ratio}. penalty is deprecated. "
+                      "Please use l1_ratio only.", stacklevel=3)
+    if name == "elasticnet" and l1_ratio is None:
+        raise ConfigurationError("l1_ratio must be specified when penalty is elasticnet.")
+    if name is None:
+        if penalty is None and C != 1.0:
+            warnings.warn("Setting penalty=None will ignore the C and l1_ratio parameters", stacklevel=3)
+        return 0.0, 0.0
+    return 1.0 / C, {"l2": 0.0, "l1": 1.0}.get(name, l1_ratio)
+
+
+class LogisticRegression(ClassifierMixin, _ShardedEstimator):
+    """Logistic regression (binary or multinomial) with scikit-learn's penalties, trained on Dask.
+
+    Minimises scikit-learn's ``C * sum_i loss_i + l1_ratio ||w||_1 + (1 - l1_ratio) ||w||^2 / 2``,
+    here solved as the equivalent ``mean_i loss_i + (l2 / 2) ||w||^2 + l1 ||w||_1`` with
+    ``l2 = (1 - l1_ratio) / (C n)`` and ``l1 = l1_ratio / (C n)``; intercepts are not
+    penalised. Binary problems use :class:`~dasklbfgs.models.Logistic`, more classes
+    :class:`~dasklbfgs.models.Softmax`. An L1 part (``l1_ratio > 0``) needs a solver that
+    minimises one (Sandblaster, by OWL-QN).
 
     Parameters
     ----------
+    penalty
+        Deprecated, as in scikit-learn 1.8+: ``"l2"``, ``"l1"``, ``"elasticnet"`` (with
+        ``l1_ratio``) or ``None`` are still accepted, with scikit-learn's ``FutureWarning``;
+        use ``l1_ratio`` and ``C`` instead.
     C
-        Inverse regularisation strength (``np.inf``: none).
+        Inverse regularisation strength (``np.inf``: no penalty).
+    l1_ratio
+        The L1 share of the penalty, in [0, 1]: 0 is L2, 1 is L1, between is the elastic net.
     fit_intercept, max_iter, tol
         As in scikit-learn (``tol`` is the gradient tolerance; for Downpour ``max_iter``
         counts epochs).
+    warm_start
+        Start from the previous fit's ``coef_`` and ``intercept_`` (same features and classes).
     solver
         A registered solver (:func:`dasklbfgs.solver_names`): ``"sandblaster"`` (L-BFGS over
         data shards), ``"downpour"`` (asynchronous Adagrad) or a peer method.
@@ -218,7 +315,8 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         Dask client; default: the active client, else an embedded cluster per fit.
     """
 
-    def __init__(self, *, C: float = 1.0, fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4,
+    def __init__(self, penalty: Any = "deprecated", *, C: float = 1.0, l1_ratio: float | None = 0.0,
+                 fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4, warm_start: bool = False,
                  solver: str = "sandblaster", standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
@@ -229,15 +327,15 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
 
     def fit(self, X: Any, y: Any = None) -> LogisticRegression:
         self._check_params()
-        _check_number(self.C, "C", positive=True)
+        strength, l1_share = _logistic_penalty(self.penalty, self.C, self.l1_ratio)
         with self._fit_data(X, y, classifier=True) as (data, classes):
-            l2 = 0.0 if np.isinf(self.C) else 1.0 / (self.C * data.n_samples)
-            d = data.n_features
+            scale = strength / self._penalty_scale(data)
+            penalties = {"l2": (1.0 - l1_share) * scale, "l1": l1_share * scale, "fit_intercept": self.fit_intercept}
             if len(classes) == 2:
-                model = Logistic(d, l2=l2, fit_intercept=self.fit_intercept)
+                model = Logistic(data.n_features, **penalties)
             else:
-                model = Softmax(d, len(classes), l2=l2, fit_intercept=self.fit_intercept)
-            result = self._solve(model, data)
+                model = Softmax(data.n_features, len(classes), **penalties)
+            result = self._solve(model, data, x0=self._warm_start_x0(model))
         W, b = model.unpack(result.x)
         self.classes_ = classes
         self.coef_ = np.atleast_2d(np.asarray(W).T).copy()
@@ -264,31 +362,21 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         return self.classes_[index]
 
 
-class LinearRegression(RegressorMixin, _ShardedEstimator):
-    """Least squares with an optional l2 penalty (``alpha``, as scikit-learn's ``Ridge``).
-
-    Minimises ``||y - X w - b||^2 + alpha ||w||^2``, solved as the equivalent
-    ``mean_i (x_i w + b - y_i)^2 / 2 + (alpha / n) ||w||^2 / 2``.
-    """
-
-    def __init__(self, *, alpha: float = 0.0, fit_intercept: bool = True, max_iter: int = 200,
-                 tol: float = 1e-6, solver: str = "sandblaster", standardize: bool = True,
-                 learning_rate: float = _REPLICAS.default("learning_rate"),
-                 batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
-                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
-                 random_state: int | None = None, client: Any = None) -> None:
-        _store_parameters(self, locals())
+class _LeastSquaresEstimator(RegressorMixin, _ShardedEstimator):
+    """Least squares with a penalty: what LinearRegression, ElasticNet and Lasso share (the
+    model, the fit and predict). Each checks its penalty parameters in ``_check_penalty()``
+    and gives the model's ``l2`` and ``l1`` for the data in ``_penalties(data)``."""
 
     _accepts_sparse = True
 
-    def fit(self, X: Any, y: Any = None) -> LinearRegression:
+    def fit(self, X: Any, y: Any = None) -> _LeastSquaresEstimator:
         self._check_params()
-        _check_number(self.alpha, "alpha")
+        self._check_penalty()
         with self._fit_data(X, y, classifier=False) as (data, _):
             if len(data.y_shape) != 1:
                 raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
-            model = LeastSquares(data.n_features, l2=self.alpha / data.n_samples, fit_intercept=self.fit_intercept)
-            result = self._solve(model, data)
+            model = LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data))
+            result = self._solve(model, data, x0=self._warm_start_x0(model))
         W, b = model.unpack(result.x)
         self.coef_ = np.asarray(W, dtype=np.float64).copy()
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
@@ -296,6 +384,76 @@ class LinearRegression(RegressorMixin, _ShardedEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         return self._checked(X) @ self.coef_ + self.intercept_
+
+
+class LinearRegression(_LeastSquaresEstimator):
+    """Least squares with an optional l2 penalty (``alpha``, as scikit-learn's ``Ridge``).
+
+    Minimises ``||y - X w - b||^2 + alpha ||w||^2``, solved as the equivalent
+    ``mean_i (x_i w + b - y_i)^2 / 2 + (alpha / n) ||w||^2 / 2``. Parameters as
+    :class:`LogisticRegression`'s.
+    """
+
+    def __init__(self, *, alpha: float = 0.0, fit_intercept: bool = True, max_iter: int = 200,
+                 tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
+                 learning_rate: float = _REPLICAS.default("learning_rate"),
+                 batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
+                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 random_state: int | None = None, client: Any = None) -> None:
+        _store_parameters(self, locals())
+
+    def _check_penalty(self) -> None:
+        _check_number(self.alpha, "alpha")
+
+    def _penalties(self, data: ShardedDataset) -> dict[str, float]:
+        return {"l2": self.alpha / self._penalty_scale(data), "l1": 0.0}
+
+
+class ElasticNet(_LeastSquaresEstimator):
+    """Linear regression with scikit-learn's elastic-net penalty, trained on Dask.
+
+    Minimises scikit-learn's ``||y - X w - b||^2 / (2 n) + alpha l1_ratio ||w||_1 +
+    alpha (1 - l1_ratio) ||w||^2 / 2`` (intercept not penalised): the model
+    :class:`~dasklbfgs.models.LeastSquares` with ``l1 = alpha l1_ratio`` and ``l2 = alpha
+    (1 - l1_ratio)``, its loss already a mean, so the penalties do not scale with ``n``.
+    The L1 part needs a solver that minimises one (Sandblaster, by OWL-QN); coefficients it
+    removes are exactly 0.0. ``tol`` is the tolerance on the (pseudo-)gradient, ``max_iter``
+    counts L-BFGS iterations; the other parameters are :class:`LogisticRegression`'s.
+    """
+
+    def __init__(self, alpha: float = 1.0, *, l1_ratio: float = 0.5, fit_intercept: bool = True,
+                 max_iter: int = 200, tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster",
+                 standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
+                 batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
+                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 random_state: int | None = None, client: Any = None) -> None:
+        _store_parameters(self, locals())
+
+    def _l1_share(self) -> float:
+        return self.l1_ratio
+
+    def _check_penalty(self) -> None:
+        _check_number(self.alpha, "alpha")
+        _check_l1_ratio(self._l1_share())
+
+    def _penalties(self, data: ShardedDataset) -> dict[str, float]:
+        return {"l2": self.alpha * (1.0 - self._l1_share()), "l1": self.alpha * self._l1_share()}
+
+
+class Lasso(ElasticNet):
+    """:class:`ElasticNet` with ``l1_ratio=1``: scikit-learn's ``Lasso``, minimising
+    ``||y - X w - b||^2 / (2 n) + alpha ||w||_1``."""
+
+    def __init__(self, alpha: float = 1.0, *, fit_intercept: bool = True, max_iter: int = 200, tol: float = 1e-6,
+                 warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
+                 learning_rate: float = _REPLICAS.default("learning_rate"),
+                 batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
+                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 random_state: int | None = None, client: Any = None) -> None:
+        _store_parameters(self, locals())
+
+    def _l1_share(self) -> float:
+        return 1.0
 
 
 class MLPClassifier(ClassifierMixin, _ShardedEstimator):
@@ -329,7 +487,7 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
         _check_number(self.alpha, "alpha")
         self._model(1, 2)  # hidden_layer_sizes and activation, before any data is written
         with self._fit_data(X, y, classifier=True) as (data, classes):
-            model = self._model(data.n_features, len(classes), self.alpha / data.n_samples)
+            model = self._model(data.n_features, len(classes), self.alpha / self._penalty_scale(data))
             seed = 0 if self.random_state is None else self.random_state
             result = self._solve(model, data, x0=model.init_params(seed))
         views = model.layout.views(np.asarray(result.x, dtype=np.float64).copy())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import dask.array as da
 import numpy as np
 import pytest
@@ -9,6 +11,8 @@ import xarray as xr
 from sklearn.base import clone
 from sklearn.datasets import load_breast_cancer, load_wine
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import ElasticNet as SkElasticNet
+from sklearn.linear_model import Lasso as SkLasso
 from sklearn.linear_model import LogisticRegression as SkLogisticRegression
 from sklearn.linear_model import Ridge
 from sklearn.model_selection import GridSearchCV
@@ -18,11 +22,12 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
-from dasklbfgs.estimators import LinearRegression, LogisticRegression, MLPClassifier
-from dasklbfgs.models import MLP
+from dasklbfgs.estimators import ElasticNet, Lasso, LinearRegression, LogisticRegression, MLPClassifier, _logistic_penalty
+from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 
 
-@parametrize_with_checks([LogisticRegression(), LinearRegression(), MLPClassifier((8,), max_iter=40)])
+@parametrize_with_checks([LogisticRegression(), LinearRegression(), ElasticNet(), Lasso(),
+                          MLPClassifier((8,), max_iter=40)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
     check(estimator)
 
@@ -189,6 +194,13 @@ def test_not_converging_warns(client) -> None:
         (LogisticRegression(solver_options={"n_fetch": 3}), r"sandblaster does not take option 'n_fetch'"),
         (LogisticRegression(solver="downpour", solver_options={"n_fetch": 0}), r"n_fetch must be an integer >= 1"),
         (LogisticRegression(solver_options=[("history", 3)]), r"solver_options must be a dict or None"),
+        (LogisticRegression(l1_ratio=1.5), r"l1_ratio must be a number in \[0, 1\] \(0: L2 penalty, 1: L1, .* got 1.5"),
+        (LogisticRegression(penalty="l3"), r"penalty must be one of \('l1', 'l2', 'elasticnet', None\) .* got 'l3'"),
+        (LogisticRegression(warm_start="yes"), r"warm_start must be True or False, got 'yes'"),
+        (ElasticNet(l1_ratio=-0.1), r"l1_ratio must be a number in \[0, 1\] .* got -0.1"),
+        (Lasso(alpha=-1), r"alpha must be a number >= 0, got -1"),
+        (ElasticNet(solver="sync"), r"solver 'sync' does not minimise an l1 penalty, .* train it with solver 'sandblaster'"),
+        (LogisticRegression(l1_ratio=0.5, solver="easgd"), r"solver 'easgd' does not minimise an l1 penalty"),
     ],
 )
 def test_parameter_errors(client, estimator, match) -> None:
@@ -206,3 +218,151 @@ def test_bad_data(client) -> None:
     X[3, 1] = np.nan
     with pytest.raises(ValueError, match=r"Input X contains NaN"):
         LogisticRegression().fit(X, np.arange(10) % 2)
+
+
+def _sparse_truth_problem(n: int = 240, d: int = 12, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Features on unequal scales, a target driven by four of them (so L1 zeros some)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d)) * rng.uniform(0.5, 3.0, size=d)
+    w = np.zeros(d)
+    w[:4] = rng.normal(size=4) * 2
+    return X, X @ w + 1.5 + 0.3 * rng.normal(size=n)
+
+
+def _assert_same_optimum(objective, ours: np.ndarray, theirs: np.ndarray, n_coef: int) -> None:
+    """Same objective within 1e-6 relative and the same non-zero coefficients (ours exact zeros)."""
+    assert abs(objective(ours) - objective(theirs)) <= 1e-6 * abs(objective(ours))
+    np.testing.assert_array_equal(ours[:n_coef] != 0, np.abs(theirs[:n_coef]) > 1e-8)
+    assert 0 < np.count_nonzero(ours[:n_coef]) < n_coef
+
+
+def _params_of(estimator) -> np.ndarray:
+    """A fitted linear estimator's coef_ and intercept_ in the models' flat layout."""
+    return np.r_[np.atleast_2d(estimator.coef_).T.ravel(), estimator.intercept_]
+
+
+def _with_l1(model, l1: float):
+    """The model's full objective: its smooth part plus the l1 term on the coefficients."""
+    return lambda params, X, y: model.objective(params, X, y)[0] + l1 * np.abs(params[: model.n_coef]).sum()
+
+
+@pytest.mark.parametrize("l1_ratio", [1.0, 0.5])
+def test_elastic_net_and_lasso_reach_scikit_learns_optimum(client, l1_ratio) -> None:
+    X, y = _sparse_truth_problem()
+    alpha = 0.3
+    ours = (Lasso(alpha, tol=1e-10, max_iter=1000) if l1_ratio == 1 else
+            ElasticNet(alpha, l1_ratio=l1_ratio, tol=1e-10, max_iter=1000)).fit(X, y)
+    ref = (SkLasso(alpha, tol=1e-14, max_iter=100_000) if l1_ratio == 1 else
+           SkElasticNet(alpha, l1_ratio=l1_ratio, tol=1e-14, max_iter=100_000)).fit(X, y)
+    model = LeastSquares(X.shape[1], l2=alpha * (1 - l1_ratio))  # mean 0.5 r^2: scikit-learn's 1/(2n) ||r||^2
+    objective = _with_l1(model, alpha * l1_ratio)
+    _assert_same_optimum(lambda p: objective(p, X, y), _params_of(ours), _params_of(ref), X.shape[1])
+    assert ours.score(X, y) == pytest.approx(ref.score(X, y), abs=1e-6)
+
+
+@pytest.mark.parametrize(("l1_ratio", "n_classes"), [(1.0, 2), (0.5, 3)])
+def test_l1_and_elastic_net_logistic_reach_scikit_learns_optimum(client, l1_ratio, n_classes) -> None:
+    X, score = _sparse_truth_problem(seed=1)
+    cuts = np.quantile(score, np.linspace(0, 1, n_classes + 1)[1:-1])
+    y = np.searchsorted(cuts, score + np.random.default_rng(2).normal(size=score.size))
+    C = 0.05
+    ours = LogisticRegression(C=C, l1_ratio=l1_ratio, tol=1e-10, max_iter=1000).fit(X, y)
+    ref = SkLogisticRegression(C=C, l1_ratio=l1_ratio, solver="saga", tol=1e-12, max_iter=200_000).fit(X, y)
+    n, d = X.shape
+    K = 1 if n_classes == 2 else n_classes
+    penalties = {"l2": (1 - l1_ratio) / (C * n)}
+    model = Logistic(d, **penalties) if K == 1 else Softmax(d, K, **penalties)
+    objective = _with_l1(model, l1_ratio / (C * n))
+    _assert_same_optimum(lambda p: objective(p, X, y), _params_of(ours), _params_of(ref), d * K)
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), atol=1e-4)
+
+
+def _warnings_of(call) -> list[tuple[str, str]]:
+    """(category, message) of each warning ``call()`` gives but ConvergenceWarning, sorted."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        call()
+    return sorted((w.category.__name__, str(w.message)) for w in caught if w.category is not ConvergenceWarning)
+
+
+@pytest.mark.parametrize(("penalty", "C", "l1_ratio"), [
+    ("deprecated", 1.0, 0.0), ("deprecated", 1.0, None), ("deprecated", np.inf, 0.5), ("l1", 1.0, 0.0),
+    ("l1", 1.0, 1.0), ("l2", 1.0, 0.5), ("elasticnet", 2.0, 0.3), (None, 3.0, 0.0), (None, 1.0, 0.0),
+])
+def test_penalty_is_read_and_warned_about_as_scikit_learn_does(penalty, C, l1_ratio) -> None:
+    """The same FutureWarnings and UserWarnings as scikit-learn's own fit, word for word."""
+    X, y = load_breast_cancer(return_X_y=True)
+    reference = SkLogisticRegression(penalty=penalty, C=C, l1_ratio=l1_ratio, solver="saga", max_iter=1)
+    read = []
+    assert _warnings_of(lambda: read.append(_logistic_penalty(penalty, C, l1_ratio))) == _warnings_of(
+        lambda: reference.fit(X[:40], y[:40]))
+    expected_share = {"l1": 1.0, "l2": 0.0, None: 0.0}.get(penalty, l1_ratio or 0.0)
+    strength, share = read[0]
+    assert strength == (0.0 if penalty is None or C == np.inf else 1 / C)
+    assert share == (0.0 if strength == 0.0 else expected_share)
+
+
+def test_deprecated_penalty_fits_what_l1_ratio_fits(client) -> None:
+    X, score = _sparse_truth_problem(seed=3)
+    y = score + np.random.default_rng(4).normal(size=score.size) > 1.5
+    with pytest.warns(FutureWarning, match=r"'penalty' was deprecated in version 1.8 .* l1_ratio=1 instead of penalty='l1'"):
+        old = LogisticRegression(penalty="l1", C=0.05, l1_ratio=1.0, tol=1e-8).fit(X, y)
+    new = LogisticRegression(C=0.05, l1_ratio=1.0, tol=1e-8).fit(X, y)
+    np.testing.assert_array_equal(old.coef_, new.coef_)
+    with pytest.warns(FutureWarning, match=r"'penalty' was deprecated"), \
+            pytest.raises(ConfigurationError, match=r"l1_ratio must be specified when penalty is elasticnet"):
+        LogisticRegression(penalty="elasticnet", l1_ratio=None).fit(X, y)
+    assert 0 < np.count_nonzero(new.coef_) < X.shape[1]  # the L1 penalty removed some features
+    unpenalised = LogisticRegression(C=np.inf, tol=1e-8).fit(X, y)
+    ref = SkLogisticRegression(C=np.inf, tol=1e-10, max_iter=10_000).fit(X, y)
+    np.testing.assert_allclose(unpenalised.coef_, ref.coef_, atol=1e-6)
+
+
+def test_warm_start_reuses_the_fit(client) -> None:
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    cold = LogisticRegression(C=0.5, l1_ratio=0.5, tol=1e-6, max_iter=500)
+    warm = clone(cold).set_params(warm_start=True)
+    cold.fit(X, y), warm.fit(X, y)
+    np.testing.assert_array_equal(warm.coef_, cold.coef_)  # the first fit starts from zeros either way
+    first = warm.coef_.copy()
+    assert warm.fit(X, y).n_iter_[0] == 0  # refit on the same data: already converged where it starts
+    np.testing.assert_array_equal(warm.coef_, first)
+    warm.set_params(C=0.55).fit(X, y)  # a regularisation path: the next C from the last optimum
+    cold.set_params(C=0.55).fit(X, y)
+    assert warm.n_iter_[0] < cold.n_iter_[0]
+    n = len(X)  # the same optimum, within what tol leaves: objective to 1e-9, same zeros
+    objective = _with_l1(Softmax(X.shape[1], 3, l2=0.5 / (0.55 * n)), 0.5 / (0.55 * n))
+    assert objective(_params_of(warm), X, y) == pytest.approx(objective(_params_of(cold), X, y), rel=1e-9)
+    assert np.array_equal(warm.coef_ == 0, cold.coef_ == 0)
+
+    target = X @ np.linspace(-1, 1, X.shape[1])
+    lasso = Lasso(0.05, tol=1e-9, warm_start=True).fit(X, target)
+    first_iterations = lasso.n_iter_[0]
+    lasso.set_params(alpha=0.06).fit(X, target)  # a path: the next alpha from the last optimum
+    fresh = Lasso(0.06, tol=1e-9).fit(X, target)
+    assert lasso.n_iter_[0] < min(first_iterations, fresh.n_iter_[0])
+    np.testing.assert_allclose(lasso.coef_, fresh.coef_, atol=1e-6)
+    with pytest.raises(ConfigurationError, match=r"warm_start=True starts from the fitted coef_, of shape \(13,\), "
+                                                 r"but this data needs 5 features x 1 output\(s\); fit with warm_start=False"):
+        lasso.fit(X[:, :5], target)
+
+
+def test_pandas_feature_names_round_trip(client, tmp_path) -> None:
+    pd = pytest.importorskip("pandas")
+    values, target = _sparse_truth_problem(d=6)
+    X = pd.DataFrame(values, columns=["age", "height", "weight", "income", "rooms", "distance"])
+    y = pd.Series(target > np.median(target))
+    fitted = LogisticRegression().fit(X, y)
+    assert list(fitted.feature_names_in_) == list(X.columns) and fitted.n_features_in_ == 6
+    with pytest.raises(ValueError, match=r"The feature names should match those that were passed during fit"):
+        fitted.predict(X[X.columns[::-1]])
+    with pytest.warns(UserWarning, match=r"X does not have valid feature names, but LogisticRegression was fitted with"):
+        from_array = fitted.predict(values)
+    np.testing.assert_array_equal(from_array, fitted.predict(X))
+    regression = ElasticNet(0.01).fit(X, target)
+    assert list(regression.feature_names_in_) == list(X.columns)
+    with pytest.raises(ValueError, match=r"Feature names unseen at fit time:\n- colour"):
+        regression.predict(X.rename(columns={"rooms": "colour"}))
+    unnamed = ShardedDataset.create(tmp_path / "unnamed", values, target, shard_rows=100)
+    assert not hasattr(regression.fit(unnamed), "feature_names_in_")  # not a stale one from the fit before
