@@ -81,3 +81,25 @@ def check_cast(given: np.ndarray, stored: np.ndarray, name: str, *, first_row: i
         f"{name} value {given[index].item()!r} in shard {shard} at {where} does not fit the "
         f"stored dtype {stored.dtype} (fixed by the first block or the dtype argument)"
     )
+
+
+def check_weights_shape(w: np.ndarray, n_rows: int, *, where: str) -> None:
+    """Check sample weights are one number per row of X."""
+    check_numeric(w, "sample_weight")
+    if w.ndim != 1 or w.shape[0] != n_rows:
+        raise InvalidDataError(
+            f"sample_weight must be 1-D with one weight per row of X {where}: X has {n_rows} rows, "
+            f"sample_weight has shape {w.shape}"
+        )
+
+
+def check_weight_values(w: np.ndarray, *, first_row: int, shard: int) -> None:
+    """Raise naming the shard and row of the first NaN, infinite or negative weight."""
+    check_finite(w, "sample_weight", first_row=first_row, shard=shard)
+    negative = w < 0
+    if negative.any():
+        index, where = _first_bad(negative, first_row)
+        raise InvalidDataError(
+            f"sample_weight holds a negative weight ({w[index]}) in shard {shard} at {where}; "
+            "weights must be >= 0 (0 leaves a row out)"
+        )

@@ -22,7 +22,8 @@ import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data._sparse import as_csr, check_csr, is_sparse, row_of_value, vstack_csr, write_csr_shard
-from dasklbfgs.data._validate import check_block_shapes, check_cast, check_finite, check_numeric
+from dasklbfgs.data._validate import (check_block_shapes, check_cast, check_finite, check_numeric,
+                                     check_weight_values, check_weights_shape)
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
 FORMAT_VERSION = 1
@@ -45,42 +46,50 @@ class _LabelSummary:
         self.minimum = np.inf
         self.maximum = -np.inf
         self.counts: Counter[int] | None = Counter()
+        self.weights: dict[int, float] | None = None  # per label: the sum of its rows' weights
         self.integral = True
 
-    def update(self, y: np.ndarray) -> None:
+    def update(self, y: np.ndarray, w: np.ndarray | None = None) -> None:
         if y.size == 0:
             return
         self.minimum = min(self.minimum, float(y.min()))
         self.maximum = max(self.maximum, float(y.max()))
         self.integral = self.integral and y.ndim == 1 and bool(np.all(np.mod(y, 1) == 0))
         if self.integral and self.counts is not None:
-            values, counts = np.unique(y, return_counts=True)
+            values, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
             self.counts.update({int(v): int(c) for v, c in zip(values, counts)})
+            if w is not None:
+                self.weights = self.weights if self.weights is not None else {}
+                for v, total in zip(values, np.bincount(inverse.ravel(), weights=w, minlength=values.size)):
+                    self.weights[int(v)] = self.weights.get(int(v), 0.0) + float(total)
         if not self.integral or (self.counts is not None and len(self.counts) > MAX_LABELS_COUNTED):
-            self.counts = None
+            self.counts = self.weights = None
 
     def as_attrs(self) -> dict[str, Any]:
         out: dict[str, Any] = {"y_min": self.minimum, "y_max": self.maximum, "y_integral": self.integral}
         if self.counts is not None:
             out["label_counts"] = {str(k): v for k, v in sorted(self.counts.items())}
+        if self.weights is not None:
+            out["label_weights"] = {str(k): v for k, v in sorted(self.weights.items())}
         return out
 
 
 class ShardWriter:
     """Append validated, whole shards to the ``X`` and ``y`` arrays of a new Zarr group
     (``X`` dense, or one CSR subgroup per shard when the first block is sparse: see
-    :mod:`dasklbfgs.data._sparse`)."""
+    :mod:`dasklbfgs.data._sparse`), and to the ``w`` array of sample weights when the first
+    block has weights."""
 
     def __init__(
         self, group: zarr.Group, *, shard_rows: int, first_X: Any, first_y: np.ndarray,
-        x_dtype: np.dtype, compressors: tuple,
+        x_dtype: np.dtype, compressors: tuple, weighted: bool = False,
     ) -> None:
         self.shard_rows = shard_rows
         self.n_rows = 0
         self.n_features = first_X.shape[1]
         self.y_tail = first_y.shape[1:]
         self.labels = _LabelSummary()
-        self._pending: list[tuple[Any, np.ndarray]] = []
+        self._pending: list[tuple[Any, np.ndarray, np.ndarray | None]] = []
         self._pending_rows = 0
         self.sparse = is_sparse(first_X)
         self.nnz: list[int] = []  # per shard, sparse X only
@@ -100,9 +109,17 @@ class ShardWriter:
         y_dims = ("sample",) if first_y.ndim == 1 else ("sample", "output")
         y_dtype = first_y.dtype if first_y.dtype.kind in "iuf" else np.float64
         self.y = create("y", self.y_tail, y_dtype, y_dims)
+        self.w = create("w", (), np.float64, ("sample",)) if weighted else None
+        self.total_weight = 0.0
 
-    def append(self, X: Any, y: np.ndarray) -> None:
+    def append(self, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> None:
         where = f"in the block starting at row {self.n_rows + self._pending_rows}"
+        if (w is not None) != (self.w is not None):
+            given, first = ("has", "had none") if w is not None else ("has no", "had")
+            raise InvalidDataError(f"the block starting at row {self.n_rows + self._pending_rows} {given} sample "
+                                   f"weights but the first block {first}; give weights with every block or none")
+        if w is not None:
+            check_weights_shape(w, X.shape[0], where=where)
         if is_sparse(X) != self.sparse:
             given, first = ("sparse", "dense") if is_sparse(X) else ("dense", "sparse")
             raise InvalidDataError(f"X is {given} {where} but the first block was {first}; "
@@ -125,7 +142,7 @@ class ShardWriter:
         if self.sparse:  # checked whole, before the rows are cut into shards
             X = check_csr(as_csr(X), first_row=self.n_rows + self._pending_rows, shard_rows=self.shard_rows,
                           n_features=self.n_features)
-        self._pending.append((X, y))
+        self._pending.append((X, y, w))
         self._pending_rows += X.shape[0]
         while self._pending_rows >= self.shard_rows:
             self._write_shard(self.shard_rows)
@@ -135,16 +152,21 @@ class ShardWriter:
             self._write_shard(self._pending_rows)
 
     def _write_shard(self, rows: int) -> None:
-        Xs, ys = zip(*self._pending)
+        Xs, ys, ws = zip(*self._pending)
         X_all = vstack_csr(list(Xs), self.n_features, self.x_dtype) if self.sparse else (
             np.concatenate(Xs) if len(Xs) > 1 else Xs[0])
         y_all = np.concatenate(ys) if len(ys) > 1 else ys[0]
+        w_all = None if self.w is None else (np.concatenate(ws) if len(ws) > 1 else ws[0])
         X, y = X_all[:rows], y_all[:rows]
-        self._pending = [(X_all[rows:], y_all[rows:])] if X_all.shape[0] > rows else []
+        w = None if w_all is None else w_all[:rows]
+        self._pending = [(X_all[rows:], y_all[rows:], None if w_all is None else w_all[rows:])] \
+            if X_all.shape[0] > rows else []
         self._pending_rows = X_all.shape[0] - rows
 
         shard = self.n_rows // self.shard_rows
         check_finite(y, "y", first_row=self.n_rows, shard=shard)
+        if w is not None:
+            check_weight_values(w, first_row=self.n_rows, shard=shard)
         with np.errstate(over="ignore", invalid="ignore"):
             y_stored = y.astype(self.y.dtype, copy=False)
         # Validate what is stored, not only what was given: a cast can overflow or truncate.
@@ -159,7 +181,11 @@ class ShardWriter:
             self.X[start:stop] = X_stored
         self.y.resize((stop, *self.y_tail))
         self.y[start:stop] = y_stored
-        self.labels.update(y)
+        if self.w is not None:
+            self.w.resize((stop,))
+            self.w[start:stop] = w
+            self.total_weight += float(np.sum(w, dtype=np.float64))
+        self.labels.update(y, w)
         self.n_rows = stop
 
     def _stored_X(self, X: Any, shard: int) -> Any:
@@ -181,6 +207,16 @@ class ShardWriter:
                 f"X value {X.data[i].item()!r} in shard {shard} at row {row}, column {int(X.indices[i])} does not "
                 f"fit the stored dtype {values.dtype} (fixed by the first block or the dtype argument)")
         return sp.csr_array((values, X.indices, X.indptr), shape=X.shape)
+
+
+def _block_arrays(block: Any) -> tuple[Any, np.ndarray, np.ndarray | None]:
+    """``(X, y, w)`` of a block given as ``(X, y)`` or ``(X, y, sample_weight)``."""
+    if not isinstance(block, (tuple, list)) or len(block) not in (2, 3):
+        raise InvalidDataError(f"a block must be (X, y) or (X, y, sample_weight), got {type(block).__name__}"
+                               + (f" of length {len(block)}" if isinstance(block, (tuple, list)) else ""))
+    X, y, *w = block
+    weights = None if not w or w[0] is None else np.asarray(w[0])
+    return (X if is_sparse(X) else np.asarray(X)), np.asarray(y), weights
 
 
 def _x_dtype(dtype: Any, first_X: np.ndarray) -> np.dtype:
@@ -223,13 +259,14 @@ def write_dataset(
     feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
     compressor: Any, dtype: Any,
 ) -> Path:
-    """Write ``blocks`` of (X, y) rows to a new dataset at ``path``; return the path."""
+    """Write ``blocks`` of (X, y) or (X, y, sample_weight) rows to a new dataset at ``path``;
+    return the path."""
     target = Path(path)
     compressors = resolve_compressor(compressor)
     with written_aside(target, overwrite=overwrite) as temp:
         writer = None
-        for X, y in blocks:
-            X, y = (X if is_sparse(X) else np.asarray(X)), np.asarray(y)
+        for block in blocks:
+            X, y, w = _block_arrays(block)
             if writer is None:
                 check_block_shapes(X, y, where="in the first block")
                 check_numeric(X, "X")
@@ -237,9 +274,9 @@ def write_dataset(
                 group = zarr.create_group(store=str(temp), zarr_format=3)
                 writer = ShardWriter(
                     group, shard_rows=shard_rows, first_X=X, first_y=y,
-                    x_dtype=_x_dtype(dtype, X), compressors=compressors,
+                    x_dtype=_x_dtype(dtype, X), compressors=compressors, weighted=w is not None,
                 )
-            writer.append(X, y)
+            writer.append(X, y, w)
         if writer is not None:
             writer.finish()
         if writer is None or writer.n_rows == 0 or writer.n_features == 0:
@@ -247,6 +284,9 @@ def write_dataset(
             raise InvalidDataError(
                 f"the dataset is empty (shape {shape}); give at least one row and one feature"
             )
+        if writer.w is not None and not writer.total_weight > 0:
+            raise InvalidDataError(f"every sample_weight is 0 (over {writer.n_rows} rows): the weighted objective "
+                                   "is undefined; give some rows a positive weight")
         if feature_names is not None and len(feature_names) != writer.n_features:
             raise InvalidDataError(
                 f"feature_names has {len(feature_names)} names but X has "
@@ -260,6 +300,7 @@ def write_dataset(
             "chunks_complete": True,
             "feature_names": list(map(str, feature_names)) if feature_names is not None else None,
             **({"X_format": "csr", "X_dtype": str(writer.x_dtype), "nnz": writer.nnz} if writer.sparse else {}),
+            **({"weighted": True, "total_weight": writer.total_weight} if writer.w is not None else {}),
             **writer.labels.as_attrs(),
         }
         group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})

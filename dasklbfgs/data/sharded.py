@@ -1,7 +1,7 @@
 """``ShardedDataset``: training data as a Zarr (format 3) group chunked along rows.
 
-The group holds ``X`` (n x d) and ``y`` ((n,) or (n, k)); one row chunk of both arrays is
-one *data shard*, the unit Sandblaster caches on a worker and Downpour replicas stream
+The group holds ``X`` (n x d), ``y`` ((n,) or (n, k)) and, for weighted data, ``w`` (n,)
+of sample weights; one row chunk of the arrays is one *data shard*, the unit Sandblaster caches on a worker and Downpour replicas stream
 from. Schema and label statistics live in the group attribute ``"dasklbfgs"``. A sparse
 ``X`` (scipy.sparse input) is stored shard by shard in CSR form (see
 :mod:`dasklbfgs.data._sparse`) and read back as ``scipy.sparse.csr_array``.
@@ -20,7 +20,7 @@ import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard, vstack_csr
-from dasklbfgs.data._validate import check_block_shapes, check_shard_rows
+from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
 from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
 from dasklbfgs.errors import (ConfigurationError, CorruptDatasetError, DatasetError, InvalidDataError,
                               NotADatasetError)
@@ -53,7 +53,7 @@ class ShardedDataset:
         self._attrs = dict(group.attrs)
         schema = self._attrs.get(ATTRS_KEY, {})
         sparse = schema.get("X_format") == "csr"
-        for name in ("y",) if sparse else ("X", "y"):
+        for name in ("y",) + (() if sparse else ("X",)) + (("w",) if schema.get("weighted") else ()):
             if name not in group.array_keys():
                 raise NotADatasetError(
                     f"{str(self.path)!r} is a Zarr group but has no {name!r} array; "
@@ -89,10 +89,10 @@ class ShardedDataset:
     @classmethod
     def create(
         cls, path: os.PathLike[str] | str, X: Any, y: Any = None, *, shard_rows: int,
-        feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
+        sample_weight: Any = None, feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
         overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
     ) -> ShardedDataset:
-        """Write ``X`` and ``y`` as a sharded dataset at ``path`` and open it.
+        """Write ``X``, ``y`` (and sample weights) as a sharded dataset at ``path`` and open it.
 
         Parameters
         ----------
@@ -107,6 +107,10 @@ class ShardedDataset:
             Labels or targets, ``(n,)`` or ``(n, k)``.
         shard_rows
             Rows per shard (the Zarr chunk length along rows).
+        sample_weight
+            Optional per-row weights ``(n,)``, >= 0 and not all 0 (numpy or dask). Every
+            solver then minimises the weighted mean loss ``sum_i w_i loss_i / sum_i w_i``
+            plus the penalty. An xarray.Dataset input may carry them as a ``w`` variable.
         feature_names
             Optional names, one per column.
         attrs
@@ -126,18 +130,21 @@ class ShardedDataset:
         DatasetExistsError, InvalidDataError, ConfigurationError
         """
         shard_rows = check_shard_rows(shard_rows)
-        X, y, feature_names = unpack_xarray(X, y, feature_names)
+        X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
         X = as_csr(X) if is_sparse(X) else _as_array(X, "X")  # CSR: COO and DIA cannot slice rows
         y = _as_array(y, "y")
         check_block_shapes(X, y, where="in the input")  # before any block is read
+        if sample_weight is not None:
+            sample_weight = _as_array(sample_weight, "sample_weight")
+            check_weights_shape(sample_weight, X.shape[0], where="in the input")
         if 0 in X.shape:
             raise InvalidDataError(
                 f"the dataset is empty (shape {tuple(X.shape)}); give at least one row and one feature"
             )
         return cls.from_blocks(
-            path, _row_blocks(X, y, shard_rows), shard_rows=shard_rows, feature_names=feature_names,
+            path, _row_blocks(X, y, sample_weight, shard_rows), shard_rows=shard_rows, feature_names=feature_names,
             attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
         )
 
@@ -147,7 +154,8 @@ class ShardedDataset:
         feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
         overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
     ) -> ShardedDataset:
-        """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks.
+        """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks, or of
+        ``(X_block, y_block, weight_block)`` for weighted data (every block then has weights).
 
         Blocks may have any number of rows; they are buffered into whole shards, so only
         about one shard is held in memory at a time. This is how a dataset larger than
@@ -205,6 +213,24 @@ class ShardedDataset:
         return sum(self.schema["nnz"]) if self.is_sparse else self.n_samples * self.n_features
 
     @property
+    def is_weighted(self) -> bool:
+        """Whether the rows carry sample weights (the ``w`` array)."""
+        return bool(self.schema.get("weighted", False))
+
+    @property
+    def total_weight(self) -> float:
+        """The sum of the sample weights (``n_samples`` when unweighted): what the loss sum
+        is divided by to give the objective's (weighted) mean."""
+        return float(self.schema["total_weight"]) if self.is_weighted else float(self.n_samples)
+
+    @property
+    def label_weights(self) -> dict[int, float] | None:
+        """Per class label, the sum of its rows' weights (weighted data with few integer labels;
+        else None): what ``class_weight="balanced"`` divides by."""
+        weights = self.schema.get("label_weights")
+        return None if weights is None else {int(k): float(v) for k, v in weights.items()}
+
+    @property
     def y_shape(self) -> tuple[int, ...]:
         return tuple(self._y_shape)
 
@@ -238,7 +264,7 @@ class ShardedDataset:
     @property
     def nbytes_in_memory(self) -> int:
         """Bytes X and y take once loaded (decompressed)."""
-        y_bytes = int(np.prod(self.y_shape)) * self._y_dtype.itemsize
+        y_bytes = int(np.prod(self.y_shape)) * self._y_dtype.itemsize + (8 * self.n_samples if self.is_weighted else 0)
         if self.is_sparse:
             return y_bytes + sum(csr_nbytes(nnz, stop - start, self.n_features, self.dtype.itemsize)
                                  for nnz, (start, stop) in zip(self.schema["nnz"], self.shard_bounds, strict=True))
@@ -263,7 +289,7 @@ class ShardedDataset:
         return (
             f"ShardedDataset({str(self.path)!r}, n_samples={self.n_samples}, "
             f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype}"
-            f"{f', sparse, nnz={self.nnz}' if self.is_sparse else ''})"
+            f"{f', sparse, nnz={self.nnz}' if self.is_sparse else ''}{', weighted' if self.is_weighted else ''})"
         )
 
     # -- reading --------------------------------------------------------------------
@@ -293,6 +319,25 @@ class ShardedDataset:
         if self.is_sparse:
             return self._sparse_rows(X, start, stop), self._dense_rows(y, "y", start, stop)
         return self._dense_rows(X, "X", start, stop), self._dense_rows(y, "y", start, stop)
+
+    def load_weights(self, start: int, stop: int) -> np.ndarray | None:
+        """Sample weights of rows ``[start, stop)`` (float64), or None when the data are unweighted."""
+        if not self.is_weighted:
+            return None
+        if not (0 <= start <= stop <= self.n_samples):
+            raise ConfigurationError(
+                f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
+            )
+        try:
+            w = zarr.open_group(str(self.path), mode="r", zarr_format=3)["w"]
+        except Exception as exc:
+            raise CorruptDatasetError(f"cannot open the sample weights of the dataset at {str(self.path)!r}: "
+                                      f"{exc}; rewrite the dataset") from exc
+        return self._dense_rows(w, "w", start, stop)
+
+    def load_shard_weights(self, index: int) -> np.ndarray | None:
+        """Sample weights of shard ``index`` (None when unweighted)."""
+        return self.load_weights(*self.shard_bounds[index])
 
     def _dense_rows(self, array: zarr.Array, name: str, start: int, stop: int) -> np.ndarray:
         if stop == start:
@@ -387,6 +432,8 @@ class ShardedDataset:
             "y_min": schema.get("y_min"),
             "y_max": schema.get("y_max"),
             "label_counts": self.label_counts,
+            "weighted": self.is_weighted,
+            "total_weight": self.total_weight,
             "attrs": {k: v for k, v in self._attrs.items() if k != ATTRS_KEY},
         }
 
@@ -414,13 +461,13 @@ def _open_group(path: Path) -> zarr.Group:
     return node
 
 
-def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None):
-    """``(X, y, feature_names)`` from an ``xarray.Dataset`` with ``X`` and ``y`` variables
-    (``X`` as (sample, feature)); other inputs pass through unchanged."""
+def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None, sample_weight: Any = None):
+    """``(X, y, feature_names, sample_weight)`` from an ``xarray.Dataset`` with ``X`` and ``y``
+    variables (``X`` as (sample, feature)) and optionally ``w``; other inputs pass through unchanged."""
     import xarray as xr
 
     if not isinstance(X, xr.Dataset):
-        return X, y, feature_names
+        return X, y, feature_names, sample_weight
     if y is not None:
         raise ConfigurationError("pass y=None when X is an xarray.Dataset (y is read from it)")
     if missing := [v for v in ("X", "y") if v not in X.data_vars]:
@@ -433,7 +480,11 @@ def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None):
         xa = xa.transpose("sample", "feature")
     if "feature" in xa.coords and feature_names is None:
         feature_names = [str(v) for v in xa.coords["feature"].values]
-    return xa.data, X["y"].data, feature_names
+    if "w" in X.data_vars:
+        if sample_weight is not None:
+            raise ConfigurationError("the xarray.Dataset holds sample weights 'w'; pass sample_weight=None")
+        sample_weight = X["w"].data
+    return xa.data, X["y"].data, feature_names, sample_weight
 
 
 def _as_array(a: Any, name: str):
@@ -446,34 +497,37 @@ def _as_array(a: Any, name: str):
         raise InvalidDataError(f"{name} cannot be converted to an array: {exc}") from exc
 
 
-def _row_blocks(X, y, shard_rows: int) -> Iterator[tuple[Any, np.ndarray]]:
-    """Yield (X, y) row blocks of one shard each; dask inputs are computed block by block.
+def _row_blocks(X, y, w, shard_rows: int) -> Iterator[tuple[Any, np.ndarray, np.ndarray | None]]:
+    """Yield (X, y, w) row blocks of one shard each (w None when unweighted); dask inputs are
+    computed block by block.
 
     A sparse X is never cut here but handed over whole (in memory) or chunk by chunk (dask):
     the writer checks each block before cutting it, and scipy's row slicing would drop an
     out-of-range column index silently.
     """
     if is_sparse(X):
-        yield X, np.asarray(y)
+        yield X, np.asarray(y), None if w is None else np.asarray(w)
         return
     if hasattr(X, "dask") and is_sparse(getattr(X, "_meta", None)):
         import dask
 
         start = 0
         for i in range(X.numblocks[0]):
-            Xb, yb = dask.compute(X.blocks[i, 0] if X.numblocks[1] == 1 else X.blocks[i].rechunk({1: -1}),
-                                  y[start : start + X.chunks[0][i]])
+            rows = slice(start, start + X.chunks[0][i])
+            Xb, yb, wb = dask.compute(X.blocks[i, 0] if X.numblocks[1] == 1 else X.blocks[i].rechunk({1: -1}),
+                                      y[rows], None if w is None else w[rows])
             start += X.chunks[0][i]
-            yield Xb, np.asarray(yb)
+            yield Xb, np.asarray(yb), None if wb is None else np.asarray(wb)
         return
-    lazy = hasattr(X, "dask") or hasattr(y, "dask")
+    lazy = any(hasattr(a, "dask") for a in (X, y, w))
     for start in range(0, X.shape[0], shard_rows):
-        Xb, yb = X[start : start + shard_rows], y[start : start + shard_rows]
+        rows = slice(start, start + shard_rows)
+        Xb, yb, wb = X[rows], y[rows], None if w is None else w[rows]
         if lazy:
             import dask
 
-            Xb, yb = dask.compute(Xb, yb)
-        yield (Xb if is_sparse(Xb) else np.asarray(Xb)), np.asarray(yb)
+            Xb, yb, wb = dask.compute(Xb, yb, wb)
+        yield (Xb if is_sparse(Xb) else np.asarray(Xb)), np.asarray(yb), None if wb is None else np.asarray(wb)
 
 
 def as_dataset(data: Any) -> ShardedDataset:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs._checks import check_int
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import block_rows
 from dasklbfgs.models._layers import (
     ACTIVATIONS, Layout, affine, init_weights, seeded_zeros, weight_decay,
@@ -89,8 +89,12 @@ class SparseAutoencoder(Model):
     def _reconstruct(self, views: dict[str, np.ndarray], a: np.ndarray) -> np.ndarray:
         return _sigmoid(affine(a, views["W2"], views["b2"]))
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Reconstruction loss sum, its gradient and the sparsity statistics; ``y`` is ignored."""
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Reconstruction loss sum, its gradient and the sparsity statistics; ``y`` is ignored.
+        Unweighted: the sparsity penalty is of the mean activation over all rows."""
+        if w is not None:
+            raise ModelDataMismatchError("SparseAutoencoder does not take sample weights")
         X = X.astype(np.float64, copy=False)
         views = self.layout.views(params)
         sums = np.zeros(self.n_sums)

@@ -4,7 +4,8 @@ A model is a function of one flat float64 parameter vector. Solvers only ever as
 *sums over rows* (:meth:`Model.loss_grad_sum`), because sums from any split of the rows
 (portions on different workers, mini-batches) add up exactly; one call of
 :meth:`Model.objective_from_sums` then turns the added sums into the mean objective and
-its gradient. For most models the sums are the loss and the gradient of the loss, and the
+its gradient. With sample weights ``w`` the sums are weighted (``sum_i w_i loss_i``) and
+the mean is over the total weight instead of the row count. For most models the sums are the loss and the gradient of the loss, and the
 objective is their mean plus the penalty. A model whose objective is not a mean over rows
 (the sparse autoencoder's penalty depends on the mean hidden activation) returns extra
 sufficient statistics after the gradient: ``n_sums`` can exceed ``n_params``.
@@ -44,6 +45,9 @@ class Model:
     #: Whether :meth:`loss_grad_sum` and prediction take a ``scipy.sparse`` X (CSR rows of a
     #: sparse dataset); other models refuse sparse datasets in :meth:`check_data`.
     accepts_sparse: ClassVar[bool] = False
+    #: Whether :meth:`loss_grad_sum` takes per-row weights ``w``; other models refuse
+    #: weighted datasets in :meth:`check_data`.
+    accepts_weights: ClassVar[bool] = False
     n_features: int
     n_params: int
     #: The parameters' row table (word embeddings) whose rows a batch touches sparsely, or
@@ -61,8 +65,10 @@ class Model:
         """Starting parameters (zeros, or a seeded random initialisation for neural models)."""
         raise NotImplementedError
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Summed loss over the rows of ``X`` and the ``n_sums`` sums (gradient first)."""
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Summed loss over the rows of ``X`` and the ``n_sums`` sums (gradient first), each
+        row's terms weighted by ``w`` when given (models with :attr:`accepts_weights`)."""
         raise NotImplementedError
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
@@ -92,10 +98,15 @@ class Model:
         penalty, penalty_grad = self.penalty(params)
         return loss_sum / n + penalty, sums[: self.n_params] / n + penalty_grad
 
-    def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Objective and gradient over all of ``X`` in one process (a reference path)."""
-        loss, sums = self.loss_grad_sum(params, X, y)
-        return self.objective_from_sums(params, loss, sums, X.shape[0])
+    def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *,
+                  n: float | None = None) -> tuple[float, np.ndarray]:
+        """Objective and gradient over all of ``X`` in one process (a reference path, and a
+        mini-batch's): the loss sum (weighted by ``w``) over ``n``, by default the row count,
+        or the total weight ``w.sum()``."""
+        loss, sums = self.loss_grad_sum(params, X, y) if w is None else self.loss_grad_sum(params, X, y, w)
+        if n is None:
+            n = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
+        return self.objective_from_sums(params, loss, sums, n)
 
     def check_params(self, params: Any, name: str = "x0") -> np.ndarray:
         params = np.asarray(params, dtype=np.float64)
@@ -116,6 +127,11 @@ class Model:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} takes dense data, but X at {str(data.path)!r} is sparse; the linear models "
                 "(least_squares, logistic, softmax) train on sparse data"
+            )
+        if getattr(data, "is_weighted", False) and not self.accepts_weights:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} does not take sample weights, but the dataset at {str(data.path)!r} has "
+                "them (its 'w' array); train it on unweighted data"
             )
         if data.n_features != self.n_features:
             raise ModelDataMismatchError(

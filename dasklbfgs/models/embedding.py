@@ -62,6 +62,8 @@ class EmbeddingLM(SoftmaxOutput, Model):
         Weight decay on the dense layers (not on the embedding table).
     """
 
+    accepts_weights = True
+
     name = "embedding_lm"
 
     def __init__(self, vocab_size: int, embed_dim: int = 32, context: int = 3, hidden: int = 64, *,
@@ -112,7 +114,8 @@ class EmbeddingLM(SoftmaxOutput, Model):
         z = affine(e, views["W1"], views["b1"])
         return e, np.tanh(z, out=z)
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         ids = self._ids(X)
         views = self.layout.views(params)
         grad = np.zeros(self.n_params)
@@ -121,7 +124,8 @@ class EmbeddingLM(SoftmaxOutput, Model):
         for start in range(0, ids.shape[0], _BLOCK_ROWS):
             block, y_block = ids[start : start + _BLOCK_ROWS], y[start : start + _BLOCK_ROWS]
             e, h = self._hidden(views, block)
-            block_loss, dz = softmax_link(affine(h, views["W2"], views["b2"]), y_block)
+            block_loss, dz = softmax_link(affine(h, views["W2"], views["b2"]), y_block,
+                                          None if w is None else w[start : start + _BLOCK_ROWS])
             loss += block_loss
             g["W2"] += h.T @ dz
             g["b2"] += dz.sum(axis=0)

@@ -4,9 +4,10 @@ Parameter layout (one flat float64 vector): coefficients first, the ``d x K`` ma
 row-major (``K = 1`` for least squares and logistic), then the ``K`` intercepts when
 ``fit_intercept``. The objective is
 
-    f(theta) = (1/n) sum_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2 + l1 ||W||_1
+    f(theta) = (1/N) sum_i c_{y_i} w_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2 + l1 ||W||_1
 
-with intercepts not penalised. :meth:`Model.penalty` is the smooth part (the l2 term); the
+with intercepts not penalised; ``w_i`` are the data's sample weights (1 without) and N
+their sum (the row count without), ``c_k`` the classifiers' ``class_weight`` (1 without). :meth:`Model.penalty` is the smooth part (the l2 term); the
 l1 term is the optimizer's (:meth:`LinearModel.l1_weights`, OWL-QN, docs/algorithms.md §8). Models compute the loss and gradient *sums* over a block
 of rows (:meth:`loss_grad_sum`), so partial results from any split of the rows add up
 exactly to the full-data sums; the coordinator adds the penalty once.
@@ -14,7 +15,7 @@ exactly to the full-data sums; the coordinator adds the penalty once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,12 +29,31 @@ from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
 
+def check_class_weight(class_weight: Any, n_classes: int) -> tuple[float, ...] | None:
+    """``class_weight`` as a tuple of ``n_classes`` weights >= 0, not all 0 (None stays None)."""
+    if class_weight is None:
+        return None
+    try:
+        weights = np.asarray(class_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"class_weight must be {n_classes} numbers, one per class label 0..{n_classes - 1}, "
+                                 f"got {class_weight!r}") from None
+    if weights.shape != (n_classes,):
+        raise ConfigurationError(f"class_weight must be {n_classes} numbers, one per class label 0..{n_classes - 1}, "
+                                 f"got {class_weight!r}")
+    if not np.all(np.isfinite(weights)) or np.any(weights < 0) or not np.any(weights > 0):
+        raise ConfigurationError(f"class_weight must be finite numbers >= 0, not all 0, got {class_weight!r}")
+    return tuple(float(v) for v in weights)
+
+
 class LinearModel(Model):
     """Shared machinery of the linear objectives; subclasses set the link and label rules."""
 
     name: ClassVar[str]
     accepts_sparse: ClassVar[bool] = True
-    _link: ClassVar[Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray]]]
+    accepts_weights: ClassVar[bool] = True
+    _link: ClassVar[Callable[..., tuple[float, np.ndarray]]]
+    class_weight: tuple[float, ...] | None = None
 
     def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool, l1: float) -> None:
         self.n_features = check_int(n_features, "n_features")
@@ -69,16 +89,26 @@ class LinearModel(Model):
 
     # -- objective pieces ---------------------------------------------------------------
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Sum over the rows of (loss, gradient of the loss); no penalty.
+    def row_weights(self, y: np.ndarray, w: np.ndarray | None) -> np.ndarray | None:
+        """Each row's weight in the sums: its sample weight times its class's weight (None: all 1)."""
+        if self.class_weight is None:
+            return w
+        by_class = np.asarray(self.class_weight)[y.astype(np.intp, copy=False)]
+        return by_class if w is None else by_class * w
+
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Sum over the rows of (loss, gradient of the loss), weighted by
+        :meth:`row_weights`; no penalty.
 
         Rows are processed in cache-sized blocks: each block of X is read from memory for
         ``X_b W`` and is still in cache for ``X_b^T dz``, so X streams from memory about
         once per call. A sparse X (``scipy.sparse``, CSR) is never densified: its
         products cost its non-zeros.
         """
+        w = self.row_weights(y, w)
         if sp.issparse(X):
-            return self._sparse_loss_grad_sum(params, X.tocsr(), y)
+            return self._sparse_loss_grad_sum(params, X.tocsr(), y, w)
         if X.dtype.kind != "f":  # integer-coded features: compute in float64, never truncate W
             X = X.astype(np.float64)
         W, b = self.unpack(params)
@@ -91,13 +121,14 @@ class LinearModel(Model):
             Xb = X[start : start + step]
             z = Xb @ W
             z += b if self.n_outputs > 1 else b[0]
-            block_loss, dz = type(self)._link(z, y[start : start + step])
+            block_loss, dz = type(self)._link(z, y[start : start + step], None if w is None else w[start : start + step])
             loss += block_loss
             gW += dz @ Xb if self.n_outputs == 1 else Xb.T @ dz
             gb += dz.sum(axis=0)
         return loss, grad
 
-    def _sparse_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray) -> tuple[float, np.ndarray]:
+    def _sparse_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
+                              w: np.ndarray | None) -> tuple[float, np.ndarray]:
         """:meth:`loss_grad_sum` of a CSR block in one pass (a row of it is a few non-zeros:
         no cache blocking needed); float64 parameters whatever X's dtype."""
         W, b = self.unpack(params)
@@ -105,7 +136,7 @@ class LinearModel(Model):
         gW, gb = self.unpack(grad)
         z = X @ W
         z += b if self.n_outputs > 1 else b[0]
-        loss, dz = type(self)._link(np.asarray(z, dtype=np.float64), y)
+        loss, dz = type(self)._link(np.asarray(z, dtype=np.float64), y, w)
         gW += X.T @ dz
         gb += dz.sum(axis=0)
         return loss, grad
@@ -175,8 +206,10 @@ class Logistic(LinearModel):
     name = "logistic"
     _link = staticmethod(logistic_link)
 
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0,
+                 class_weight: Sequence[float] | None = None) -> None:
         super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
+        self.class_weight = check_class_weight(class_weight, 2)
 
     def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Columns P(y=0), P(y=1)."""
@@ -190,6 +223,9 @@ class Logistic(LinearModel):
     def _check_labels(self, data: Any) -> None:
         self._check_class_labels(data, 2)
 
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), **({} if self.class_weight is None else {"class_weight": list(self.class_weight)})}
+
 
 class Softmax(SoftmaxOutput, LinearModel):
     """Multinomial logistic regression, labels 0..K-1: per-sample loss -log softmax(z)_y."""
@@ -198,9 +234,10 @@ class Softmax(SoftmaxOutput, LinearModel):
     _link = staticmethod(softmax_link)
 
     def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True,
-                 l1: float = 0.0) -> None:
+                 l1: float = 0.0, class_weight: Sequence[float] | None = None) -> None:
         n_classes = check_int(n_classes, "n_classes", minimum=2)
         super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1)
+        self.class_weight = check_class_weight(class_weight, n_classes)
 
     @property
     def n_classes(self) -> int:
@@ -208,4 +245,5 @@ class Softmax(SoftmaxOutput, LinearModel):
 
     def _config(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "n_classes": self.n_classes, **{
-            k: v for k, v in super()._config().items() if k != "n_features"}}
+            k: v for k, v in super()._config().items() if k != "n_features"},
+            **({} if self.class_weight is None else {"class_weight": list(self.class_weight)})}

@@ -22,28 +22,33 @@ def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, flo
     """Objective and, by the model's task, accuracy (classification), RMSE and R^2
     (regression) or the mean squared reconstruction error (reconstruction) on ``data``.
 
-    Reads one shard at a time, so the dataset may be larger than memory.
+    Reads one shard at a time, so the dataset may be larger than memory. With sample
+    weights, every figure is weighted (as scikit-learn's scores with ``sample_weight``), and
+    means are over the total weight.
     """
     model.check_data(data)
-    n = data.n_samples
+    n = data.total_weight
     loss = correct = 0.0
     sums = np.zeros(model.n_sums)
     sum_y = sum_y2 = sse = 0.0
-    for X, y in data.iter_shards():
-        part_loss, part_sums = model.loss_grad_sum(params, X, y)
+    for index in range(data.n_shards):
+        X, y = data.load_shard(index)
+        w = data.load_shard_weights(index)
+        part_loss, part_sums = model.loss_grad_sum(params, X, y) if w is None else model.loss_grad_sum(params, X, y, w)
         loss += part_loss
         sums += part_sums
+        weight = np.ones(X.shape[0]) if w is None else w
         if model.task == "classification":
-            correct += float(np.sum(model.predict(params, X) == y))
+            correct += float(weight @ (model.predict(params, X) == y))
         elif model.task == "regression":
             residual = model.predict(params, X) - y
-            sse += float(residual @ residual)
-            sum_y += float(y.sum())
-            sum_y2 += float(y @ y)
+            sse += float((weight * residual) @ residual)
+            sum_y += float(weight @ y)
+            sum_y2 += float((weight * y) @ y)
         else:
             residual = model.predict(params, X) - X
-            sse += float(np.einsum("ij,ij->", residual, residual))
-    metrics = {"objective": model.objective_from_sums(params, loss, sums, n)[0], "n_samples": n}
+            sse += float(np.einsum("i,ij,ij->", weight, residual, residual))
+    metrics = {"objective": model.objective_from_sums(params, loss, sums, n)[0], "n_samples": data.n_samples}
     if model.task == "classification":
         metrics["accuracy"] = correct / n
     elif model.task == "regression":

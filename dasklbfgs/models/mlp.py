@@ -51,6 +51,8 @@ class MLP(SoftmaxOutput, Model):
         Weight decay on the weight matrices.
     """
 
+    accepts_weights = True
+
     name = "mlp"
 
     def __init__(self, n_features: int, hidden: Sequence[int] = (64,), n_classes: int = 2, *,
@@ -92,8 +94,10 @@ class MLP(SoftmaxOutput, Model):
             outputs.append(act(affine(outputs[-1], W, b)))
         return outputs
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-        """Cross-entropy summed over the rows and its gradient (backpropagation per block)."""
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """Cross-entropy summed over the rows (weighted by ``w``) and its gradient
+        (backpropagation per block)."""
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
         X = X.astype(dtype, copy=False)
         layers = self._weights(params, dtype)
@@ -105,7 +109,8 @@ class MLP(SoftmaxOutput, Model):
         for start in range(0, X.shape[0], step):
             outputs = self._forward(layers, X[start : start + step])
             logits = affine(outputs[-1], *layers[-1])
-            block_loss, delta = softmax_link(logits, y[start : start + step])
+            block_loss, delta = softmax_link(logits, y[start : start + step],
+                                             None if w is None else w[start : start + step])
             loss += block_loss
             for l in range(self.n_layers - 1, -1, -1):
                 views[f"W{l}"] += outputs[l].T @ delta

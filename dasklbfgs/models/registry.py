@@ -42,6 +42,9 @@ class ModelOptions(Options):
     l1: float = option(0.0, "l1 penalty strength on the coefficients of linear models (never the intercepts); "
                        "Sandblaster then runs OWL-QN, and l1 with l2 is the elastic net", "float", minimum=0)
     fit_intercept: bool = option(True, "fit an intercept (linear models)", "bool", aliases=("intercept",))
+    class_weight: str | None = option(None, "logistic and softmax: 'balanced' weighs each class's rows by "
+                                      "total weight / (classes x the class's weight), as scikit-learn's",
+                                      "choice", choices=("balanced",), nullable=True, none_means="every class 1")
     hidden: tuple[int, ...] | None = _shape("hidden layer widths, e.g. 256,256 (embedding_lm: one width)",
                                             "ints")
     activation: str | None = _shape("mlp hidden activation", "choice", choices=tuple(ACTIVATIONS))
@@ -82,13 +85,28 @@ def default_model(data: Any) -> str:
     return MODEL_FOR_TASK[task]
 
 
+def balanced_class_weight(data: Any, n_classes: int) -> list[float]:
+    """scikit-learn's ``class_weight="balanced"`` from the totals ``data`` recorded when written:
+    ``N / (K N_k)`` with ``N_k`` the total (sample) weight of class ``k``'s rows."""
+    totals = data.label_weights if data.is_weighted else data.label_counts
+    if totals is None:
+        raise ConfigurationError(f"class_weight='balanced' needs the class totals, and the dataset at "
+                                 f"{str(data.path)!r} recorded none (its labels are not a few integers)")
+    missing = [k for k in range(n_classes) if not totals.get(k)]
+    if missing:
+        raise ConfigurationError(f"class_weight='balanced' weighs each class by its share, and class(es) {missing} "
+                                 f"have no rows (or no weight) in the dataset at {str(data.path)!r}")
+    total = sum(totals[k] for k in range(n_classes))
+    return [total / (n_classes * totals[k]) for k in range(n_classes)]
+
+
 def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
-                      **options: Any) -> Model:
+                      class_weight: str | None = None, **options: Any) -> Model:
     """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).
 
     ``options`` are the neural models' shape options (:data:`OPTIONS`); ``fit_intercept``
     and ``l1`` apply to the linear models only (the neural ones always have biases, and
-    OWL-QN's orthants suit convex objectives).
+    OWL-QN's orthants suit convex objectives), ``class_weight`` to logistic and softmax.
     """
     if name not in CLASSES:
         raise ConfigurationError(f"model must be one of {MODELS!r}, got {name!r}")
@@ -98,10 +116,19 @@ def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, l1: float = 0.0,
         raise ConfigurationError(
             f"model {name!r} does not take option(s) {unknown}; it takes {list(allowed) or 'none'}"
         )
+    if class_weight is not None and name not in ("logistic", "softmax"):
+        raise ConfigurationError(f"class_weight applies to the classifiers logistic and softmax, not {name!r}")
+    if class_weight not in (None, "balanced"):
+        raise ConfigurationError(f"class_weight must be 'balanced' or None, got {class_weight!r}")
     if name in LINEAR:
+        if name == "least_squares":
+            return LeastSquares(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)
+        n_classes = 2 if name == "logistic" else _n_classes(data)
+        weights = None if class_weight is None else balanced_class_weight(data, n_classes)
         if name == "softmax":
-            return Softmax(data.n_features, _n_classes(data), l2=l2, fit_intercept=fit_intercept, l1=l1)
-        return CLASSES[name](data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)  # type: ignore[call-arg]
+            return Softmax(data.n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1,
+                           class_weight=weights)
+        return Logistic(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1, class_weight=weights)
     if not fit_intercept:
         raise ConfigurationError(f"fit_intercept=False applies to linear models, not {name!r}")
     if l1:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from scipy.optimize import approx_fprime
 from scipy.special import expit, logsumexp
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
-from dasklbfgs.models import LeastSquares, Logistic, Softmax, model_for_dataset
+from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax, model_for_dataset
 from dasklbfgs.models._kernels import block_rows
 from dasklbfgs.models.persist import load_params, save_params
 
@@ -123,6 +124,40 @@ def test_layout_and_init() -> None:
     assert model == Softmax(3, 2) and model != Softmax(3, 2, l2=1.0)
 
 
+WEIGHTED_MODELS = [LeastSquares(6, l2=0.1), Logistic(6, class_weight=[2.0, 0.5]),
+                   Softmax(6, 4, l2=0.1, class_weight=[1.0, 0.0, 3.0, 0.5]), MLP(6, hidden=(5,), n_classes=4, l2=0.1)]
+
+
+@pytest.mark.parametrize(("model", "sparse"), [
+    pytest.param(m, sparse, id=f"{type(m).__name__}-{'sparse' if sparse else 'dense'}")
+    for m in WEIGHTED_MODELS for sparse in (False, True) if m.accepts_sparse or not sparse])
+def test_weights_are_repetitions_and_class_weights_are_weights_by_label(model, sparse) -> None:
+    """A row of integer weight k counts as k copies of it (dense and sparse X); a class
+    weight is the sample weight of every row with that label."""
+    rng = np.random.default_rng(4)
+    X, y = rng.normal(size=(700, 6)), rng.integers(0, 4 if not isinstance(model, Logistic) else 2, 700) * 1.0
+    if isinstance(model, LeastSquares):
+        y = rng.normal(size=700)
+    w = rng.integers(0, 4, 700)
+    params = rng.normal(size=model.n_params)
+    Xw = sp.csr_array(X) if sparse else X
+    weighted = model.objective(params, Xw, y, w.astype(float))
+    repeated = model.objective(params, np.repeat(X, w, axis=0), np.repeat(y, w))
+    np.testing.assert_allclose(weighted[0], repeated[0], rtol=1e-13)
+    np.testing.assert_allclose(weighted[1], repeated[1], rtol=1e-11, atol=1e-13)
+    f = lambda p: model.objective(p, Xw, y, w * 0.7)[0]  # noqa: E731
+    np.testing.assert_allclose(model.objective(params, Xw, y, w * 0.7)[1], approx_fprime(params, f, 1e-7),
+                               rtol=1e-4, atol=1e-6)
+    class_weight = getattr(model, "class_weight", None)
+    if class_weight is not None:
+        plain = type(model)(**{**model._config(), "class_weight": None})
+        by_label = np.asarray(class_weight)[y.astype(int)] * w
+        np.testing.assert_allclose(model.loss_grad_sum(params, Xw, y, w * 1.0)[1],
+                                   plain.loss_grad_sum(params, Xw, y, by_label)[1], rtol=1e-12, atol=1e-14)
+        assert repr(model).endswith(f"class_weight={list(class_weight)!r})")
+        assert type(model)(**model._config()) == model
+
+
 def test_save_and_load_params(tmp_path) -> None:
     model = Softmax(3, 2, l2=0.5, fit_intercept=False, l1=0.25)
     params = np.arange(6.0)
@@ -146,6 +181,12 @@ def test_save_and_load_params(tmp_path) -> None:
         (lambda: Softmax(3, 1), r"n_classes must be an integer >= 2, got 1"),
         (lambda: LeastSquares(3, fit_intercept="yes"), r"fit_intercept must be True or False, got 'yes'"),
         (lambda: Logistic(3, l1=-0.5), r"l1 must be a non-negative finite number, got -0.5"),
+        (lambda: Logistic(3, class_weight=[1.0]), r"class_weight must be 2 numbers, one per class label 0..1, "
+                                                  r"got \[1.0\]"),
+        (lambda: Softmax(3, 3, class_weight="x"), r"class_weight must be 3 numbers, .* got 'x'"),
+        (lambda: Softmax(3, 2, class_weight=[1, -1]), r"class_weight must be finite numbers >= 0, not all 0, "
+                                                      r"got \[1, -1\]"),
+        (lambda: Logistic(3, class_weight=[0, 0]), r"not all 0, got \[0, 0\]"),
     ],
 )
 def test_configuration_errors(factory, match) -> None:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Batches", "ReplicaTask", "epoch_order", "global_steps_per_epoch", "is_non_finite", "leave_task_slot",
+__all__ = ["Batch", "Batches", "ReplicaTask", "epoch_order", "global_steps_per_epoch", "is_non_finite", "leave_task_slot",
            "non_finite_message", "replica_rows"]
 
 
@@ -51,6 +51,20 @@ class Batches:
         return epoch, np.sort(self._orders[epoch][start : start + self.config.batch_size])
 
 
+class Batch(NamedTuple):
+    """One mini-batch: its rows of X and y, and their sample weights scaled to a mean of 1
+    over the dataset (None: unweighted), so that the batch's mean loss, taken over its row
+    count, is an unbiased estimate of the dataset's weighted mean loss."""
+
+    X: Any
+    y: np.ndarray
+    w: np.ndarray | None
+
+    @property
+    def size(self) -> int:
+        return int(self.X.shape[0])
+
+
 class ReplicaTask:
     """What every replica task keeps on its worker (Downpour's and the peer methods'): its
     rows and batches, its counts, why it stopped, and its time computing gradients."""
@@ -58,6 +72,8 @@ class ReplicaTask:
     def __init__(self, replica: int, model: Any, data: Any, rows: tuple[int, int], config: Any) -> None:
         self.replica, self.model, self.config = replica, model, config
         self.X, self.y = data.load_rows(*rows)
+        weights = data.load_weights(*rows)
+        self.w = None if weights is None else weights * (data.n_samples / data.total_weight)
         self.batches = Batches(self.X.shape[0], config, replica)
         self.steps = self.examples = 0
         self.stop: str | None = None
@@ -70,10 +86,14 @@ class ReplicaTask:
         self.seconds_computing += time.perf_counter() - started
         return out
 
-    def gradient(self, params: np.ndarray, Xb: Any, yb: Any, epoch: int) -> tuple[float, np.ndarray] | None:
+    def batch(self, index: np.ndarray) -> Batch:
+        """The rows ``index`` of the replica's rows (see :class:`Batch`)."""
+        return Batch(self.X[index], self.y[index], None if self.w is None else self.w[index])
+
+    def gradient(self, params: np.ndarray, batch: Batch, epoch: int) -> tuple[float, np.ndarray] | None:
         """The mini-batch loss and gradient at ``params``; None when either is not finite
         (``stop`` then says so)."""
-        loss, grad = self.timed(self.model.objective, params, Xb, yb)
+        loss, grad = self.timed(lambda: self.model.objective(params, batch.X, batch.y, batch.w, n=batch.size))
         if math.isfinite(loss) and np.all(np.isfinite(grad)):
             return loss, grad
         self.stop = non_finite_message(self.replica, loss, self.steps, epoch)

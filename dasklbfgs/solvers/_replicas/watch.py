@@ -142,7 +142,7 @@ def diverged(entry: dict[str, Any], start_loss: Future) -> str | None:
 
 def _sample_objective(model: Model, data: Any, rows: tuple[int, int], params: np.ndarray) -> float:
     X, y = data.load_rows(*rows)
-    return float(model.objective(params, X, y)[0])
+    return float(model.objective(params, X, y, data.load_weights(*rows))[0])
 
 
 def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:

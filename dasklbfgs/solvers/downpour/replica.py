@@ -200,13 +200,13 @@ class DownpourReplica(ReplicaTask):
             self.fetches += 1
             if self.stop:
                 return True
-        Xb = self.X[index]
-        computed = self.gradient(self.params, Xb, self.y[index], epoch)
+        batch = self.batch(index)
+        computed = self.gradient(self.params, batch, epoch)
         if computed is None:
             self.replies(self.send(lambda i, s: s.request_stop(self.stop)))
             return True
         loss, grad = computed
-        self.accrue(loss, grad, Xb)
+        self.accrue(loss, grad, batch.X)
         self.examples += index.size
         if self.config.local_learning_rate:
             self.params -= self.config.local_learning_rate * grad

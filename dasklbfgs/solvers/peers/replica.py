@@ -24,7 +24,7 @@ from dasklbfgs.optim.collective import (
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers._replicas.local_actors import ActorRef, OnWorkerLoop, bind_local
 from dasklbfgs.solvers.peers.mailbox import Stopped
-from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot, non_finite_message
+from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model
 
@@ -231,15 +231,15 @@ class PeerReplica(ReplicaTask):
             return True
         return False
 
-    def batch(self, step: int) -> tuple[int, np.ndarray, Any, Any]:
-        """``(epoch, index, Xb, yb)`` of ``step``."""
+    def batch_of(self, step: int) -> tuple[int, Batch]:
+        """``(epoch, batch)`` of ``step``."""
         if step < self.batches.total:
             epoch, index = self.batches[step]
-            return epoch, index, self.X[index], self.y[index]
+            return epoch, self.batch(index)
         # sync only: this replica ran out of batches; it adds nothing to the sums
-        return -1, np.zeros(0, dtype=np.intp), self.X[:0], self.y[:0]
+        return -1, self.batch(np.zeros(0, dtype=np.intp))
 
-    def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
+    def step(self, step: int, epoch: int, batch: Batch) -> float | None:
         """Train on one mini-batch and talk to the peers; the loss, or None to stop (see ``stop``)."""
         raise NotImplementedError
 
@@ -278,13 +278,13 @@ class PeerReplica(ReplicaTask):
         for step in range(self.steps, self.n_steps):
             if self.stopped():
                 break
-            epoch, index, Xb, yb = self.batch(step)
-            loss = self.step(step, epoch, Xb, yb)
+            epoch, batch = self.batch_of(step)
+            loss = self.step(step, epoch, batch)
             if loss is None:
                 break
             if self.publishes:
                 self.own.publish(self.estimate(), step)  # for pulls and scoring
-            self.record(step, loss, index.size)
+            self.record(step, loss, batch.size)
 
     def wait_for_abort(self) -> None:
         """After a failed call to a peer: wait for the coordinator to abort the run (it then
@@ -346,9 +346,9 @@ class SyncReplica(PeerReplica):
         return [{**e, "params": ahead["params"], "rule_state": ahead["rule_state"], "steps": ahead["steps"]}
                 for e in entries]
 
-    def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
+    def step(self, step: int, epoch: int, batch: Batch) -> float | None:
         try:
-            loss, gradient = self.all_reduce(step, Xb, yb)
+            loss, gradient = self.all_reduce(step, batch)
         except Stopped as stopped:
             self.stop = str(stopped)
             return None
@@ -358,12 +358,14 @@ class SyncReplica(PeerReplica):
         self.params += self.rule_step(gradient)
         return loss
 
-    def row_sums(self, Xb: Any, yb: Any) -> tuple[float, np.ndarray]:
-        if Xb.shape[0]:
-            return self.timed(self.model.loss_grad_sum, self.params, Xb, yb)
-        return 0.0, np.zeros(self.model.n_sums)
+    def row_sums(self, batch: Batch) -> tuple[float, np.ndarray]:
+        if not batch.size:
+            return 0.0, np.zeros(self.model.n_sums)
+        if batch.w is None:
+            return self.timed(self.model.loss_grad_sum, self.params, batch.X, batch.y)
+        return self.timed(self.model.loss_grad_sum, self.params, batch.X, batch.y, batch.w)
 
-    def all_reduce(self, step: int, Xb: Any, yb: Any) -> tuple[Any, np.ndarray | None]:
+    def all_reduce(self, step: int, batch: Batch) -> tuple[Any, np.ndarray | None]:
         """One synchronous step's large-batch objective and gradient, the same on every replica.
 
         Row sums (not means) travel up the tree, so replicas with unequal batches (the last
@@ -371,8 +373,8 @@ class SyncReplica(PeerReplica):
         Returns ``(reason, None)`` when the root stops the run.
         """
         own, children = self.own, tree_children(self.replica, self.config.n_replicas)
-        loss_sum, sums = self.row_sums(Xb, yb)
-        n = Xb.shape[0]
+        loss_sum, sums = self.row_sums(batch)
+        n = batch.size
         for child in children:
             child_loss, child_sums, child_n = own.take(("up", step, child), self.config.wait_timeout, stoppable=False)
             loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
@@ -395,8 +397,8 @@ class SyncReplica(PeerReplica):
 class LocalStepReplica(PeerReplica):
     """The asynchronous methods: a gradient at the replica's own parameters, then an exchange."""
 
-    def step(self, step: int, epoch: int, Xb: Any, yb: Any) -> float | None:
-        computed = self.gradient(self.estimate(), Xb, yb, epoch)
+    def step(self, step: int, epoch: int, batch: Batch) -> float | None:
+        computed = self.gradient(self.estimate(), batch, epoch)
         if computed is None:
             replies([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)], self.own)
             return None

@@ -140,7 +140,7 @@ class SandblasterRun:
         if self.l1 is not None and self.transform is not None:
             self.l1_theta = self.transform.l1_weights_to_theta(self.l1)
         if opts.state == "sharded":
-            self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.n_samples, theta0,
+            self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.total_weight, theta0,
                                       opts.history, opts.param_shards, self.transform, self.l1_theta)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
@@ -172,7 +172,7 @@ class SandblasterRun:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""
         params = self._params(theta)
         loss, sums = self.evaluator.evaluate(params)
-        f, g = self.model.objective_from_sums(params, loss, sums, self.dataset.n_samples)
+        f, g = self.model.objective_from_sums(params, loss, sums, self.dataset.total_weight)
         return (f, g) if self.transform is None else (f, self.transform.gradient_to_theta(g))
 
     def _params(self, theta: np.ndarray) -> np.ndarray:

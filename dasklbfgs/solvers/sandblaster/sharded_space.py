@@ -178,13 +178,13 @@ def standardized_to_params(transform: Any, theta: np.ndarray) -> np.ndarray:
 class ShardedSpace:
     """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
 
-    def __init__(self, client: Client, evaluator: Any, model: Model, n_samples: int, x0: np.ndarray,
+    def __init__(self, client: Client, evaluator: Any, model: Model, total_weight: float, x0: np.ndarray,
                  m: int, n_shards: int, transform: Any = None, l1_weights: np.ndarray | None = None) -> None:
         """``x0`` in the optimizer's coordinates; ``transform`` (a
         :class:`~dasklbfgs.solvers.sandblaster.standardize.Standardizer`, per-feature scales only)
         maps them to the model's parameters on the workers; ``l1_weights`` (in the optimizer's
         coordinates) make it a space for OWL-QN (:func:`~dasklbfgs.optim.owlqn.owlqn_minimize`)."""
-        self.client, self.evaluator, self.model, self.n = client, evaluator, model, n_samples
+        self.client, self.evaluator, self.model, self.n = client, evaluator, model, total_weight
         self.transform = transform
         self.size = model.n_params
         self.orthants = l1_weights is not None

@@ -8,7 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 from dasklbfgs.models.base import Model
 
-Shard = tuple[np.ndarray, np.ndarray]
+Shard = tuple[Any, np.ndarray, "np.ndarray | None"]  # X, y and the sample weights (None: unweighted)
 
 
 def aligned(a: np.ndarray) -> np.ndarray:
@@ -25,27 +25,30 @@ def aligned(a: np.ndarray) -> np.ndarray:
 
 
 def aligned_shard(shard: Shard) -> Shard:
-    """The shard with both arrays aligned (see :func:`aligned`)."""
-    X, y = shard
-    return aligned(X), aligned(y)
+    """The shard with its arrays aligned (see :func:`aligned`)."""
+    X, y, w = shard
+    return aligned(X), aligned(y), None if w is None else aligned(w)
 
 
 def load_shard(data: Any, index: int) -> Shard:
     """Read shard ``index`` from Zarr; the result stays in the worker's memory (affinity)."""
-    return data.load_shard(index)
+    return (*data.load_shard(index), data.load_shard_weights(index))
 
 
 def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, np.ndarray]:
     """Loss and gradient sums of one portion of a cached shard."""
-    X, y = shard
-    return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]))
+    X, y, w = shard
+    if w is None:
+        return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]))
+    return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]), aligned(w[local]))
 
 
 def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
     worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)
-    return model.loss_grad_sum(aligned(x), X, y)
+    w = data.load_weights(start, stop)
+    return model.loss_grad_sum(aligned(x), X, y) if w is None else model.loss_grad_sum(aligned(x), X, y, w)
 
 
 def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.ndarray]:

@@ -24,9 +24,10 @@ def test_a_portion_of_a_misaligned_shard_copy_gives_the_same_bits(model) -> None
     rng = np.random.default_rng(0)
     X = rng.normal(size=(1000, 8)) * np.logspace(0, 2, 8)
     y = rng.integers(0, 3, size=1000).astype(np.float64)
+    w = rng.random(1000)
     x = rng.normal(size=model.n_params) * 3
-    shard, copy = (X, y), (misaligned_copy(X), misaligned_copy(y))
-    assert not copy[0].flags.aligned and not copy[1].flags.aligned
+    shard, copy = (X, y, w), (misaligned_copy(X), misaligned_copy(y), misaligned_copy(w))
+    assert not any(a.flags.aligned for a in copy)
     local = slice(500, 1000)
     loss, grad = portion_loss_grad(shard, local, model=model, x=x)
     copy_loss, copy_grad = portion_loss_grad(copy, local, model=model, x=misaligned_copy(x))
@@ -41,5 +42,6 @@ def test_aligned_copies_only_what_is_misaligned() -> None:
     fixed = aligned(b)
     assert fixed.flags.aligned and fixed is not b
     np.testing.assert_array_equal(fixed, a)
-    X, y = aligned_shard((misaligned_copy(np.ones((4, 2))), a))
-    assert X.flags.aligned and y is a
+    X, y, w = aligned_shard((misaligned_copy(np.ones((4, 2))), a, misaligned_copy(a)))
+    assert X.flags.aligned and y is a and w.flags.aligned
+    assert aligned_shard((X, y, None))[2] is None  # unweighted
