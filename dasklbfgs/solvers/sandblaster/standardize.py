@@ -23,10 +23,13 @@ __all__ = ["Standardizer", "combine_moments"]
 
 
 def combine_moments(parts: list[tuple[int, np.ndarray, np.ndarray]]) -> tuple[int, np.ndarray, np.ndarray]:
-    """Merge per-shard ``(n, mean, M2)`` in the given order (Chan et al.'s pairwise update)."""
+    """Merge per-shard ``(n, mean, M2)`` in the given order (Chan et al.'s pairwise update);
+    ``n`` may be a total weight, and parts of weight 0 add nothing."""
     n, mean, m2 = parts[0]
     mean, m2 = mean.astype(np.float64), m2.astype(np.float64)
     for nb, mb, m2b in parts[1:]:
+        if nb == 0:
+            continue
         total = n + nb
         delta = mb - mean
         mean = mean + delta * (nb / total)

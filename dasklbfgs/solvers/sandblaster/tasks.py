@@ -53,21 +53,35 @@ def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: A
 
 def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.ndarray]:
     """:func:`column_moments` of shard ``index`` read from Zarr (out-of-core runs)."""
-    return column_moments(data.load_shard(index))
+    return column_moments(load_shard(data, index))
 
 
-def column_moments(shard: Shard) -> tuple[int, np.ndarray, np.ndarray]:
-    """Row count, column means and column sums of squared deviations of one shard (a sparse
-    shard from its column sums and sums of squares: centering it would make it dense)."""
-    X = aligned(shard[0])
-    if sp.issparse(X):
+def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
+    """Row count (total weight), column means and column sums of squared deviations of one
+    shard, weighted by its sample weights if it has them: the standardised coordinates are
+    then the same for weighted rows as for the rows repeated. A sparse shard's come from its
+    column sums and sums of squares (centering it would make it dense)."""
+    X, _, w = shard
+    X = aligned(X)
+    if w is None:
         n = X.shape[0]
-        mean = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel() / n
-        squares = np.asarray(X.multiply(X).sum(axis=0, dtype=np.float64)).ravel()
-        return n, mean, np.maximum(squares - n * mean * mean, 0.0)
-    mean = X.mean(axis=0, dtype=np.float64)
+        if sp.issparse(X):
+            mean = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel() / n
+            squares = np.asarray(X.multiply(X).sum(axis=0, dtype=np.float64)).ravel()
+            return n, mean, np.maximum(squares - n * mean * mean, 0.0)
+        mean = X.mean(axis=0, dtype=np.float64)
+        centered = X - mean
+        return n, mean, np.einsum("ij,ij->j", centered, centered)
+    total = float(np.sum(w, dtype=np.float64))
+    if total == 0.0:  # rows that weigh nothing say nothing about the columns
+        return 0.0, np.zeros(X.shape[1]), np.zeros(X.shape[1])
+    if sp.issparse(X):
+        mean = np.asarray(X.T @ w, dtype=np.float64).ravel() / total
+        squares = np.asarray(X.multiply(X).T @ w, dtype=np.float64).ravel()
+        return total, mean, np.maximum(squares - total * mean * mean, 0.0)
+    mean = (w @ X) / total
     centered = X - mean
-    return X.shape[0], mean, np.einsum("ij,ij->j", centered, centered)
+    return total, mean, np.einsum("i,ij,ij->j", w, centered, centered)
 
 
 REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
