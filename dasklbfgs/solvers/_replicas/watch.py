@@ -74,64 +74,59 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
     next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
     stopped_by_callback = False
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
-    start_loss = run.start_loss  # a future, submitted before the replicas started
-    try:
-        while True:
-            time.sleep(options.poll_interval)
-            progress = run.poll()
-            steps = progress.steps
-            loss_sum, loss_count = progress.loss_sum - last_loss[0], progress.loss_count - last_loss[1]
-            if loss_count < 0:  # the counting actor was restored from a checkpoint
-                loss_sum, loss_count = 0.0, 0
-            last_loss = (progress.loss_sum, progress.loss_count)
-            entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
-            if loss_count:
-                entry["train_loss"] = loss_sum / loss_count
-            if next_eval is not None and (steps >= next_eval or progress.finished):
-                if defer_eval:
-                    deferred.append((entry, run.current_params()))
-                else:
-                    entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
-                while next_eval <= steps:
-                    next_eval += eval_every  # type: ignore[operator]
-            if next_checkpoint is not None and steps >= next_checkpoint:
-                run.checkpoint(steps)
-                while next_checkpoint <= steps:
-                    next_checkpoint += checkpoint_every  # type: ignore[operator]
-            if status != Status.DIVERGED and (message_diverged := diverged(entry, start_loss)):
-                status, message = Status.DIVERGED, message_diverged
-                run.stop(message)
-            if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
-                history.append(entry)
-                run.metrics.send(**entry, **progress.event)
-                if callback is not None and not stopped_by_callback:
-                    try:
-                        callback(OptimizeResult(**entry))
-                    except StopIteration as stop:
-                        stopped_by_callback = True
-                        status, message = Status.CALLBACK_STOP, str(stop) or MSG_CALLBACK
-                        run.stop(message)
-            reason = progress.stop_reason
-            if is_non_finite(reason):
-                status, message = Status.NON_FINITE, reason
-            elif reason and reason.startswith("max_steps") and not stopped_by_callback and status != Status.DIVERGED:
-                status, message = Status.CONVERGED, reason
-            if progress.finished:
-                for due, params in deferred:
-                    due.update(held_out_metrics(run.model, params, run.eval_set))
-                return history, status, message
-    finally:
-        start_loss.release()  # a failed run must not leave it on the scheduler
+    while True:
+        time.sleep(options.poll_interval)
+        progress = run.poll()
+        steps = progress.steps
+        loss_sum, loss_count = progress.loss_sum - last_loss[0], progress.loss_count - last_loss[1]
+        if loss_count < 0:  # the counting actor was restored from a checkpoint
+            loss_sum, loss_count = 0.0, 0
+        last_loss = (progress.loss_sum, progress.loss_count)
+        entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
+        if loss_count:
+            entry["train_loss"] = loss_sum / loss_count
+        if next_eval is not None and (steps >= next_eval or progress.finished):
+            if defer_eval:
+                deferred.append((entry, run.current_params()))
+            else:
+                entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
+            while next_eval <= steps:
+                next_eval += eval_every  # type: ignore[operator]
+        if next_checkpoint is not None and steps >= next_checkpoint:
+            run.checkpoint(steps)
+            while next_checkpoint <= steps:
+                next_checkpoint += checkpoint_every  # type: ignore[operator]
+        if status != Status.DIVERGED and (message_diverged := diverged(entry, run.start_loss)):
+            status, message = Status.DIVERGED, message_diverged
+            run.stop(message)
+        if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
+            history.append(entry)
+            run.metrics.send(**entry, **progress.event)
+            if callback is not None and not stopped_by_callback:
+                try:
+                    callback(OptimizeResult(**entry))
+                except StopIteration as stop:
+                    stopped_by_callback = True
+                    status, message = Status.CALLBACK_STOP, str(stop) or MSG_CALLBACK
+                    run.stop(message)
+        reason = progress.stop_reason
+        if is_non_finite(reason):
+            status, message = Status.NON_FINITE, reason
+        elif reason and reason.startswith("max_steps") and not stopped_by_callback and status != Status.DIVERGED:
+            status, message = Status.CONVERGED, reason
+        if progress.finished:
+            for due, params in deferred:
+                due.update(held_out_metrics(run.model, params, run.eval_set))
+            return history, status, message
 
 
-def diverged(entry: dict[str, Any], start_loss: Future) -> str | None:
+def diverged(entry: dict[str, Any], start: float) -> str | None:
     """Why the run has diverged, if a loss in this history ``entry`` exceeds
     ``DIVERGENCE_FACTOR`` times the loss at the start (a start loss of 0 or less: never)."""
     losses = [(entry[key], name) for key, name in (("eval_objective", "held-out"), ("train_loss", "mini-batch"))
               if key in entry]
     if not losses:
         return None
-    start = start_loss.result()
     for loss, name in losses:
         if start > 0 and loss > DIVERGENCE_FACTOR * start:
             return (f"the {name} loss reached {loss:.4g} at global step {entry['step']}, more than "
@@ -215,14 +210,19 @@ class Coordinator:
         return replies
 
     def measure_start_loss(self) -> None:
-        """Submit the objective at the starting parameters ``self.x_start`` on the first
-        ``START_SAMPLE_ROWS`` rows of replica 0's subset, computed on a worker (the data may
-        not be readable from this process), as ``self.start_loss``: what :func:`diverged`
-        compares losses with. Called before the replicas start, so that it is known by the
-        first poll: a fast exploding run would otherwise pass its first polls unjudged."""
+        """Set ``self.start_loss``, what :func:`diverged` compares losses with: the objective
+        at the starting parameters ``self.x_start`` on the first ``START_SAMPLE_ROWS`` rows of
+        replica 0's subset, computed on a worker (the data may not be readable from this
+        process). Measured before the replicas start (one small task), so every poll can be
+        judged at once: a fast exploding run would otherwise pass its first polls unjudged,
+        and the task does not compete with the replicas for a worker."""
         a, b = self.rows[0]
-        self.start_loss = self.client.submit(_sample_objective, self.model, self.data,
-                                             (a, min(b, a + START_SAMPLE_ROWS)), self.x_start, pure=False)
+        future = self.client.submit(_sample_objective, self.model, self.data, (a, min(b, a + START_SAMPLE_ROWS)),
+                                    self.x_start, pure=False)
+        try:
+            self.start_loss = future.result()
+        finally:
+            future.release()
 
     def refused_retirements(self) -> frozenset[str]:
         """The workers whose retirement the scheduler refused since the last look (at most every
