@@ -27,9 +27,11 @@ from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 
 
 # Lasso is ElasticNet with l1_ratio fixed at 1 (one method): its checks would repeat ElasticNet's.
-@parametrize_with_checks([LogisticRegression(tol=1e-10), LinearRegression(), ElasticNet(),
-                          MLPClassifier((8,), max_iter=40)])
+@parametrize_with_checks([LogisticRegression(), LinearRegression(), ElasticNet(), MLPClassifier((8,), max_iter=40)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
+    if "sample_weight_equivalence" in check.func.__name__ and "tol" in estimator.get_params():
+        # weighted and repeated rows are compared to 1e-7: run both fits to that precision
+        estimator.set_params(tol=1e-10)
     check(estimator)
 
 
