@@ -35,15 +35,22 @@ BOUNDARY = "<s>"
 
 @functools.cache
 def stdlib_docstrings(modules: tuple[str, ...] = STDLIB_MODULES) -> tuple[str, ...]:
-    """The distinct docstrings of ``modules``: each module's, then those of its public
-    classes and functions (defined in that module or its private twin, e.g. ``_json``)
-    and of the public methods of those classes, all in sorted name order. A docstring
-    seen before (inherited boilerplate such as ``"Return repr(self)."``) is kept once."""
-    docs: dict[str, None] = {}  # insertion-ordered set
+    """The distinct docstrings of ``modules`` (:func:`module_docstrings` without the modules)."""
+    return tuple(doc for _, doc in module_docstrings(modules))
+
+
+@functools.cache
+def module_docstrings(modules: tuple[str, ...] = STDLIB_MODULES) -> tuple[tuple[str, str], ...]:
+    """``(module, docstring)`` for the distinct docstrings of ``modules``: each module's, then
+    those of its public classes and functions (defined in that module or its private twin,
+    e.g. ``_json``) and of the public methods of those classes, all in sorted name order. A
+    docstring seen before (inherited boilerplate such as ``"Return repr(self)."``) is kept
+    once, with the first module it was seen in."""
+    docs: dict[str, str] = {}  # docstring -> module, insertion-ordered
 
     def add(doc: Any) -> None:
         if isinstance(doc, str) and (text := inspect.cleandoc(doc)):
-            docs.setdefault(text, None)
+            docs.setdefault(text, name)
 
     with warnings.catch_warnings():
         # typing.io / typing.re warn when their docstrings are read
@@ -63,7 +70,7 @@ def stdlib_docstrings(modules: tuple[str, ...] = STDLIB_MODULES) -> tuple[str, .
                         method = method.fget
                     if not method_name.startswith("_") and inspect.isroutine(method):
                         add(method.__doc__)
-    return tuple(docs)
+    return tuple((module, doc) for doc, module in docs.items())
 
 
 def _defined_in(obj: Any, module_name: str) -> bool:

@@ -21,6 +21,8 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.data._validate import check_fraction, check_shard_rows
 from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
+from dasklbfgs.data.text_hashed import DEFAULT_TEXT_FEATURES, HashedDocstrings
+from dasklbfgs.data.text_hashed import N_CLASSES as N_TEXT_CLASSES
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import (
@@ -32,10 +34,10 @@ from dasklbfgs.options import Options, option
 SYNTHETIC = {"logistic": "binary", "multinomial": "multiclass", "regression": "regression"}
 BUNDLED = {"digits": "multiclass", "breast_cancer": "binary", "wine": "multiclass"}
 WORKLOADS = {"acoustic": "multiclass", "patches": "unsupervised", "text": "multiclass"}
-SPARSE = {"ctr": "binary"}  # wide hashed features, stored sparse
+SPARSE = {"ctr": "binary", "text-hashed": "multiclass"}  # wide hashed features, stored sparse
 RECIPES = tuple(SYNTHETIC) + tuple(BUNDLED) + tuple(WORKLOADS) + tuple(SPARSE)
 TEST_BLOCK_OFFSET = 1_000_000  # test rows come from generator blocks no train row uses
-DEFAULT_CLASSES = {"multinomial": 3, "acoustic": 128}
+DEFAULT_CLASSES = {"multinomial": 3, "acoustic": 128, "text-hashed": N_TEXT_CLASSES}
 DIGIT_PATCHES_DEFAULT_ROWS = 10_000  # as many as the sparse autoencoder exercise samples
 
 
@@ -52,12 +54,12 @@ class RecipeOptions(Options):
 
     solver: ClassVar[str] = "make_dataset"
     rows: int | None = _some("training rows (synthetic and workload recipes)", minimum=1)
-    features: int | None = _some("features (synthetic recipes; ctr: the hashed columns)", none_means="ctr: 2^22",
-                                 minimum=1)
+    features: int | None = _some("features (synthetic recipes; ctr, text-hashed: the hashed columns)",
+                                 none_means="ctr: 2^22, text-hashed: 2^18", minimum=1)
     shard_rows: int = option(50_000, "rows per shard", "int", minimum=1)
     seed: int = option(0, "seeds the generator and the train/test split", "int", minimum=0)
-    n_classes: int | None = _some("classes (multinomial and acoustic recipes)", none_means="3; acoustic: 128",
-                                  minimum=2, aliases=("classes",))
+    n_classes: int | None = _some("classes (multinomial, acoustic and text-hashed recipes)",
+                                  none_means="3; acoustic: 128; text-hashed: 10", minimum=2, aliases=("classes",))
     ill_conditioned: bool = option(False, "scale features over four orders of magnitude", "bool")
     test_fraction: float = option(0.2, "fraction held out or generated on top", "float", minimum=0, below=1)
     patch_size: int | None = _some("patch side (patches recipe)", none_means="6", minimum=1)
@@ -112,7 +114,10 @@ def make_dataset(
         Python standard library); see :mod:`dasklbfgs.data.workloads`; or ``"ctr"``
         (click-through-like impressions: 26 power-law categorical fields and 8 crosses
         hashed into ``features`` columns, 2^22 by default, about 34 non-zeros a row and 3%
-        positives, stored sparse; see :mod:`dasklbfgs.data.ctr`).
+        positives, stored sparse; see :mod:`dasklbfgs.data.ctr`) or ``"text-hashed"`` (which
+        of the ``n_classes`` (10) standard-library modules with the most docstrings a
+        docstring comes from, from its hashed unigram and bigram tf-idf, ``features`` columns,
+        2^18 by default, stored sparse; see :mod:`dasklbfgs.data.text_hashed`).
     rows, features
         Size of the synthetic training set (test rows are ``test_fraction`` of it on top).
         The bundled datasets have a fixed size; giving either is an error. ``"acoustic"``
@@ -191,8 +196,10 @@ def _recipe_splits(kind: str, recipe: SimpleNamespace) -> dict[str, Any]:
     rows, features, seed, test_fraction = recipe.rows, recipe.features, recipe.seed, recipe.test_fraction
     if kind in SYNTHETIC:
         return _synthetic_splits(kind, rows, features, seed, recipe.n_classes, recipe.ill_conditioned, test_fraction)
-    if kind in SPARSE:
+    if kind == "ctr":
         return _ctr_splits(rows, features, seed, test_fraction)
+    if kind == "text-hashed":
+        return _text_hashed_splits(rows, features, seed, test_fraction, recipe.n_classes)
     if kind in WORKLOADS:
         if features is not None:
             width = {"acoustic": f"{FRAMES * BANDS} features ({FRAMES} frames x {BANDS} bands)",
@@ -214,7 +221,7 @@ def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callabl
     rows = 0
     for X, y in blocks:
         yield X, y
-        rows += len(X)
+        rows += X.shape[0]  # a sparse block has no len()
         on_progress(split, rows)
 
 
@@ -238,6 +245,18 @@ def _ctr_splits(rows, features, seed, test_fraction):
     attrs = {"task": SPARSE["ctr"], "n_classes": 2, "source": "synthetic:ctr", "seed": seed,
              "fields": N_FIELDS, "crosses": len(CROSSES), "hashed_features": logs.n_features}
     return _generated_splits(logs.blocks, rows, test_fraction, attrs)
+
+
+def _text_hashed_splits(rows, features, seed, test_fraction, n_classes):
+    if rows is not None:
+        raise ConfigurationError("the 'text-hashed' recipe has one row per docstring of its modules; do not pass "
+                                 f"rows, got {rows!r}")
+    docs = HashedDocstrings(int(features) if features is not None else DEFAULT_TEXT_FEATURES,
+                            int(n_classes), seed, test_fraction)
+    attrs = {"task": SPARSE["text-hashed"], "n_classes": docs.n_classes, "classes": docs.modules,
+             "source": "stdlib docstrings: hashed unigrams and bigrams, tf-idf", "seed": seed,
+             "hashed_features": docs.n_features}
+    return {split: Split(docs.blocks(split), attrs) for split in ("train", "test") if docs.n_rows(split)}
 
 
 def _bundled_splits(kind, seed, test_fraction):
@@ -266,7 +285,7 @@ def _check_options_apply(kind, workload_options, n_classes, ill_conditioned) -> 
     if n_classes is not None and kind in ("patches", "text"):
         hint = "; the classes of 'text' are its vocab_size" if kind == "text" else " (unsupervised)"
         raise ConfigurationError(f"the {kind!r} recipe takes no n_classes{hint}, got {n_classes!r}")
-    if n_classes is not None and kind in SPARSE:
+    if n_classes is not None and kind == "ctr":
         raise ConfigurationError(f"the {kind!r} recipe is binary (clicks); it takes no n_classes, got {n_classes!r}")
     if ill_conditioned and (kind in WORKLOADS or kind in SPARSE):
         raise ConfigurationError(f"ill_conditioned applies to the synthetic recipes only, not {kind!r}")
