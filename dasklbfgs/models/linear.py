@@ -25,7 +25,7 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
-from dasklbfgs.models.sums import SparseSum, index_dtype
+from dasklbfgs.models.sums import SparseSum, index_dtype, renumber
 
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
@@ -160,8 +160,8 @@ class LinearModel(Model):
             return super().portion_loss_grad_sum(params, X, y, w)
         X = X.tocsr()
         loss, dz = self._sparse_link(params, X, y, self.row_weights(y, w))
-        columns, renumbered = np.unique(X.indices, return_inverse=True)
-        touched = sp.csr_array((X.data, renumbered.reshape(-1), X.indptr), shape=(X.shape[0], len(columns)))
+        columns, renumbered = renumber(X.indices)
+        touched = sp.csr_array((X.data, renumbered, X.indptr), shape=(X.shape[0], len(columns)))
         K = self.n_outputs
         gW = np.zeros(len(columns) if K == 1 else (len(columns), K))
         gW += touched.T @ dz
