@@ -61,8 +61,8 @@ def renumber(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     first = np.empty(len(ordered), dtype=bool)
     first[:1] = True
     np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    renumbered = np.empty(len(ordered), dtype=np.int64)
-    renumbered[order] = np.cumsum(first) - 1
+    renumbered = np.empty(len(ordered), dtype=index_dtype(len(ordered)))  # 4 bytes a non-zero, as scipy's
+    renumbered[order] = np.cumsum(first, dtype=renumbered.dtype) - 1
     return ordered[first], renumbered
 
 
