@@ -52,15 +52,27 @@ class SparseSum:
         dense[self.index] += self.values
 
 
+def first_of_each(ordered: np.ndarray) -> np.ndarray:
+    """Where each distinct value of the sorted ``ordered`` first occurs (a mask)."""
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first
+
+
+def distinct(ordered: np.ndarray) -> np.ndarray:
+    """The distinct values of the sorted ``ordered``: ``np.unique`` without its sort, which
+    for sorted runs (the parts' indices) a stable sort does ten times faster."""
+    return ordered[first_of_each(ordered)]
+
+
 def renumber(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(indices, return_inverse=True)``: the distinct values, sorted, and each
     entry's position among them. Three times faster on a CSR block's column indices: a
     stable argsort runs on the rows' already sorted runs (numpy's default argsort does not)."""
     order = np.argsort(indices, kind="stable")
     ordered = indices[order]
-    first = np.empty(len(ordered), dtype=bool)
-    first[:1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    first = first_of_each(ordered)
     renumbered = np.empty(len(ordered), dtype=index_dtype(len(ordered)))  # 4 bytes a non-zero, as scipy's
     renumbered[order] = np.cumsum(first, dtype=renumbered.dtype) - 1
     return ordered[first], renumbered
@@ -78,14 +90,14 @@ def add_sum_parts(parts: list[np.ndarray | SparseSum]) -> np.ndarray | SparseSum
     :data:`DENSE_ABOVE` of the vector), else dense.
     """
     size = parts[0].size
-    compact = [p for p in parts if isinstance(p, SparseSum)]
-    union = np.unique(np.concatenate([p.index for p in compact])) if compact else None
-    if len(compact) == len(parts) and len(union) <= DENSE_ABOVE * size:
-        values = np.zeros(len(union))
-        for part in parts:
-            values[np.searchsorted(union, part.index)] += part.values
-        return SparseSum(size, union.astype(index_dtype(size), copy=False), values)
     dense = [p for p in parts if not isinstance(p, SparseSum)]
+    if not dense:
+        union = distinct(np.sort(np.concatenate([p.index for p in parts]), kind="stable"))
+        if len(union) <= DENSE_ABOVE * size:
+            values = np.zeros(len(union))
+            for part in parts:
+                values[np.searchsorted(union, part.index)] += part.values
+            return SparseSum(size, union.astype(index_dtype(size), copy=False), values)
     total = np.zeros_like(dense[0]) if dense else np.zeros(size)  # the dense parts' dtype, as before
     for part in parts:
         if isinstance(part, SparseSum):
