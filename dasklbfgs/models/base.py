@@ -71,6 +71,14 @@ class Model:
         row's terms weighted by ``w`` when given (models with :attr:`accepts_weights`)."""
         raise NotImplementedError
 
+    def portion_loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                              w: np.ndarray | None = None) -> tuple[float, Any]:
+        """:meth:`loss_grad_sum` in the form a Sandblaster portion task sends it: dense
+        here; a model whose sums on some blocks are zero outside a few coordinates returns
+        a :class:`~dasklbfgs.models.sums.SparseSum` for them (the same numbers, added with
+        :func:`~dasklbfgs.models.sums.add_sum_parts`)."""
+        return self.loss_grad_sum(params, X, y) if w is None else self.loss_grad_sum(params, X, y, w)
+
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """The penalty term of the objective and its gradient."""
         raise NotImplementedError

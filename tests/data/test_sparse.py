@@ -169,17 +169,95 @@ def test_sparse_and_dense_give_the_same_loss_and_gradient(model, dtype) -> None:
     np.testing.assert_allclose(model.predict(params, X), model.predict(params, X.toarray()))
 
 
+def _with_empty_rows(X: sp.csr_array, first: int, last: int) -> sp.csr_array:
+    """``X`` with the rows ``first..last-1`` holding no value."""
+    keep = np.ones(X.shape[0])
+    keep[first:last] = 0.0
+    X = sp.csr_array(sp.diags_array(keep) @ X)
+    X.eliminate_zeros()
+    return X
+
+
+@pytest.mark.parametrize("model", [
+    LeastSquares(D, l2=0.1), Logistic(D, fit_intercept=False), Logistic(D, class_weight=[0.3, 2.0]),
+    Softmax(D, 4), Softmax(D, 3, fit_intercept=False)], ids=lambda m: f"{type(m).__name__}-{m.fit_intercept}")
+@pytest.mark.parametrize("weighted", [False, True])
+def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) -> None:
+    """A portion of sparse rows sends only the coefficients of its columns and the
+    intercepts; those numbers, and their sums in the fixed reduction order, are the dense
+    path's bits, for empty portions and portions of rows without values too."""
+    from dasklbfgs.models.sums import SparseSum, as_dense
+    from dasklbfgs.solvers.sandblaster.tasks import add_sums, reduce_in_groups
+
+    rng = np.random.default_rng(5)
+    X = _with_empty_rows(sparse_X(0.01, seed=2), 400, 520)
+    X.data *= 10.0 ** rng.uniform(-4, 4, size=X.nnz)  # values over decades: the order of additions shows
+    y = labels(X, classes=getattr(model, "n_classes", 2)).astype(float)
+    w = rng.uniform(0.1, 3.0, size=N) if weighted else None
+    params = rng.normal(size=model.n_params)
+    cuts = [0, 0, 17, 150, 400, 450, 520, 520, 700, 701, 1000]  # empty, value-less rows (400..520), one row
+    dense_parts, compact_parts = [], []
+    for a, b in zip(cuts, cuts[1:]):
+        rows_w = None if w is None else w[a:b]
+        dense_parts.append(model.loss_grad_sum(params, X[a:b], y[a:b], rows_w))
+        compact_parts.append(model.portion_loss_grad_sum(params, X[a:b], y[a:b], rows_w))
+        (loss, grad), (compact_loss, compact) = dense_parts[-1], compact_parts[-1]
+        assert isinstance(compact, SparseSum) and compact_loss == loss
+        assert np.array_equal(as_dense(compact), grad) and np.array_equal(np.signbit(as_dense(compact)), np.signbit(grad))
+        assert len(compact.index) == len(np.unique(X[a:b].indices)) * model.n_outputs + model.n_params - model.n_coef
+    dense_loss, dense_total = reduce_in_groups(dense_parts, add_sums)
+    for parts in (compact_parts, [p if i % 3 else d for i, (p, d) in enumerate(zip(compact_parts, dense_parts))]):
+        loss, total = reduce_in_groups(parts, add_sums)  # all compact, then compact and dense mixed
+        assert loss == dense_loss and np.array_equal(as_dense(total), dense_total)
+        assert np.array_equal(np.signbit(as_dense(total)), np.signbit(dense_total))
+
+
+def test_compact_sums_turn_dense_once_they_would_be_larger() -> None:
+    from dasklbfgs.models.sums import SparseSum, add_sum_parts
+
+    few = [SparseSum(10, np.array([1, 4], dtype=np.int32), np.array([1.0, 2.0])),
+           SparseSum(10, np.array([4, 9], dtype=np.int32), np.array([0.5, -1.0]))]
+    added = add_sum_parts(few)
+    assert isinstance(added, SparseSum) and added.index.tolist() == [1, 4, 9] and added.values.tolist() == [1.0, 2.5, -1.0]
+    many = [*few, SparseSum(10, np.arange(0, 10, 2, dtype=np.int32), np.ones(5))]  # 8 of 10 coordinates: dense is smaller
+    assert add_sum_parts(many).tolist() == [1.0, 1.0, 1.0, 0.0, 3.5, 0.0, 1.0, 0.0, 1.0, -1.0]
+
+
+@pytest.mark.parametrize("state", ["local", "sharded"])
 @pytest.mark.parametrize("standardize", [False, True])
-def test_sandblaster_on_sparse_shards_takes_the_dense_iterates(client, tmp_path, standardize) -> None:
+def test_sandblaster_on_sparse_shards_takes_the_dense_iterates(client, tmp_path, standardize, state) -> None:
     X = sparse_X(0.03)
     y = labels(X)
     sparse = ShardedDataset.create(tmp_path / "s", X, y, shard_rows=300)
     dense = ShardedDataset.create(tmp_path / "d", X.toarray(), y, shard_rows=300)
     model = Logistic(D, l2=1e-3)
-    on_sparse = sandblaster_lbfgs(model, sparse, client=client, standardize=standardize)
-    on_dense = sandblaster_lbfgs(model, dense, client=client, standardize=standardize)
+    options = dict(client=client, standardize=standardize, state=state, n_param_shards=3 if state == "sharded" else None)
+    on_sparse = sandblaster_lbfgs(model, sparse, **options)
+    on_dense = sandblaster_lbfgs(model, dense, **options)
     assert on_sparse.success and on_sparse.nit == on_dense.nit
     np.testing.assert_allclose(on_sparse.x, on_dense.x, rtol=0, atol=1e-10)
+
+
+def test_wide_sparse_portions_send_their_columns_not_the_features(client, tmp_path) -> None:
+    """2^20 hashed features, 3000 rows: a portion's result is a few percent of the 8 MiB
+    a dense gradient sum would be, and both states train on it to the same point."""
+    import pickle
+
+    from dasklbfgs.solvers.sandblaster.tasks import load_shard, portion_loss_grad
+
+    wide, n = 2**20, 3000
+    X = sparse_X(30 / wide, seed=4, n=n, d=wide)  # ~30 values a row
+    data = ShardedDataset.create(tmp_path / "wide", X, labels(X[:, :300], classes=2), shard_rows=1000)
+    model = Logistic(wide, l2=1e-4)
+    x = np.random.default_rng(0).normal(scale=0.01, size=model.n_params)
+    _, compact = portion_loss_grad(load_shard(data, 1), slice(0, 500), model=model, x=x)
+    sent = len(pickle.dumps(compact, protocol=5))
+    assert sent < 12 * 500 * 30 + 1000 and sent < 8 * wide / 40  # 12 bytes per column it has values in
+    runs = {state: sandblaster_lbfgs(model, data, client=client, maxiter=5, state=state,
+                                     n_param_shards=2 if state == "sharded" else None)
+            for state in ("local", "sharded")}
+    assert runs["local"].nit == runs["sharded"].nit == 5
+    np.testing.assert_allclose(runs["sharded"].x, runs["local"].x, rtol=1e-10, atol=1e-12)
 
 
 def test_ctr_recipe_is_wide_sparse_and_learnable(client, tmp_path) -> None:

@@ -39,6 +39,7 @@ import numpy as np
 from distributed import Client, Future, wait
 
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.sums import as_dense
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
@@ -154,7 +155,8 @@ class MegaBatchEvaluator:
         self.stats.eval_seconds.append(time.perf_counter() - started)
 
         # Fixed portion order and grouping: the same sums whoever computed which portion.
-        return reduce_in_groups(list(results), add_sums)
+        loss, sums = reduce_in_groups(list(results), add_sums)
+        return loss, as_dense(sums)
 
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
         client = self.client

@@ -37,6 +37,7 @@ from distributed import Client
 
 from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.sums import as_dense
 from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.owlqn import align_direction, l1_term, orthant_of, project_to_orthant, pseudo_gradient
@@ -161,7 +162,7 @@ def finish_trial(model: Model, params: np.ndarray, n: int, bounds: list[tuple[in
     answers with its parts of ``g . p``, the L1 term and ``v . (x_trial - x)``. Returns
     ``(f + L1 term, g . p, v . (x_trial - x))``. Arrays that arrived over the wire are
     aligned first, so the bits do not depend on placement."""
-    f, g = model.objective_from_sums(aligned(params), total[0], aligned(total[1]), n)
+    f, g = model.objective_from_sums(aligned(params), total[0], aligned(as_dense(total[1])), n)
     if transform is not None:
         g = transform.gradient_to_theta(g)
     calls = [s.set_trial_gradient(g[a:b]) for s, (a, b) in zip(shards, bounds)]

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.sums import add_sum_parts
 
 Shard = tuple[Any, np.ndarray, "np.ndarray | None"]  # X, y and the sample weights (None: unweighted)
 
@@ -35,20 +36,19 @@ def load_shard(data: Any, index: int) -> Shard:
     return (*data.load_shard(index), data.load_shard_weights(index))
 
 
-def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, np.ndarray]:
-    """Loss and gradient sums of one portion of a cached shard."""
+def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, Any]:
+    """Loss and gradient sums of one portion of a cached shard (compact on sparse rows:
+    :meth:`~dasklbfgs.models.base.Model.portion_loss_grad_sum`)."""
     X, y, w = shard
-    if w is None:
-        return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]))
-    return model.loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]), aligned(w[local]))
+    return model.portion_loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]),
+                                       None if w is None else aligned(w[local]))
 
 
-def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Any, x: np.ndarray) -> tuple[float, np.ndarray]:
+def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Any, x: np.ndarray) -> tuple[float, Any]:
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
     worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)
-    w = data.load_weights(start, stop)
-    return model.loss_grad_sum(aligned(x), X, y) if w is None else model.loss_grad_sum(aligned(x), X, y, w)
+    return model.portion_loss_grad_sum(aligned(x), X, y, data.load_weights(start, stop))
 
 
 def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.ndarray]:
@@ -87,13 +87,13 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
 REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
 
 
-def add_sums(*parts: tuple[float, np.ndarray]) -> tuple[float, np.ndarray]:
-    """Add ``(loss, sums)`` pairs in the order given."""
-    loss, sums = 0.0, np.zeros_like(parts[0][1])
-    for part_loss, part_sums in parts:
+def add_sums(*parts: tuple[float, Any]) -> tuple[float, Any]:
+    """Add ``(loss, sums)`` pairs in the order given; the sums may be compact
+    (:func:`~dasklbfgs.models.sums.add_sum_parts`: the bits of adding them dense)."""
+    loss = 0.0
+    for part_loss, _ in parts:
         loss += part_loss
-        sums += part_sums
-    return loss, sums
+    return loss, add_sum_parts([part_sums for _, part_sums in parts])
 
 
 def reduce_in_groups(parts: list[Any], add: Any) -> Any:

@@ -1,0 +1,108 @@
+"""Compact row sums: a sum vector that is zero outside a few coordinates, and adding sums.
+
+A linear model's gradient sum over a block of sparse rows is zero on every coefficient of
+a feature the block has no value for. At millions of hashed features a block touches a
+small fraction of them, so Sandblaster's portion tasks return a :class:`SparseSum` (the
+touched coordinates and their values) instead of a vector as long as the parameters.
+
+:func:`add_sum_parts` adds compact and dense sums alike and gives the same bits as adding
+their dense forms left to right from zero: each coordinate receives the same additions in
+the same order, and the dense form's other additions are of ``+0.0``, which changes no
+value (a sum that starts from ``+0.0`` is never ``-0.0``, the one value it would change;
+every sum here starts from ``+0.0``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+
+__all__ = ["SparseSum", "add_sum_parts", "as_dense", "renumber"]
+
+#: A compact sum costs an index (4 bytes) and a value (8) per coordinate, a dense one 8:
+#: adding turns compact into dense past this fraction of the coordinates.
+DENSE_ABOVE = 8 / 12
+
+
+def index_dtype(size: int) -> type:
+    return np.int32 if size <= np.iinfo(np.int32).max else np.int64
+
+
+@dataclass(frozen=True)
+class SparseSum:
+    """A sum vector of length ``size``, zero outside the sorted, distinct ``index``,
+    where it holds ``values``."""
+
+    size: int
+    index: np.ndarray
+    values: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its arrays (what a portion task sends, give or take a header)."""
+        return self.index.nbytes + self.values.nbytes
+
+    def to_dense(self) -> np.ndarray:
+        out = np.zeros(self.size)
+        out[self.index] += self.values  # += from +0.0, as the dense sums are formed
+        return out
+
+    def add_to(self, dense: np.ndarray) -> None:
+        """``dense += self.to_dense()`` without forming it."""
+        dense[self.index] += self.values
+
+
+def first_of_each(ordered: np.ndarray) -> np.ndarray:
+    """Where each distinct value of the sorted ``ordered`` first occurs (a mask)."""
+    first = np.empty(len(ordered), dtype=bool)
+    first[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return first
+
+
+def distinct(ordered: np.ndarray) -> np.ndarray:
+    """The distinct values of the sorted ``ordered``: ``np.unique`` without its sort, which
+    for sorted runs (the parts' indices) a stable sort does ten times faster."""
+    return ordered[first_of_each(ordered)]
+
+
+def renumber(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(indices, return_inverse=True)``: the distinct values, sorted, and each
+    entry's position among them. Three times faster on a CSR block's column indices: a
+    stable argsort runs on the rows' already sorted runs (numpy's default argsort does not)."""
+    order = np.argsort(indices, kind="stable")
+    ordered = indices[order]
+    first = first_of_each(ordered)
+    renumbered = np.empty(len(ordered), dtype=index_dtype(len(ordered)))  # 4 bytes a non-zero, as scipy's
+    renumbered[order] = np.cumsum(first, dtype=renumbered.dtype) - 1
+    return ordered[first], renumbered
+
+
+def as_dense(sums: np.ndarray | SparseSum) -> np.ndarray:
+    """The sum vector in full, for the step that needs every coordinate."""
+    return sums.to_dense() if isinstance(sums, SparseSum) else sums
+
+
+def add_sum_parts(parts: list[np.ndarray | SparseSum]) -> np.ndarray | SparseSum:
+    """Sum vectors added left to right from zero, bitwise as their dense forms would add.
+
+    Compact if every part is and the union of their coordinates is small (below
+    :data:`DENSE_ABOVE` of the vector), else dense.
+    """
+    size = parts[0].size
+    dense = [p for p in parts if not isinstance(p, SparseSum)]
+    if not dense:
+        union = distinct(np.sort(np.concatenate([p.index for p in parts]), kind="stable"))
+        if len(union) <= DENSE_ABOVE * size:
+            values = np.zeros(len(union))
+            for part in parts:
+                values[np.searchsorted(union, part.index)] += part.values
+            return SparseSum(size, union.astype(index_dtype(size), copy=False), values)
+    total = np.zeros_like(dense[0]) if dense else np.zeros(size)  # the dense parts' dtype, as before
+    for part in parts:
+        if isinstance(part, SparseSum):
+            part.add_to(total)
+        else:
+            total += part
+    return total
+
