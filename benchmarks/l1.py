@@ -117,7 +117,8 @@ def spark(spec: dict[str, Any], X: np.ndarray, y: np.ndarray) -> tuple[float, np
 def measure(args) -> dict[str, Any]:
     from dasklbfgs import connect
 
-    out: dict[str, Any] = {"command": "python -m benchmarks.l1 " + shlex.join(sys.argv[1:]), "rows": args.rows,
+    out: dict[str, Any] = {"command": " ".join(["python -m benchmarks.l1", *map(shlex.quote, sys.argv[1:])]),
+                           "rows": args.rows,
                            "machine": machine(), "workloads": {}}
     with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
         for name, spec in workloads(args.rows).items():
