@@ -27,7 +27,12 @@ from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 
 
 # Lasso is ElasticNet with l1_ratio fixed at 1 (one method): its checks would repeat ElasticNet's.
-@parametrize_with_checks([LogisticRegression(), LinearRegression(), ElasticNet(), MLPClassifier((8,), max_iter=40)])
+# The checks' data are tiny: one shard each (many shards are tested with the solvers).
+ONE_SHARD = 100_000
+
+
+@parametrize_with_checks([LogisticRegression(shard_rows=ONE_SHARD), LinearRegression(shard_rows=ONE_SHARD),
+                          ElasticNet(shard_rows=ONE_SHARD), MLPClassifier((8,), max_iter=40, shard_rows=ONE_SHARD)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
     if "sample_weight_equivalence" in check.func.__name__ and "tol" in estimator.get_params():
         # weighted and repeated rows are compared to 1e-7: run both fits to that precision
