@@ -189,7 +189,7 @@ class _ShardedEstimator(BaseEstimator):
             self._check_classes(classes)
             yield X, classes
             return
-        X, y, _, _ = unpack_xarray(X, y)
+        X, y, _, sample_weight = unpack_xarray(X, y, sample_weight=sample_weight)  # or the Dataset's 'w'
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier,
                              accept_sparse="csr" if self._accepts_sparse else False)
         if sample_weight is not None:

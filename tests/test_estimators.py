@@ -123,6 +123,10 @@ def test_any_labels_dask_and_xarray_inputs(client) -> None:
     dataset = xr.Dataset({"X": (("sample", "feature"), X), "y": (("sample",), y)})
     xr_fit = LogisticRegression(tol=1e-8).fit(dataset)
     assert xr_fit.score(X, y) == pytest.approx(numpy_fit.score(X, names))
+    w = np.linspace(0.2, 2.0, len(y))  # an xarray.Dataset's 'w' variable is its sample weights
+    weighted = LogisticRegression(tol=1e-8).fit(dataset.assign(w=(("sample",), w)))
+    np.testing.assert_allclose(weighted.coef_, LogisticRegression(tol=1e-8).fit(X, y, sample_weight=w).coef_, atol=1e-6)
+    assert np.abs(weighted.coef_ - xr_fit.coef_).max() > 1e-3
 
 
 def test_sharded_dataset_input(client, tmp_path) -> None:

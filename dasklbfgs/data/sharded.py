@@ -1,10 +1,10 @@
 """``ShardedDataset``: training data as a Zarr (format 3) group chunked along rows.
 
-The group holds ``X`` (n x d), ``y`` ((n,) or (n, k)) and, for weighted data, ``w`` (n,)
-of sample weights; one row chunk of the arrays is one *data shard*, the unit Sandblaster caches on a worker and Downpour replicas stream
-from. Schema and label statistics live in the group attribute ``"dasklbfgs"``. A sparse
-``X`` (scipy.sparse input) is stored shard by shard in CSR form (see
-:mod:`dasklbfgs.data._sparse`) and read back as ``scipy.sparse.csr_array``.
+The group holds ``X`` (n x d), ``y`` ((n,) or (n, k)) and, for weighted data, ``w`` (n,) of
+sample weights; one row chunk of the arrays is one *data shard*, the unit Sandblaster caches
+on a worker and Downpour replicas stream from. Schema and label statistics live in the group
+attribute ``"dasklbfgs"``. A sparse ``X`` (scipy.sparse input) is stored shard by shard in
+CSR form (see :mod:`dasklbfgs.data._sparse`) and read back as ``scipy.sparse.csr_array``.
 """
 
 from __future__ import annotations

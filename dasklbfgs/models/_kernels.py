@@ -1,10 +1,10 @@
 """Per-block link functions of the generalised linear models (the hot path).
 
-Each ``*_link(z, y, w)`` takes margins ``z`` of one row block (in cache) and returns the loss
-*sum* of that block and ``dloss/dz``; with row weights ``w``, the weighted sum
-``sum_i w_i loss_i`` and ``w_i dloss_i/dz_i`` (``None``: every weight 1, the fast path). They avoid ``np.where`` and scipy's special
-functions, which cost more than the matrix products on this path, and they never
-overflow: every ``exp`` is of a non-positive number.
+Each ``*_link(z, y, w)`` takes margins ``z`` of one row block (in cache) and returns the
+loss *sum* of that block and ``dloss/dz``; with row weights ``w``, the weighted sum
+``sum_i w_i loss_i`` and ``w_i dloss_i/dz_i`` (``None``: every weight 1, the fast path). They avoid
+``np.where`` and scipy's special functions, which cost more than the matrix products on this
+path, and they never overflow: every ``exp`` is of a non-positive number.
 """
 
 from __future__ import annotations

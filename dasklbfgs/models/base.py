@@ -3,12 +3,13 @@
 A model is a function of one flat float64 parameter vector. Solvers only ever ask it for
 *sums over rows* (:meth:`Model.loss_grad_sum`), because sums from any split of the rows
 (portions on different workers, mini-batches) add up exactly; one call of
-:meth:`Model.objective_from_sums` then turns the added sums into the mean objective and
-its gradient. With sample weights ``w`` the sums are weighted (``sum_i w_i loss_i``) and
-the mean is over the total weight instead of the row count. For most models the sums are the loss and the gradient of the loss, and the
-objective is their mean plus the penalty. A model whose objective is not a mean over rows
-(the sparse autoencoder's penalty depends on the mean hidden activation) returns extra
-sufficient statistics after the gradient: ``n_sums`` can exceed ``n_params``.
+:meth:`Model.objective_from_sums` then turns the added sums into the mean objective and its
+gradient. With sample weights ``w`` the sums are weighted (``sum_i w_i loss_i``) and the
+mean is over the total weight instead of the row count. For most models the sums are the
+loss and the gradient of the loss, and the objective is their mean plus the penalty. A model
+whose objective is not a mean over rows (the sparse autoencoder's penalty depends on the
+mean hidden activation) returns extra sufficient statistics after the gradient: ``n_sums``
+can exceed ``n_params``.
 """
 
 from __future__ import annotations

@@ -6,11 +6,13 @@ row-major (``K = 1`` for least squares and logistic), then the ``K`` intercepts 
 
     f(theta) = (1/N) sum_i c_{y_i} w_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2 + l1 ||W||_1
 
-with intercepts not penalised; ``w_i`` are the data's sample weights (1 without) and N
-their sum (the row count without), ``c_k`` the classifiers' ``class_weight`` (1 without). :meth:`Model.penalty` is the smooth part (the l2 term); the
-l1 term is the optimizer's (:meth:`LinearModel.l1_weights`, OWL-QN, docs/algorithms.md §8). Models compute the loss and gradient *sums* over a block
-of rows (:meth:`loss_grad_sum`), so partial results from any split of the rows add up
-exactly to the full-data sums; the coordinator adds the penalty once.
+with intercepts not penalised; ``w_i`` are the data's sample weights (1 without) and N their
+sum (the row count without), ``c_k`` the classifiers' ``class_weight`` (1 without).
+:meth:`Model.penalty` is the smooth part (the l2 term); the l1 term is the optimizer's
+(:meth:`LinearModel.l1_weights`, OWL-QN, docs/algorithms.md §8). Models compute the loss and
+gradient *sums* over a block of rows (:meth:`loss_grad_sum`), so partial results from any
+split of the rows add up exactly to the full-data sums; the coordinator adds the penalty
+once.
 """
 
 from __future__ import annotations
