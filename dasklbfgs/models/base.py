@@ -72,13 +72,20 @@ class Model:
         row's terms weighted by ``w`` when given (models with :attr:`accepts_weights`)."""
         raise NotImplementedError
 
+    def sums_of(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """:meth:`loss_grad_sum`, handing it ``w`` only when there are weights: a model that
+        does not take weights (a ``loss_grad_sum`` of three arguments) still trains on
+        unweighted data. What every caller of the row sums goes through."""
+        return self.loss_grad_sum(params, X, y) if w is None else self.loss_grad_sum(params, X, y, w)
+
     def portion_loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
                               w: np.ndarray | None = None) -> tuple[float, Any]:
         """:meth:`loss_grad_sum` in the form a Sandblaster portion task sends it: dense
         here; a model whose sums on some blocks are zero outside a few coordinates returns
         a :class:`~dasklbfgs.models.sums.SparseSum` for them (the same numbers, added with
         :func:`~dasklbfgs.models.sums.add_sum_parts`)."""
-        return self.loss_grad_sum(params, X, y) if w is None else self.loss_grad_sum(params, X, y, w)
+        return self.sums_of(params, X, y, w)
 
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """The penalty term of the objective and its gradient."""
@@ -112,7 +119,7 @@ class Model:
         """Objective and gradient over all of ``X`` in one process (a reference path, and a
         mini-batch's): the loss sum (weighted by ``w``) over ``n``, by default the row count,
         or the total weight ``w.sum()``."""
-        loss, sums = self.loss_grad_sum(params, X, y) if w is None else self.loss_grad_sum(params, X, y, w)
+        loss, sums = self.sums_of(params, X, y, w)
         if n is None:
             n = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
         return self.objective_from_sums(params, loss, sums, n)

@@ -34,7 +34,7 @@ def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, flo
     for index in range(data.n_shards):
         X, y = data.load_shard(index)
         w = data.load_shard_weights(index)
-        part_loss, part_sums = model.loss_grad_sum(params, X, y) if w is None else model.loss_grad_sum(params, X, y, w)
+        part_loss, part_sums = model.sums_of(params, X, y, w)
         loss += part_loss
         sums += part_sums
         weight = np.ones(X.shape[0]) if w is None else w

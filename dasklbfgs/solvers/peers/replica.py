@@ -361,9 +361,7 @@ class SyncReplica(PeerReplica):
     def row_sums(self, batch: Batch) -> tuple[float, np.ndarray]:
         if not batch.size:
             return 0.0, np.zeros(self.model.n_sums)
-        if batch.w is None:
-            return self.timed(self.model.loss_grad_sum, self.params, batch.X, batch.y)
-        return self.timed(self.model.loss_grad_sum, self.params, batch.X, batch.y, batch.w)
+        return self.timed(self.model.sums_of, self.params, batch.X, batch.y, batch.w)
 
     def all_reduce(self, step: int, batch: Batch) -> tuple[Any, np.ndarray | None]:
         """One synchronous step's large-batch objective and gradient, the same on every replica.

@@ -63,25 +63,22 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
     column sums and sums of squares (centering it would make it dense)."""
     X, _, w = shard
     X = aligned(X)
-    if w is None:
-        n = X.shape[0]
-        if sp.issparse(X):
-            mean = np.asarray(X.sum(axis=0, dtype=np.float64)).ravel() / n
-            squares = np.asarray(X.multiply(X).sum(axis=0, dtype=np.float64)).ravel()
-            return n, mean, np.maximum(squares - n * mean * mean, 0.0)
-        mean = X.mean(axis=0, dtype=np.float64)
-        centered = X - mean
-        return n, mean, np.einsum("ij,ij->j", centered, centered)
-    total = float(np.sum(w, dtype=np.float64))
-    if total == 0.0:  # rows that weigh nothing say nothing about the columns
+    total = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
+    if total == 0:  # rows that weigh nothing say nothing about the columns
         return 0.0, np.zeros(X.shape[1]), np.zeros(X.shape[1])
+    mean = _column_sums(X, w) / total
     if sp.issparse(X):
-        mean = np.asarray(X.T @ w, dtype=np.float64).ravel() / total
-        squares = np.asarray(X.multiply(X).T @ w, dtype=np.float64).ravel()
+        squares = _column_sums(X.multiply(X), w)
         return total, mean, np.maximum(squares - total * mean * mean, 0.0)
-    mean = (w @ X) / total
     centered = X - mean
+    if w is None:
+        return total, mean, np.einsum("ij,ij->j", centered, centered)
     return total, mean, np.einsum("i,ij,ij->j", w, centered, centered)
+
+
+def _column_sums(A: Any, w: np.ndarray | None) -> np.ndarray:
+    """The column sums of ``A`` (dense or sparse) in float64, weighted by ``w`` if given."""
+    return np.asarray(A.sum(axis=0, dtype=np.float64) if w is None else A.T @ w, dtype=np.float64).ravel()
 
 
 REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
