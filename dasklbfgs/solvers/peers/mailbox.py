@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.solvers.downpour.wire import payload_nbytes
 
 __all__ = ["PeerMailbox", "Stopped"]
 
@@ -70,7 +71,7 @@ class PeerMailbox:
         has finished (the sender keeps it, so no share of the sums is ever lost)."""
         return self._accept("_shares", (numerator, weight), numerator)
 
-    def _accept(self, queue: str, item: tuple[Any, Any], payload: np.ndarray) -> bool:
+    def _accept(self, queue: str, item: tuple[Any, Any], payload: Any) -> bool:
         """Append ``item`` to the list named ``queue``; False once the owner has finished.
         The list is looked up under the lock: draining and finishing replace it."""
         with self._lock:
@@ -82,8 +83,7 @@ class PeerMailbox:
 
     def _count(self, value: Any) -> None:
         self.messages_in += 1
-        self.bytes_in += sum(v.nbytes for v in (value if isinstance(value, tuple) else (value,))
-                             if isinstance(v, np.ndarray))
+        self.bytes_in += payload_nbytes(value)
 
     async def read(self) -> tuple[np.ndarray | None, int]:
         """The parameters the owner last published and the step it published them at."""
