@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.models.sums import SparseSum
 from dasklbfgs.solvers.downpour.wire import payload_nbytes
 
 __all__ = ["PeerMailbox", "Stopped"]
@@ -37,7 +38,7 @@ class PeerMailbox:
         self.replica = replica
         self._lock = threading.Condition()
         self._slots: dict[Hashable, Any] = {}
-        self._queue: list[tuple[int, np.ndarray]] = []
+        self._queue: list[tuple[int, np.ndarray | SparseSum]] = []
         self._shares: list[tuple[np.ndarray, float]] = []
         self.published: np.ndarray | None = None
         self.published_step = -1
@@ -62,8 +63,9 @@ class PeerMailbox:
             self._count(value)
             self._lock.notify_all()
 
-    async def deliver(self, sender: int, gradient: np.ndarray) -> bool:
-        """Queue neighbour ``sender``'s gradient; the owner applies it between its own batches."""
+    async def deliver(self, sender: int, gradient: np.ndarray | SparseSum) -> bool:
+        """Queue neighbour ``sender``'s gradient (compact when it is zero outside the
+        coordinates its batch touched); the owner applies it between its own batches."""
         return self._accept("_queue", (sender, gradient), gradient)
 
     async def share(self, numerator: np.ndarray, weight: float) -> bool:

@@ -27,13 +27,13 @@ from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import SparseSum, as_dense
-from dasklbfgs.solvers.downpour.wire import payload_nbytes
+from dasklbfgs.models.sums import DENSE_ABOVE, SparseSum, as_dense, index_dtype
+from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.solvers.sandblaster.tasks import add_sums
 
 __all__ = [
     "EASGDReplica", "GossipReplica", "NeighbourReplica", "PeerConfig", "PeerReplica", "SyncReplica",
-    "add_tree_sums", "average_of", "run_peer_replica",
+    "add_tree_sums", "average_of", "run_peer_replica", "touched_part",
 ]
 
 PEER_CHECK_SECONDS = 0.1  # while a peer's reply is late, check this often whether the run was aborted
@@ -107,6 +107,18 @@ def add_tree_sums(parts: list[tuple[float, Any, int]]) -> tuple[float, Any, int]
     the bits of adding their dense forms, so sparse rows travel small and step the same."""
     loss_sum, sums = add_sums(*[(loss, part_sums) for loss, part_sums, _ in parts])
     return loss_sum, sums, sum(n for _, _, n in parts)
+
+
+def touched_part(gradient: np.ndarray, layout: ShardLayout, rows: np.ndarray) -> np.ndarray | SparseSum:
+    """``gradient`` as a :class:`SparseSum` of the row table's ``rows`` and every coordinate
+    outside the table, where a gradient that is zero in the other rows (see
+    :meth:`~dasklbfgs.models.base.Model.row_table_for`) has all its non-zeros; dense when
+    that is most of it (the compact form would be larger)."""
+    index = np.concatenate([layout.row_index(rows), *(np.arange(a, b) for a, b in layout.dense_ranges)])
+    if len(index) > DENSE_ABOVE * gradient.size:
+        return gradient
+    index.sort()
+    return SparseSum(gradient.size, index.astype(index_dtype(gradient.size)), gradient[index])
 
 
 NO_SURVIVOR = "every replica was lost with its worker: no state is left to restart from"
@@ -432,11 +444,11 @@ class LocalStepReplica(PeerReplica):
         loss, gradient = computed
         self.add_shares(_settle(self.pending, self.own))  # last step's sends: refused push-sum shares come back
         self.pending = []
-        self.update(step, gradient)
+        self.update(step, gradient, batch)
         return loss
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
-        """Apply ``gradient`` and exchange with the peers."""
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
+        """Apply ``gradient`` (of ``batch``) and exchange with the peers."""
         raise NotImplementedError
 
 
@@ -457,7 +469,7 @@ class EASGDReplica(LocalStepReplica):
         """A lost replica restarts at the center, the point the replicas are drawn to."""
         return {"params": np.array(center), "rule_state": None, "weight": 1.0}
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
         if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
             calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
             self.params -= np.concatenate(replies(calls, self.own))
@@ -491,7 +503,7 @@ class GossipReplica(LocalStepReplica):
         return [{**e, "params": e["params"] / e.get("weight", 1.0), "weight": 1.0}
                 for e in super().resumed(entries, center)]
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
         # parameters differ in every coordinate: shares and pulls travel dense
         if self.config.push_sum:
             self.push_sum(gradient)
@@ -528,10 +540,13 @@ class NeighbourReplica(LocalStepReplica):
 
     publishes = True
 
-    def __init__(self, replica: int, **kwargs: Any) -> None:
-        super().__init__(replica, **kwargs)
+    def __init__(self, replica: int, *, data: Any, **kwargs: Any) -> None:
+        super().__init__(replica, data=data, **kwargs)
         config = self.config
         self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
+        # the rows a batch's gradient can be non-zero in (None: every coordinate), as Downpour's pushes
+        table = self.model.row_table_for(data)
+        self.layout = None if table is None else ShardLayout(0, self.model.n_params, table)
 
     @staticmethod
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
@@ -545,13 +560,22 @@ class NeighbourReplica(LocalStepReplica):
         best = int(np.argmin([score if np.isfinite(score) else np.inf for score in scores]))
         return xs[best], best
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
         self.params += self.rule_step(self.own_weight * gradient)
-        self.pending = [(self.send(k, "deliver", self.replica, gradient), None) for k in self.near]
-        self.exchanges += len(self.near)
+        if self.near:
+            message = self.message(gradient, batch)
+            self.pending = [(self.send(k, "deliver", self.replica, message), None) for k in self.near]
+            self.exchanges += len(self.near)
         for sender, g in self.own.drain():
-            self.params += self.rule_step(self.near[sender] * g)
+            self.params += self.rule_step(self.near[sender] * as_dense(g))
             self.received += 1
+
+    def message(self, gradient: np.ndarray, batch: Batch) -> np.ndarray | SparseSum:
+        """The gradient as it travels: compact when it is zero outside the rows ``batch``
+        touched (densified on receipt: the same numbers), else as it is."""
+        if self.layout is None:
+            return gradient
+        return touched_part(gradient, self.layout, self.model.touched_rows(batch.X))
 
 
 REPLICAS: dict[str, type[PeerReplica]] = {
