@@ -37,6 +37,11 @@ class SparseSum:
     index: np.ndarray
     values: np.ndarray
 
+    @classmethod
+    def zero(cls, size: int) -> SparseSum:
+        """The sum over no rows: no coordinates at all."""
+        return cls(size, np.zeros(0, dtype=index_dtype(size)), np.zeros(0))
+
     @property
     def nbytes(self) -> int:
         """Bytes of its arrays (what a portion task sends, give or take a header)."""

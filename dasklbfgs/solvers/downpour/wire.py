@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.sums import SparseSum
 
-__all__ = ["param_bounds", "ShardLayout", "Wire"]
+__all__ = ["param_bounds", "payload_nbytes", "ShardLayout", "Wire"]
 
 #: A sparse payload: (row ids local to the shard's table rows, values (k, width), dense rest)
 SparsePayload = tuple[np.ndarray, np.ndarray, np.ndarray]
@@ -140,6 +141,10 @@ class Wire:
 
 
 def payload_nbytes(payload: Any) -> int:
+    """Bytes of the arrays a message carries: numpy arrays and compact sums
+    (:class:`~dasklbfgs.models.sums.SparseSum`), also inside tuples; scalars count nothing."""
     if isinstance(payload, tuple):
-        return sum(p.nbytes for p in payload)
-    return payload.nbytes
+        return sum(payload_nbytes(p) for p in payload)
+    if isinstance(payload, (np.ndarray, SparseSum)):
+        return payload.nbytes
+    return 0

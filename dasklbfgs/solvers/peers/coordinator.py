@@ -295,6 +295,8 @@ class _PeerRun(Coordinator):
             "steps_per_replica": [t["steps"] for t in tallies],
             "exchanges_per_replica": [t["exchanges"] for t in tallies],
             "received_per_replica": [t["received"] for t in tallies],
+            # the arrays each replica's messages carried: compact sums and gradients on sparse rows
+            "bytes_sent_per_replica": [t["bytes_sent"] for t in tallies],
             "messages_between_replicas": self.traffic_before["messages"] + sum(
                 s["messages_in"] + s["reads"] for s in mailbox_stats),
             "bytes_between_replicas": self.traffic_before["bytes"] + sum(

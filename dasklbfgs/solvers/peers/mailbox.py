@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.models.sums import SparseSum
+from dasklbfgs.solvers.downpour.wire import payload_nbytes
 
 __all__ = ["PeerMailbox", "Stopped"]
 
@@ -36,7 +38,7 @@ class PeerMailbox:
         self.replica = replica
         self._lock = threading.Condition()
         self._slots: dict[Hashable, Any] = {}
-        self._queue: list[tuple[int, np.ndarray]] = []
+        self._queue: list[tuple[int, np.ndarray | SparseSum]] = []
         self._shares: list[tuple[np.ndarray, float]] = []
         self.published: np.ndarray | None = None
         self.published_step = -1
@@ -61,8 +63,9 @@ class PeerMailbox:
             self._count(value)
             self._lock.notify_all()
 
-    async def deliver(self, sender: int, gradient: np.ndarray) -> bool:
-        """Queue neighbour ``sender``'s gradient; the owner applies it between its own batches."""
+    async def deliver(self, sender: int, gradient: np.ndarray | SparseSum) -> bool:
+        """Queue neighbour ``sender``'s gradient (compact when it is zero outside the
+        coordinates its batch touched); the owner applies it between its own batches."""
         return self._accept("_queue", (sender, gradient), gradient)
 
     async def share(self, numerator: np.ndarray, weight: float) -> bool:
@@ -70,7 +73,7 @@ class PeerMailbox:
         has finished (the sender keeps it, so no share of the sums is ever lost)."""
         return self._accept("_shares", (numerator, weight), numerator)
 
-    def _accept(self, queue: str, item: tuple[Any, Any], payload: np.ndarray) -> bool:
+    def _accept(self, queue: str, item: tuple[Any, Any], payload: Any) -> bool:
         """Append ``item`` to the list named ``queue``; False once the owner has finished.
         The list is looked up under the lock: draining and finishing replace it."""
         with self._lock:
@@ -82,8 +85,7 @@ class PeerMailbox:
 
     def _count(self, value: Any) -> None:
         self.messages_in += 1
-        self.bytes_in += sum(v.nbytes for v in (value if isinstance(value, tuple) else (value,))
-                             if isinstance(v, np.ndarray))
+        self.bytes_in += payload_nbytes(value)
 
     async def read(self) -> tuple[np.ndarray | None, int]:
         """The parameters the owner last published and the step it published them at."""

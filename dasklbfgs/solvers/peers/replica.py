@@ -27,10 +27,13 @@ from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.sums import DENSE_ABOVE, SparseSum, as_dense, index_dtype
+from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
+from dasklbfgs.solvers.sandblaster.tasks import add_sums
 
 __all__ = [
     "EASGDReplica", "GossipReplica", "NeighbourReplica", "PeerConfig", "PeerReplica", "SyncReplica",
-    "average_of", "run_peer_replica",
+    "add_tree_sums", "average_of", "run_peer_replica", "touched_part",
 ]
 
 PEER_CHECK_SECONDS = 0.1  # while a peer's reply is late, check this often whether the run was aborted
@@ -98,6 +101,26 @@ def replies(calls: list[Any], own: Any) -> list[Any]:
     return out
 
 
+def add_tree_sums(parts: list[tuple[float, Any, int]]) -> tuple[float, Any, int]:
+    """Sync SGD's ``(loss_sum, sums, n)`` of a replica and its subtrees added in the order
+    given: compact if every part is (:func:`~dasklbfgs.models.sums.add_sum_parts`), with
+    the bits of adding their dense forms, so sparse rows travel small and step the same."""
+    loss_sum, sums = add_sums(*[(loss, part_sums) for loss, part_sums, _ in parts])
+    return loss_sum, sums, sum(n for _, _, n in parts)
+
+
+def touched_part(gradient: np.ndarray, layout: ShardLayout, rows: np.ndarray) -> np.ndarray | SparseSum:
+    """``gradient`` as a :class:`SparseSum` of the row table's ``rows`` and every coordinate
+    outside the table, where a gradient that is zero in the other rows (see
+    :meth:`~dasklbfgs.models.base.Model.row_table_for`) has all its non-zeros; dense when
+    that is most of it (the compact form would be larger)."""
+    index = np.concatenate([layout.row_index(rows), *(np.arange(a, b) for a, b in layout.dense_ranges)])
+    if len(index) > DENSE_ABOVE * gradient.size:
+        return gradient
+    index.sort()
+    return SparseSum(gradient.size, index.astype(index_dtype(gradient.size)), gradient[index])
+
+
 NO_SURVIVOR = "every replica was lost with its worker: no state is left to restart from"
 
 
@@ -156,6 +179,7 @@ class PeerReplica(ReplicaTask):
         self.weight = 1.0                                 # push-sum (1 for the other methods)
         self.pending: list[tuple[Any, Any]] = []          # (reply, share kept if refused), collected next step
         self.exchanges = self.received = 0
+        self.bytes_sent = 0                               # arrays this replica's messages carried
         self.loss_sum, self.recent_loss = 0.0, math.nan
         self.seconds_before = 0.0                         # in the training loop before a restart
         self.loop_started: float | None = None
@@ -174,6 +198,7 @@ class PeerReplica(ReplicaTask):
         self.steps, self.examples = resume["steps"], resume.get("examples", 0)
         self.loss_sum, self.recent_loss = resume.get("loss_sum", 0.0), resume.get("recent_loss", math.nan)
         self.exchanges, self.received = resume.get("exchanges", 0), resume.get("received", 0)
+        self.bytes_sent = resume.get("bytes_sent", 0)
         self.seconds_before = resume.get("seconds_in_loop", 0.0)
         self.seconds_computing = resume.get("seconds_computing", 0.0)
         self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
@@ -195,6 +220,12 @@ class PeerReplica(ReplicaTask):
 
     def planned_steps(self) -> int:
         return self.batches.total
+
+    def send(self, k: int, method: str, *args: Any) -> Any:
+        """Call ``method`` on peer ``k``'s mailbox, the arrays sent counted in ``bytes_sent``;
+        returns what to call ``.result()`` on."""
+        self.bytes_sent += payload_nbytes(args)
+        return self.peers.send(k, method, *args)
 
     def rule_step(self, gradient: np.ndarray) -> np.ndarray:
         """The update rule's step for ``gradient`` (advances the rule's state)."""
@@ -219,9 +250,9 @@ class PeerReplica(ReplicaTask):
             for child in children:
                 self.own.take(("ready", child), None)
             if parent is not None:
-                replies([self.peers.send(parent, "put", ("ready", self.replica), True)], self.own)
+                replies([self.send(parent, "put", ("ready", self.replica), True)], self.own)
                 self.own.take(("go",), None)
-            replies([self.peers.send(child, "put", ("go",), True) for child in children], self.own)
+            replies([self.send(child, "put", ("go",), True) for child in children], self.own)
         except Stopped as stopped:
             self.stop, self.n_steps = str(stopped), 0
 
@@ -312,7 +343,8 @@ class PeerReplica(ReplicaTask):
         x = self.estimate()
         self.own.publish(x, self.steps)
         self.own.report(self.steps, self.loss_sum, self.steps, self.recent_loss)
-        return self.tallies(seconds_in_loop, exchanges=self.exchanges, received=self.received, x=x,
+        return self.tallies(seconds_in_loop, exchanges=self.exchanges, received=self.received,
+                            bytes_sent=self.bytes_sent, x=x,
                             weight=self.weight, recent_loss=self.recent_loss, params=self.params,
                             rule_state=self.state, loss_sum=self.loss_sum, aborted=self.own.aborted)
 
@@ -358,38 +390,47 @@ class SyncReplica(PeerReplica):
         self.params += self.rule_step(gradient)
         return loss
 
-    def row_sums(self, batch: Batch) -> tuple[float, np.ndarray]:
+    def row_sums(self, batch: Batch) -> tuple[float, np.ndarray | SparseSum]:
+        """This replica's loss and row sums over ``batch``, compact when the model gives them
+        so (a linear model's on sparse rows); out of rows, the sum over none."""
         if not batch.size:
-            return 0.0, np.zeros(self.model.n_sums)
-        return self.timed(self.model.sums_of, self.params, batch.X, batch.y, batch.w)
+            return 0.0, SparseSum.zero(self.model.n_sums)
+        return self.timed(self.model.portion_loss_grad_sum, self.params, batch.X, batch.y, batch.w)
+
+    def objective_of(self, summed: tuple[float, Any, int]) -> tuple[float, np.ndarray]:
+        """The large batch's objective and gradient from its added ``(loss_sum, sums, n)``."""
+        loss_sum, sums, n = summed
+        return self.model.objective_from_sums(self.params, loss_sum, as_dense(sums), n)
 
     def all_reduce(self, step: int, batch: Batch) -> tuple[Any, np.ndarray | None]:
         """One synchronous step's large-batch objective and gradient, the same on every replica.
 
         Row sums (not means) travel up the tree, so replicas with unequal batches (the last
-        batch of an epoch, a replica out of rows) weigh exactly as in one large batch.
-        Returns ``(reason, None)`` when the root stops the run.
+        batch of an epoch, a replica out of rows) weigh exactly as in one large batch. The
+        root sends the added sums down (or why the run stops), and every replica forms the
+        objective from them: the replicas hold the same parameters, so they get the same
+        bits, and the sums stay compact on sparse rows where the gradient (with an l2
+        penalty) would not. Returns ``(reason, None)`` when the root stops the run.
         """
         own, children = self.own, tree_children(self.replica, self.config.n_replicas)
-        loss_sum, sums = self.row_sums(batch)
-        n = batch.size
-        for child in children:
-            child_loss, child_sums, child_n = own.take(("up", step, child), self.config.wait_timeout, stoppable=False)
-            loss_sum, sums, n = loss_sum + child_loss, sums + child_sums, n + child_n
-        parent = tree_parent(self.replica)
+        parts = [(*self.row_sums(batch), batch.size)]
+        parts += [own.take(("up", step, child), self.config.wait_timeout, stoppable=False) for child in children]
+        summed = add_tree_sums(parts)
+        parent, objective = tree_parent(self.replica), None
         if parent is not None:
-            replies([self.peers.send(parent, "put", ("up", step, self.replica), (loss_sum, sums, n))], own)
+            replies([self.send(parent, "put", ("up", step, self.replica), summed)], own)
             down = own.take(("down", step), self.config.wait_timeout, stoppable=False)
         elif own.stop_reason is not None:
-            down = (own.stop_reason, None)
+            down = own.stop_reason
         else:
-            loss, gradient = self.model.objective_from_sums(self.params, loss_sum, sums, n)
-            if not (math.isfinite(loss) and np.all(np.isfinite(gradient))):
-                down = (non_finite_message(self.replica, loss, step, -1, synchronous=True), None)
-            else:
-                down = (loss, gradient)
-        replies([self.peers.send(child, "put", ("down", step), down) for child in children], own)
-        return down
+            objective = self.objective_of(summed)
+            loss, gradient = objective
+            finite = math.isfinite(loss) and np.all(np.isfinite(gradient))
+            down = summed if finite else non_finite_message(self.replica, loss, step, -1, synchronous=True)
+        replies([self.send(child, "put", ("down", step), down) for child in children], own)
+        if isinstance(down, str):
+            return down, None
+        return objective if objective is not None else self.objective_of(down)
 
 
 class LocalStepReplica(PeerReplica):
@@ -398,16 +439,16 @@ class LocalStepReplica(PeerReplica):
     def step(self, step: int, epoch: int, batch: Batch) -> float | None:
         computed = self.gradient(self.estimate(), batch, epoch)
         if computed is None:
-            replies([self.peers.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)], self.own)
+            replies([self.send(k, "request_stop", self.stop) for k in range(self.config.n_replicas)], self.own)
             return None
         loss, gradient = computed
         self.add_shares(_settle(self.pending, self.own))  # last step's sends: refused push-sum shares come back
         self.pending = []
-        self.update(step, gradient)
+        self.update(step, gradient, batch)
         return loss
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
-        """Apply ``gradient`` and exchange with the peers."""
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
+        """Apply ``gradient`` (of ``batch``) and exchange with the peers."""
         raise NotImplementedError
 
 
@@ -428,10 +469,11 @@ class EASGDReplica(LocalStepReplica):
         """A lost replica restarts at the center, the point the replicas are drawn to."""
         return {"params": np.array(center), "rule_state": None, "weight": 1.0}
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
         if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
             calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
             self.params -= np.concatenate(replies(calls, self.own))
+            self.bytes_sent += self.params.nbytes  # its slices, one to each center shard
             self.exchanges += 1
         self.params += self.rule_step(gradient)
 
@@ -461,7 +503,8 @@ class GossipReplica(LocalStepReplica):
         return [{**e, "params": e["params"] / e.get("weight", 1.0), "weight": 1.0}
                 for e in super().resumed(entries, center)]
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
+        # parameters differ in every coordinate: shares and pulls travel dense
         if self.config.push_sum:
             self.push_sum(gradient)
         else:
@@ -477,7 +520,7 @@ class GossipReplica(LocalStepReplica):
         R = self.config.n_replicas
         if R > 1:
             share, self.weight = push_sum_split(self.params, self.weight)
-            reply = self.peers.send(gossip_peer(self.rng, self.replica, R), "share", share, self.weight)
+            reply = self.send(gossip_peer(self.rng, self.replica, R), "share", share, self.weight)
             self.pending.append((reply, (share, self.weight)))
             self.exchanges += 1
 
@@ -485,7 +528,7 @@ class GossipReplica(LocalStepReplica):
         delta = self.rule_step(gradient)
         R = self.config.n_replicas
         if R > 1:
-            [(peer, _)] = replies([self.peers.send(gossip_peer(self.rng, self.replica, R), "read")], self.own)
+            [(peer, _)] = replies([self.send(gossip_peer(self.rng, self.replica, R), "read")], self.own)
             if peer is not None:
                 self.params[:] = gossip_pull(self.params, peer)
                 self.exchanges += 1
@@ -497,10 +540,13 @@ class NeighbourReplica(LocalStepReplica):
 
     publishes = True
 
-    def __init__(self, replica: int, **kwargs: Any) -> None:
-        super().__init__(replica, **kwargs)
+    def __init__(self, replica: int, *, data: Any, **kwargs: Any) -> None:
+        super().__init__(replica, data=data, **kwargs)
         config = self.config
         self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
+        # the rows a batch's gradient can be non-zero in (None: every coordinate), as Downpour's pushes
+        table = self.model.row_table_for(data)
+        self.layout = None if table is None else ShardLayout(0, self.model.n_params, table)
 
     @staticmethod
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
@@ -514,13 +560,22 @@ class NeighbourReplica(LocalStepReplica):
         best = int(np.argmin([score if np.isfinite(score) else np.inf for score in scores]))
         return xs[best], best
 
-    def update(self, step: int, gradient: np.ndarray) -> None:
+    def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
         self.params += self.rule_step(self.own_weight * gradient)
-        self.pending = [(self.peers.send(k, "deliver", self.replica, gradient), None) for k in self.near]
-        self.exchanges += len(self.near)
+        if self.near:
+            message = self.message(gradient, batch)
+            self.pending = [(self.send(k, "deliver", self.replica, message), None) for k in self.near]
+            self.exchanges += len(self.near)
         for sender, g in self.own.drain():
-            self.params += self.rule_step(self.near[sender] * g)
+            self.params += self.rule_step(self.near[sender] * as_dense(g))
             self.received += 1
+
+    def message(self, gradient: np.ndarray, batch: Batch) -> np.ndarray | SparseSum:
+        """The gradient as it travels: compact when it is zero outside the rows ``batch``
+        touched (densified on receipt: the same numbers), else as it is."""
+        if self.layout is None:
+            return gradient
+        return touched_part(gradient, self.layout, self.model.touched_rows(batch.X))
 
 
 REPLICAS: dict[str, type[PeerReplica]] = {
