@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -133,3 +135,40 @@ def acoustic_splits(root: Path, rows: int, classes: int) -> dict[str, Any]:
         return {s: ShardedDataset.open(path / s) for s in ("train", "test")}
     except Exception:
         return make_dataset("acoustic", path, rows=rows, n_classes=classes, shard_rows=rows // 4, overwrite=True)
+
+
+# -- one method in a fresh process (its peak memory its own) ----------------------------------
+
+def peak_rss_mib(pid: int | str = "self") -> float:
+    """A process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
+    parent that forked it); this process by default."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def worker_peaks(client) -> dict:
+    """The largest peak resident memory of the cluster's worker processes, in MiB."""
+    return {"other_peak_rss_mib": max(client.run(peak_rss_mib).values()), "other_processes": "largest worker"}
+
+
+class Skipped(Exception):
+    """A peer that is not installed or has no such method: reported as skipped."""
+
+
+def run_fresh(target: Callable[..., None], args: tuple, timeout: float) -> dict:
+    """``target(*args, queue)`` in a fresh (spawned) process; the dict it puts on the queue,
+    or a failure after ``timeout`` seconds."""
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, queue))
+    proc.start()
+    try:
+        return queue.get(timeout=timeout)
+    except Exception:
+        return {"failed": f"no result within {timeout:.0f} s"}
+    finally:
+        proc.join(30)
+        if proc.is_alive():
+            proc.kill()

@@ -34,8 +34,6 @@ the recorded JSON without measuring.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import resource
 import shlex
 import sys
 import time
@@ -45,7 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, OUT, machine, publish, pyplot, read_result, report_header, save_figure
+from benchmarks._common import (
+    HERE, OUT, Skipped, machine, peak_rss_mib, publish, pyplot, read_result, report_header, run_fresh, save_figure,
+    worker_peaks,
+)
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
 L2 = 1e-4
@@ -110,7 +111,7 @@ def _sandblaster(model, data, spec, load):
         res = sandblaster_lbfgs(model, data, client=client, maxiter=MAXITER, gtol=1e-9, ftol=1e-15, cache=True,
                                 standardize=spec["ill"])
         seconds = time.perf_counter() - started
-        workers = _worker_peaks(client)
+        workers = worker_peaks(client)
     return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
                             "load_seconds": res.timing["load_seconds"], **workers}
 
@@ -134,9 +135,9 @@ def _dask_glm(model, data, spec, load):
         from dask_glm.algorithms import lbfgs
         from dask_glm.families import Logistic as GLMLogistic, Normal
     except ImportError:
-        raise _Skipped("dask-glm is not installed (pip install -e '.[bench]')") from None
+        raise Skipped("dask-glm is not installed (pip install -e '.[bench]')") from None
     if model.task == "classification" and getattr(model, "n_classes", 2) > 2:
-        raise _Skipped("dask-glm has no softmax (multinomial) family")
+        raise Skipped("dask-glm has no softmax (multinomial) family")
     from distributed import wait
 
     from dasklbfgs import connect
@@ -152,7 +153,7 @@ def _dask_glm(model, data, spec, load):
         started = time.perf_counter()
         beta = lbfgs(Xd, yd, regularizer="l2", lamduh=lamduh, family=family, max_iter=MAXITER, tol=1e-10)
         seconds = time.perf_counter() - started
-        workers = _worker_peaks(client)
+        workers = worker_peaks(client)
     return seconds, np.asarray(beta), workers
 
 
@@ -163,7 +164,7 @@ def _spark(model, data, spec, load):
         from pyspark.ml.regression import LinearRegression
         from pyspark.sql import SparkSession
     except ImportError:
-        raise _Skipped("pyspark is not installed (pip install -e '.[bench]'; it needs Java 17)") from None
+        raise Skipped("pyspark is not installed (pip install -e '.[bench]'; it needs Java 17)") from None
     import pandas as pd
     from pyspark.ml.feature import VectorAssembler
 
@@ -195,28 +196,10 @@ def _spark(model, data, spec, load):
         seconds = time.perf_counter() - started
         iterations = est.summary.totalIterations if est.hasSummary else None
         jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # local[2]: one JVM
-        other = {"other_peak_rss_mib": _peak_rss_mib(jvm), "other_processes": "the JVM"}
+        other = {"otherpeak_rss_mib": peak_rss_mib(jvm), "other_processes": "the JVM"}
     finally:
         spark.stop()
     return seconds, coef, {"iterations": iterations, **other}
-
-
-def _peak_rss_mib(pid: int | str = "self") -> float:
-    """A process's peak resident memory (VmHWM: unlike ru_maxrss, not inherited from the
-    parent that forked it); this process by default."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _worker_peaks(client) -> dict:
-    """The largest peak resident memory of the cluster's worker processes, in MiB."""
-    return {"other_peak_rss_mib": max(client.run(_peak_rss_mib).values()), "other_processes": "largest worker"}
-
-
-class _Skipped(Exception):
-    pass
 
 
 RUNNERS = {"scipy L-BFGS-B": _scipy, "Sandblaster L-BFGS": _sandblaster, "scikit-learn": _sklearn,
@@ -229,11 +212,11 @@ def _one(method: str, spec: dict, root: str, queue) -> None:
         data = open_data(spec, Path(root))
         model = make_model(spec)
         seconds, x, facts = RUNNERS[method](model, data, spec, lambda: data.load_rows(0, data.n_samples))
-        peak = _peak_rss_mib()  # before loading X to score the solution
+        peak = peak_rss_mib()  # before loading X to score the solution
         X, y = data.load_rows(0, data.n_samples)
         fun = model.objective(np.asarray(x, dtype=np.float64), X, y)[0]
         queue.put({"seconds": seconds, "fun": float(fun), **facts, "peak_rss_mib": peak})
-    except _Skipped as skipped:
+    except Skipped as skipped:
         queue.put({"skipped": str(skipped)})
     except Exception as exc:  # a peer's failure is reported, not hidden
         queue.put({"failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
@@ -241,18 +224,7 @@ def _one(method: str, spec: dict, root: str, queue) -> None:
 
 
 def run_one(method: str, spec: dict, root: Path, timeout: float) -> dict:
-    ctx = multiprocessing.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_one, args=(method, spec, str(root), queue))
-    proc.start()
-    try:
-        return queue.get(timeout=timeout)
-    except Exception:
-        return {"failed": f"no result within {timeout:.0f} s"}
-    finally:
-        proc.join(30)
-        if proc.is_alive():
-            proc.kill()
+    return run_fresh(_one, (method, spec, str(root)), timeout)
 
 
 def read_pass_seconds(data, repeats: int) -> float:
@@ -329,9 +301,9 @@ def _other_peak(method: str, r: dict) -> str:
     """The peak of the processes besides the driver: Dask workers, Spark's JVM."""
     if method in IN_PROCESS:
         return "none"
-    if "other_peak_rss_mib" not in r:
+    if "otherpeak_rss_mib" not in r:
         return "not measured"
-    return f"{r['other_peak_rss_mib']:.0f} ({r['other_processes']})"
+    return f"{r['otherpeak_rss_mib']:.0f} ({r['other_processes']})"
 
 
 def _reached(r: dict, ref: float | None) -> bool:

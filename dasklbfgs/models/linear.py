@@ -27,7 +27,8 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
-from dasklbfgs.models.sums import SparseSum, index_dtype, renumber
+from dasklbfgs.models.compact_rows import CompactColumns
+from dasklbfgs.models.sums import SparseSum, index_dtype
 
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
@@ -134,45 +135,46 @@ class LinearModel(Model):
                               w: np.ndarray | None) -> tuple[float, np.ndarray]:
         """:meth:`loss_grad_sum` of a CSR block in one pass (a row of it is a few non-zeros:
         no cache blocking needed); float64 parameters whatever X's dtype."""
-        loss, dz = self._sparse_link(params, X, y, w)
+        loss, dz = self._sparse_link(*self.unpack(params), X, y, w)
         grad = np.zeros(self.n_params)
         gW, gb = self.unpack(grad)
         gW += X.T @ dz
         gb += dz.sum(axis=0)
         return loss, grad
 
-    def _sparse_link(self, params: np.ndarray, X: Any, y: np.ndarray,
+    def _sparse_link(self, W: np.ndarray, b: np.ndarray, X: Any, y: np.ndarray,
                      w: np.ndarray | None) -> tuple[float, np.ndarray]:
-        """Loss sum and ``d loss / d z`` of the rows of a CSR block."""
-        W, b = self.unpack(params)
+        """Loss sum and ``d loss / d z`` of the rows of a CSR block at coefficients ``W``
+        (the rows of ``W`` that ``X``'s columns index) and intercepts ``b``."""
         z = X @ W
         z += b if self.n_outputs > 1 else b[0]
         return type(self)._link(np.asarray(z, dtype=np.float64), y, w)
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
                               w: np.ndarray | None = None) -> tuple[float, Any]:
-        """On a sparse X, the gradient sum as a :class:`~dasklbfgs.models.sums.SparseSum`:
-        the coefficients of the columns X has values in (all ``n_outputs`` of each) and the
-        intercepts; everything else is zero. Its size follows the block's non-zeros, not
-        ``n_features``: the block's columns are renumbered ``0..m-1`` and the gradient is
-        formed on those ``m``. Each value receives the same products in the same order as
-        in :meth:`loss_grad_sum` (renumbering keeps each row's order), so the numbers are
-        its bits. Dense X: :meth:`loss_grad_sum`."""
-        if not sp.issparse(X):
+        """On sparse rows, the gradient sum as a :class:`~dasklbfgs.models.sums.SparseSum`:
+        the coefficients of the columns the rows use (all ``n_outputs`` of each) and the
+        intercepts; everything else is zero. Its size follows the rows' non-zeros, not
+        ``n_features``: the rows are taken on their columns renumbered ``0..m-1``
+        (:class:`~dasklbfgs.models.compact_rows.CompactColumns`; a cached shard comes so
+        already), the parameters gathered at them and the gradient formed on them. Each
+        value receives the same products in the same order as in :meth:`loss_grad_sum`
+        (renumbering keeps each row's order), so the numbers are its bits. Dense X:
+        :meth:`loss_grad_sum`."""
+        if not (sp.issparse(X) or isinstance(X, CompactColumns)):
             return super().portion_loss_grad_sum(params, X, y, w)
-        X = X.tocsr()
-        loss, dz = self._sparse_link(params, X, y, self.row_weights(y, w))
-        columns, renumbered = renumber(X.indices)
-        touched = sp.csr_array((X.data, renumbered, X.indptr), shape=(X.shape[0], len(columns)))
-        K = self.n_outputs
-        gW = np.zeros(len(columns) if K == 1 else (len(columns), K))
-        gW += touched.T @ dz
-        index = (columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
+        rows = CompactColumns.of(X)
+        K, n_coef = self.n_outputs, self.n_coef
+        W, b = self.unpack(params)
+        loss, dz = self._sparse_link(W[rows.columns], b, rows.local, y, self.row_weights(y, w))
+        gW = np.zeros(len(rows.columns) if K == 1 else (len(rows.columns), K))
+        gW += rows.local.T @ dz
+        index = (rows.columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
         values = gW.ravel()
         if self.fit_intercept:
             gb = np.zeros(K)
             gb += dz.sum(axis=0)
-            index = np.concatenate([index, self.n_coef + np.arange(K)])
+            index = np.concatenate([index, n_coef + np.arange(K)])
             values = np.concatenate([values, gb])
         return loss, SparseSum(self.n_params, index.astype(index_dtype(self.n_params)), values)
 

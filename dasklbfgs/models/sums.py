@@ -88,22 +88,23 @@ def as_dense(sums: np.ndarray | SparseSum) -> np.ndarray:
     return sums.to_dense() if isinstance(sums, SparseSum) else sums
 
 
-def add_sum_parts(parts: list[np.ndarray | SparseSum]) -> np.ndarray | SparseSum:
+def add_sum_parts(parts: list[np.ndarray | SparseSum], *, dense_result: bool = False) -> np.ndarray | SparseSum:
     """Sum vectors added left to right from zero, bitwise as their dense forms would add.
 
     Compact if every part is and the union of their coordinates is small (below
-    :data:`DENSE_ABOVE` of the vector), else dense.
+    :data:`DENSE_ABOVE` of the vector), else dense; always dense with ``dense_result`` (for a
+    total that stays in this process: forming the union costs more than it saves there).
     """
     size = parts[0].size
     dense = [p for p in parts if not isinstance(p, SparseSum)]
-    if not dense:
+    if not dense and not dense_result:
         union = distinct(np.sort(np.concatenate([p.index for p in parts]), kind="stable"))
         if len(union) <= DENSE_ABOVE * size:
             values = np.zeros(len(union))
             for part in parts:
                 values[np.searchsorted(union, part.index)] += part.values
             return SparseSum(size, union.astype(index_dtype(size), copy=False), values)
-    total = np.zeros_like(dense[0]) if dense else np.zeros(size)  # the dense parts' dtype, as before
+    total = np.zeros(size, dtype=dense[0].dtype if dense else np.float64)  # the dense parts' dtype, as before
     for part in parts:
         if isinstance(part, SparseSum):
             part.add_to(total)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from dask.sizeof import sizeof
 
 from dasklbfgs import LeastSquares, Logistic, MLP, ShardedDataset, Softmax, sandblaster_lbfgs
 from dasklbfgs.cli.format import format_description
 from dasklbfgs.errors import ConfigurationError, CorruptDatasetError, InvalidDataError, ModelDataMismatchError
+from dasklbfgs.models.compact_rows import CompactColumns
 
 N, D = 1000, 300
 
@@ -187,7 +189,7 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
     intercepts; those numbers, and their sums in the fixed reduction order, are the dense
     path's bits, for empty portions and portions of rows without values too."""
     from dasklbfgs.models.sums import SparseSum, as_dense
-    from dasklbfgs.solvers.sandblaster.tasks import add_sums, reduce_in_groups
+    from dasklbfgs.solvers.sandblaster.tasks import add_sums, add_sums_dense, reduce_in_groups
 
     rng = np.random.default_rng(5)
     X = _with_empty_rows(sparse_X(0.01, seed=2), 400, 520)
@@ -196,6 +198,7 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
     w = rng.uniform(0.1, 3.0, size=N) if weighted else None
     params = rng.normal(size=model.n_params)
     cuts = [0, 0, 17, 150, 400, 450, 520, 520, 700, 701, 1000]  # empty, value-less rows (400..520), one row
+    cached = CompactColumns.of(X)  # a cached shard: renumbered once, its portions sliced from it
     dense_parts, compact_parts = [], []
     for a, b in zip(cuts, cuts[1:]):
         rows_w = None if w is None else w[a:b]
@@ -205,11 +208,27 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
         assert isinstance(compact, SparseSum) and compact_loss == loss
         assert np.array_equal(as_dense(compact), grad) and np.array_equal(np.signbit(as_dense(compact)), np.signbit(grad))
         assert len(compact.index) == len(np.unique(X[a:b].indices)) * model.n_outputs + model.n_params - model.n_coef
+        shard_loss, on_shard_columns = model.portion_loss_grad_sum(params, cached[a:b], y[a:b], rows_w)
+        assert shard_loss == loss and np.array_equal(as_dense(on_shard_columns), grad)
+        assert np.array_equal(np.signbit(as_dense(on_shard_columns)), np.signbit(grad))
     dense_loss, dense_total = reduce_in_groups(dense_parts, add_sums)
     for parts in (compact_parts, [p if i % 3 else d for i, (p, d) in enumerate(zip(compact_parts, dense_parts))]):
-        loss, total = reduce_in_groups(parts, add_sums)  # all compact, then compact and dense mixed
-        assert loss == dense_loss and np.array_equal(as_dense(total), dense_total)
-        assert np.array_equal(np.signbit(as_dense(total)), np.signbit(dense_total))
+        for add in (add_sums, add_sums_dense):  # kept compact (sent on), or dense (a total that stays)
+            loss, total = reduce_in_groups(parts, add)  # all compact, then compact and dense mixed
+            assert loss == dense_loss and np.array_equal(as_dense(total), dense_total)
+            assert np.array_equal(np.signbit(as_dense(total)), np.signbit(dense_total))
+
+
+def test_compact_columns_keep_the_rows_and_take_only_row_slices() -> None:
+    X = _with_empty_rows(sparse_X(0.01, seed=3), 10, 20)
+    rows = CompactColumns.of(X)
+    assert rows.shape == X.shape and rows.nnz == X.nnz and CompactColumns.of(rows) is rows
+    assert np.array_equal(rows.columns, np.unique(X.indices))
+    assert (rows.to_csr() != X).nnz == 0 and (rows[5:300].to_csr() != X[5:300]).nnz == 0
+    held = rows.columns.nbytes + rows.local.data.nbytes + rows.local.indices.nbytes + rows.local.indptr.nbytes
+    assert sizeof(rows) == held  # what Dask's memory manager counts for a cached shard
+    with pytest.raises(TypeError, match="takes a slice of rows"):
+        rows[[1, 2]]
 
 
 def test_compact_sums_turn_dense_once_they_would_be_larger() -> None:

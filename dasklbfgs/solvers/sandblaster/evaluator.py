@@ -45,7 +45,7 @@ from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.tasks import (
-    add_sums,
+    add_sums_dense,
     column_moments,
     portion_loss_grad,
     portion_loss_grad_from_store,
@@ -155,8 +155,8 @@ class MegaBatchEvaluator:
         self.stats.eval_seconds.append(time.perf_counter() - started)
 
         # Fixed portion order and grouping: the same sums whoever computed which portion.
-        loss, sums = reduce_in_groups(list(results), add_sums)
-        return loss, as_dense(sums)
+        loss, sums = reduce_in_groups(list(results), add_sums_dense)
+        return loss, as_dense(sums)  # (one portion is not added)
 
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
         client = self.client

@@ -26,7 +26,7 @@ from typing import Any
 from distributed import Client, Future, wait
 
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_shard
+from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_cached_shard
 
 __all__ = ["ShardCache", "MAX_ATTEMPTS"]
 
@@ -40,7 +40,7 @@ class ShardCache:
         self.client, self.token = client, token
         n = data.n_shards
         self.shards: list[Future] = [
-            client.submit(load_shard, data, i, key=f"sandblaster-shard-{token}-{i}",
+            client.submit(load_cached_shard, data, i, key=f"sandblaster-shard-{token}-{i}",
                           workers=[workers[i * len(workers) // n]], allow_other_workers=True, pure=False)
             for i in range(n)
         ]

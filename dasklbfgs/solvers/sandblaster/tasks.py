@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.models.sums import add_sum_parts
 
 Shard = tuple[Any, np.ndarray, "np.ndarray | None"]  # X, y and the sample weights (None: unweighted)
@@ -20,8 +21,8 @@ def aligned(a: np.ndarray) -> np.ndarray:
     arrays to BLAS but uses its own loop, which rounds differently (and runs slower), so
     the same portion would give other bits on a copied shard than on the original.
     """
-    if sp.issparse(a):  # scipy's sparse products are its own loops, whatever the alignment
-        return a
+    if sp.issparse(a) or isinstance(a, CompactColumns):  # scipy's sparse products are its own loops,
+        return a                                          # whatever the alignment
     return a if a.flags.aligned else np.require(a, requirements="A")
 
 
@@ -32,8 +33,16 @@ def aligned_shard(shard: Shard) -> Shard:
 
 
 def load_shard(data: Any, index: int) -> Shard:
-    """Read shard ``index`` from Zarr; the result stays in the worker's memory (affinity)."""
+    """Read shard ``index`` from Zarr."""
     return (*data.load_shard(index), data.load_shard_weights(index))
+
+
+def load_cached_shard(data: Any, index: int) -> Shard:
+    """Read shard ``index`` from Zarr to stay in the worker's memory (affinity): sparse rows
+    renumbered on their columns once for every evaluation to come
+    (:class:`~dasklbfgs.models.compact_rows.CompactColumns`)."""
+    X, y, w = load_shard(data, index)
+    return (CompactColumns.of(X) if sp.issparse(X) else X), y, w
 
 
 def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, Any]:
@@ -62,7 +71,7 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
     then the same for weighted rows as for the rows repeated. A sparse shard's come from its
     column sums and sums of squares (centering it would make it dense)."""
     X, _, w = shard
-    X = aligned(X)
+    X = X.to_csr() if isinstance(X, CompactColumns) else aligned(X)
     total = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
     if total == 0:  # rows that weigh nothing say nothing about the columns
         return 0.0, np.zeros(X.shape[1]), np.zeros(X.shape[1])
@@ -87,10 +96,20 @@ REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
 def add_sums(*parts: tuple[float, Any]) -> tuple[float, Any]:
     """Add ``(loss, sums)`` pairs in the order given; the sums may be compact
     (:func:`~dasklbfgs.models.sums.add_sum_parts`: the bits of adding them dense)."""
+    return _add(parts, dense_result=False)
+
+
+def add_sums_dense(*parts: tuple[float, Any]) -> tuple[float, np.ndarray]:
+    """:func:`add_sums` with the sums always dense (the same bits): for a reduction whose
+    total stays in the process that adds, where a compact union would cost more than it saves."""
+    return _add(parts, dense_result=True)
+
+
+def _add(parts: tuple[tuple[float, Any], ...], dense_result: bool) -> tuple[float, Any]:
     loss = 0.0
     for part_loss, _ in parts:
         loss += part_loss
-    return loss, add_sum_parts([part_sums for _, part_sums in parts])
+    return loss, add_sum_parts([part_sums for _, part_sums in parts], dense_result=dense_result)
 
 
 def reduce_in_groups(parts: list[Any], add: Any) -> Any:
