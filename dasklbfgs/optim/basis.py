@@ -82,35 +82,60 @@ class GramMatrix:
 
 
 class LocalBasis(GramMatrix):
-    """Up to ``m`` pairs ``(s, y)`` (oldest first) and the current gradient ``g``, in memory."""
+    """Up to ``m`` pairs ``(s, y)`` and the current gradient ``g``, in memory.
+
+    Pair ``l`` (oldest first) lives in row ``slots[l]`` of ``S`` and ``Y``: a new pair takes
+    the oldest one's rows once ``m`` are stored, so nothing shifts (moving ``m - 1`` rows of
+    both at every iteration cost more than all the dot products at millions of parameters).
+    The rows in use are always ``S[:k]``; products are taken over them in their physical
+    order and put in pair order through ``slots``.
+    """
 
     def __init__(self, n: int, m: int) -> None:
         super().__init__(m)
         self.S = np.zeros((m, n))
         self.Y = np.zeros((m, n))
         self.g = np.zeros(n)
+        self.slots: list[int] = []
 
     def push_pair(self, s: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Append a curvature pair, dropping the oldest when ``m`` are stored; returns its
         dot products with the pairs, itself included: ``[S s, Y s, S y, Y y]``."""
-        if self.make_room():
-            self.S[:-1] = self.S[1:]
-            self.Y[:-1] = self.Y[1:]
-        k = self.k
-        self.S[k], self.Y[k] = s, y
-        S, Y = self.S[: k + 1], self.Y[: k + 1]
-        dots = (S @ s, Y @ s, S @ y, Y @ y)
+        slot = self.slots.pop(0) if self.make_room() else len(self.slots)
+        self.S[slot], self.Y[slot] = s, y
+        self.slots.append(slot)
+        order, used = self.slots, len(self.slots)
+        S, Y = self.S[:used], self.Y[:used]
+        dots = ((S @ s)[order], (Y @ s)[order], (S @ y)[order], (Y @ y)[order])
         self.add_pair(*dots)
         return np.concatenate(dots)
 
     def set_gradient(self, g: np.ndarray) -> np.ndarray:
         """Take ``g`` as the gradient; returns its dot products ``[S g, Y g, g . g]``."""
         self.g = g
-        gS, gY, gg = self.S[: self.k] @ g, self.Y[: self.k] @ g, float(g @ g)
+        order, used = self.slots, len(self.slots)
+        gS, gY, gg = (self.S[:used] @ g)[order], (self.Y[:used] @ g)[order], float(g @ g)
         self.set_gradient_dots(gS, gY, gg)
         return np.concatenate([gS, gY, [gg]])
 
     def combine(self, delta: np.ndarray) -> np.ndarray:
-        """The vector ``sum_l delta_l b_l``."""
+        """The vector ``sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""
         k = self.k
-        return delta[:k] @ self.S[:k] + delta[k : 2 * k] @ self.Y[:k] + delta[2 * k] * self.g
+        on_S, on_Y = np.empty(k), np.empty(k)
+        on_S[self.slots], on_Y[self.slots] = delta[:k], delta[k : 2 * k]  # pair order -> row order
+        return on_S @ self.S[:k] + on_Y @ self.Y[:k] + delta[2 * k] * self.g
+
+    def drop_pairs(self) -> None:
+        super().drop_pairs()
+        self.slots = []
+
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
+        """The stored pairs' rows as they lie (``S[:k]``, ``Y[:k]``; see :attr:`slots`)."""
+        return self.S[: self.k], self.Y[: self.k]
+
+    def restore_pairs(self, S: np.ndarray, Y: np.ndarray, slots: list[int] | None = None) -> None:
+        """Take pairs saved by :meth:`pairs` and their ``slots`` (None: in pair order, as
+        checkpoints written before rows were reused hold them)."""
+        k = S.shape[0]
+        self.S[:k], self.Y[:k], self.k = S, Y, k
+        self.slots = list(range(k)) if slots is None else [int(i) for i in slots]

@@ -75,7 +75,9 @@ class SandblasterRun:
         self.eval_set = as_dataset(eval_data) if eval_data is not None else None
         if self.eval_set is not None:
             model.check_data(self.eval_set)
-        self.x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
+        # sharded state without x0: the vector shards start from zeros, no d-length vector here
+        self.x_start = (None if x0 is None and options.state == "sharded"
+                        else model.init_params(None) if x0 is None else model.check_params(x0, "x0"))
         self.config = model_config(model)
         self.settings: dict[str, Any] = {"standardize": options.standardize, "history_size": options.history,
                                          "n_samples": self.dataset.n_samples}
@@ -136,7 +138,7 @@ class SandblasterRun:
             self.transform = Standardizer.from_moments(
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
             )
-        theta0 = self.x_start if self.transform is None else self.transform.to_theta(self.x_start)
+        theta0 = self.x_start if self.transform is None or self.x_start is None else self.transform.to_theta(self.x_start)
         if self.l1 is not None and self.transform is not None:
             self.l1_theta = self.transform.l1_weights_to_theta(self.l1)
         if opts.state == "sharded":

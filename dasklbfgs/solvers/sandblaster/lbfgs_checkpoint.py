@@ -43,7 +43,7 @@ def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config:
                settings: dict[str, Any]) -> None:
     basis = state.basis
     write_checkpoint(path, {"x": state.x, "g": state.g, "S": basis.S, "Y": basis.Y, "gram": basis._G},
-                     kind=KIND, attrs=_attrs(state, model_config, settings))
+                     kind=KIND, attrs={**_attrs(state, model_config, settings), "slots": basis.slots})
 
 
 def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], settings: dict[str, Any]) -> LBFGSState:
@@ -54,6 +54,7 @@ def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], se
     basis = LocalBasis(S.shape[1], S.shape[0])
     basis.S, basis.Y, basis._G = S.copy(), arrays["Y"].copy(), arrays["gram"].copy()
     basis.k = int(attrs["pairs"])
+    basis.slots = [int(i) for i in attrs.get("slots", range(basis.k))]  # written before rows were reused: in order
     basis.g = arrays["g"].copy()
     return _state(attrs, basis, x=arrays["x"].copy(), g=arrays["g"].copy())
 

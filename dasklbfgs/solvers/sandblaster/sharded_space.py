@@ -57,11 +57,11 @@ class VectorShard:
 
     index: int = 0
 
-    def __init__(self, index: int, start: int, stop: int, x: np.ndarray, m: int,
+    def __init__(self, index: int, start: int, stop: int, x: np.ndarray | None, m: int,
                  weights: np.ndarray | None = None) -> None:
         n = stop - start
         self.index, self.start, self.stop = index, start, stop
-        self.x = np.array(x, dtype=np.float64)
+        self.x = np.zeros(n) if x is None else np.array(x, dtype=np.float64)  # None: start from zeros
         self.weights = None if weights is None else np.array(weights, dtype=np.float64)  # L1 (OWL-QN)
         self.g = np.zeros(n)  # the smooth gradient; the basis holds the pseudo-gradient under L1
         self.orthant = np.zeros(n)
@@ -127,9 +127,10 @@ class VectorShard:
 
     async def save(self, path: str) -> None:
         """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
-        k, basis = self.basis.k, self.basis
-        write_checkpoint(path, {"x": self.x, "g": self.g, "S": basis.S[:k], "Y": basis.Y[:k]}, kind=SHARD_KIND,
-                         attrs={"index": self.index, "start": self.start, "stop": self.stop})
+        S, Y = self.basis.pairs()
+        write_checkpoint(path, {"x": self.x, "g": self.g, "S": S, "Y": Y}, kind=SHARD_KIND,
+                         attrs={"index": self.index, "start": self.start, "stop": self.stop,
+                                "slots": self.basis.slots})
 
     async def restore(self, path: str) -> dict[str, Any]:
         """Take this slice's state from the checkpoint at ``path`` (verified); return the
@@ -145,7 +146,7 @@ class VectorShard:
             raise CheckpointError(f"checkpoint {path!r} holds {k} pairs; this run keeps {self.basis.m} (history)")
         self.x = arrays["x"].copy()
         self.x_trial = self.x.copy()
-        self.basis.S[:k], self.basis.Y[:k], self.basis.k = arrays["S"], arrays["Y"], k
+        self.basis.restore_pairs(arrays["S"], arrays["Y"], attrs.get("slots"))
         return self._take_gradient(arrays["g"].copy())
 
 
@@ -179,9 +180,9 @@ def standardized_to_params(transform: Any, theta: np.ndarray) -> np.ndarray:
 class ShardedSpace:
     """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
 
-    def __init__(self, client: Client, evaluator: Any, model: Model, total_weight: float, x0: np.ndarray,
+    def __init__(self, client: Client, evaluator: Any, model: Model, total_weight: float, x0: np.ndarray | None,
                  m: int, n_shards: int, transform: Any = None, l1_weights: np.ndarray | None = None) -> None:
-        """``x0`` in the optimizer's coordinates; ``transform`` (a
+        """``x0`` in the optimizer's coordinates (None: zeros, made on the shards); ``transform`` (a
         :class:`~dasklbfgs.solvers.sandblaster.standardize.Standardizer`, per-feature scales only)
         maps them to the model's parameters on the workers; ``l1_weights`` (in the optimizer's
         coordinates) make it a space for OWL-QN (:func:`~dasklbfgs.optim.owlqn.owlqn_minimize`)."""
@@ -192,7 +193,8 @@ class ShardedSpace:
         self.bounds = vector_bounds(model.n_params, n_shards)
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self._futures = [
-            client.submit(VectorShard, i, a, b, x0[a:b], m, None if l1_weights is None else l1_weights[a:b],
+            client.submit(VectorShard, i, a, b, None if x0 is None else x0[a:b], m,
+                          None if l1_weights is None else l1_weights[a:b],
                           actor=True, pure=False,
                           workers=None if workers[0] is None else [workers[i % len(workers)]])
             for i, (a, b) in enumerate(self.bounds)

@@ -28,15 +28,17 @@ from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fai
 def test_resume_reaches_the_same_result_bitwise(client, datasets, tmp_path, standardize, l1) -> None:
     data = datasets["multinomial-ill"]
     model = Softmax(data.n_features, 3, l2=1e-3, l1=l1)  # l1 > 0: OWL-QN's state resumes too
-    # 40 iterations: far enough past the checkpoint for rounding differences to show
-    straight = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize)
+    # 40 iterations: far enough past the checkpoint for rounding differences to show; 3
+    # pairs: the checkpoint at 4 holds them in reused rows (LocalBasis.slots)
+    straight = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize, history=3)
     path = tmp_path / "state"
-    first = sandblaster_lbfgs(model, data, client=client, maxiter=4, standardize=standardize,
+    first = sandblaster_lbfgs(model, data, client=client, maxiter=4, standardize=standardize, history=3,
                               checkpoint_path=path, checkpoint_every=3)
     assert first.nit == 4 and not first.success
     arrays, attrs = read_checkpoint(path, kind="sandblaster")
     assert attrs["nit"] == 4  # the final state is saved even between checkpoint_every marks
-    resumed = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize,
+    assert attrs["slots"] != sorted(attrs["slots"])  # the pairs wrapped around their rows
+    resumed = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize, history=3,
                                 checkpoint_path=path, resume=True)
     assert resumed.nit == straight.nit and resumed.status == straight.status
     np.testing.assert_array_equal(resumed.x, straight.x)

@@ -108,7 +108,8 @@ def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_p
     (with l1: OWL-QN's, the shards keeping the smooth gradient and the pseudo-gradient)."""
     data = datasets["multinomial"]
     model = Softmax(8, 3, l2=1e-3, l1=l1)
-    sharded = dict(client=client, state="sharded", n_param_shards=3, standardize=standardize)
+    # 3 pairs: by the checkpoint at 5 they lie in reused rows (LocalBasis.slots)
+    sharded = dict(client=client, state="sharded", n_param_shards=3, standardize=standardize, history=3)
     straight = sandblaster_lbfgs(model, data, maxiter=12, **sharded)
     path = tmp_path / "state"
     first = sandblaster_lbfgs(model, data, maxiter=5, checkpoint_path=path, checkpoint_every=2, **sharded)
@@ -120,6 +121,8 @@ def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_p
     if not standardize:  # (with it, the shards hold standardized coordinates)
         np.testing.assert_array_equal(np.concatenate([a["x"] for a in slices]), first.x)
     assert all(a["S"].shape[0] == attrs["pairs"] for a in slices)
+    slots = read_checkpoint(path / "shards" / "0", kind="sandblaster-vector-shard")[1]["slots"]
+    assert slots != sorted(slots)  # the pairs wrapped around their rows
     resumed = sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=path, resume=True, **sharded)
     assert resumed.nit == straight.nit and resumed.nfev == straight.nfev
     np.testing.assert_array_equal(resumed.x, straight.x)
@@ -127,14 +130,14 @@ def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_p
 
     if standardize:  # the checkpoint's coordinates are standardized: refused without standardize
         with pytest.raises(ModelDataMismatchError, match=r"was written with standardize=True, not False"):
-            sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=3,
+            sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=3, history=3,
                               checkpoint_path=path, resume=True)
         return
     with pytest.raises(ModelDataMismatchError, match=r"was written with n_param_shards=3, not 2"):
-        sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=2, checkpoint_path=path,
-                          resume=True)
+        sandblaster_lbfgs(model, data, client=client, state="sharded", n_param_shards=2, history=3,
+                          checkpoint_path=path, resume=True)
     with pytest.raises(CheckpointError, match=r"is a sandblaster-sharded checkpoint, not a sandblaster checkpoint"):
-        sandblaster_lbfgs(model, data, client=client, checkpoint_path=path, resume=True)
+        sandblaster_lbfgs(model, data, client=client, history=3, checkpoint_path=path, resume=True)
     chunk = next(p for p in (path / "shards" / "1" / "x").rglob("*") if p.is_file() and p.name != "zarr.json")
     chunk.write_bytes(chunk.read_bytes()[:-8])  # truncate one shard's slice of x
     with pytest.raises(CheckpointError, match=r"shards/1': array 'x' cannot be read"):
