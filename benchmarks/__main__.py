@@ -38,6 +38,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "sparse_portions": ("sparse", ["--rows", "25000", "--features", "1048576", "--shard-rows", "5000",
                                    "--portion-rows", "5000", "--iterations", "2", "--repeats", "1"]),
     "l1": ("l1", ["--rows", "20000"]),
+    "ctr": ("ctr", ["--rows", "50000", "--features", "262144", "--repeats", "1", "--wide-features", "4194304"]),
     "reliability": ("reliability", ["--rows", "100000", "--workers", "2", "--repeats", "3"]),
     "chaos": ("chaos", ["--runs", "3", "--peer-runs", "1", "--reference-runs", "1"]),
     "allocator": ("allocator", ["--steps", "20", "--logistic-rows", "100000", "--lbfgs-iterations", "5"]),

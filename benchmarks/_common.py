@@ -15,6 +15,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 HERE = Path(__file__).resolve().parent
 #: Where reports, plots and results go: ``benchmarks/`` itself, or the folder the suite
 #: runner names in $DASKLBFGS_BENCH_OUT (the quick suite's, so that quick numbers never
@@ -170,5 +172,36 @@ def run_fresh(target: Callable[..., None], args: tuple, timeout: float) -> dict:
         return {"failed": f"no result within {timeout:.0f} s"}
     finally:
         proc.join(30)
-        if proc.is_alive():
+        if proc.is_alive():  # with what it started (Spark's JVM outlives a killed driver)
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
             proc.kill()
+
+
+def interleaved_runs(methods: list[str], repeats: int, repeat_below: float, run: Callable[[str], dict],
+                     label: str = "") -> dict[str, dict]:
+    """``run(method)`` for every method, ``repeats`` rounds interleaved (drift in the machine's
+    load falls on all methods alike); a method is repeated only while its runs finish in less
+    than ``repeat_below`` seconds. Returns each method's runs summarized (:func:`summarize`)."""
+    runs: dict[str, list[dict]] = {method: [] for method in methods}
+    for repeat in range(repeats):
+        for method, done in runs.items():
+            if done and ("seconds" not in done[-1] or done[-1]["seconds"] >= repeat_below):
+                continue
+            print(f"{label}{method} (run {repeat + 1}) ...", flush=True)
+            done.append(run(method))
+            print(f"   {done[-1]}", flush=True)
+    return {method: summarize(done) for method, done in runs.items()}
+
+
+def summarize(runs: list[dict]) -> dict:
+    """The first run's facts, with seconds replaced by the median over the runs that
+    finished (and their min, max and count); runs that failed are counted, not dropped."""
+    timed = [r for r in runs if "seconds" in r]
+    if not timed:
+        return runs[0]
+    seconds = [r["seconds"] for r in timed]
+    failed = [r.get("failed", r.get("skipped")) for r in runs if "seconds" not in r]
+    return {**timed[0], "seconds": float(statistics.median(seconds)), "seconds_min": min(seconds),
+            "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds,
+            **({"failed_runs": failed} if failed else {})}

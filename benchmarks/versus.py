@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import (
-    HERE, OUT, Skipped, machine, peak_rss_mib, publish, pyplot, read_result, report_header, run_fresh, save_figure,
+    HERE, OUT, Skipped, interleaved_runs, machine, peak_rss_mib, publish, pyplot, read_result, report_header, run_fresh, save_figure,
     worker_peaks,
 )
 
@@ -241,19 +241,6 @@ def read_pass_seconds(data, repeats: int) -> float:
     return float(np.median(times[1:]))
 
 
-def summarize(runs: list[dict]) -> dict:
-    """The first run's facts, with seconds replaced by the median over the runs that
-    finished (and their min, max and count); runs that failed are counted, not dropped."""
-    timed = [r for r in runs if "seconds" in r]
-    if not timed:
-        return runs[0]
-    seconds = [r["seconds"] for r in timed]
-    failed = [r.get("failed", r.get("skipped")) for r in runs if "seconds" not in r]
-    return {**timed[0], "seconds": float(np.median(seconds)), "seconds_min": min(seconds),
-            "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds,
-            **({"failed_runs": failed} if failed else {})}
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -277,15 +264,9 @@ def main(argv=None) -> None:
     for name, spec in workloads(args).items():
         data = open_data(spec, args.data_dir)
         entry: dict = {"spec": spec, "read_pass_seconds": read_pass_seconds(data, 5), "methods": {}}
-        runs: dict[str, list[dict]] = {method: [] for method in args.methods}
-        for repeat in range(args.repeats):
-            for method, done in runs.items():
-                if done and ("seconds" not in done[-1] or done[-1]["seconds"] >= args.repeat_below):
-                    continue
-                print(f"{name}: {method} (run {repeat + 1}) ...", flush=True)
-                done.append(run_one(method, spec, args.data_dir, args.timeout))
-                print(f"   {done[-1]}", flush=True)
-        entry["methods"] = {method: summarize(done) for method, done in runs.items()}
+        entry["methods"] = interleaved_runs(args.methods, args.repeats, args.repeat_below,
+                                            lambda method: run_one(method, spec, args.data_dir, args.timeout),
+                                            label=f"{name}: ")
         out["workloads"][name] = entry
     finish(out)
 

@@ -58,6 +58,24 @@ POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' prog
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
 
 
+def wait_polling(futures: set[Future], timeout: float, return_when: str) -> tuple[set[Future], set[Future]]:
+    """``distributed.wait`` that returns ``(done, pending)`` at the timeout instead of raising.
+
+    The ``TimeoutError`` it raises sits in a reference cycle inside Dask's ``sync`` (a frame
+    holding the error it re-raises), and its traceback holds every frame up to the caller,
+    with their arrays (trial points, gradients, the portions' sums): left to the cyclic
+    garbage collector, a polling evaluation kept ~170 MB an iteration alive at 2^22
+    parameters. Dropping the traceback leaves the cycle nothing of ours.
+    """
+    try:
+        done, pending = wait(futures, timeout=timeout, return_when=return_when)
+        return set(done), set(pending)
+    except TimeoutError as timed_out:
+        timed_out.__traceback__ = None
+    done = {f for f in futures if f.done()}
+    return done, set(futures) - done
+
+
 class _EvaluationLost(Exception):
     """A worker died with data this evaluation still needed: start it over."""
 
@@ -268,12 +286,8 @@ class MegaBatchEvaluator:
         collection = _Collection(self, primaries, pinned, x_future, e, started)
         poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
         while collection.n_done() < len(primaries):
-            try:
-                done, collection.pending = wait(collection.pending, timeout=poll,
-                                                return_when="FIRST_COMPLETED" if collection.ran_on else "ALL_COMPLETED")
-            except TimeoutError:
-                done = {f for f in collection.pending if f.done()}
-                collection.pending -= done
+            done, collection.pending = wait_polling(collection.pending, poll,
+                                                    "FIRST_COMPLETED" if collection.ran_on else "ALL_COMPLETED")
             now = time.perf_counter()
             collection.check_parameters()
             collection.take(done, now)

@@ -1,0 +1,350 @@
+"""Sparse logistic regression on click-through-like data: Sandblaster against its peers.
+
+    python -m benchmarks.ctr                          # as recorded in RESULTS-ctr.md
+    python -m benchmarks.ctr --rows 100000 --repeats 1   # a quick look
+
+Workload: the ``ctr`` recipe (:mod:`dasklbfgs.data.ctr`), 1,000,000 training impressions
+and 200,000 held out, 2^22 hashed columns, ~34 non-zeros a row, ~3% positives, stored as
+sparse (CSR) shards of 50,000 rows. Objective, the same for every method: the mean
+log-loss with an intercept plus ``l2 / 2 ||w||^2`` (the intercept unpenalised), which is
+scikit-learn's with ``C = 1 / (l2 n)``. Methods, each in a fresh process (its peak memory
+its own):
+
+- Sandblaster L-BFGS on a 2-worker embedded cluster, with the local and the sharded
+  L-BFGS state (time includes loading the shards);
+- scikit-learn ``LogisticRegression`` with ``lbfgs`` and with ``saga`` on the CSR matrix in
+  this process (data in RAM, not counted);
+- Spark MLlib's ``LogisticRegression`` in ``local[2]`` on the same rows read from a LIBSVM
+  file (sparse vectors; time excludes reading them), ``regParam = l2``,
+  ``standardization=False``, stopped after 150 iterations (about as many as Sandblaster
+  needs; at ~2 s an iteration it did not reach the optimum in 20 minutes), its gap reported;
+- dask-glm's ``lbfgs`` on the dataset's dask array (sparse chunks), where it accepts them;
+- Downpour SGD with FTRL-Proximal at the parameter shards (2 replicas, row-sparse pushes and
+  fetches, one epoch): a different objective (no l2 term), so only its held-out log-loss
+  and time compare.
+
+The L-BFGS methods stop at the same gradient tolerance (max |g| <= 1e-8 on this objective);
+every solution is scored with the objective in numpy; f* is the lowest any method found, and
+a method reaches the optimum when it is within 1e-6 (relative) of it. Held-out log-loss is
+on the 200,000 rows none of them trained on.
+
+Writes ``benchmarks/results/ctr.json``, ``benchmarks/RESULTS-ctr.md`` and
+``benchmarks/ctr-seconds.png``; ``--from-results`` redraws from the recorded JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import (
+    HERE, OUT, Skipped, interleaved_runs, machine, peak_rss_mib, publish, pyplot, read_result, report_header, run_fresh,
+    save_figure, worker_peaks,
+)
+
+L2 = 1e-4
+GTOL = 1e-8
+MAXITER = 1000
+SAGA_EPOCHS = 30
+SPARK_ITERATIONS = 150  # Spark takes ~2 s an iteration here: as many as Sandblaster needs, then its gap
+FTRL_RATE, FTRL_EPOCHS = 0.5, 2
+METHODS = ("Sandblaster, local state", "Sandblaster, sharded state", "scikit-learn lbfgs", "scikit-learn saga",
+           "Spark MLlib", "dask-glm lbfgs", "Downpour FTRL")
+OPTIMUM_METHODS = METHODS[:-1]  # minimise the l2 objective (Downpour FTRL does not)
+WIDE = "Sandblaster, sharded state, wide"
+WIDE_FEATURES, WIDE_ROWS, WIDE_ITERATIONS = 2**26, 200_000, 5
+
+
+def data_path(root: Path, rows: int, features: int) -> Path:
+    return root / f"ctr-{rows}x{features}"
+
+
+def open_data(root: Path, rows: int, features: int) -> tuple[Any, Any]:
+    """The train and test datasets, written by the ``ctr`` recipe on first use."""
+    from dasklbfgs import ShardedDataset, make_dataset
+
+    path = data_path(root, rows, features)
+    try:
+        return ShardedDataset.open(path / "train"), ShardedDataset.open(path / "test")
+    except Exception:
+        make_dataset("ctr", path, rows=rows, features=features, overwrite=True)
+        return ShardedDataset.open(path / "train"), ShardedDataset.open(path / "test")
+
+
+def logistic(data: Any, l2: float = L2) -> Any:
+    from dasklbfgs.models import Logistic
+
+    return Logistic(data.n_features, l2=l2, fit_intercept=True)
+
+
+# -- one method, in its own process ---------------------------------------------------------
+
+def _sandblaster(state: str):
+    def run(train, test, root):
+        from dasklbfgs import connect, sandblaster_lbfgs
+
+        with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+            client.wait_for_workers(2)
+            started = time.perf_counter()
+            res = sandblaster_lbfgs(logistic(train), train, client=client, maxiter=MAXITER, gtol=GTOL, ftol=1e-15,
+                                    state=state)
+            seconds = time.perf_counter() - started
+            workers = worker_peaks(client)
+        return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
+                                "load_seconds": res.timing["load_seconds"],
+                                "eval_seconds_median": res.timing["eval_seconds_median"], "message": res.message,
+                                **workers}
+    return run
+
+
+def _sklearn(solver: str):
+    def run(train, test, root):
+        import warnings
+
+        from sklearn.exceptions import ConvergenceWarning
+        from sklearn.linear_model import LogisticRegression
+
+        X, y = train.load_rows(0, train.n_samples)
+        options = dict(tol=GTOL, max_iter=MAXITER) if solver == "lbfgs" else dict(tol=1e-8, max_iter=SAGA_EPOCHS)
+        started = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)  # saga's cap on epochs: its gap is reported
+            est = LogisticRegression(C=1.0 / (L2 * X.shape[0]), solver=solver, **options).fit(X, y)
+        seconds = time.perf_counter() - started
+        return seconds, np.concatenate([est.coef_.ravel(), est.intercept_]), {"iterations": int(est.n_iter_[0])}
+    return run
+
+
+def _spark(train, test, root):
+    try:
+        from pyspark.ml.classification import LogisticRegression
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise Skipped("pyspark is not installed (pip install -e '.[bench]'; it needs Java 17)") from None
+    libsvm = _libsvm_file(train, root)
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.driver.memory", "8g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        df = spark.read.format("libsvm").option("numFeatures", str(train.n_features)).load(str(libsvm)).cache()
+        df.count()
+        started = time.perf_counter()
+        est = LogisticRegression(regParam=L2, elasticNetParam=0.0, fitIntercept=True, standardization=False,
+                                 family="binomial", maxIter=SPARK_ITERATIONS, tol=1e-10).fit(df)
+        seconds = time.perf_counter() - started
+        x = np.concatenate([est.coefficients.toArray(), [est.intercept]])
+        jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # local[2]: one JVM
+        facts = {"iterations": est.summary.totalIterations, "other_peak_rss_mib": peak_rss_mib(jvm),
+                 "other_processes": "the JVM"}
+    finally:
+        spark.stop()
+    return seconds, x, facts
+
+
+def _libsvm_file(train: Any, root: Path) -> Path:
+    """The training rows as a LIBSVM text file (1-based columns, as Spark reads them)."""
+    from sklearn.datasets import dump_svmlight_file
+
+    path = data_path(root, train.n_samples, train.n_features) / "train.libsvm"
+    if not path.exists():
+        X, y = train.load_rows(0, train.n_samples)
+        partial = path.with_suffix(".partial")
+        dump_svmlight_file(X, y, str(partial), zero_based=False)
+        partial.rename(path)
+    return path
+
+
+def _dask_glm(train, test, root):
+    try:
+        from dask_glm.algorithms import lbfgs
+        from dask_glm.families import Logistic as GLMLogistic
+    except ImportError:
+        raise Skipped("dask-glm is not installed (pip install -e '.[bench]')") from None
+    from distributed import wait
+
+    from dasklbfgs import connect
+
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        X, y = train.to_dask()
+        X, y = client.persist([X, y.astype(float)])
+        wait([X, y])
+        started = time.perf_counter()
+        # dask-glm minimises sum(loss) + lamduh ||w||^2 / 2 and has no intercept option: ours is n l2
+        beta = lbfgs(X, y, regularizer="l2", lamduh=train.n_samples * L2, family=GLMLogistic, max_iter=MAXITER,
+                     tol=GTOL)
+        seconds = time.perf_counter() - started
+        workers = worker_peaks(client)
+    return seconds, np.concatenate([np.asarray(beta), [0.0]]), workers
+
+
+def _downpour_ftrl(train, test, root):
+    from dasklbfgs import connect, downpour_sgd
+
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(2)
+        started = time.perf_counter()
+        # no l2 in the model: FTRL's own regularisation, and pushes carry only the touched rows
+        res = downpour_sgd(logistic(train, l2=0.0), train, client=client, optimizer="ftrl", learning_rate=FTRL_RATE,
+                           epochs=FTRL_EPOCHS, batch_size=1000, n_replicas=2, seed=0)
+        seconds = time.perf_counter() - started
+        workers = worker_peaks(client)
+    return seconds, res.x, {"steps": int(res.nit), **workers}
+
+
+def _wide_sharded(train, test, root):
+    """Sandblaster's sharded state at many features: the coordinator's peak memory through the
+    last iteration (read at each iteration's event, before the result is gathered) and after."""
+    from dasklbfgs import connect, sandblaster_lbfgs
+    from dasklbfgs.monitor.events import TOPIC
+
+    peaks: list[float] = []
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(2)
+        client.subscribe_topic(TOPIC, lambda event: peaks.append(peak_rss_mib()))
+        started = time.perf_counter()
+        res = sandblaster_lbfgs(logistic(train), train, client=client, maxiter=WIDE_ITERATIONS, state="sharded")
+        seconds = time.perf_counter() - started
+        workers = worker_peaks(client)
+    return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
+                            "coordinator_peak_through_iterations_mib": max(peaks) if peaks else None,
+                            "iteration_events": len(peaks), **workers}
+
+
+RUNNERS = {"Sandblaster, local state": _sandblaster("local"), "Sandblaster, sharded state": _sandblaster("sharded"),
+           "scikit-learn lbfgs": _sklearn("lbfgs"), "scikit-learn saga": _sklearn("saga"), "Spark MLlib": _spark,
+           "dask-glm lbfgs": _dask_glm, "Downpour FTRL": _downpour_ftrl, WIDE: _wide_sharded}
+
+
+def scores(x: np.ndarray, train: Any, test: Any) -> dict[str, float]:
+    """The l2 objective on the training rows and the log-loss on the held-out rows."""
+    X, y = train.load_rows(0, train.n_samples)
+    fun = logistic(train).objective(np.asarray(x, dtype=np.float64), X, y)[0]
+    Xt, yt = test.load_rows(0, test.n_samples)
+    z = Xt @ x[:-1] + x[-1]
+    return {"fun": float(fun), "heldout_logloss": float(np.mean(np.logaddexp(0, z) - yt * z))}
+
+
+def _one(method: str, root: str, rows: int, features: int, queue) -> None:
+    """Run one method in this (fresh) process; put the outcome on ``queue``."""
+    try:
+        train, test = open_data(Path(root), rows, features)
+        seconds, x, facts = RUNNERS[method](train, test, Path(root))
+        peak = peak_rss_mib()  # before loading the rows to score the solution
+        queue.put({"seconds": seconds, **scores(x, train, test), **facts, "peak_rss_mib": peak})
+    except Skipped as skipped:
+        queue.put({"skipped": str(skipped)})
+    except Exception as exc:  # a peer's failure is reported, not hidden
+        queue.put({"failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                   "traceback": traceback.format_exc()[-2000:]})
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--features", type=int, default=2**22)
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
+    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per method")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per method, interleaved")
+    parser.add_argument("--repeat-below", type=float, default=60.0,
+                        help="repeat a method only while its runs take less than this many seconds")
+    parser.add_argument("--data-dir", type=Path, default=HERE / "out")
+    parser.add_argument("--wide-features", type=int, default=WIDE_FEATURES,
+                        help="features of the sharded-state memory run (on %d rows, %d iterations)"
+                        % (WIDE_ROWS, WIDE_ITERATIONS))
+    parser.add_argument("--no-wide", action="store_true", help="skip the sharded-state memory run")
+    parser.add_argument("--from-results", action="store_true", help="only redraw from results/ctr.json")
+    args = parser.parse_args(argv)
+    if args.from_results:
+        finish(read_result("ctr"), record=False)
+        return
+    command = " ".join(["python -m benchmarks.ctr", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
+    train, test = open_data(args.data_dir, args.rows, args.features)
+    out: dict = {"command": command, "machine": machine(), "l2": L2, "gtol": GTOL, "rows": train.n_samples,
+                 "heldout_rows": test.n_samples, "features": train.n_features, "nnz": int(train.nnz),
+                 "positives": float(np.mean(train.load_rows(0, train.n_samples)[1])), "methods": {}}
+    out["methods"] = interleaved_runs(
+        args.methods, args.repeats, args.repeat_below,
+        lambda method: run_fresh(_one, (method, str(args.data_dir), args.rows, args.features), args.timeout))
+    if not args.no_wide:
+        print(f"{WIDE} ({args.wide_features} features) ...", flush=True)
+        open_data(args.data_dir, WIDE_ROWS, args.wide_features)
+        out["wide"] = {"rows": WIDE_ROWS, "features": args.wide_features,
+                       **run_fresh(_one, (WIDE, str(args.data_dir), WIDE_ROWS, args.wide_features), args.timeout)}
+        print(f"   {out['wide']}", flush=True)
+    finish(out)
+
+
+def finish(out: dict, record: bool = True) -> None:
+    publish("ctr", out, render, plot, OUT / "ctr-seconds.png", record)
+
+
+def f_star(out: dict) -> float | None:
+    funs = [r["fun"] for m, r in out["methods"].items() if m in OPTIMUM_METHODS and "fun" in r]
+    return min(funs) if funs else None
+
+
+def plot(out: dict, path: Path) -> None:
+    plt = pyplot()
+    timed = {m: r for m, r in out["methods"].items() if "seconds" in r}
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for method, r in timed.items():
+        ax.scatter(r["seconds"], r["heldout_logloss"], label=method)
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds (log scale)")
+    ax.set_ylabel("held-out log-loss")
+    ax.set_title(f"ctr {out['rows']:,} x {out['features']:,}: held-out log-loss against time")
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def render(out: dict) -> str:
+    ref = f_star(out)
+    lines = report_header("Sparse logistic regression on click-through-like data", out["command"], out["machine"])
+    lines += [f"Data: the `ctr` recipe, {out['rows']:,} training rows x {out['features']:,} hashed columns, "
+              f"{out['nnz'] / out['rows']:.1f} non-zeros a row, {out['positives']:.1%} positives; "
+              f"{out['heldout_rows']:,} held-out rows. Objective: mean log-loss + l2/2 ||w||^2, l2 = {out['l2']:g}, "
+              f"an unpenalised intercept. f* = {ref!r} (the lowest found).", "",
+              "| method | seconds | objective - f* (relative) | held-out log-loss | iterations | "
+              "driver peak MiB | other processes' peak MiB |",
+              "|---|---|---|---|---|---|---|"]
+    for method, r in out["methods"].items():
+        if "seconds" not in r:
+            lines.append(f"| {method} | {r.get('failed', r.get('skipped'))} | | | | | |")
+            continue
+        spread = f" ({r['seconds_min']:.1f}-{r['seconds_max']:.1f}, {r['runs']} runs)" if r.get("runs", 1) > 1 else ""
+        gap = (f"{(r['fun'] - ref) / abs(ref):.1e}" if method in OPTIMUM_METHODS and ref is not None
+               else "other objective")
+        other = (f"{r['other_peak_rss_mib']:.0f} ({r['other_processes']})" if "other_peak_rss_mib" in r
+                 else "none")
+        steps = r.get("iterations", r.get("steps", ""))
+        lines.append(f"| {method} | {r['seconds']:.1f}{spread} | {gap} | {r['heldout_logloss']:.5f} | {steps} | "
+                     f"{r['peak_rss_mib']:.0f} | {other} |")
+    lines += ["", "Sandblaster's seconds include loading the shards from Zarr; scikit-learn's and Spark's exclude "
+              "reading the data. Seconds are medians of the runs (min-max shown when repeated).", ""]
+    wide = out.get("wide")
+    if wide:
+        lines += [f"## The coordinator at {wide['features']:,} features (sharded state)", "",
+                  f"Sandblaster with `state=\"sharded\"` on `ctr` {wide['rows']:,} x {wide['features']:,} "
+                  f"({WIDE_ITERATIONS} iterations; a parameter vector is {wide['features'] * 8 / 2**20:,.0f} MiB). "
+                  "The coordinator's peak is read at each iteration's event, so it covers the iterations; "
+                  "gathering `result.x` and `result.jac` at the end adds two parameter vectors.", ""]
+        if "seconds" in wide:
+            lines += ["| coordinator peak through the iterations MiB | coordinator peak with the result MiB | "
+                      "largest worker peak MiB | seconds |", "|---|---|---|---|",
+                      f"| {wide['coordinator_peak_through_iterations_mib']:.0f} | {wide['peak_rss_mib']:.0f} | "
+                      f"{wide['other_peak_rss_mib']:.0f} | {wide['seconds']:.1f} |", ""]
+        else:
+            lines += [f"Failed: {wide.get('failed', wide.get('skipped'))}", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
