@@ -75,8 +75,10 @@ class SandblasterRun:
         self.eval_set = as_dataset(eval_data) if eval_data is not None else None
         if self.eval_set is not None:
             model.check_data(self.eval_set)
-        # sharded state without x0: the vector shards start from zeros, no d-length vector here
-        self.x_start = (None if x0 is None and options.state == "sharded"
+        # sharded state, a linear model and no x0: the vector shards make its zeros, so no
+        # d-length vector is formed here (the neural models start from random weights)
+        shards_start_at_zero = x0 is None and options.state == "sharded" and isinstance(model, LinearModel)
+        self.x_start = (None if shards_start_at_zero
                         else model.init_params(None) if x0 is None else model.check_params(x0, "x0"))
         self.config = model_config(model)
         self.settings: dict[str, Any] = {"standardize": options.standardize, "history_size": options.history,
