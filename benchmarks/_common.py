@@ -10,6 +10,7 @@ import resource
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -159,12 +160,14 @@ class Skipped(Exception):
     """A peer that is not installed or has no such method: reported as skipped."""
 
 
-def run_fresh(target: Callable[..., None], args: tuple, timeout: float) -> dict:
-    """``target(*args, queue)`` in a fresh (spawned) process; the dict it puts on the queue,
-    or a failure after ``timeout`` seconds."""
+def run_fresh(target: Callable[..., dict], args: tuple, timeout: float) -> dict:
+    """``target(*args)`` in a fresh (spawned) process: the dict it returns, ``{"skipped": why}``
+    when it raises :class:`Skipped`, ``{"failed": ..., "traceback": ...}`` when it raises
+    anything else (a peer's failure is reported, not hidden), or a failure after ``timeout``
+    seconds."""
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=target, args=(*args, queue))
+    proc = ctx.Process(target=_report, args=(target, args, queue))
     proc.start()
     try:
         return queue.get(timeout=timeout)
@@ -176,6 +179,28 @@ def run_fresh(target: Callable[..., None], args: tuple, timeout: float) -> dict:
             for child in psutil.Process(proc.pid).children(recursive=True):
                 child.kill()
             proc.kill()
+
+
+def _report(target: Callable[..., dict], args: tuple, queue: Any) -> None:
+    """In the fresh process: put ``target(*args)``'s outcome on ``queue`` (see :func:`run_fresh`)."""
+    try:
+        queue.put(target(*args))
+    except Skipped as skipped:
+        queue.put({"skipped": str(skipped)})
+    except Exception as exc:
+        queue.put({"failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
+                   "traceback": traceback.format_exc()[-2000:]})
+
+
+def add_comparison_arguments(parser: Any, methods: tuple[str, ...], *, timeout: float, repeats: int,
+                             repeat_below: float) -> None:
+    """The options of a comparison run through :func:`interleaved_runs` and :func:`run_fresh`."""
+    parser.add_argument("--methods", nargs="+", choices=methods, default=list(methods))
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per method run")
+    parser.add_argument("--repeats", type=int, default=repeats, help="runs per method, interleaved")
+    parser.add_argument("--repeat-below", type=float, default=repeat_below,
+                        help="repeat a method only while its runs take less than this many seconds")
+    parser.add_argument("--data-dir", type=Path, default=HERE / "out")
 
 
 def interleaved_runs(methods: list[str], repeats: int, repeat_below: float, run: Callable[[str], dict],

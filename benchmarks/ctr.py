@@ -38,15 +38,14 @@ import argparse
 import shlex
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks._common import (
-    HERE, OUT, Skipped, interleaved_runs, machine, peak_rss_mib, publish, pyplot, read_result, report_header, run_fresh,
-    save_figure, worker_peaks,
+    OUT, Skipped, add_comparison_arguments, interleaved_runs, machine, peak_rss_mib, publish, pyplot,
+    read_result, report_header, run_fresh, save_figure, worker_peaks,
 )
 
 L2 = 1e-4
@@ -234,30 +233,19 @@ def scores(x: np.ndarray, train: Any, test: Any) -> dict[str, float]:
     return {"fun": float(fun), "heldout_logloss": float(np.mean(np.logaddexp(0, z) - yt * z))}
 
 
-def _one(method: str, root: str, rows: int, features: int, queue) -> None:
-    """Run one method in this (fresh) process; put the outcome on ``queue``."""
-    try:
-        train, test = open_data(Path(root), rows, features)
-        seconds, x, facts = RUNNERS[method](train, test, Path(root))
-        peak = peak_rss_mib()  # before loading the rows to score the solution
-        queue.put({"seconds": seconds, **scores(x, train, test), **facts, "peak_rss_mib": peak})
-    except Skipped as skipped:
-        queue.put({"skipped": str(skipped)})
-    except Exception as exc:  # a peer's failure is reported, not hidden
-        queue.put({"failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
-                   "traceback": traceback.format_exc()[-2000:]})
+def _one(method: str, root: str, rows: int, features: int) -> dict:
+    """Run one method in this (fresh) process: its outcome, scored."""
+    train, test = open_data(Path(root), rows, features)
+    seconds, x, facts = RUNNERS[method](train, test, Path(root))
+    peak = peak_rss_mib()  # before loading the rows to score the solution
+    return {"seconds": seconds, **scores(x, train, test), **facts, "peak_rss_mib": peak}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--features", type=int, default=2**22)
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--timeout", type=float, default=1200.0, help="seconds per method")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per method, interleaved")
-    parser.add_argument("--repeat-below", type=float, default=60.0,
-                        help="repeat a method only while its runs take less than this many seconds")
-    parser.add_argument("--data-dir", type=Path, default=HERE / "out")
+    add_comparison_arguments(parser, METHODS, timeout=1200.0, repeats=2, repeat_below=60.0)
     parser.add_argument("--wide-features", type=int, default=WIDE_FEATURES,
                         help="features of the sharded-state memory run (on %d rows, %d iterations)"
                         % (WIDE_ROWS, WIDE_ITERATIONS))

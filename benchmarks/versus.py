@@ -37,15 +37,14 @@ import argparse
 import shlex
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from benchmarks._common import (
-    HERE, OUT, Skipped, interleaved_runs, machine, peak_rss_mib, publish, pyplot, read_result, report_header, run_fresh, save_figure,
-    worker_peaks,
+    OUT, Skipped, add_comparison_arguments, interleaved_runs, machine, peak_rss_mib, publish, pyplot,
+    read_result, report_header, run_fresh, save_figure, worker_peaks,
 )
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
@@ -206,21 +205,15 @@ RUNNERS = {"scipy L-BFGS-B": _scipy, "Sandblaster L-BFGS": _sandblaster, "scikit
            "dask-glm lbfgs": _dask_glm, "Spark MLlib": _spark}
 
 
-def _one(method: str, spec: dict, root: str, queue) -> None:
-    """Run one method on one workload in this (fresh) process; put the outcome on ``queue``."""
-    try:
-        data = open_data(spec, Path(root))
-        model = make_model(spec)
-        seconds, x, facts = RUNNERS[method](model, data, spec, lambda: data.load_rows(0, data.n_samples))
-        peak = peak_rss_mib()  # before loading X to score the solution
-        X, y = data.load_rows(0, data.n_samples)
-        fun = model.objective(np.asarray(x, dtype=np.float64), X, y)[0]
-        queue.put({"seconds": seconds, "fun": float(fun), **facts, "peak_rss_mib": peak})
-    except Skipped as skipped:
-        queue.put({"skipped": str(skipped)})
-    except Exception as exc:  # a peer's failure is reported, not hidden
-        queue.put({"failed": f"{type(exc).__name__}: {exc}".splitlines()[0][:300],
-                   "traceback": traceback.format_exc()[-2000:]})
+def _one(method: str, spec: dict, root: str) -> dict:
+    """Run one method on one workload in this (fresh) process: its outcome, scored."""
+    data = open_data(spec, Path(root))
+    model = make_model(spec)
+    seconds, x, facts = RUNNERS[method](model, data, spec, lambda: data.load_rows(0, data.n_samples))
+    peak = peak_rss_mib()  # before loading X to score the solution
+    X, y = data.load_rows(0, data.n_samples)
+    fun = model.objective(np.asarray(x, dtype=np.float64), X, y)[0]
+    return {"seconds": seconds, "fun": float(fun), **facts, "peak_rss_mib": peak}
 
 
 def run_one(method: str, spec: dict, root: Path, timeout: float) -> dict:
@@ -246,12 +239,7 @@ def main(argv=None) -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--softmax-rows", type=int, default=200_000)
     parser.add_argument("--softmax-classes", type=int, default=100)
-    parser.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per (workload, method)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per (workload, method), interleaved")
-    parser.add_argument("--repeat-below", type=float, default=45.0,
-                        help="repeat a method only while its runs take less than this many seconds")
-    parser.add_argument("--data-dir", type=Path, default=HERE / "out")
+    add_comparison_arguments(parser, METHODS, timeout=600.0, repeats=3, repeat_below=45.0)
     parser.add_argument("--from-results", action="store_true",
                         help="only redraw the report and plot from results/versus.json")
     args = parser.parse_args(argv)
