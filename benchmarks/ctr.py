@@ -20,7 +20,7 @@ its own):
   needs; at ~2 s an iteration it did not reach the optimum in 20 minutes), its gap reported;
 - dask-glm's ``lbfgs`` on the dataset's dask array (sparse chunks), where it accepts them;
 - Downpour SGD with FTRL-Proximal at the parameter shards (2 replicas, row-sparse pushes and
-  fetches, one epoch): a different objective (no l2 term), so only its held-out log-loss
+  fetches, two epochs): a different objective (no l2 term), so only its held-out log-loss
   and time compare.
 
 The L-BFGS methods stop at the same gradient tolerance (max |g| <= 1e-8 on this objective);
@@ -28,8 +28,16 @@ every solution is scored with the objective in numpy; f* is the lowest any metho
 a method reaches the optimum when it is within 1e-6 (relative) of it. Held-out log-loss is
 on the 200,000 rows none of them trained on.
 
-Writes ``benchmarks/results/ctr.json``, ``benchmarks/RESULTS-ctr.md`` and
-``benchmarks/ctr-seconds.png``; ``--from-results`` redraws from the recorded JSON.
+Two measurements of their own follow the table, each also runnable alone into the recorded
+results: the coordinator's peak memory at 2^26 features in sharded state (``--wide-only``),
+and held-out log-loss against time for Sandblaster and Downpour FTRL (``--curves-only``):
+Sandblaster scores every iterate in its callback, the scoring's own time taken off the
+clock; Downpour scores its parameters at regular global steps after the run
+(``defer_eval``), each point at the time its parameters were taken.
+
+Writes ``benchmarks/results/ctr.json``, ``benchmarks/RESULTS-ctr.md``,
+``benchmarks/ctr-seconds.png`` and ``benchmarks/ctr-curves.png``; ``--from-results`` redraws
+from the recorded JSON.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ METHODS = ("Sandblaster, local state", "Sandblaster, sharded state", "scikit-lea
 OPTIMUM_METHODS = METHODS[:-1]  # minimise the l2 objective (Downpour FTRL does not)
 WIDE = "Sandblaster, sharded state, wide"
 WIDE_FEATURES, WIDE_ROWS, WIDE_ITERATIONS = 2**26, 200_000, 5
+CURVES = ("Sandblaster, local state", "Downpour FTRL")
+FTRL_EVAL_EVERY = 100  # global steps between Downpour's held-out scores (2,000 steps in all)
 
 
 def data_path(root: Path, rows: int, features: int) -> Path:
@@ -219,6 +229,53 @@ def _wide_sharded(train, test, root):
                             "iteration_events": len(peaks), **workers}
 
 
+def _sandblaster_curve(train, test, root):
+    """Sandblaster (local state) scoring every iterate on the held-out rows in its callback;
+    the time the scoring takes is taken off the clock (the workers wait meanwhile)."""
+    from dasklbfgs import connect, sandblaster_lbfgs
+
+    Xt, yt = test.load_rows(0, test.n_samples)
+    points: list[tuple[float, float]] = []
+    scoring = [0.0]
+
+    def score(intermediate) -> None:
+        entered = time.perf_counter()
+        points.append((entered - started - scoring[0], heldout_logloss(intermediate.x, Xt, yt)))
+        scoring[0] += time.perf_counter() - entered
+
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(2)
+        started = time.perf_counter()
+        sandblaster_lbfgs(logistic(train), train, client=client, maxiter=MAXITER, gtol=GTOL, ftol=1e-15,
+                          callback=score)
+    return {"points": points, "scoring_seconds": scoring[0]}
+
+
+def _downpour_curve(train, test, root):
+    """Downpour FTRL as in the table, its parameters kept every FTRL_EVAL_EVERY global steps and
+    scored after the run; the points' times are from the call (set-up included), as the table's."""
+    from dasklbfgs import connect, downpour_sgd
+
+    offsets: list[float] = []  # call clock - the run's own clock, read at each progress entry
+
+    def clock(entry) -> None:
+        offsets.append(time.perf_counter() - started - entry.time)
+
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(2)
+        started = time.perf_counter()
+        res = downpour_sgd(logistic(train, l2=0.0), train, client=client, optimizer="ftrl", learning_rate=FTRL_RATE,
+                           epochs=FTRL_EPOCHS, batch_size=1000, n_replicas=2, seed=0, eval_data=test,
+                           eval_every=FTRL_EVAL_EVERY, defer_eval=True, callback=clock)
+    offset = min(offsets)  # the entry nearest its own time
+    # with no l2 in the model the held-out objective is the held-out mean log-loss
+    return {"points": [(e["time"] + offset, e["eval_objective"]) for e in res.history if "eval_objective" in e]}
+
+
+CURVE_RUNNERS = {"Sandblaster, local state": _sandblaster_curve, "Downpour FTRL": _downpour_curve}
+assert set(CURVE_RUNNERS) == set(CURVES)
+
+
 RUNNERS = {"Sandblaster, local state": _sandblaster("local"), "Sandblaster, sharded state": _sandblaster("sharded"),
            "scikit-learn lbfgs": _sklearn("lbfgs"), "scikit-learn saga": _sklearn("saga"), "Spark MLlib": _spark,
            "dask-glm lbfgs": _dask_glm, "Downpour FTRL": _downpour_ftrl, WIDE: _wide_sharded}
@@ -229,8 +286,19 @@ def scores(x: np.ndarray, train: Any, test: Any) -> dict[str, float]:
     X, y = train.load_rows(0, train.n_samples)
     fun = logistic(train).objective(np.asarray(x, dtype=np.float64), X, y)[0]
     Xt, yt = test.load_rows(0, test.n_samples)
-    z = Xt @ x[:-1] + x[-1]
-    return {"fun": float(fun), "heldout_logloss": float(np.mean(np.logaddexp(0, z) - yt * z))}
+    return {"fun": float(fun), "heldout_logloss": heldout_logloss(x, Xt, yt)}
+
+
+def heldout_logloss(x: np.ndarray, X: Any, y: np.ndarray) -> float:
+    """Mean log-loss of parameters ``x`` (weights, then the intercept) on rows ``X``, ``y``."""
+    z = X @ x[:-1] + x[-1]
+    return float(np.mean(np.logaddexp(0, z) - y * z))
+
+
+def _curve(method: str, root: str, rows: int, features: int) -> dict:
+    """One method's held-out log-loss curve, in this (fresh) process."""
+    train, test = open_data(Path(root), rows, features)
+    return CURVE_RUNNERS[method](train, test, Path(root))
 
 
 def _one(method: str, root: str, rows: int, features: int) -> dict:
@@ -252,6 +320,9 @@ def main(argv=None) -> None:
     parser.add_argument("--no-wide", action="store_true", help="skip the sharded-state memory run")
     parser.add_argument("--wide-only", action="store_true",
                         help="only the sharded-state memory run, into the recorded results")
+    parser.add_argument("--no-curves", action="store_true", help="skip the held-out log-loss curves")
+    parser.add_argument("--curves-only", action="store_true",
+                        help="only the held-out log-loss curves, into the recorded results")
     parser.add_argument("--from-results", action="store_true", help="only redraw from results/ctr.json")
     args = parser.parse_args(argv)
     if args.from_results:
@@ -260,6 +331,9 @@ def main(argv=None) -> None:
     command = " ".join(["python -m benchmarks.ctr", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     if args.wide_only:
         finish({**read_result("ctr"), "wide": wide_run(args, command)})
+        return
+    if args.curves_only:
+        finish({**read_result("ctr"), "curves": curves_run(args, command)})
         return
     train, test = open_data(args.data_dir, args.rows, args.features)
     out: dict = {"command": command, "machine": machine(), "l2": L2, "gtol": GTOL, "rows": train.n_samples,
@@ -270,6 +344,8 @@ def main(argv=None) -> None:
         lambda method: run_fresh(_one, (method, str(args.data_dir), args.rows, args.features), args.timeout))
     if not args.no_wide:
         out["wide"] = wide_run(args, command)
+    if not args.no_curves:
+        out["curves"] = curves_run(args, command)
     finish(out)
 
 
@@ -283,8 +359,20 @@ def wide_run(args, command: str) -> dict:
     return wide
 
 
+def curves_run(args, command: str) -> dict:
+    """Held-out log-loss against time for Sandblaster and Downpour FTRL (a measurement of its own,
+    recorded with its command)."""
+    curves: dict = {"command": command, "rows": args.rows, "features": args.features}
+    for method in CURVES:
+        print(f"{method}: held-out log-loss curve ...", flush=True)
+        curves[method] = run_fresh(_curve, (method, str(args.data_dir), args.rows, args.features), args.timeout)
+    return curves
+
+
 def finish(out: dict, record: bool = True) -> None:
     publish("ctr", out, render, plot, OUT / "ctr-seconds.png", record)
+    if out.get("curves"):
+        plot_curves(out["curves"], OUT / "ctr-curves.png")
 
 
 def f_star(out: dict) -> float | None:
@@ -304,6 +392,49 @@ def plot(out: dict, path: Path) -> None:
     ax.set_title(f"ctr {out['rows']:,} x {out['features']:,}: held-out log-loss against time")
     ax.legend(fontsize=7)
     save_figure(fig, path)
+
+
+def plot_curves(curves: dict, path: Path) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for method in CURVES:
+        if curves.get(method, {}).get("points"):
+            t, loss = zip(*curves[method]["points"])
+            ax.plot(t, loss, marker=".", label=method)
+    ax.set_ylim(top=0.13)  # the first iterates' losses (up to log 2) would flatten the end
+    ax.set_xlabel("seconds from the call (Sandblaster: shard loading included)")
+    ax.set_ylabel("held-out log-loss")
+    ax.set_title(f"ctr {curves['rows']:,} x {curves['features']:,}: held-out log-loss against time")
+    ax.legend(fontsize=7)
+    save_figure(fig, path)
+
+
+def first_time_below(points: list, level: float) -> float | None:
+    """The first time a curve's held-out log-loss is at most ``level`` (None: never)."""
+    return next((t for t, loss in points if loss <= level), None)
+
+
+def render_curves(curves: dict) -> list[str]:
+    lines = ["## Held-out log-loss against time", "",
+             f"Measured by `{curves['command']}` ({curves['rows']:,} x {curves['features']:,}; plot: "
+             "[ctr-curves.png](ctr-curves.png)). Sandblaster's iterates are scored in its callback, the "
+             "scoring's time taken off its clock; Downpour FTRL's parameters are kept every "
+             f"{FTRL_EVAL_EVERY} global steps and scored after the run, each point at the time its parameters "
+             "were taken. Both clocks start at the call.", ""]
+    failed = [m for m in CURVES if not curves.get(m, {}).get("points")]
+    for method in failed:
+        lines.append(f"{method}: {curves.get(method, {}).get('failed', curves.get(method, {}).get('skipped'))}")
+    if failed:
+        return lines + [""]
+    ftrl_final = curves["Downpour FTRL"]["points"][-1]
+    best = min(loss for _, loss in curves["Sandblaster, local state"]["points"])
+    lines += ["| held-out log-loss at most | Sandblaster seconds | Downpour FTRL seconds |", "|---|---|---|"]
+    for level in sorted({round(ftrl_final[1] * 1.02, 4), round(ftrl_final[1], 5), round(best * 1.001, 5)},
+                        reverse=True):
+        found = [first_time_below(curves[m]["points"], level) for m in CURVES]
+        lines.append(f"| {level:.5f} | " + " | ".join("never" if t is None else f"{t:.1f}" for t in found) + " |")
+    return lines + ["", f"Downpour FTRL's last point: {ftrl_final[1]:.5f} at {ftrl_final[0]:.1f} s; "
+                        f"Sandblaster's best: {best:.5f}.", ""]
 
 
 def render(out: dict) -> str:
@@ -350,6 +481,8 @@ def render(out: dict) -> str:
                       f"{wide['other_peak_rss_mib']:.0f} | {wide['seconds']:.1f} |", ""]
         else:
             lines += [f"Failed: {wide.get('failed', wide.get('skipped'))}", ""]
+    if out.get("curves"):
+        lines += render_curves(out["curves"])
     return "\n".join(lines)
 
 
