@@ -58,6 +58,23 @@ def test_sparse_and_dense_pushes_give_the_same_parameters(rule, hyper) -> None:
     assert sum(s["bytes_in"] for s in stats) < sum(s["dense_bytes_in"] for s in stats)
 
 
+def _pushes_leaving_row_0_after_the_first() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Six gradients on TABLE's layout and the rows each touches: row 0 only in the first
+    (all 1.0, so its |z| = 1 is within the threshold S l1 = 0.25 S from S = 4), three of
+    rows 1-9 in the others (large, to stay above it), the dense rest in all."""
+    rng = np.random.default_rng(1)
+    grads, touched = [], []
+    for step in range(6):
+        rows = np.array([0]) if step == 0 else np.sort(rng.choice(np.arange(1, 10), size=3, replace=False))
+        grad = np.zeros(37)
+        grad[30:] = rng.normal(size=7)
+        for r in rows:
+            grad[r * 3 : r * 3 + 3] = 1.0 if r == 0 else rng.normal(scale=4.0, size=3)
+        grads.append(grad)
+        touched.append(rows)
+    return grads, touched
+
+
 def test_ftrl_with_a_model_l1_takes_row_sparse_pushes_and_fetches_exactly() -> None:
     """The shard keeps z, n and the step count S and reads parameters as their closed form at
     S l1: row-sparse pushes and row fetches give what dense pushes (zeros elsewhere) give,
@@ -70,19 +87,11 @@ def test_ftrl_with_a_model_l1_takes_row_sparse_pushes_and_fetches_exactly() -> N
     wire = Wire(bounds, "float64", TABLE)
     hyper = {"learning_rate": 0.5, "beta": 1.0, "l1": 0.0, "l2": 0.0}  # FTRL's own l1 stays 0 under a model's
     l1 = np.r_[np.full(30, 0.25), np.zeros(7)]  # the model's: 0 on the dense rest (intercepts)
-    rng = np.random.default_rng(1)
-    grads, touched = [], []
-    for step in range(6):
-        rows = np.array([0]) if step == 0 else np.sort(rng.choice(np.arange(1, 10), size=3, replace=False))
-        grad = np.zeros(37)
-        grad[30:] = rng.normal(size=7)
-        for r in rows:
-            grad[r * 3 : r * 3 + 3] = 1.0 if r == 0 else rng.normal(scale=4.0, size=3)  # row 0: |z| = 1 <= S l1 from S = 4
-        grads.append(grad)
-        touched.append(rows)
+    grads, touched = _pushes_leaving_row_0_after_the_first()
 
     def new_shards():
-        return [ParameterShard(i, a, b, np.zeros(b - a), "ftrl", hyper, TABLE, l1[a:b]) for i, (a, b) in enumerate(bounds)]
+        return [ParameterShard(i, a, b, np.zeros(b - a), "ftrl", hyper, TABLE, l1[a:b])
+                for i, (a, b) in enumerate(bounds)]
 
     async def scenario():
         dense, sparse = new_shards(), new_shards()
