@@ -69,10 +69,9 @@ def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> 
     """The model's row table on ``data`` when pushes and fetches are row-sparse, else None."""
     table = model.row_table_for(data)
     sparse = options.sparse
-    # The model's l1 threshold grows with every push, also on rows a push does not carry.
-    exact = rule.sparse_exact and model.l1_weights() is None
+    # Exact also with a model's l1: its growing FTRL threshold is applied when rows are read.
     if sparse is None:
-        return table if table is not None and exact and not options.overlap else None
+        return table if table is not None and rule.sparse_exact and not options.overlap else None
     if sparse and table is None:
         raise ConfigurationError(
             f"sparse=True needs a model with a row table (EmbeddingLM, or a linear model without l2 on sparse data); "
@@ -81,10 +80,6 @@ def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> 
         raise ConfigurationError(
             f"sparse=True needs an update rule where a zero gradient is a zero step; {options.optimizer!r} is not one"
         )
-    if sparse and not exact:
-        raise ConfigurationError(
-            f"sparse=True cannot train {model!r}: its l1 threshold at the shards grows on every row with every "
-            "push, so updating only the rows a push carries is not exact; pass sparse=False")
     return table if sparse else None
 
 

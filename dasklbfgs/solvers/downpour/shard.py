@@ -6,7 +6,10 @@ each other. A shard of a model with a row table also takes row-sparse pushes and
 (:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD, FTRL). A shard of a model
 with an l1 term runs FTRL-Proximal with that term as its threshold, growing with the steps
-accrued (:meth:`ParameterShard._ftrl_with_model_l1`, docs/algorithms.md §9). The same shards hold
+accrued (docs/algorithms.md §9). There ``z`` and ``n`` and the step count are the truth and
+the parameters are their closed form, computed when read (:meth:`ParameterShard._current`):
+a zero gradient leaves ``z`` and ``n`` alone, so rows a push does not carry only move through
+the threshold, and row-sparse pushes and fetches stay exact. The same shards hold
 EASGD's center variable (:meth:`ParameterShard.elastic`). Methods are ``async`` so that
 several shards hosted by one worker interleave on its event loop instead of queueing behind
 one actor thread (Dask runs every synchronous actor method of a worker on one thread).
@@ -21,9 +24,11 @@ import numpy as np
 
 from dasklbfgs.optim.collective import elastic_difference
 from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
-from dasklbfgs.optim.updates import ftrl_step, make_rule
+from dasklbfgs.optim.updates import ftrl_step, ftrl_weights, make_rule
 
 __all__ = ["ParameterShard", "ShardMoved"]
+
+_WHOLE = slice(None)  # the whole slice, as an index
 
 _STATS = ("index", "version", "steps", "loss_sum", "loss_count", "bytes_in", "bytes_out", "dense_bytes_in",
           "dense_bytes_out", "stop_reason")
@@ -71,11 +76,23 @@ class ParameterShard:
         if self.moved:
             raise ShardMoved(f"parameter shard {self.index} was handed over to another worker")
 
+    def _current(self, where: Any = _WHOLE) -> np.ndarray:
+        """The parameters at ``where`` (local indices or a slice) now; every read goes through here.
+
+        With the model's l1 they are FTRL's closed form of ``z, n`` at the threshold ``S l1``
+        for the ``S`` steps accrued so far, on every row, also rows no push has carried since
+        their ``z, n`` last changed. Before the first push they are the start values.
+        """
+        if self.l1 is None or self.steps == 0:
+            return self.values[where]
+        state = {k: v[where] for k, v in self.state.items()}
+        return ftrl_weights(state, **{**self.hyper, "l1": self.l1[where] * self.steps})
+
     def _values(self, dtype: Any, rows: np.ndarray | None = None) -> Any:
         if rows is None:
-            out: Any = self.values.astype(dtype, copy=True)
+            out: Any = self._current().astype(dtype, copy=True)
         else:
-            out = self.layout.values(self.values, rows, dtype)
+            out = self.layout.gather(self._current, rows, dtype)
         self.bytes_out += payload_nbytes(out)
         self.dense_bytes_out += self.values.size * np.dtype(dtype).itemsize
         return out
@@ -105,18 +122,10 @@ class ParameterShard:
             wire_dtype = table.dtype
             flat = np.concatenate([table.ravel(), dense]).astype(np.float64, copy=False)
             for where, part in self.layout.pieces(rows):  # rows by index, dense ranges as slices
-                sub_state = {k: v[where] for k, v in self.state.items()}
-                delta, sub_state = self._rule.update(flat[part], sub_state)
-                self.values[where] += delta
-                for k, v in sub_state.items():
-                    self.state[k][where] = v
-        elif self.l1 is not None:  # the coordinator never sends row-sparse pushes here
-            wire_dtype = gradient.dtype
-            self._ftrl_with_model_l1(gradient.astype(np.float64, copy=False), steps)
+                self._update(where, flat[part], steps)
         else:
             wire_dtype = gradient.dtype
-            delta, self.state = self._rule.update(gradient.astype(np.float64, copy=False), self.state)
-            self.values += delta
+            self._update(_WHOLE, gradient.astype(np.float64, copy=False), steps)
         self.dense_bytes_in += self.values.size * np.dtype(wire_dtype).itemsize
         # A shard restored from a checkpoint has an older version than replicas saw: lag 0.
         self.staleness[max(self.version - seen_version, 0)] += 1
@@ -131,18 +140,35 @@ class ParameterShard:
         values = self._values(wire_dtype, fetch_rows) if fetch else None
         return self.version, self.stop_reason, values
 
-    def _ftrl_with_model_l1(self, gradient: np.ndarray, steps: int) -> None:
-        """FTRL-Proximal whose threshold is the model's l1 times the mini-batch steps whose
-        gradients ``z`` has summed (this push's included).
+    def _update(self, where: Any, gradient: np.ndarray, steps: int) -> None:
+        """Apply one push's ``gradient`` (of ``steps`` steps) to the parameters at ``where``."""
+        state = {k: v[where] for k, v in self.state.items()}
+        if self.l1 is None:
+            delta, state = self._rule.update(gradient, state)
+            self.values[where] += delta
+        else:
+            state = self._ftrl_with_model_l1(where, gradient, state, steps)
+        if where is _WHOLE:
+            self.state = state
+        else:
+            for k, v in state.items():
+                self.state[k][where] = v
+
+    def _ftrl_with_model_l1(self, where: Any, gradient: np.ndarray, state: dict[str, np.ndarray],
+                            steps: int) -> dict[str, np.ndarray]:
+        """FTRL-Proximal's new ``z, n`` at ``where``, whose threshold is the model's l1 times the
+        mini-batch steps whose gradients ``z`` has summed (this push's included).
 
         ``z`` holds about ``S`` times the mean-loss gradient after ``S`` steps, so the l1 of
         the same sum is ``S l1``: the fixed point then satisfies the model's optimality
         conditions (``|grad| <= l1`` where ``w = 0``). A constant threshold would fade
-        against the growing ``z``. The parameters are set from the closed form, not
-        incremented, so ``|z| <= S l1`` gives exact zeros.
+        against the growing ``z``. The gradient was taken at the closed form before the push
+        (sigma's ``played``); the parameters are that closed form, never incremented, so
+        ``|z| <= S l1`` gives exact zeros, and :meth:`_current` computes them when read.
         """
-        threshold = self.l1 * (self.steps + steps)
-        self.values, self.state = ftrl_step(gradient, self.state, self.values, **{**self.hyper, "l1": threshold})
+        threshold = self.l1[where] * (self.steps + steps)
+        _, state = ftrl_step(gradient, state, self._current(where), **{**self.hyper, "l1": threshold})
+        return state
 
     async def elastic(self, x: np.ndarray, alpha: float) -> np.ndarray:
         """EASGD's exchange with the center (docs/algorithms.md §6), atomic on this slice:
@@ -182,7 +208,7 @@ class ParameterShard:
         self._serving()
         return {
             "index": self.index, "start": self.start, "stop": self.stop,
-            "values": self.values.copy(), "optimizer_state": {k: v.copy() for k, v in self.state.items()},
+            "values": np.array(self._current()), "optimizer_state": {k: v.copy() for k, v in self.state.items()},
             "version": self.version, "steps": self.steps,
             "steps_by_replica": {str(k): v for k, v in self.steps_by_replica.items()},
         }

@@ -12,6 +12,7 @@ Pure numpy: both sides (replica task and shard actor) use these helpers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -86,9 +87,14 @@ class ShardLayout:
 
     def values(self, vector: np.ndarray, rows: np.ndarray, dtype: Any) -> SparsePayload:
         """The payload for ``rows`` taken from the shard-local ``vector``."""
-        table = vector[self.row_index(rows)].reshape(len(rows), self.width).astype(dtype, copy=False)
-        dense = [vector[a:b] for a, b in self.dense_ranges]
-        dense_values = (dense[0] if len(dense) == 1 else np.concatenate(dense or [vector[:0]]))
+        return self.gather(vector.__getitem__, rows, dtype)
+
+    def gather(self, read: Callable[[Any], np.ndarray], rows: np.ndarray, dtype: Any) -> SparsePayload:
+        """The payload for ``rows``, reading shard-local values with ``read(index or slice)``
+        (a shard whose values are computed on demand reads only these)."""
+        table = read(self.row_index(rows)).reshape(len(rows), self.width).astype(dtype, copy=False)
+        dense = [read(slice(a, b)) for a, b in self.dense_ranges]
+        dense_values = (dense[0] if len(dense) == 1 else np.concatenate(dense or [read(slice(0, 0))]))
         return np.asarray(rows, dtype=np.int32), table, dense_values.astype(dtype, copy=True)
 
     def scatter(self, vector: np.ndarray, payload: SparsePayload) -> None:

@@ -13,6 +13,8 @@ from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import EmbeddingLM, Softmax
 from dasklbfgs.models.embedding import RowTable
+from dasklbfgs.optim.updates import ftrl_step, make_rule
+from dasklbfgs.solvers._replicas.batches import epoch_order
 
 TABLE = RowTable(0, 10, 3)  # 30 table entries, then 7 dense ones
 
@@ -54,6 +56,80 @@ def test_sparse_and_dense_pushes_give_the_same_parameters(rule, hyper) -> None:
     np.testing.assert_array_equal(sparse_values, dense_values)
     assert not np.array_equal(dense_values, start)
     assert sum(s["bytes_in"] for s in stats) < sum(s["dense_bytes_in"] for s in stats)
+
+
+def _pushes_leaving_row_0_after_the_first() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Six gradients on TABLE's layout and the rows each touches: row 0 only in the first
+    (all 1.0, so its |z| = 1 is within the threshold S l1 = 0.25 S from S = 4), three of
+    rows 1-9 in the others (large, to stay above it), the dense rest in all."""
+    rng = np.random.default_rng(1)
+    grads, touched = [], []
+    for step in range(6):
+        rows = np.array([0]) if step == 0 else np.sort(rng.choice(np.arange(1, 10), size=3, replace=False))
+        grad = np.zeros(37)
+        grad[30:] = rng.normal(size=7)
+        for r in rows:
+            grad[r * 3 : r * 3 + 3] = 1.0 if r == 0 else rng.normal(scale=4.0, size=3)
+        grads.append(grad)
+        touched.append(rows)
+    return grads, touched
+
+
+def test_ftrl_with_a_model_l1_takes_row_sparse_pushes_and_fetches_exactly() -> None:
+    """The shard keeps z, n and the step count S and reads parameters as their closed form at
+    S l1: row-sparse pushes and row fetches give what dense pushes (zeros elsewhere) give,
+    and what FTRL with the threshold S l1 over the whole vector gives, also on a row no push
+    carries after the first, which the growing threshold sets to exactly 0. Equal as floats
+    (``assert_array_equal``): a zero gradient leaves z and n unchanged, and the closed form is
+    the same elementwise arithmetic on the same numbers; only the sign of a zero may differ
+    (dense pushes turn z = -0.0 into 0.0)."""
+    bounds = param_bounds(37, 2, TABLE)
+    wire = Wire(bounds, "float64", TABLE)
+    hyper = {"learning_rate": 0.5, "beta": 1.0, "l1": 0.0, "l2": 0.0}  # FTRL's own l1 stays 0 under a model's
+    l1 = np.r_[np.full(30, 0.25), np.zeros(7)]  # the model's: 0 on the dense rest (intercepts)
+    grads, touched = _pushes_leaving_row_0_after_the_first()
+
+    def new_shards():
+        return [ParameterShard(i, a, b, np.zeros(b - a), "ftrl", hyper, TABLE, l1[a:b])
+                for i, (a, b) in enumerate(bounds)]
+
+    async def scenario():
+        dense, sparse = new_shards(), new_shards()
+        dense_seen, sparse_seen = [], []
+        for step, (grad, rows) in enumerate(zip(grads, touched)):
+            for shard, payload in zip(dense, Wire(bounds, "float64").payloads(grad, None)):
+                await shard.push(payload, step, 0, 1, 0.0)
+            dense_seen.append(np.concatenate([(await s.fetch())[0] for s in dense]))
+            fetched = np.full(37, np.nan)
+            ask = wire.split_rows(np.array([0, 5, 9]))
+            replies = [(await s.push(p, step, 0, 1, 0.0, fetch=True, fetch_rows=r))[2]
+                       for s, p, r in zip(sparse, wire.payloads(grad, rows), ask)]
+            wire.apply_fetched(fetched, replies)
+            sparse_seen.append(fetched)
+        states = [[await s.get_state() for s in shards] for shards in (dense, sparse)]
+        restored = new_shards()
+        for shard, state in zip(restored, states[1]):
+            await shard.set_state(state)
+        full = [np.concatenate([(await s.fetch())[0] for s in shards]) for shards in (dense, sparse, restored)]
+        return dense_seen, sparse_seen, states, full
+
+    dense_seen, sparse_seen, (dense_states, sparse_states), full = asyncio.run(scenario())
+    state, expected = make_rule("ftrl", **hyper).init(np.zeros(37)), np.zeros(37)
+    for step, grad in enumerate(grads):  # FTRL on the whole vector, threshold S l1
+        expected, state = ftrl_step(grad, state, expected, **{**hyper, "l1": l1 * (step + 1)})
+        np.testing.assert_array_equal(dense_seen[step], expected)
+        asked = ~np.isnan(sparse_seen[step])
+        assert asked.sum() == 9 + 7  # rows 0, 5, 9 and the dense rest
+        np.testing.assert_array_equal(sparse_seen[step][asked], expected[asked])
+    assert np.all(dense_seen[2][:3] != 0.0) and np.all(dense_seen[3][:3] == 0.0)  # row 0: pushed once, 0 at S = 4
+    assert np.count_nonzero(expected[3:30]) > 0
+    for values in full:
+        np.testing.assert_array_equal(values, expected)
+    for dense_state, sparse_state in zip(dense_states, sparse_states):
+        np.testing.assert_array_equal(sparse_state["values"], dense_state["values"])
+        for key in ("z", "n"):
+            np.testing.assert_array_equal(sparse_state["optimizer_state"][key], dense_state["optimizer_state"][key])
+        assert sparse_state["steps"] == dense_state["steps"] == 6
 
 
 def test_sparse_fetch_returns_the_requested_rows_and_the_dense_rest() -> None:
@@ -116,23 +192,34 @@ def test_two_replicas_with_sparse_pushes_reduce_the_loss(client, corpus) -> None
     assert end < 0.7 * start
 
 
-def test_a_linear_model_on_sparse_data_pushes_only_the_features_batches_touch(client, tmp_path) -> None:
+@pytest.mark.parametrize("l1, optimizer", [(0.0, "adagrad"), (2e-4, "ftrl")])
+def test_a_linear_model_on_sparse_data_pushes_only_the_features_batches_touch(client, tmp_path, l1,
+                                                                              optimizer) -> None:
     """Wide sparse data (each row a few of 3000 features): pushes and fetches carry the
-    touched feature rows of W only, and the parameters are the dense pushes' exactly."""
+    touched feature rows of W only, and the parameters are the dense pushes' exactly, also
+    with the model's l1 under FTRL (its threshold grows on rows no push carries; the shards
+    apply it when rows are read). Equal as floats: one replica fetching every step reads the
+    rows its batch touches as the dense run has them, and a zero gradient leaves z, n alone."""
     import scipy.sparse as sp
 
     rng = np.random.default_rng(0)
     X = sp.random(2000, 3000, density=0.002, format="csr", random_state=0)
     y = (X @ rng.normal(size=(3000, 3))).argmax(axis=1)
     data = ShardedDataset.create(tmp_path / "wide", X, y, shard_rows=1000)
-    model = Softmax(3000, 3)
+    model = Softmax(3000, 3, l1=l1)
     kwargs = dict(client=client, n_replicas=1, n_param_shards=2, batch_size=20, learning_rate=0.5, epochs=1,
-                  seed=1, max_steps=60)
+                  seed=1, max_steps=60, optimizer=optimizer)
     sparse = downpour_sgd(model, data, **kwargs)  # on by default: a row table on this data
     dense = downpour_sgd(model, data, sparse=False, **kwargs)
     np.testing.assert_array_equal(sparse.x, dense.x)
     assert sparse.stats["sparse"] and not dense.stats["sparse"]
     assert sparse.stats["bytes_in"] < 0.1 * sparse.stats["dense_bytes_in"]  # ~8 of 3000 rows a batch
+    assert sparse.stats["bytes_out"] < 0.1 * sparse.stats["dense_bytes_out"]
+    if l1:  # some features the batches touched were set to exactly 0 by the threshold, others not
+        batches_read = epoch_order(2000, 1, 0, 0)[: sparse.nit * 20]  # replica 0's rows in its first epoch
+        touched_rows = sparse.x[:9000].reshape(3000, 3)[np.unique(X.tocsr()[batches_read].indices)]
+        zeroed = np.all(touched_rows == 0.0, axis=1)
+        assert 0 < zeroed.sum() < len(zeroed), (zeroed.sum(), len(zeroed))
     assert model.row_table_for(ShardedDataset.create(tmp_path / "dense", X.toarray(), y, shard_rows=1000)) is None
     assert Softmax(3000, 3, l2=1e-3).row_table_for(data) is None  # l2 reaches every row: dense pushes
 
