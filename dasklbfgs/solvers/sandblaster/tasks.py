@@ -6,9 +6,19 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from dask.sizeof import sizeof
+
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.models.sums import add_sum_parts
+
+@sizeof.register(CompactColumns)
+def _bytes_of(rows: CompactColumns) -> int:
+    """What a cached shard of compact rows holds (Dask's memory accounting and spilling);
+    registered here, with the caching, so that the models stay free of Dask."""
+    local = rows.local
+    return int(rows.columns.nbytes + local.data.nbytes + local.indices.nbytes + local.indptr.nbytes)
+
 
 Shard = tuple[Any, np.ndarray, "np.ndarray | None"]  # X, y and the sample weights (None: unweighted)
 
