@@ -18,6 +18,7 @@ __all__ = [
     "ClusterConnectionError",
     "ConfigurationError",
     "UnknownOptionError",
+    "PartitionError",
     "CheckpointError",
     "OutputExistsError",
     "ModelDataMismatchError",
@@ -39,6 +40,11 @@ class ConfigurationError(DaskLBFGSError, ValueError):
 class UnknownOptionError(ConfigurationError, TypeError):
     """A solver was given an option it does not take (a ``TypeError`` too, like an
     unexpected keyword argument)."""
+
+
+class PartitionError(ConfigurationError):
+    """A model cannot be partitioned as asked: a model with no partition program, a bad
+    partition count, or more partitions than a layer has units."""
 
 
 class ClusterConnectionError(DaskLBFGSError, ConnectionError):
