@@ -106,7 +106,13 @@ class EvaluatorStats:
 
 
 class MegaBatchEvaluator:
-    """Evaluate a model's loss and gradient *sums* over a whole sharded dataset on Dask."""
+    """Evaluate a model's loss and gradient *sums* over a whole sharded dataset on Dask.
+
+    ``portion_model`` (default: ``model``) is what the portion tasks call
+    ``portion_loss_grad_sum`` on: with partitioned replicas, the
+    :class:`~dasklbfgs.parallel.replica.OnPartitions` that hands each portion to the
+    partitions of a replica.
+    """
 
     def __init__(
         self,
@@ -118,9 +124,13 @@ class MegaBatchEvaluator:
         backup_tasks: bool = True,
         backup_slack: float = SandblasterOptions.default("backup_slack"),
         cache: bool = True,
+        portion_model: Any = None,
     ) -> None:
         self.client = client
         self.model = model
+        # what the portion tasks compute with: the model, or its partitioned replicas
+        # (dasklbfgs.parallel.replica.OnPartitions), whose portion sums are the model's
+        self.portion_model = model if portion_model is None else portion_model
         self.data = data
         self.backup_tasks = backup_tasks
         self.backup_slack = backup_slack
@@ -262,7 +272,7 @@ class MegaBatchEvaluator:
                 portion_loss_grad,
                 [holders[p.shard][worker] for p in portions],
                 [p.local for p in portions],
-                model=self.model,
+                model=self.portion_model,
                 x=x_future,
                 key=[f"sandblaster-gradient-{self.token}-{e}-{p.index}" for p in portions],
                 workers=None if worker is None else [worker],  # None: the shard is being reloaded
@@ -304,7 +314,7 @@ class MegaBatchEvaluator:
         and rescues), on ``worker`` only, or anywhere when None."""
         return self.client.map(
             portion_loss_grad_from_store, [p.start for p in portions], [p.stop for p in portions],
-            model=self.model, data=self.data, x=x_future,
+            model=self.portion_model, data=self.data, x=x_future,
             key=[f"sandblaster-{kind}-{self.token}-{e}-{p.index}" for p in portions],
             workers=None if worker is None else [worker],
             allow_other_workers=False,
@@ -319,7 +329,7 @@ class MegaBatchEvaluator:
             return self._from_store("backup", [p], x_future, e, worker)[0]
         return self.client.submit(
             portion_loss_grad, self.cached.shards[p.shard], p.local,
-            model=self.model, x=x_future,
+            model=self.portion_model, x=x_future,
             key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
             allow_other_workers=False, pure=False,
         )
