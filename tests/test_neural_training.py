@@ -14,6 +14,8 @@ WORKLOADS = {
             dict(learning_rate=0.05, batch_size=50)),
     "sparse_autoencoder": (dict(kind="patches", rows=3000, image_source="digits", shard_rows=750),
                            dict(n_hidden=16), dict(learning_rate=0.05, batch_size=50)),
+    "local_autoencoder": (dict(kind="patches", rows=3000, image_source="digits", shard_rows=750),
+                          dict(window=4, stride=2, maps=4), dict(learning_rate=0.3, batch_size=50)),
     "embedding_lm": (dict(kind="text", rows=6000, vocab_size=300, context=2, shard_rows=1500),
                      dict(embed_dim=16, hidden=32), dict(learning_rate=0.1, batch_size=50)),
 }
