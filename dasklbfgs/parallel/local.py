@@ -76,25 +76,27 @@ class PartitionedLocalAutoencoder(PartitionedModel):
         w = None if w is None else np.asarray(w, dtype=np.float64)
         own = self._own_arrays(p, params_p)
         (low, high), (first, last) = self.cover(p), self.pixel_rows[p : p + 2]
+        spill_out = self.spill(p)  # pixel rows of others that my windows reach
+        spill_in = {q: self.spill(q)[p] for q in self.spilled_into(p)}  # my pixel rows others' windows reach
         windows, a = model.encode(own["W1"], own["b1"], images[:, low:high])
         contributions = model.decode(a, own["W2"])  # pixel rows low:high
         received = yield from halo("decoder", {q: contributions[:, s - low : e - low] for q, (s, e) in
-                                               self.spill(p).items()}, self.spilled_into(p))
+                                               spill_out.items()}, tuple(spill_in))
         pre = np.zeros((len(images), last - first, model.side))
         for q in range(self.k):  # partition order: a fixed order of additions
             if q == p:
                 end = min(high, last)
                 pre[:, : end - first] += contributions[:, : end - low]
-            elif q in received:
-                s, e = self.spill(q)[p]
+            elif q in spill_in:
+                s, e = spill_in[q]
                 pre[:, s - first : e - first] += received[q]
         pre += own["b2"]
         loss, error = model.output_error(pre, images[:, first:last], w)
-        back = {q: error[:, s - first : e - first] for q in self.spilled_into(p) for s, e in [self.spill(q)[p]]}
-        returned = yield from halo("decoder-error", back, tuple(self.spill(p)))
+        returned = yield from halo("decoder-error", {q: error[:, s - first : e - first] for q, (s, e) in
+                                                     spill_in.items()}, tuple(spill_out))
         cover_error = np.empty_like(contributions)
         cover_error[:, : min(high, last) - low] = error[:, : min(high, last) - first]
-        for q, (s, e) in self.spill(p).items():
+        for q, (s, e) in spill_out.items():
             cover_error[:, s - low : e - low] = returned[q]
         grad = np.zeros(len(params_p))
         grads = self._own_arrays(p, grad)
