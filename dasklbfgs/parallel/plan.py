@@ -13,8 +13,10 @@ import numpy as np
 
 from dasklbfgs.errors import PartitionError
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.parallel.base import PartitionedModel
+from dasklbfgs.parallel.local import PartitionedLocalAutoencoder
 from dasklbfgs.parallel.mlp import PartitionedMLP
 
 __all__ = ["PARTITIONERS", "partition"]
@@ -22,6 +24,7 @@ __all__ = ["PARTITIONERS", "partition"]
 #: Model class -> its partitioner (``partitioner(model, k)``).
 PARTITIONERS: dict[type[Model], type[PartitionedModel]] = {
     MLP: PartitionedMLP,
+    LocalAutoencoder: PartitionedLocalAutoencoder,
 }
 
 
@@ -31,7 +34,7 @@ def partitionable() -> list[str]:
 
 def partition(model: Model, k: Any) -> PartitionedModel:
     """``model`` split into ``k`` partitions (each owning a contiguous block of every layer's
-    units); :class:`~dasklbfgs.errors.PartitionError` when the model has no partition program,
+    units: of the MLP's units, of the local autoencoder's hidden-grid and pixel rows); :class:`~dasklbfgs.errors.PartitionError` when the model has no partition program,
     ``k`` is not an integer >= 1, or a layer has fewer units than ``k``."""
     partitioner = PARTITIONERS.get(type(model))
     if partitioner is None:

@@ -118,7 +118,7 @@ def test_parallel_package_imports_no_dask() -> None:
         "spec = importlib.util.find_spec('dasklbfgs')\n"
         "package = types.ModuleType('dasklbfgs'); package.__path__ = list(spec.submodule_search_locations)\n"
         "sys.modules['dasklbfgs'] = package\n"
-        "import dasklbfgs.parallel\n"
+        "import dasklbfgs.parallel, dasklbfgs.parallel.local\n"
         "assert 'dasklbfgs.parallel.mlp' in sys.modules\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('dask', 'distributed')))\n"
     )

@@ -45,7 +45,7 @@ def test_mlp_partition_owns_its_column_blocks_in_layer_order() -> None:
 def test_only_registered_models_are_partitionable() -> None:
     assert MLP in PARTITIONERS
     with pytest.raises(PartitionError, match=r"Logistic cannot be partitioned \(Logistic\(.*\)\); the partitionable "
-                                             r"models are \['MLP'\]"):
+                                             r"models are \['MLP', 'LocalAutoencoder'\]"):
         partition(Logistic(3), 2)
     with pytest.raises(PartitionError, match="SparseAutoencoder cannot be partitioned"):
         partition(SparseAutoencoder(4, 2), 2)
