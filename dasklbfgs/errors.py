@@ -19,6 +19,7 @@ __all__ = [
     "ConfigurationError",
     "UnknownOptionError",
     "PartitionError",
+    "PartitionLostError",
     "CheckpointError",
     "OutputExistsError",
     "ModelDataMismatchError",
@@ -86,6 +87,12 @@ class ModelDataMismatchError(DaskLBFGSError, ValueError):
 class WorkerLostError(DaskLBFGSError, RuntimeError):
     """State held on a worker that died cannot be restored (e.g. a parameter shard with no
     checkpoint to rebuild it from)."""
+
+
+class PartitionLostError(WorkerLostError):
+    """A partition of a model replica was lost with its worker (or stopped answering): the
+    computation it took part in is void; Sandblaster re-creates the replica and starts the
+    evaluation over."""
 
 
 class DaskLBFGSWarning(UserWarning):

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.errors import PartitionLostError
 from dasklbfgs.parallel.exchanges import Exchange, payload_bytes
 from dasklbfgs._wire import aligned
 
@@ -45,6 +45,7 @@ class PartitionActor:
         self.partitioned, self.index, self.timeout = partitioned, index, timeout
         self.peers: list[Any] = []
         self._inboxes: dict[tuple[Hashable, str], _Inbox] = {}
+        self._abandoned: set[Hashable] = set()  # jobs a caller gave up (a partition was lost)
         self.bytes_sent = 0
         self.messages_sent = 0
         self.evaluations = 0
@@ -59,6 +60,14 @@ class PartitionActor:
         inbox = self._inboxes.setdefault((job, key), _Inbox())
         inbox.arrays[source] = aligned(array)
         inbox.arrived.set()
+
+    async def abandon(self, job: Hashable) -> None:
+        """End ``job`` here: a wait for its messages raises :class:`PartitionLostError` at once
+        (the caller found another partition lost; this one must not wait out its timeout)."""
+        self._abandoned.add(job)
+        for (j, _), inbox in self._inboxes.items():
+            if j == job:
+                inbox.arrived.set()
 
     async def evaluate(self, job: Hashable, params: np.ndarray, X: Any, y: np.ndarray,
                        w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
@@ -76,6 +85,7 @@ class PartitionActor:
                     return value
                 reply = await self._exchange(job, value)
         finally:
+            self._abandoned.discard(job)
             for stale in [k for k in self._inboxes if k[0] == job]:
                 del self._inboxes[stale]
 
@@ -86,14 +96,22 @@ class PartitionActor:
         self.bytes_sent += payload_bytes(exchange)
         self.messages_sent += len(exchange.send)
         inbox = self._inboxes.setdefault((job, exchange.key), _Inbox())
+        expected = exchange.receive_from
         try:
-            await asyncio.wait_for(_all_arrived(inbox, exchange.receive_from), self.timeout)
+            await asyncio.wait_for(self._arrival(job, inbox, expected), self.timeout)
         except asyncio.TimeoutError:
-            missing = sorted(set(exchange.receive_from) - set(inbox.arrays))
-            raise WorkerLostError(
+            missing = sorted(set(expected) - set(inbox.arrays))
+            raise PartitionLostError(
                 f"partition {self.index} waited {self.timeout:.0f} s for step {exchange.key!r} from "
                 f"partition(s) {missing}; their worker is probably gone") from None
-        return {q: inbox.arrays[q] for q in exchange.receive_from}
+        return {q: inbox.arrays[q] for q in expected}
+
+    async def _arrival(self, job: Hashable, inbox: _Inbox, sources: tuple[int, ...]) -> None:
+        while not all(q in inbox.arrays for q in sources):
+            if job in self._abandoned:
+                raise PartitionLostError(f"partition {self.index}: evaluation {job} was abandoned by its caller")
+            inbox.arrived.clear()
+            await inbox.arrived.wait()
 
     async def stats(self) -> dict[str, Any]:
         return {"partition": self.index, "bytes_sent": self.bytes_sent, "messages_sent": self.messages_sent,
@@ -108,8 +126,3 @@ def _advance(program: Any, reply: dict[int, np.ndarray] | None) -> tuple[bool, A
     except StopIteration as done:
         return True, done.value
 
-
-async def _all_arrived(inbox: _Inbox, sources: tuple[int, ...]) -> None:
-    while not all(q in inbox.arrays for q in sources):
-        inbox.arrived.clear()
-        await inbox.arrived.wait()

@@ -11,6 +11,7 @@ workers, and gives Sandblaster's portion tasks the object they compute with
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dasklbfgs.errors import PartitionError
+from dasklbfgs.errors import PartitionError, PartitionLostError
 from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS, PartitionActor
 from dasklbfgs.solvers._replicas.local_actors import ActorRef
 
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
     from dasklbfgs.parallel.base import PartitionedModel
 
 __all__ = ["OnPartitions", "PartitionedReplica", "PartitionedReplicas", "evaluate_on", "worker_groups"]
+
+POLL_SECONDS = 0.002  # how often a caller looks at its partitions' calls (a failure ends the wait)
+LIVENESS_SECONDS = 0.5  # how often a waiting caller asks the scheduler whether the partitions' workers live
+RECOVERY_TIMEOUT_SECONDS = 60.0  # how long re-creating lost replicas waits for enough workers
 
 
 def worker_groups(client: Client, k: int) -> list[list[str]]:
@@ -41,15 +46,52 @@ def worker_groups(client: Client, k: int) -> list[list[str]]:
     return [workers[i : i + k] for i in range(0, len(workers) - k + 1, k)]
 
 
-def evaluate_on(actors: Sequence[Any], partitioned: PartitionedModel, params: np.ndarray, X: Any, y: np.ndarray,
-                w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any], partitioned: PartitionedModel,
+                params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """Loss and gradient sums over rows ``X, y`` computed by the partition ``actors`` of one
-    replica (all called before the first wait), joined into the model's layout."""
+    replica (placed as ``refs`` say; all called before the first wait), joined into the
+    model's layout.
+
+    The evaluation ends with :class:`PartitionLostError` when a call fails (a partition gave
+    up waiting for a peer) or a partition's worker has left the cluster (checked with the
+    scheduler every ``LIVENESS_SECONDS``: a call to a dead worker's actor may never return);
+    the other partitions are then told to abandon it, so none waits out its timeout.
+    """
     job = uuid.uuid4().hex
     parts = partitioned.split(np.asarray(params, dtype=np.float64))
     calls = [actor.evaluate(job, part, X, y, w) for actor, part in zip(actors, parts)]
+    pending = set(range(len(calls)))
+    next_check = time.monotonic() + LIVENESS_SECONDS
+    while pending:
+        for p in [p for p in pending if calls[p].done()]:
+            pending.discard(p)
+            try:
+                calls[p].result()
+            except Exception as exc:
+                _abandon(actors, pending, job)
+                raise PartitionLostError(f"partition {p} of a replica of {partitioned.model!r} failed: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+        if pending and time.monotonic() >= next_check:
+            alive = client.scheduler_info(n_workers=-1)["workers"]
+            gone = [p for p in range(len(refs)) if refs[p].address not in alive]
+            if gone:
+                _abandon(actors, pending - set(gone), job)
+                raise PartitionLostError(f"partition(s) {gone} of a replica of {partitioned.model!r} lost their "
+                                         f"worker ({', '.join(refs[p].address for p in gone)})")
+            next_check = time.monotonic() + LIVENESS_SECONDS
+        if pending:
+            time.sleep(POLL_SECONDS)
     results = [call.result() for call in calls]
     return results[0][0], partitioned.join([grad for _, grad in results])
+
+
+def _abandon(actors: Sequence[Any], partitions: set[int], job: str) -> None:
+    """Tell ``partitions`` to drop ``job`` (best effort: they may be gone too)."""
+    for p in partitions:
+        try:
+            actors[p].abandon(job)
+        except Exception:  # noqa: BLE001 -- a dead partition needs no telling
+            pass
 
 
 class PartitionedReplica:
@@ -78,7 +120,7 @@ class PartitionedReplica:
                       w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """:meth:`Model.loss_grad_sum <dasklbfgs.models.base.Model.loss_grad_sum>` computed by
         the partitions on their workers."""
-        return evaluate_on(self.actors, self.partitioned, params, X, y, w)
+        return evaluate_on(self.client, self.refs, self.actors, self.partitioned, params, X, y, w)
 
     def stats(self) -> list[dict[str, Any]]:
         """Each partition's counters (bytes and messages it sent, evaluations), in partition order."""
@@ -99,17 +141,36 @@ class PartitionedReplicas:
     """One :class:`PartitionedReplica` per disjoint group of K workers of the cluster."""
 
     def __init__(self, client: Client, partitioned: PartitionedModel) -> None:
-        self.partitioned = partitioned
+        self.client, self.partitioned = client, partitioned
         self.replicas = [PartitionedReplica(client, partitioned, group)
                          for group in worker_groups(client, partitioned.k)]
+        self.recoveries = 0
+
+    def recover(self, timeout: float = RECOVERY_TIMEOUT_SECONDS) -> None:
+        """Re-create the replicas on the workers alive now (after a partition was lost): the
+        partitions keep no state between evaluations, so new ones take over at once. Waits up
+        to ``timeout`` seconds for K workers (a restarted worker rejoining)."""
+        self.close()
+        try:
+            self.client.wait_for_workers(self.partitioned.k, timeout=timeout)
+        except TimeoutError:
+            raise PartitionLostError(
+                f"a partition was lost and the cluster has not had {self.partitioned.k} workers for "
+                f"{timeout:.0f} s to re-create the replica on") from None
+        self.replicas = [PartitionedReplica(self.client, self.partitioned, group)
+                         for group in worker_groups(self.client, self.partitioned.k)]
+        self.recoveries += 1
 
     @property
     def portion_model(self) -> OnPartitions:
         """What Sandblaster's portion tasks compute with instead of the model."""
         return OnPartitions(self.partitioned, tuple(r.refs for r in self.replicas))
 
-    def stats(self) -> list[list[dict[str, Any]]]:
-        return [r.stats() for r in self.replicas]
+    def stats(self) -> dict[str, Any]:
+        """Partitions per replica, each replica's partition counters (since the last recovery)
+        and how many times the replicas were re-created."""
+        return {"model_partitions": self.partitioned.k, "replicas": [r.stats() for r in self.replicas],
+                "recoveries": self.recoveries}
 
     def close(self) -> None:
         for replica in self.replicas:
@@ -129,8 +190,11 @@ class OnPartitions:
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
                               w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-        actors = [ref.handle() for ref in self._replica_here()]
-        return evaluate_on(actors, self.partitioned, params, X, y, w)
+        from distributed import get_client
+
+        refs = self._replica_here()
+        actors = [ref.handle() for ref in refs]
+        return evaluate_on(get_client(), refs, actors, self.partitioned, params, X, y, w)
 
     def _replica_here(self) -> tuple[ActorRef, ...]:
         from distributed import get_worker

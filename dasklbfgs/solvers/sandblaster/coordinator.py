@@ -122,6 +122,8 @@ class SandblasterRun:
                                             backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
                                             cache=self._cache(client),
                                             portion_model=self.replicas.portion_model if self.replicas else None)
+        if self.replicas is not None:
+            self.evaluator.on_restart = self._recover_replicas
         self.metrics = MetricsStream(client, "sandblaster")
         try:
             result = self._minimize(client)
@@ -137,6 +139,12 @@ class SandblasterRun:
         if partitions is not None:
             result.partitions = partitions
         return result
+
+    def _recover_replicas(self) -> None:
+        """Before an evaluation starts over: re-create the partitioned replicas if one lost a
+        partition (they hold no state between evaluations), and hand the portions the new ones."""
+        self.replicas.recover()
+        self.evaluator.portion_model = self.replicas.portion_model
 
     def _cache(self, client: Client) -> bool:
         if self.options.cache != "auto":

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import CancelledError
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ from distributed import Client, Future, wait
 
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import as_dense
-from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.errors import PartitionLostError, WorkerLostError
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
@@ -131,6 +132,7 @@ class MegaBatchEvaluator:
         # what the portion tasks compute with: the model, or its partitioned replicas
         # (dasklbfgs.parallel.replica.OnPartitions), whose portion sums are the model's
         self.portion_model = model if portion_model is None else portion_model
+        self.on_restart: Callable[[], Any] | None = None  # called before an evaluation starts over
         self.data = data
         self.backup_tasks = backup_tasks
         self.backup_slack = backup_slack
@@ -177,6 +179,8 @@ class MegaBatchEvaluator:
                 break
             except _EvaluationLost:
                 self.stats.restarts += 1
+                if self.on_restart is not None:
+                    self.on_restart()
         else:
             raise WorkerLostError(f"an evaluation lost workers {MAX_ATTEMPTS} times in a row; giving up")
         self.stats.evaluations += 1
@@ -399,6 +403,8 @@ class _Collection:
             if self.winners[i] is not None:
                 continue
             if f.status == "error":
+                if isinstance(f.exception(), PartitionLostError):  # the replica is re-created, then a retry
+                    raise _EvaluationLost()
                 f.result()  # re-raise the task's exception
             if f.status != "finished":  # lost with its worker, or cancelled
                 continue
