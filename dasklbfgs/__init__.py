@@ -8,7 +8,7 @@ the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`
 from dasklbfgs import errors
 from dasklbfgs.cluster import connect
 from dasklbfgs.data import ShardedDataset, make_dataset
-from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, Logistic, Softmax, SparseAutoencoder
+from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, LocalAutoencoder, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.optim import Status
 from dasklbfgs.solvers import (
     DownpourOptions, EASGDOptions, GossipOptions, Result, NeighbourOptions, SandblasterOptions, SyncOptions, downpour_sgd,
@@ -21,7 +21,7 @@ __all__ = [
     "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd",
     "SandblasterOptions", "DownpourOptions", "SyncOptions", "EASGDOptions", "GossipOptions", "NeighbourOptions",
     # models, data, cluster
-    "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "EmbeddingLM",
+    "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM",
     "ShardedDataset", "make_dataset", "connect", "errors",
 ]
 __version__ = "0.1.0"

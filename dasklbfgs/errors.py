@@ -18,6 +18,8 @@ __all__ = [
     "ClusterConnectionError",
     "ConfigurationError",
     "UnknownOptionError",
+    "PartitionError",
+    "PartitionLostError",
     "CheckpointError",
     "OutputExistsError",
     "ModelDataMismatchError",
@@ -39,6 +41,11 @@ class ConfigurationError(DaskLBFGSError, ValueError):
 class UnknownOptionError(ConfigurationError, TypeError):
     """A solver was given an option it does not take (a ``TypeError`` too, like an
     unexpected keyword argument)."""
+
+
+class PartitionError(ConfigurationError):
+    """A model cannot be partitioned as asked: a model with no partition program, a bad
+    partition count, or more partitions than a layer has units."""
 
 
 class ClusterConnectionError(DaskLBFGSError, ConnectionError):
@@ -80,6 +87,12 @@ class ModelDataMismatchError(DaskLBFGSError, ValueError):
 class WorkerLostError(DaskLBFGSError, RuntimeError):
     """State held on a worker that died cannot be restored (e.g. a parameter shard with no
     checkpoint to rebuild it from)."""
+
+
+class PartitionLostError(WorkerLostError):
+    """A partition of a model replica was lost with its worker (or stopped answering): the
+    computation it took part in is void; Sandblaster re-creates the replica and starts the
+    evaluation over."""
 
 
 class DaskLBFGSWarning(UserWarning):

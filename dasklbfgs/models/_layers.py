@@ -30,14 +30,15 @@ class Layout:
 
 def weight_decay(layout: Layout, params: np.ndarray, l2: float, names: list[str] | tuple[str, ...]
                  ) -> tuple[float, np.ndarray]:
-    """``(l2 / 2) sum ||W||^2`` over the named weight matrices, and its gradient."""
+    """``(l2 / 2) sum ||W||^2`` over the named weight arrays, and its gradient."""
     grad = np.zeros(layout.size)
     if l2 == 0.0:
         return 0.0, grad
     views, gviews = layout.views(params), layout.views(grad)
     value = 0.0
     for name in names:
-        value += float(np.einsum("ij,ij->", views[name], views[name]))
+        matrix = views[name].reshape(-1, views[name].shape[-1])  # untied weights have more axes
+        value += float(np.einsum("ij,ij->", matrix, matrix))
         gviews[name][...] = l2 * views[name]
     return 0.5 * l2 * value, grad
 

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from dask.sizeof import sizeof
 
 from dasklbfgs.models.sums import renumber
 
@@ -66,10 +65,3 @@ class CompactColumns:
         """The rows as a CSR array on the original columns."""
         local = self.local
         return sp.csr_array((local.data, self.columns[local.indices], local.indptr), shape=self.shape)
-
-
-@sizeof.register(CompactColumns)
-def _bytes_of(rows: CompactColumns) -> int:
-    """What a cached shard of compact rows holds (Dask's memory accounting and spilling)."""
-    local = rows.local
-    return int(rows.columns.nbytes + local.data.nbytes + local.indices.nbytes + local.indptr.nbytes)

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._layers import ACTIVATIONS
 from dasklbfgs.models.autoencoder import SparseAutoencoder
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.embedding import EmbeddingLM
 from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
+from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.options import Options, option
 
 CLASSES: dict[str, type[Model]] = {
-    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP, SparseAutoencoder, EmbeddingLM)
+    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP, SparseAutoencoder, LocalAutoencoder, EmbeddingLM)
 }
 MODELS = tuple(CLASSES)
 LINEAR = ("least_squares", "logistic", "softmax")
@@ -23,6 +25,7 @@ LINEAR = ("least_squares", "logistic", "softmax")
 OPTIONS = {
     "mlp": ("hidden", "activation"),
     "sparse_autoencoder": ("n_hidden", "sparsity", "beta"),
+    "local_autoencoder": ("window", "stride", "maps"),
     "embedding_lm": ("embed_dim", "hidden"),
 }
 
@@ -51,6 +54,9 @@ class ModelOptions(Options):
     n_hidden: int | None = _shape("sparse_autoencoder hidden units", "int", minimum=1)
     sparsity: float | None = _shape("sparse_autoencoder target activation", "float", positive=True)
     beta: float | None = _shape("sparse_autoencoder sparsity weight", "float", minimum=0)
+    window: int | None = _shape("local_autoencoder window side in pixels", "int", minimum=1)
+    stride: int | None = _shape("local_autoencoder pixels between windows", "int", minimum=1)
+    maps: int | None = _shape("local_autoencoder hidden units per window location", "int", minimum=1)
     embed_dim: int | None = _shape("embedding_lm embedding width", "int", minimum=1)
 
 
@@ -83,6 +89,15 @@ def default_model(data: Any) -> str:
         raise ConfigurationError(f"dataset {str(data.path)!r} {recorded}: choose the model, one of {MODELS!r} "
                                  "(--model, or model: name: in a pipeline)")
     return MODEL_FOR_TASK[task]
+
+
+def _image_side(data: Any) -> int:
+    """The side of the square images ``data``'s rows are (``patches`` with ``patch_size``)."""
+    side = math.isqrt(data.n_features)
+    if side * side != data.n_features:
+        raise ModelDataMismatchError(f"local_autoencoder reads each row as a square image, but the dataset at "
+                                     f"{str(data.path)!r} has {data.n_features} features, not a square number")
+    return side
 
 
 def balanced_class_weight(data: Any, n_classes: int) -> list[float]:
@@ -139,6 +154,8 @@ def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, l1: float = 0.0,
         return MLP(data.n_features, n_classes=_n_classes(data), l2=l2, **options)
     if name == "sparse_autoencoder":
         return SparseAutoencoder(data.n_features, l2=l2, **options)
+    if name == "local_autoencoder":
+        return LocalAutoencoder(_image_side(data), l2=l2, **options)
     hidden = options.get("hidden")
     if isinstance(hidden, (list, tuple)):
         if len(hidden) != 1:

@@ -15,7 +15,8 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.updates import RULES
 from dasklbfgs.options import Options, option
 
-__all__ = ["CheckpointOptions", "HeldOutOptions", "ParamShardOptions", "ReplicaOptions", "without_held_out"]
+__all__ = ["CheckpointOptions", "HeldOutOptions", "ModelPartitionOptions", "ParamShardOptions", "ReplicaOptions",
+           "without_held_out"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,14 @@ class ParamShardOptions(Options):
     n_param_shards: int = option(
         2, "parameter-shard actors, each holding a contiguous slice of the parameters (Sandblaster: with "
         "state='sharded'; EASGD: the center)", "int", minimum=1, aliases=("param_shards",))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelPartitionOptions(Options):
+    model_partitions: int = option(
+        1, "partitions of each model replica, each on a worker of its own, exchanging only the activations "
+        "that cross a partition boundary (model parallelism; models dasklbfgs.parallel.partition splits)", "int",
+        minimum=1)
 
 
 @dataclass(frozen=True, kw_only=True)

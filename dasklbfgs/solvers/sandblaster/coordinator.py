@@ -28,6 +28,8 @@ from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
+from dasklbfgs.parallel import partition
+from dasklbfgs.parallel.replica import PartitionedReplicas
 from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
@@ -68,6 +70,9 @@ class SandblasterRun:
                 f"standardize=True rescales the features of linear models; {model!r} is not one "
                 "(scale its inputs when writing the dataset instead)"
             )
+        # model parallelism: each portion computed by a replica split over model_partitions workers
+        self.partitioned = partition(model, options.model_partitions) if options.model_partitions > 1 else None
+        self.replicas: PartitionedReplicas | None = None
         self.l1 = model.l1_weights()
         self.l1_theta = self.l1  # the weights in the optimizer's coordinates (set by _minimize)
         self.dataset = as_dataset(data)
@@ -111,18 +116,35 @@ class SandblasterRun:
     def run(self, client: Client) -> OptimizeResult:
         started = time.perf_counter()
         opts = self.options
+        if self.partitioned is not None:
+            self.replicas = PartitionedReplicas(client, self.partitioned)
         self.evaluator = MegaBatchEvaluator(client, self.model, self.dataset, portion_rows=opts.portion_rows,
                                             backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
-                                            cache=self._cache(client))
+                                            cache=self._cache(client),
+                                            portion_model=self.replicas.portion_model if self.replicas else None)
+        if self.replicas is not None:
+            self.evaluator.on_restart = self._recover_replicas
         self.metrics = MetricsStream(client, "sandblaster")
         try:
             result = self._minimize(client)
             bytes_received = self.space.bytes_received if self.space is not None else None
+            partitions = self.replicas.stats() if self.replicas is not None else None
         finally:
             if self.space is not None:
                 self.space.close()
             self.evaluator.close()
-        return self._finish(result, started, bytes_received)
+            if self.replicas is not None:
+                self.replicas.close()
+        result = self._finish(result, started, bytes_received)
+        if partitions is not None:
+            result.partitions = partitions
+        return result
+
+    def _recover_replicas(self) -> None:
+        """Before an evaluation starts over: re-create the partitioned replicas if one lost a
+        partition (they hold no state between evaluations), and hand the portions the new ones."""
+        self.replicas.recover()
+        self.evaluator.portion_model = self.replicas.portion_model
 
     def _cache(self, client: Client) -> bool:
         if self.options.cache != "auto":

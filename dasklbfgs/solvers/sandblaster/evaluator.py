@@ -32,6 +32,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import CancelledError
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +41,7 @@ from distributed import Client, Future, wait
 
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import as_dense
-from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.errors import PartitionLostError, WorkerLostError
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
@@ -106,7 +107,13 @@ class EvaluatorStats:
 
 
 class MegaBatchEvaluator:
-    """Evaluate a model's loss and gradient *sums* over a whole sharded dataset on Dask."""
+    """Evaluate a model's loss and gradient *sums* over a whole sharded dataset on Dask.
+
+    ``portion_model`` (default: ``model``) is what the portion tasks call
+    ``portion_loss_grad_sum`` on: with partitioned replicas, the
+    :class:`~dasklbfgs.parallel.replica.OnPartitions` that hands each portion to the
+    partitions of a replica.
+    """
 
     def __init__(
         self,
@@ -118,9 +125,14 @@ class MegaBatchEvaluator:
         backup_tasks: bool = True,
         backup_slack: float = SandblasterOptions.default("backup_slack"),
         cache: bool = True,
+        portion_model: Any = None,
     ) -> None:
         self.client = client
         self.model = model
+        # what the portion tasks compute with: the model, or its partitioned replicas
+        # (dasklbfgs.parallel.replica.OnPartitions), whose portion sums are the model's
+        self.portion_model = model if portion_model is None else portion_model
+        self.on_restart: Callable[[], Any] | None = None  # called before an evaluation starts over
         self.data = data
         self.backup_tasks = backup_tasks
         self.backup_slack = backup_slack
@@ -167,6 +179,8 @@ class MegaBatchEvaluator:
                 break
             except _EvaluationLost:
                 self.stats.restarts += 1
+                if self.on_restart is not None:
+                    self.on_restart()
         else:
             raise WorkerLostError(f"an evaluation lost workers {MAX_ATTEMPTS} times in a row; giving up")
         self.stats.evaluations += 1
@@ -262,7 +276,7 @@ class MegaBatchEvaluator:
                 portion_loss_grad,
                 [holders[p.shard][worker] for p in portions],
                 [p.local for p in portions],
-                model=self.model,
+                model=self.portion_model,
                 x=x_future,
                 key=[f"sandblaster-gradient-{self.token}-{e}-{p.index}" for p in portions],
                 workers=None if worker is None else [worker],  # None: the shard is being reloaded
@@ -304,7 +318,7 @@ class MegaBatchEvaluator:
         and rescues), on ``worker`` only, or anywhere when None."""
         return self.client.map(
             portion_loss_grad_from_store, [p.start for p in portions], [p.stop for p in portions],
-            model=self.model, data=self.data, x=x_future,
+            model=self.portion_model, data=self.data, x=x_future,
             key=[f"sandblaster-{kind}-{self.token}-{e}-{p.index}" for p in portions],
             workers=None if worker is None else [worker],
             allow_other_workers=False,
@@ -319,7 +333,7 @@ class MegaBatchEvaluator:
             return self._from_store("backup", [p], x_future, e, worker)[0]
         return self.client.submit(
             portion_loss_grad, self.cached.shards[p.shard], p.local,
-            model=self.model, x=x_future,
+            model=self.portion_model, x=x_future,
             key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
             allow_other_workers=False, pure=False,
         )
@@ -389,6 +403,8 @@ class _Collection:
             if self.winners[i] is not None:
                 continue
             if f.status == "error":
+                if isinstance(f.exception(), PartitionLostError):  # the replica is re-created, then a retry
+                    raise _EvaluationLost()
                 f.result()  # re-raise the task's exception
             if f.status != "finished":  # lost with its worker, or cancelled
                 continue

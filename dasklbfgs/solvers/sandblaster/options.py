@@ -8,14 +8,16 @@ from typing import ClassVar
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.lbfgs import LBFGSOptions
 from dasklbfgs.options import option, override
-from dasklbfgs.solvers.common_options import CheckpointOptions, HeldOutOptions, ParamShardOptions
+from dasklbfgs.solvers.common_options import (
+    CheckpointOptions, HeldOutOptions, ModelPartitionOptions, ParamShardOptions,
+)
 from dasklbfgs.solvers.sandblaster.portions import DEFAULT_PORTIONS
 
 __all__ = ["SandblasterOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SandblasterOptions(CheckpointOptions, ParamShardOptions, HeldOutOptions, LBFGSOptions):
+class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOptions, HeldOutOptions, LBFGSOptions):
     solver: ClassVar[str] = "sandblaster"
 
     # Every iteration is a pass over the whole dataset on the cluster: a run that has not

@@ -6,24 +6,22 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from dask.sizeof import sizeof
+
+from dasklbfgs._wire import aligned
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.models.sums import add_sum_parts
 
+@sizeof.register(CompactColumns)
+def _bytes_of(rows: CompactColumns) -> int:
+    """What a cached shard of compact rows holds (Dask's memory accounting and spilling);
+    registered here, with the caching, so that the models stay free of Dask."""
+    local = rows.local
+    return int(rows.columns.nbytes + local.data.nbytes + local.indices.nbytes + local.indptr.nbytes)
+
+
 Shard = tuple[Any, np.ndarray, "np.ndarray | None"]  # X, y and the sample weights (None: unweighted)
-
-
-def aligned(a: np.ndarray) -> np.ndarray:
-    """``a`` itself, or an aligned copy when its buffer is not aligned to its item size.
-
-    Arrays that reach a worker over the wire (the parameters, a shard copied for a backup
-    task) can start at any byte of a message frame. numpy's matmul does not hand such
-    arrays to BLAS but uses its own loop, which rounds differently (and runs slower), so
-    the same portion would give other bits on a copied shard than on the original.
-    """
-    if sp.issparse(a) or isinstance(a, CompactColumns):  # scipy's sparse products are its own loops,
-        return a                                          # whatever the alignment
-    return a if a.flags.aligned else np.require(a, requirements="A")
 
 
 def aligned_shard(shard: Shard) -> Shard:

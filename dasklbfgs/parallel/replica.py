@@ -1,0 +1,205 @@
+"""Partitioned model replicas on a Dask cluster.
+
+A :class:`PartitionedReplica` places one :class:`~dasklbfgs.parallel.actor.PartitionActor` on
+each of K distinct workers and connects them to each other. An evaluation hands each
+partition its own parameters and the rows; the partitions exchange activations and error sums
+among themselves and each returns only its loss and its own gradient block.
+:class:`PartitionedReplicas` holds as many replicas as the cluster has disjoint groups of K
+workers, and gives Sandblaster's portion tasks the object they compute with
+(:class:`OnPartitions`).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dasklbfgs.errors import PartitionError, PartitionLostError
+from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS, PartitionActor
+from dasklbfgs.solvers._replicas.local_actors import ActorRef
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from dasklbfgs.parallel.base import PartitionedModel
+
+__all__ = ["OnPartitions", "PartitionedReplica", "PartitionedReplicas", "evaluate_on", "worker_groups"]
+
+POLL_SECONDS = 0.002  # how often a caller looks at its partitions' calls (a failure ends the wait)
+LIVENESS_SECONDS = 0.5  # how often a waiting caller asks the scheduler whether the partitions' workers live
+RECOVERY_TIMEOUT_SECONDS = 60.0  # how long re-creating lost replicas waits for enough workers
+
+
+def worker_groups(client: Client, k: int) -> list[list[str]]:
+    """Disjoint groups of ``k`` workers (in the cluster's sorted worker order), one per replica:
+    as many as fit; :class:`PartitionError` when the cluster has fewer than ``k`` workers."""
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    if k > len(workers):
+        raise PartitionError(
+            f"model_partitions={k} needs {k} distinct workers, the cluster has {len(workers)}: use at most "
+            f"{len(workers)} partitions or add workers")
+    return [workers[i : i + k] for i in range(0, len(workers) - k + 1, k)]
+
+
+def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any], partitioned: PartitionedModel,
+                params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Loss and gradient sums over rows ``X, y`` computed by the partition ``actors`` of one
+    replica (placed as ``refs`` say; all called before the first wait), joined into the
+    model's layout.
+
+    The evaluation ends with :class:`PartitionLostError` when a call fails (a partition gave
+    up waiting for a peer) or a partition's worker has left the cluster (checked with the
+    scheduler every ``LIVENESS_SECONDS``: a call to a dead worker's actor may never return);
+    the other partitions are then told to abandon it, so none waits out its timeout.
+    """
+    job = uuid.uuid4().hex
+    parts = partitioned.split(np.asarray(params, dtype=np.float64))
+    calls = [actor.evaluate(job, part, X, y, w) for actor, part in zip(actors, parts)]
+    pending = set(range(len(calls)))
+    next_check = time.monotonic() + LIVENESS_SECONDS
+    while pending:
+        for p in [p for p in pending if calls[p].done()]:
+            pending.discard(p)
+            try:
+                calls[p].result()
+            except Exception as exc:
+                _abandon(actors, pending, job)
+                raise PartitionLostError(f"partition {p} of a replica of {partitioned.model!r} failed: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+        if pending and time.monotonic() >= next_check:
+            alive = client.scheduler_info(n_workers=-1)["workers"]
+            gone = [p for p in range(len(refs)) if refs[p].address not in alive]
+            if gone:
+                _abandon(actors, pending - set(gone), job)
+                raise PartitionLostError(f"partition(s) {gone} of a replica of {partitioned.model!r} lost their "
+                                         f"worker ({', '.join(refs[p].address for p in gone)})")
+            next_check = time.monotonic() + LIVENESS_SECONDS
+        if pending:
+            time.sleep(POLL_SECONDS)
+    results = [call.result() for call in calls]
+    return results[0][0], partitioned.join([grad for _, grad in results])
+
+
+def _abandon(actors: Sequence[Any], partitions: set[int], job: str) -> None:
+    """Tell ``partitions`` to drop ``job`` (best effort: they may be gone too)."""
+    for p in partitions:
+        try:
+            actors[p].abandon(job)
+        except Exception:  # noqa: BLE001 -- a dead partition needs no telling
+            pass
+
+
+class PartitionedReplica:
+    """The partition actors of one replica of ``partitioned``, one on each of ``workers``."""
+
+    def __init__(self, client: Client, partitioned: PartitionedModel, workers: Sequence[str] | None = None,
+                 timeout: float = EXCHANGE_TIMEOUT_SECONDS) -> None:
+        self.client, self.partitioned = client, partitioned
+        self.workers = worker_groups(client, partitioned.k)[0] if workers is None else list(workers)
+        if len(set(self.workers)) != partitioned.k:
+            raise PartitionError(f"{partitioned.k} partitions need {partitioned.k} distinct workers, "
+                                 f"got {self.workers}")
+        self._futures = [client.submit(PartitionActor, partitioned, index, timeout, actor=True, workers=[worker],
+                                       allow_other_workers=False, pure=False)
+                         for index, worker in enumerate(self.workers)]
+        self.actors = [f.result() for f in self._futures]
+        for call in [a.connect(self.actors) for a in self.actors]:
+            call.result()
+
+    @property
+    def refs(self) -> tuple[ActorRef, ...]:
+        """What a task needs to call the partitions (not the handles: see :class:`ActorRef`)."""
+        return tuple(ActorRef(PartitionActor, w, f.key) for w, f in zip(self.workers, self._futures))
+
+    def loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """:meth:`Model.loss_grad_sum <dasklbfgs.models.base.Model.loss_grad_sum>` computed by
+        the partitions on their workers."""
+        return evaluate_on(self.client, self.refs, self.actors, self.partitioned, params, X, y, w)
+
+    def stats(self) -> list[dict[str, Any]]:
+        """Each partition's counters (bytes and messages it sent, evaluations), in partition order."""
+        return [call.result() for call in [a.stats() for a in self.actors]]
+
+    def close(self) -> None:
+        """Release the actors (their workers drop them once no future refers to them)."""
+        self.actors, self._futures = [], []
+
+    def __enter__(self) -> PartitionedReplica:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class PartitionedReplicas:
+    """One :class:`PartitionedReplica` per disjoint group of K workers of the cluster."""
+
+    def __init__(self, client: Client, partitioned: PartitionedModel) -> None:
+        self.client, self.partitioned = client, partitioned
+        self.replicas = [PartitionedReplica(client, partitioned, group)
+                         for group in worker_groups(client, partitioned.k)]
+        self.recoveries = 0
+
+    def recover(self, timeout: float = RECOVERY_TIMEOUT_SECONDS) -> None:
+        """Re-create the replicas on the workers alive now (after a partition was lost): the
+        partitions keep no state between evaluations, so new ones take over at once. Waits up
+        to ``timeout`` seconds for K workers (a restarted worker rejoining)."""
+        self.close()
+        try:
+            self.client.wait_for_workers(self.partitioned.k, timeout=timeout)
+        except TimeoutError:
+            raise PartitionLostError(
+                f"a partition was lost and the cluster has not had {self.partitioned.k} workers for "
+                f"{timeout:.0f} s to re-create the replica on") from None
+        self.replicas = [PartitionedReplica(self.client, self.partitioned, group)
+                         for group in worker_groups(self.client, self.partitioned.k)]
+        self.recoveries += 1
+
+    @property
+    def portion_model(self) -> OnPartitions:
+        """What Sandblaster's portion tasks compute with instead of the model."""
+        return OnPartitions(self.partitioned, tuple(r.refs for r in self.replicas))
+
+    def stats(self) -> dict[str, Any]:
+        """Partitions per replica, each replica's partition counters (since the last recovery)
+        and how many times the replicas were re-created."""
+        return {"model_partitions": self.partitioned.k, "replicas": [r.stats() for r in self.replicas],
+                "recoveries": self.recoveries}
+
+    def close(self) -> None:
+        for replica in self.replicas:
+            replica.close()
+        self.replicas = []
+
+
+@dataclass(frozen=True)
+class OnPartitions:
+    """Stands in for the model in Sandblaster's portion tasks when each replica is
+    partitioned: a portion's sums are computed by the partitions of one replica, the one
+    whose first partition lives on the task's worker (else one that has a partition there,
+    else the first); the task sends each partition its parameters and the portion's rows."""
+
+    partitioned: PartitionedModel
+    replicas: tuple[tuple[ActorRef, ...], ...]
+
+    def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
+                              w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        from distributed import get_client
+
+        refs = self._replica_here()
+        actors = [ref.handle() for ref in refs]
+        return evaluate_on(get_client(), refs, actors, self.partitioned, params, X, y, w)
+
+    def _replica_here(self) -> tuple[ActorRef, ...]:
+        from distributed import get_worker
+
+        here = get_worker().address
+        first = [r for r in self.replicas if r[0].address == here]
+        anywhere = [r for r in self.replicas if any(ref.address == here for ref in r)]
+        return (first or anywhere or list(self.replicas))[0]

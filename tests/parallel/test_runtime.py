@@ -1,0 +1,110 @@
+"""Partitioned replicas on a real cluster: the partitions exchange worker to worker and give
+the unpartitioned model's sums; Sandblaster with model_partitions follows the K = 1 run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset, connect
+from dasklbfgs.errors import PartitionError
+from dasklbfgs.models import MLP, LocalAutoencoder, Logistic
+from dasklbfgs.parallel import partition, run_in_process
+from dasklbfgs.parallel.replica import PartitionedReplica, worker_groups
+from dasklbfgs.sandblaster import sandblaster_lbfgs
+
+
+def _rows(n_features: int, n_classes: int, rows: int = 300, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(rows, n_features)), rng.integers(0, n_classes, rows)
+
+
+@pytest.mark.parametrize("name", ["mlp-sigmoid", "mlp-relu", "local-autoencoder"])
+def test_a_replica_on_two_workers_gives_the_models_sums(client, name) -> None:
+    model = {"mlp-sigmoid": MLP(12, (16, 9), 5), "mlp-relu": MLP(12, (16, 9), 5, activation="relu"),
+             "local-autoencoder": LocalAutoencoder(8, window=4, stride=2, maps=3)}[name]
+    X, y = _rows(model.n_features, 5)
+    if name == "local-autoencoder":
+        X = 0.1 + 0.8 / (1.0 + np.exp(-X))  # pixels in (0.1, 0.9)
+    w = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    params = model.init_params(3)
+    partitioned = partition(model, 2)
+    with PartitionedReplica(client, partitioned) as replica:
+        assert len(set(replica.workers)) == 2
+        for weights in (None, w):
+            loss, grad = replica.loss_grad_sum(params, X, y, weights)
+            ref_loss, ref_grad = model.loss_grad_sum(params, X, y, weights)
+            assert loss == pytest.approx(ref_loss, rel=1e-12)
+            np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12 * np.abs(ref_grad).max())
+        stats = replica.stats()
+    # the same messages as the reference executor's: only the partitions' own blocks travel
+    in_process = run_in_process([partitioned.program(p, part, X, y) for p, part in
+                                 enumerate(partitioned.split(params))])
+    assert [s["bytes_sent"] for s in stats] == [2 * sum(sent.values()) for sent in in_process.bytes_sent]
+    assert all(s["evaluations"] == 2 for s in stats)
+
+
+def test_more_partitions_than_workers_is_refused(client) -> None:
+    with pytest.raises(PartitionError, match=r"model_partitions=3 needs 3 distinct workers, the cluster has 2"):
+        worker_groups(client, 3)
+    with pytest.raises(PartitionError, match=r"model_partitions=3 needs 3 distinct workers"):
+        PartitionedReplica(client, partition(MLP(8, (5,), 3), 3))
+
+
+@pytest.mark.parametrize("state", ["local", "sharded"])
+def test_sandblaster_with_two_partitions_follows_one(client, datasets, state) -> None:
+    data = datasets["multinomial"]
+    model = MLP(8, (6, 4), 3, l2=1e-3)
+    shards = {"n_param_shards": 2} if state == "sharded" else {}
+    one = sandblaster_lbfgs(model, data, client=client, maxiter=12, state=state, **shards)
+    two = sandblaster_lbfgs(model, data, client=client, maxiter=12, state=state, model_partitions=2, **shards)
+    assert two.nit == one.nit and two.nfev == one.nfev and two.message == one.message
+    np.testing.assert_allclose(two.x, one.x, rtol=1e-10, atol=1e-10)
+    assert two.fun == pytest.approx(one.fun, rel=1e-10)
+    [replica] = two.partitions["replicas"]  # two workers: one replica of two partitions
+    assert [p["partition"] for p in replica] == [0, 1] and two.partitions["recoveries"] == 0
+    assert all(p["evaluations"] >= two.nfev for p in replica)  # every portion of every evaluation
+    assert all(p["bytes_sent"] > 0 for p in replica)
+
+
+def test_sandblaster_refuses_a_model_it_cannot_partition(client, datasets) -> None:
+    with pytest.raises(PartitionError, match=r"Logistic cannot be partitioned .* the partitionable models are"):
+        sandblaster_lbfgs(Logistic(8), datasets["logistic"], client=client, model_partitions=2)
+
+
+class PausingMLP(MLP):
+    """10 ms per portion: a run long enough to kill a worker in the middle of it."""
+
+    def loss_grad_sum(self, params, X, y, w=None):
+        time.sleep(0.01)
+        return super().loss_grad_sum(params, X, y, w)
+
+
+def test_sandblaster_re_creates_a_replica_whose_partition_was_killed(tmp_path) -> None:
+    """SIGKILL on a partition's worker mid-run: the evaluation starts over on a re-created
+    replica (the nanny restarts the worker) and the run ends where an undisturbed one does."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(1200, 6))
+    data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > X[:, 1]).astype(np.int64) + (X[:, 2] > 1),
+                                 shard_rows=300)
+    model = MLP(6, (5,), 3, l2=1e-3)
+    with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(2)
+        undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2)
+        killed = {}
+
+        def kill_at_iteration_3(intermediate):
+            if intermediate.nit == 3 and not killed:
+                victim = sorted(client.scheduler_info()["workers"])[1]
+                killed["pid"] = client.run(os.getpid, workers=[victim])[victim]
+                os.kill(killed["pid"], signal.SIGKILL)
+
+        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2,
+                                      callback=kill_at_iteration_3)
+    assert killed and disturbed.partitions["recoveries"] >= 1
+    assert disturbed.nit == undisturbed.nit
+    np.testing.assert_allclose(disturbed.x, undisturbed.x, rtol=1e-12, atol=1e-14)
