@@ -429,8 +429,9 @@ def render_curves(curves: dict) -> list[str]:
     ftrl_final = curves["Downpour FTRL"]["points"][-1]
     best = min(loss for _, loss in curves["Sandblaster, local state"]["points"])
     lines += ["| held-out log-loss at most | Sandblaster seconds | Downpour FTRL seconds |", "|---|---|---|"]
-    for level in sorted({round(ftrl_final[1] * 1.02, 4), round(ftrl_final[1], 5), round(best * 1.001, 5)},
-                        reverse=True):
+    # FTRL's last value itself (not rounded: a rounded level could sit just below it), 2% above it,
+    # and within 0.1% of Sandblaster's best
+    for level in sorted({ftrl_final[1] * 1.02, ftrl_final[1], best * 1.001}, reverse=True):
         found = [first_time_below(curves[m]["points"], level) for m in CURVES]
         lines.append(f"| {level:.5f} | " + " | ".join("never" if t is None else f"{t:.1f}" for t in found) + " |")
     return lines + ["", f"Downpour FTRL's last point: {ftrl_final[1]:.5f} at {ftrl_final[0]:.1f} s; "
