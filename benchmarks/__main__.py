@@ -43,6 +43,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "chaos": ("chaos", ["--runs", "3", "--peer-runs", "1", "--reference-runs", "1"]),
     "allocator": ("allocator", ["--steps", "20", "--logistic-rows", "100000", "--lbfgs-iterations", "5"]),
     "scaling": ("scaling", ["--rows", "100000", "1000000", "--repeats", "3"]),
+    "model_parallel": ("model-parallel", ["--models", "small", "local", "--steps", "3"]),
     "out_of_core": ("out-of-core", ["--rows", "1000000", "--memory-limit", "400MiB", "--maxiter", "3",
                                     "--repeats", "2"]),
 }

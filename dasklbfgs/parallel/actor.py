@@ -46,6 +46,8 @@ class PartitionActor:
         self.peers: list[Any] = []
         self._inboxes: dict[tuple[Hashable, str], _Inbox] = {}
         self._abandoned: set[Hashable] = set()  # jobs a caller gave up (a partition was lost)
+        self.params: np.ndarray | None = None  # kept between evaluations (set_params)
+        self.accrued: np.ndarray | None = None  # gradient sums accrued here (evaluate(accrue=True))
         self.bytes_sent = 0
         self.messages_sent = 0
         self.evaluations = 0
@@ -69,12 +71,24 @@ class PartitionActor:
             if j == job:
                 inbox.arrived.set()
 
-    async def evaluate(self, job: Hashable, params: np.ndarray, X: Any, y: np.ndarray,
-                       w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    async def set_params(self, params: np.ndarray) -> None:
+        """Keep ``params`` (this partition's) for the evaluations that bring none."""
+        self.params = aligned(np.asarray(params))
+
+    async def take_accrued(self) -> np.ndarray | None:
+        """The gradient sums accrued since the last take (None if none), and start afresh."""
+        accrued, self.accrued = self.accrued, None
+        return accrued
+
+    async def evaluate(self, job: Hashable, params: np.ndarray | None, X: Any, y: np.ndarray,
+                       w: np.ndarray | None = None, accrue: bool = False) -> tuple[float, np.ndarray | None]:
         """This partition's share of the loss and gradient sums over rows ``X, y`` (weights
-        ``w``) at its parameters ``params``: ``(loss sum, gradient sum of its parameters)``, the
-        loss identical on every partition. ``job`` names the evaluation (unique while it runs)."""
-        program = self.partitioned.program(self.index, aligned(params), aligned(X), aligned(y),
+        ``w``) at its parameters ``params`` (None: the kept ones, :meth:`set_params`):
+        ``(loss sum, gradient sum of its parameters)``, the loss identical on every partition.
+        With ``accrue`` the gradient is added to the sums kept here (:meth:`take_accrued`) and
+        not sent back. ``job`` names the evaluation (unique while it runs)."""
+        params = self.params if params is None else aligned(params)
+        program = self.partitioned.program(self.index, params, aligned(X), aligned(y),
                                            None if w is None else aligned(w))
         reply: dict[int, np.ndarray] | None = None
         try:
@@ -82,7 +96,14 @@ class PartitionActor:
                 finished, value = await asyncio.to_thread(_advance, program, reply)
                 if finished:
                     self.evaluations += 1
-                    return value
+                    loss, grad = value
+                    if not accrue:
+                        return loss, grad
+                    if self.accrued is None:
+                        self.accrued = grad  # the program's own fresh array
+                    else:
+                        self.accrued += grad
+                    return loss, None
                 reply = await self._exchange(job, value)
         finally:
             self._abandoned.discard(job)

@@ -47,10 +47,12 @@ def worker_groups(client: Client, k: int) -> list[list[str]]:
 
 
 def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any], partitioned: PartitionedModel,
-                params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+                params: np.ndarray | None, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+                accrue: bool = False) -> tuple[float, np.ndarray | None]:
     """Loss and gradient sums over rows ``X, y`` computed by the partition ``actors`` of one
     replica (placed as ``refs`` say; all called before the first wait), joined into the
-    model's layout.
+    model's layout. ``params`` None: the partitions' kept parameters; ``accrue``: the
+    partitions keep the gradient sums (the result's gradient is None).
 
     The evaluation ends with :class:`PartitionLostError` when a call fails (a partition gave
     up waiting for a peer) or a partition's worker has left the cluster (checked with the
@@ -58,8 +60,8 @@ def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any],
     the other partitions are then told to abandon it, so none waits out its timeout.
     """
     job = uuid.uuid4().hex
-    parts = partitioned.split(np.asarray(params, dtype=np.float64))
-    calls = [actor.evaluate(job, part, X, y, w) for actor, part in zip(actors, parts)]
+    parts = [None] * len(actors) if params is None else partitioned.split(np.asarray(params, dtype=np.float64))
+    calls = [actor.evaluate(job, part, X, y, w, accrue) for actor, part in zip(actors, parts)]
     pending = set(range(len(calls)))
     next_check = time.monotonic() + LIVENESS_SECONDS
     while pending:
@@ -82,7 +84,7 @@ def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any],
         if pending:
             time.sleep(POLL_SECONDS)
     results = [call.result() for call in calls]
-    return results[0][0], partitioned.join([grad for _, grad in results])
+    return results[0][0], None if accrue else partitioned.join([grad for _, grad in results])
 
 
 def _abandon(actors: Sequence[Any], partitions: set[int], job: str) -> None:
@@ -121,6 +123,21 @@ class PartitionedReplica:
         """:meth:`Model.loss_grad_sum <dasklbfgs.models.base.Model.loss_grad_sum>` computed by
         the partitions on their workers."""
         return evaluate_on(self.client, self.refs, self.actors, self.partitioned, params, X, y, w)
+
+    def set_params(self, params: np.ndarray) -> None:
+        """Give each partition its parameters to keep (what a replica's fetch does)."""
+        parts = self.partitioned.split(np.asarray(params, dtype=np.float64))
+        for call in [a.set_params(part) for a, part in zip(self.actors, parts)]:
+            call.result()
+
+    def accrue(self, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> float:
+        """One mini-batch step at the kept parameters: the partitions add their gradient sums
+        to what they keep (nothing but the loss sum comes back)."""
+        return evaluate_on(self.client, self.refs, self.actors, self.partitioned, None, X, y, w, accrue=True)[0]
+
+    def take_accrued(self) -> np.ndarray:
+        """The gradient sums accrued since the last take, in the model's layout."""
+        return self.partitioned.join([c.result() for c in [a.take_accrued() for a in self.actors]])
 
     def stats(self) -> list[dict[str, Any]]:
         """Each partition's counters (bytes and messages it sent, evaluations), in partition order."""

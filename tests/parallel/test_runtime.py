@@ -40,12 +40,23 @@ def test_a_replica_on_two_workers_gives_the_models_sums(client, name) -> None:
             ref_loss, ref_grad = model.loss_grad_sum(params, X, y, weights)
             assert loss == pytest.approx(ref_loss, rel=1e-12)
             np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12 * np.abs(ref_grad).max())
+        # a replica's steps: parameters kept on the partitions, gradients accrued there
+        replica.set_params(params)
+        losses = [replica.accrue(X[:120], y[:120]), replica.accrue(X[120:], y[120:])]
+        ref_loss, ref_grad = model.loss_grad_sum(params, X, y)
+        assert sum(losses) == pytest.approx(ref_loss, rel=1e-12)
+        np.testing.assert_allclose(replica.take_accrued(), ref_grad, rtol=1e-10,
+                                   atol=1e-12 * np.abs(ref_grad).max())
         stats = replica.stats()
     # the same messages as the reference executor's: only the partitions' own blocks travel
-    in_process = run_in_process([partitioned.program(p, part, X, y) for p, part in
-                                 enumerate(partitioned.split(params))])
-    assert [s["bytes_sent"] for s in stats] == [2 * sum(sent.values()) for sent in in_process.bytes_sent]
-    assert all(s["evaluations"] == 2 for s in stats)
+    def sent(rows: slice) -> list[int]:
+        run = run_in_process([partitioned.program(p, part, X[rows], y[rows]) for p, part in
+                              enumerate(partitioned.split(params))])
+        return [sum(by_key.values()) for by_key in run.bytes_sent]
+
+    evaluations = [slice(None), slice(None), slice(None, 120), slice(120, None)]
+    assert [s["bytes_sent"] for s in stats] == list(np.sum([sent(rows) for rows in evaluations], axis=0))
+    assert all(s["evaluations"] == 4 for s in stats)
 
 
 def test_more_partitions_than_workers_is_refused(client) -> None:
