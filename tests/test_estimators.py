@@ -180,6 +180,11 @@ def test_mlp_classifier_matches_the_in_process_objective_minimum(client) -> None
                          random_state=3).fit(X[train], y[train])
     assert ours.score(X[test], y[test]) >= sk.score(X[test], y[test]) - 0.03
     np.testing.assert_allclose(ours.predict_proba(X[test]).sum(axis=1), 1.0)
+    # model parallelism through the options vocabulary: each portion on a replica split over 2 workers
+    split = MLPClassifier((16,), activation="tanh", alpha=1e-2, max_iter=60, random_state=3,
+                          solver_options={"model_partitions": 2}).fit(X[train], y[train])
+    np.testing.assert_allclose(np.concatenate([c.ravel() for c in split.coefs_]),
+                               np.concatenate([c.ravel() for c in ours.coefs_]), rtol=1e-8, atol=1e-10)
 
     labels = np.array(["b", "a"])[(y % 2)]
     fitted = MLPClassifier((8,), solver="downpour", max_iter=4, batch_size=32, random_state=0).fit(X, labels)

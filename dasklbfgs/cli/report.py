@@ -51,6 +51,11 @@ def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> 
                                           "center_exchanges": stats["center_exchanges"]}
             if stats["chosen_replica"] is not None:
                 report["chosen_replica"] = stats["chosen_replica"]
+    partitions = getattr(result, "partitions", None)
+    if partitions is not None:
+        report["partitions"] = {"per_replica": partitions["model_partitions"], "replicas": len(partitions["replicas"]),
+                                "bytes_sent": sum(p["bytes_sent"] for r in partitions["replicas"] for p in r),
+                                "recoveries": partitions["recoveries"]}
     if test is not None:
         report["test"] = evaluate_model(model, result.x, test)
     return report
@@ -97,6 +102,11 @@ def format_report(report: dict[str, Any]) -> str:
                          f"replicas; {between['center_exchanges']} center exchanges")
         if "chosen_replica" in report:
             lines.append(f"returned   replica {report['chosen_replica']} (best held-out objective, else recent loss)")
+    if "partitions" in report:
+        parts = report["partitions"]
+        lines.append(f"partitions {parts['per_replica']} per replica, {parts['replicas']} replica(s); "
+                     f"{human_bytes(parts['bytes_sent'])} sent between partitions; "
+                     f"re-created {parts['recoveries']} time(s) after a lost worker")
     for split in ("train", "test"):
         if split in report:
             m = report[split]

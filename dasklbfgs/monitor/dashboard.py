@@ -11,7 +11,8 @@ new runs until the user picks one), optionally overlaid with a second ("compare 
 status and settings, the training objective or mini-batch loss, the gradient norm, the
 held-out loss and metric, against iteration/global step or wall time; for Downpour and the
 peer methods also updates/s, and for Downpour the pushes per parameter shard and the
-staleness of the pushes.
+staleness of the pushes; for a run whose replicas are partitioned (``model_partitions``), the
+bytes each partition has sent to the others.
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class TrainingPage:
                                          "parameter shard", "pushes applied")
         self.staleness_plot = self._bar_plot("Staleness of the pushes (parameter shard 0)", self.staleness,
                                              "staleness", "pushes", "staleness (versions behind)", "pushes")
+        self.partitions = ColumnDataSource({"partition": [], "mib": []})
+        self.partition_plot = self._bar_plot("Bytes each partition of the replicas sent to the others",
+                                             self.partitions, "partition", "mib", "partition", "MiB sent")
         self.picker.on_change("value", self._picked)
         self.other.on_change("value", self._redraw)
         self.x_axis.on_change("active", self._redraw)
@@ -72,7 +76,8 @@ class TrainingPage:
         self.root = column(row(self.picker, self.other, self.x_axis), self.status,
                            row(p["loss"], p["gnorm"], sizing_mode="stretch_width"),
                            row(p["heldout_loss"], p["heldout_metric"], sizing_mode="stretch_width"),
-                           self.replica_panel, table, sizing_mode="stretch_width")
+                           self.replica_panel, row(self.partition_plot, sizing_mode="stretch_width"), table,
+                           sizing_mode="stretch_width")
 
     def _line_plot(self, name: str) -> Any:
         from bokeh.models import LogTickFormatter, LogTicker
@@ -167,6 +172,7 @@ class TrainingPage:
         rows = main.settings()
         self.settings.data = {"setting": [r[0] for r in rows], "value": [r[1] for r in rows]}
         self._draw_replica_panel(main)
+        self._draw_partitions(main)
 
     def _draw_replica_panel(self, run: RunView) -> None:
         """Downpour's pushes per shard and staleness, the replica methods' updates/s."""
@@ -180,6 +186,13 @@ class TrainingPage:
         if staleness is not None:
             ages = sorted(staleness, key=int)
             self.staleness.data = {"staleness": [int(a) for a in ages], "pushes": [staleness[a] for a in ages]}
+
+    def _draw_partitions(self, run: RunView) -> None:
+        """The bytes each partition sent (runs with partitioned replicas only)."""
+        sent = next((e["partition_bytes"] for e in reversed(run.steps) if "partition_bytes" in e), None)
+        self.partition_plot.visible = sent is not None
+        if sent is not None:
+            self.partitions.data = {"partition": list(range(len(sent))), "mib": [b / 2**20 for b in sent]}
 
 
 def training_doc(scheduler: Any, extra: dict[str, Any], doc: Any) -> None:

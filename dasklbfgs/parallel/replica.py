@@ -189,6 +189,13 @@ class PartitionedReplicas:
         return {"model_partitions": self.partitioned.k, "replicas": [r.stats() for r in self.replicas],
                 "recoveries": self.recoveries}
 
+    def bytes_per_partition(self) -> list[int]:
+        """Bytes each partition index has sent, summed over the replicas (since the last recovery)."""
+        sent = np.zeros(self.partitioned.k, dtype=np.int64)
+        for replica in self.replicas:
+            sent += [s["bytes_sent"] for s in replica.stats()]
+        return [int(b) for b in sent]
+
     def close(self) -> None:
         for replica in self.replicas:
             replica.close()

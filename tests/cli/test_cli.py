@@ -227,8 +227,11 @@ def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
     out = tmp_path / "mlp.npz"
     proc = run("train", "--data", str(tmp_path / "ac" / "train"), "--test", str(tmp_path / "ac" / "test"),
                "--model", "mlp", "--hidden", "16,8", "--activation", "tanh", "--maxiter", "30", "--workers", "2",
-               "--output", str(out), "--json", check=False)
+               "--model-partitions", "2", "--output", str(out), "--json", check=False)
     report = json.loads(proc.stdout)
+    # each portion computed by one replica split over the two workers (the same iterates as unsplit)
+    assert report["partitions"]["per_replica"] == 2 and report["partitions"]["replicas"] == 1
+    assert report["partitions"]["bytes_sent"] > 0 and report["partitions"]["recoveries"] == 0
     assert proc.returncode == 1 and "ITERATIONS REACHED LIMIT" in report["message"]  # 30 iterations: not converged
     assert report["model"] == "MLP(n_features=440, hidden=[16, 8], n_classes=4, activation='tanh', l2=0.0)"
     # 30 L-BFGS iterations in process from the same start reach the same accuracy (measured:
@@ -242,6 +245,10 @@ def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
     widths = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--hidden", "16,x",
                  check=False)
     assert widths.returncode == 2 and "must be comma-separated integers like 256,256, got '16,x'" in widths.stderr
+    unsplittable = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "softmax", "--model-partitions",
+                       "2", "--workers", "2", "--output", str(tmp_path / "s.npz"), check=False)
+    assert unsplittable.returncode == 2 and "Softmax cannot be partitioned" in unsplittable.stderr
+    assert "the partitionable models are ['MLP', 'LocalAutoencoder']" in unsplittable.stderr
 
 
 def test_demo_rejects_too_few_rows() -> None:

@@ -9,7 +9,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from dasklbfgs import Logistic, Softmax, connect, sandblaster_lbfgs
+from dasklbfgs import MLP, Logistic, Softmax, connect, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.monitor import TrainingPage
@@ -96,6 +96,17 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert len(_points(page, "loss", "compare")["x"]) == len(losses)
         legend = page.plots["loss"].legend.items
         assert [item.label.value for item in legend] == [result.run_id, dp.run_id]
+
+        # A run with partitioned replicas: the bytes each partition sent to the others.
+        assert not page.partition_plot.visible
+        mlp = sandblaster_lbfgs(MLP(8, (6,), 3), datasets["multinomial"], client=client, maxiter=3,
+                                model_partitions=2)
+        page.update()
+        page.picker.value = mlp.run_id
+        sent = [p["bytes_sent"] for p in mlp.partitions["replicas"][0]]
+        assert page.partition_plot.visible and min(sent) > 0
+        assert list(page.partitions.data["mib"]) == [b / 2**20 for b in sent]
+        page.picker.value = result.run_id
 
         # A run whose solver raises: the failed end event reaches the page, which stays on
         # the run the user picked until the user picks the new one.

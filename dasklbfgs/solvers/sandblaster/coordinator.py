@@ -215,8 +215,9 @@ class SandblasterRun:
         if self.eval_set is not None and self._due(state.nit, opts.eval_every):
             theta = self.space.x() if self.space is not None else state.x
             entry.update(held_out_metrics(self.model, self._params(theta), self.eval_set))
+        partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
         self.metrics.send(**entry, n_portions=len(self.evaluator.portions),
-                          backups_won=self.evaluator.stats.backups_won)
+                          backups_won=self.evaluator.stats.backups_won, **partitions)
         if opts.checkpoint_path is not None and self._due(state.nit, opts.checkpoint_every):
             self._save(state)
 
