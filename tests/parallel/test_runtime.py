@@ -3,8 +3,6 @@ the unpartitioned model's sums; Sandblaster with model_partitions follows the K 
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import numpy as np
@@ -16,6 +14,7 @@ from dasklbfgs.models import MLP, LocalAutoencoder, Logistic
 from dasklbfgs.parallel import partition, run_in_process
 from dasklbfgs.parallel.replica import PartitionedReplica, worker_groups
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from tests._kills import kill_at_iteration
 
 
 def _rows(n_features: int, n_classes: int, rows: int = 300, seed: int = 0):
@@ -106,16 +105,8 @@ def test_sandblaster_re_creates_a_replica_whose_partition_was_killed(tmp_path) -
     with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
         client.wait_for_workers(2)
         undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2)
-        killed = {}
-
-        def kill_at_iteration_3(intermediate):
-            if intermediate.nit == 3 and not killed:
-                victim = sorted(client.scheduler_info()["workers"])[1]
-                killed["pid"] = client.run(os.getpid, workers=[victim])[victim]
-                os.kill(killed["pid"], signal.SIGKILL)
-
-        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2,
-                                      callback=kill_at_iteration_3)
+        kill, killed = kill_at_iteration(client, 3, victim=1)
+        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2, callback=kill)
     assert killed and disturbed.partitions["recoveries"] >= 1
     assert disturbed.nit == undisturbed.nit
     np.testing.assert_allclose(disturbed.x, undisturbed.x, rtol=1e-12, atol=1e-14)

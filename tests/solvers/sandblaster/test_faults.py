@@ -15,6 +15,7 @@ import pytest
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.models import Logistic
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
+from tests._kills import kill_at_iteration
 from tests.solvers.sandblaster.test_sandblaster import SlowOnOneWorker
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -67,16 +68,8 @@ def test_a_whole_run_survives_a_killed_worker_bitwise(tmp_path) -> None:
     model = PausingLogistic(4, l2=1e-2)
     with connect(n_workers=2, dashboard_address=None) as client:
         undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150)
-        killed = {}
-
-        def kill_at_iteration_3(intermediate):
-            if intermediate.nit == 3 and not killed:
-                victim = sorted(client.scheduler_info()["workers"])[0]
-                killed["pid"] = client.run(os.getpid, workers=[victim])[victim]
-                os.kill(killed["pid"], signal.SIGKILL)
-
-        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150,
-                                      callback=kill_at_iteration_3)
+        kill, killed = kill_at_iteration(client, 3, victim=0)
+        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150, callback=kill)
     assert killed and disturbed.nit == undisturbed.nit
     np.testing.assert_array_equal(disturbed.x, undisturbed.x)
     assert disturbed.fun == undisturbed.fun
