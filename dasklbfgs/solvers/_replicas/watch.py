@@ -156,6 +156,7 @@ ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead w
 CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
 RETIRE_CHECK_SECONDS = 0.5  # how often the coordinator looks for refused retirements
 SCHEDULER_EVENTS = "all"  # the scheduler's event topic with the outcomes of retire_workers
+AHEAD_BYTES = 2**20  # arrays this large are scattered ahead of the actor that takes them
 
 
 class Coordinator:
@@ -218,7 +219,7 @@ class Coordinator:
         and the task does not compete with the replicas for a worker."""
         a, b = self.rows[0]
         future = self.client.submit(_sample_objective, self.model, self.data, (a, min(b, a + START_SAMPLE_ROWS)),
-                                    self.x_start, pure=False)
+                                    self._ahead(self.x_start, None), pure=False)
         try:
             self.start_loss = future.result()
         finally:
@@ -246,9 +247,22 @@ class Coordinator:
     def actor(self, cls: type, *args: Any, key: str, worker: str | None) -> Future:
         """Start the actor ``cls(*args)`` on ``worker``, or on another one if that worker has
         left in the meantime (an actor pinned to a departed worker would never start); None:
-        any worker. :meth:`workers_of` says where actors ended up."""
+        any worker. :meth:`workers_of` says where actors ended up. Large arrays among ``args``
+        (a wide model's slice of the start) go to the worker ahead of the actor's task rather
+        than inside it: Dask warns about, and slows down on, large task graphs."""
+        args = tuple(self._ahead(a, worker) for a in args)
         return self.client.submit(cls, *args, actor=True, key=key, workers=None if worker is None else [worker],
                                   allow_other_workers=True, pure=False)
+
+    def _ahead(self, value: Any, worker: str | None) -> Any:
+        """``value``, or a future of it scattered to ``worker`` (None: any) if it is a large
+        array (Dask warns about, and slows down on, task graphs holding large arrays)."""
+        if not (isinstance(value, np.ndarray) and value.nbytes >= AHEAD_BYTES):
+            return value
+        try:
+            return self.client.scatter(value, workers=None if worker is None else [worker], hash=False)
+        except (ValueError, KeyError, OSError):  # the worker left in the meantime: any worker
+            return self.client.scatter(value, hash=False)
 
     def workers_of(self, actors: list[Future], asked: list[str]) -> list[str]:
         """The worker each started actor lives on (the one ``asked`` for it, if it has already

@@ -11,7 +11,7 @@ from dasklbfgs import ShardedDataset
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.models import EmbeddingLM, Softmax
+from dasklbfgs.models import EmbeddingLM, Logistic, Softmax
 from dasklbfgs.models.embedding import RowTable
 from dasklbfgs.optim.updates import ftrl_step, make_rule
 from dasklbfgs.solvers._replicas.batches import epoch_order
@@ -222,6 +222,25 @@ def test_a_linear_model_on_sparse_data_pushes_only_the_features_batches_touch(cl
         assert 0 < zeroed.sum() < len(zeroed), (zeroed.sum(), len(zeroed))
     assert model.row_table_for(ShardedDataset.create(tmp_path / "dense", X.toarray(), y, shard_rows=1000)) is None
     assert Softmax(3000, 3, l2=1e-3).row_table_for(data) is None  # l2 reaches every row: dense pushes
+
+
+def test_a_wide_models_shards_start_without_a_large_task_graph(client, tmp_path) -> None:
+    """2^22 features: each shard's 16 MiB slice of the start goes to its worker ahead of the
+    actor, not inside the task (Dask warns about graphs over 10 MB, and slows down on them)."""
+    import warnings
+
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    X = sp.csr_matrix((rng.normal(size=200 * 40), rng.integers(0, 2**22, 200 * 40), np.arange(0, 200 * 40 + 1, 40)),
+                      shape=(200, 2**22))  # 40 a row (scipy's sp.random takes a minute at this width)
+    data = ShardedDataset.create(tmp_path / "wide", X, np.arange(200) % 2, shard_rows=100)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = downpour_sgd(Logistic(2**22), data, client=client, n_replicas=1, n_param_shards=2, batch_size=50,
+                              epochs=1, optimizer="adagrad")
+    assert result.x.shape == (2**22 + 1,)
+    assert not [w for w in caught if "large graph" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_sparse_option_errors(client, corpus, tmp_path) -> None:
