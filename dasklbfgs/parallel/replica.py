@@ -61,7 +61,10 @@ def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any],
     """
     job = uuid.uuid4().hex
     parts = [None] * len(actors) if params is None else partitioned.split(np.asarray(params, dtype=np.float64))
-    calls = [actor.evaluate(job, part, X, y, w, accrue) for actor, part in zip(actors, parts)]
+    try:
+        calls = [actor.evaluate(job, part, X, y, w, accrue) for actor, part in zip(actors, parts)]
+    except RuntimeError as exc:  # Dask refuses calls to an actor it knows is lost
+        raise PartitionLostError(f"a partition of a replica of {partitioned.model!r} is lost: {exc}") from exc
     pending = set(range(len(calls)))
     next_check = time.monotonic() + LIVENESS_SECONDS
     while pending:
@@ -69,10 +72,13 @@ def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any],
             pending.discard(p)
             try:
                 calls[p].result()
-            except Exception as exc:
+            except (PartitionLostError, OSError) as exc:  # a peer stopped answering, or this one's worker
                 _abandon(actors, pending, job)
                 raise PartitionLostError(f"partition {p} of a replica of {partitioned.model!r} failed: "
                                          f"{type(exc).__name__}: {exc}") from exc
+            except Exception:  # the model's own error (the same on a re-created replica): the caller's
+                _abandon(actors, pending, job)
+                raise
         if pending and time.monotonic() >= next_check:
             alive = client.scheduler_info(n_workers=-1)["workers"]
             gone = [p for p in range(len(refs)) if refs[p].address not in alive]

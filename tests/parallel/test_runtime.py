@@ -3,8 +3,6 @@ the unpartitioned model's sums; Sandblaster with model_partitions follows the K 
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -12,6 +10,7 @@ from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.errors import PartitionError
 from dasklbfgs.models import MLP, LocalAutoencoder, Logistic
 from dasklbfgs.parallel import partition, run_in_process
+from dasklbfgs.parallel.mlp import PartitionedMLP
 from dasklbfgs.parallel.replica import PartitionedReplica, worker_groups
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 from tests._kills import kill_at_iteration
@@ -86,12 +85,23 @@ def test_sandblaster_refuses_a_model_it_cannot_partition(client, datasets) -> No
         sandblaster_lbfgs(Logistic(8), datasets["logistic"], client=client, model_partitions=2)
 
 
-class PausingMLP(MLP):
-    """10 ms per portion: a run long enough to kill a worker in the middle of it."""
+class BuggyPartitions(PartitionedMLP):
+    """Partition 1's program raises: a bug in the model, not a lost worker."""
 
-    def loss_grad_sum(self, params, X, y, w=None):
-        time.sleep(0.01)
-        return super().loss_grad_sum(params, X, y, w)
+    def program(self, p, params_p, X, y, w=None):
+        if p == 1:
+            raise ValueError("a bug in partition 1's program")
+        return super().program(p, params_p, X, y, w)
+
+
+def test_a_partitions_own_error_reaches_the_caller_as_itself(client) -> None:
+    """Not a PartitionLostError (which Sandblaster answers by re-creating the replica and
+    trying again): the same bug would come back on every replica."""
+    model = MLP(6, (4,), 3)
+    X, y = _rows(6, 3)
+    with PartitionedReplica(client, BuggyPartitions(model, 2)) as replica:
+        with pytest.raises(ValueError, match="a bug in partition 1's program"):
+            replica.loss_grad_sum(model.init_params(0), X, y)
 
 
 def test_sandblaster_re_creates_a_replica_whose_partition_was_killed(tmp_path) -> None:
