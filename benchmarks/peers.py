@@ -46,7 +46,7 @@ from benchmarks._common import (
     write_result,
 )
 from dasklbfgs import connect, downpour_sgd, easgd, gossip_sgd, neighbour_sgd, sync_sgd
-from dasklbfgs.solvers.peers.mailbox import PeerMailbox
+from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 from dasklbfgs.models import MLP
 from dasklbfgs.optim.updates import make_rule
 

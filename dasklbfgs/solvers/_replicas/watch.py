@@ -169,7 +169,7 @@ class Coordinator:
         self.max_steps = options.max_steps
         self.token = uuid.uuid4().hex[:8]
         self.metrics = MetricsStream(client, self.method)
-        self.replica_futures: dict[int, Future] = {}
+        self.replica_futures: dict[Any, Future] = {}  # by replica, or (replica, partition)
         self.stop_reason: str | None = None
         # retirements refused from now on (scheduler times): the run moves its actors off those workers
         self.events_seen = max((stamp for stamp, _ in client.get_events(SCHEDULER_EVENTS)), default=0.0)
@@ -276,12 +276,17 @@ class Coordinator:
         return f"{name}-{self.token}-{index}" + (f"-g{generation}" if generation else "")
 
     def launch(self, r: int, task: Callable[..., Any], worker: str | None, *, allow_other_workers: bool,
-               generation: int = 0, **kwargs: Any) -> None:
+               generation: int = 0, partition: int | None = None, **kwargs: Any) -> None:
         """Start replica ``r``'s ``task`` on its rows, on ``worker`` (None: any worker), keyed for
-        ``generation`` (:meth:`key`)."""
-        self.replica_futures[r] = self.client.submit(
+        ``generation`` (:meth:`key`); with ``partition``, that partition's task of the replica
+        (a replica split over workers: model parallelism; the task is told its ``partition``), kept under
+        ``(r, partition)``."""
+        name = f"{self.method}-replica" + ("" if partition is None else f"-p{partition}")
+        if partition is not None:
+            kwargs["partition"] = partition
+        self.replica_futures[r if partition is None else (r, partition)] = self.client.submit(
             task, r, model=self.model, data=self.data, rows=self.rows[r], **kwargs,
-            key=self.key(f"{self.method}-replica", r, generation),
+            key=self.key(name, r, generation),
             workers=None if worker is None else [worker],
             allow_other_workers=allow_other_workers, pure=False,
         )

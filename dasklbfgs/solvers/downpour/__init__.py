@@ -15,7 +15,9 @@ SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
     minimises the model's ``l1`` term) themselves; ``n_replicas`` replica tasks,
     each on its own contiguous block of rows, fetch every ``n_fetch`` steps, compute a
     mini-batch gradient and push every ``n_push`` steps, never waiting for each other. A
-    lost parameter shard is re-created from the latest checkpoint. Returns an
+    lost parameter shard is re-created from the latest checkpoint. With
+    ``model_partitions=K`` each replica is K partition tasks on K workers, in lockstep,
+    each fetching and pushing only its own shards (docs/algorithms.md §4). Returns an
     ``OptimizeResult`` (``x``, ``nit`` = global steps, ``status``, ``success``, ``message``,
     ``history``, ``stats``: updates/s, examples/s, staleness, bytes moved, pushes per shard,
     steps per replica)."""

@@ -27,6 +27,9 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.parallel import PartitionedModel, partition
+from dasklbfgs.parallel.replica import worker_groups
+from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
@@ -34,7 +37,10 @@ from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
+from dasklbfgs.solvers.downpour.partitions import (EXCHANGE_TIMEOUT_SECONDS, decay_coefficients, partition_bounds,
+                                                   run_partition)
 from dasklbfgs.solvers.downpour.wire import param_bounds
+from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 
 __all__ = ["run_downpour"]
 
@@ -55,10 +61,15 @@ def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: C
     rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     table = _row_table(model, checked.dataset, options, rule)
-    bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table_for(checked.dataset))
+    partitioned = None if options.model_partitions == 1 else partition(model, options.model_partitions)
+    if partitioned is None:
+        bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table_for(checked.dataset))
+    else:  # the shards hold the partitioned vector, each shard within one partition
+        decay_coefficients(model)  # refuses a penalty the partitions cannot split
+        bounds, _ = partition_bounds(partitioned, options.n_param_shards)
     states = _resume_states(options, model, rule, bounds)
     with resolve_client(client) as active:
-        run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table)
+        run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table, partitioned)
         try:
             return run.train(callback)
         finally:
@@ -89,7 +100,13 @@ def _resume_states(options: DownpourOptions, model: Model, rule: Any, bounds: li
     path = options.checkpoint_path
     if not (options.resume and os.path.exists(path)):
         return None
-    states, _ = read_shard_states(path, model_config=model_config(model), rule=rule.name)
+    states, attrs = read_shard_states(path, model_config=model_config(model), rule=rule.name)
+    saved_partitions = int(attrs.get("model_partitions", 1))
+    if saved_partitions != options.model_partitions:
+        raise ConfigurationError(
+            f"checkpoint {str(path)!r} holds parameter shards of model_partitions={saved_partitions} (their "
+            f"layout follows the partitions); resume with model_partitions={saved_partitions}, not "
+            f"{options.model_partitions}")
     if [(s["start"], s["stop"]) for s in states] != bounds:
         raise ConfigurationError(
             f"checkpoint {str(path)!r} has {len(states)} parameter shards "
@@ -109,15 +126,25 @@ class _DownpourRun(Coordinator):
     Dask refuses to retire a worker holding an actor; the run hears of every refused
     retirement (the scheduler's "retire-workers" events) and hands that worker's shards over
     to other workers (:meth:`hand_over_shards`), so that the next retirement succeeds.
+
+    With ``partitioned`` (model_partitions > 1) each replica is K partition tasks, each with a
+    mailbox for its peers' activations on its worker (:mod:`.partitions`); the shards hold
+    the partitioned vector, and parameters leave the run in the model's layout.
     """
 
     def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: DownpourOptions,
                  bounds: list[tuple[int, int]], rule: Any, x_start: np.ndarray, states: list[dict[str, Any]] | None,
-                 table: Any) -> None:
+                 table: Any, partitioned: PartitionedModel | None = None) -> None:
         super().__init__(client, model, checked, options)
+        self.partitioned = partitioned
+        if partitioned is not None:
+            self.groups = worker_groups(client, partitioned.k)  # refuses more partitions than workers
+            self.owners = partition_bounds(partitioned, options.n_param_shards)[1]
+        self.mailbox_futures: list[Future] = []
         self.started = time.perf_counter()  # the run's clock (history entries' "time"), reset by train()
         self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
-        self.l1 = model.l1_weights()  # minimize lets it through only with optimizer="ftrl"
+        self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
+        self.shard_start = self.in_shard_layout(x_start)
         self.workers: list[str | None] = self.live_workers() or [None]
         self.shard_futures: list[Future] = [
             self._new_shard(i, self.workers[i % len(self.workers)]) for i in range(len(bounds))
@@ -138,10 +165,14 @@ class _DownpourRun(Coordinator):
         self.leaving: set[str] = set()          # workers someone tried to retire: no shard goes there
         self.handed_over: list[tuple[float, Future]] = []  # (when, old shard) waiting for release
 
+    def in_shard_layout(self, vector: np.ndarray | None) -> np.ndarray | None:
+        """A vector in the model's layout as the shards hold it (partitioned with model_partitions)."""
+        return vector if vector is None or self.partitioned is None else self.partitioned.to_partitioned(vector)
+
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
         l1 = None if self.l1 is None else self.l1[a:b]
-        return self.actor(ParameterShard, i, a, b, self.x_start[a:b], self.rule.name, self.rule.hyper, self.table,
+        return self.actor(ParameterShard, i, a, b, self.shard_start[a:b], self.rule.name, self.rule.hyper, self.table,
                           l1, key=f"downpour-shard-{self.token}-{i}-{generation}", worker=worker)
 
     # -- shards, with recovery ------------------------------------------------------------
@@ -161,8 +192,8 @@ class _DownpourRun(Coordinator):
             states, attrs = read_shard_states(self.checkpoint_path, model_config=self.model_config, rule=self.rule.name)
             restored_step = int(attrs.get("steps", 0))
         else:  # no checkpoint written yet: the latest state saved is the start
-            states = [{"start": a, "stop": b, "values": self.x_start[a:b],
-                       "optimizer_state": self.rule.init(self.x_start[a:b]), "version": 0,
+            states = [{"start": a, "stop": b, "values": self.shard_start[a:b],
+                       "optimizer_state": self.rule.init(self.shard_start[a:b]), "version": 0,
                        "steps": self.start_steps} for a, b in self.bounds]
             restored_step = self.start_steps
         live = self.live_workers()
@@ -255,12 +286,17 @@ class _DownpourRun(Coordinator):
             raise WorkerLostError(f"parameter shard(s) {lost} were lost with their worker")
 
     def fetch_params(self) -> np.ndarray:
-        return np.concatenate([reply[0] for reply in self.shard_calls("fetch")])
+        """The parameters in the model's layout."""
+        vector = np.concatenate([reply[0] for reply in self.shard_calls("fetch")])
+        return vector if self.partitioned is None else self.partitioned.from_partitioned(vector)
 
     def request_stop(self, reason: str) -> None:
         self.shard_calls("request_stop", reason)
 
     def launch_replicas(self, replicas: range) -> None:
+        if self.partitioned is not None:
+            self.launch_partitions(replicas)
+            return
         for r in replicas:
             # After the shards' workers, so that with spare workers replicas and shards do not share.
             # Shards come from the directory, not as arguments: a task depending on an actor's
@@ -268,6 +304,25 @@ class _DownpourRun(Coordinator):
             self.launch(r, run_replica, self.workers[(len(self.bounds) + r) % len(self.workers)],
                         allow_other_workers=True, bounds=self.bounds, config=self.config,
                         first_epoch=self.first_epoch, directory=self.directory)
+
+    def launch_partitions(self, replicas: range) -> None:
+        """Each replica's K partition tasks, partition p of replica r on worker p of group
+        r (disjoint groups of K workers), each where its mailbox lives (it takes its peers'
+        messages in-process)."""
+        k = self.partitioned.k
+        for r in replicas:
+            group = self.groups[r % len(self.groups)]
+            futures = [self.actor(PeerMailbox, r, key=self.key("downpour-mailbox", r * k + p), worker=w)
+                       for p, w in enumerate(group)]
+            wait(futures)
+            placed = self.workers_of(futures, group)  # (if a worker left meanwhile)
+            self.mailbox_futures += futures
+            mailboxes = [ActorRef(PeerMailbox, w, f.key) for f, w in zip(futures, placed)]
+            for p, worker in enumerate(placed):
+                self.launch(r, run_partition, worker, allow_other_workers=False, partition=p, bounds=self.bounds,
+                            config=self.config, first_epoch=self.first_epoch, directory=self.directory,
+                            partitioned=self.partitioned, shards=self.owners[p], mailboxes=mailboxes,
+                            timeout=EXCHANGE_TIMEOUT_SECONDS)
 
     def replica_config(self) -> ReplicaConfig:
         opts = self.options
@@ -291,7 +346,7 @@ class _DownpourRun(Coordinator):
         history, status, message = watch(self, opts, started=started, start_steps=self.start_steps,
                                          checkpoint_every=opts.checkpoint_every, callback=callback)
 
-        replica_stats = [f.result() for f in self.replica_futures.values()]
+        replica_stats = self.replica_tallies()
         shard_stats = self.shard_calls("stats")
         x = self.fetch_params()
         wall = time.perf_counter() - started
@@ -301,6 +356,15 @@ class _DownpourRun(Coordinator):
         stats = self._stats(replica_stats, shard_stats, wall, steps)
         return self.result(x, steps, wall, (history, status, message), stats,
                            {"pushes_per_shard": stats["pushes_per_shard"]})
+
+    def replica_tallies(self) -> list[dict[str, Any]]:
+        """Each replica's tallies; a partitioned replica's are its partition 0's (all take the
+        same steps and examples) with every partition's under ``"partitions"``."""
+        done = {key: f.result() for key, f in self.replica_futures.items()}
+        if self.partitioned is None:
+            return list(done.values())
+        replicas = sorted({r for r, _ in done})
+        return [{**done[r, 0], "partitions": [done[r, p] for p in range(self.partitioned.k)]} for r in replicas]
 
     def _stats(self, replica_stats: list[dict[str, Any]], shard_stats: list[dict[str, Any]], wall: float,
                steps: int) -> dict[str, Any]:
@@ -321,6 +385,9 @@ class _DownpourRun(Coordinator):
                                                                   "dense_bytes_out")},
             "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
+            "bytes_in_per_shard": [s["bytes_in"] for s in shard_stats],
+            "bytes_out_per_shard": [s["bytes_out"] for s in shard_stats],
+            **self._partition_stats(replica_stats),
             "steps_per_replica": [r["steps"] for r in replica_stats],
             "replica_first_steps": [r["first_step"] for r in replica_stats],
             "replica_reconnects": [r["reconnects"] for r in replica_stats],
@@ -328,6 +395,16 @@ class _DownpourRun(Coordinator):
             "shard_handovers": self.handovers,
             **step_timing(replica_stats),
         }
+
+    def _partition_stats(self, replica_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        """With model_partitions: K, which shards each partition owns, and per replica and
+        partition the bytes and messages it sent its peers, its fetches and pushes."""
+        if self.partitioned is None:
+            return {"model_partitions": 1}
+        keys = ("partition", "exchange_bytes", "exchange_messages", "fetches", "pushes")
+        return {"model_partitions": self.partitioned.k, "shards_of_partition": self.owners,
+                "partitions_per_replica": [[{key: part[key] for key in keys} for part in r["partitions"]]
+                                           for r in replica_stats]}
 
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""
@@ -350,8 +427,9 @@ class _DownpourRun(Coordinator):
 
     def checkpoint(self, steps: int) -> None:
         states = self.shard_calls("get_state")
+        partitions = {} if self.partitioned is None else {"model_partitions": self.partitioned.k}  # the layout
         write_shard_states(self.checkpoint_path, states, model_config=self.model_config, rule=self.rule.name,
-                           hyper=self.rule.hyper, extra={"steps": int(steps)})
+                           hyper=self.rule.hyper, extra={"steps": int(steps), **partitions})
 
     def close(self) -> None:
         """Ask replicas still running (a run that failed or was interrupted) to stop, give them
@@ -359,7 +437,13 @@ class _DownpourRun(Coordinator):
         with contextlib.suppress(Exception):  # best effort: a shard may have gone with its worker
             for call in [s.request_stop("the run has ended") for s in self.shards]:
                 call.result(timeout=REPLICA_EXIT_SECONDS)
+        with contextlib.suppress(Exception):  # partitions waiting for a lost peer's message: end the wait
+            for call in [f.result(timeout=REPLICA_EXIT_SECONDS).abort() for f in self.mailbox_futures
+                         if f.status == "finished"]:
+                call.result(timeout=REPLICA_EXIT_SECONDS)
+        with contextlib.suppress(Exception):
             wait(list(self.replica_futures.values()), timeout=REPLICA_EXIT_SECONDS)
-        self.release([*self.replica_futures.values(), *self.shard_futures, *(f for _, f in self.handed_over)])
+        self.release([*self.replica_futures.values(), *self.shard_futures, *self.mailbox_futures,
+                      *(f for _, f in self.handed_over)])
         self.shards = []
         self.directory.delete()

@@ -8,13 +8,13 @@ from typing import ClassVar
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.options import option, override
-from dasklbfgs.solvers.common_options import CheckpointOptions, ParamShardOptions, ReplicaOptions
+from dasklbfgs.solvers.common_options import CheckpointOptions, ModelPartitionOptions, ParamShardOptions, ReplicaOptions
 
 __all__ = ["DownpourOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions):
+class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions, ModelPartitionOptions):
     solver: ClassVar[str] = "downpour"
 
     optimizer: str = override(ReplicaOptions, "optimizer", default="adagrad")
@@ -43,4 +43,10 @@ class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions):
             raise ConfigurationError(
                 "downpour: overlap=True needs dense transfer: a row-sparse fetch must arrive before the batch "
                 "that reads its rows; pass sparse=False"
+            )
+        if self.model_partitions > 1 and (self.overlap or self.sparse):
+            raise ConfigurationError(
+                f"downpour: model_partitions={self.model_partitions} runs each partition's pushes in lockstep with "
+                f"its peers' and moves whole slices; pass {'overlap=False' if self.overlap else 'sparse=False'} "
+                "(or model_partitions=1)"
             )

@@ -99,7 +99,11 @@ class DownpourReplica(ReplicaTask):
         """Take the shard handles published after ours (the coordinator re-creates lost
         shards); the shard on this worker is called in-process, not over TCP."""
         self.generation, shards = self.directory.current(newer_than=self.generation)
-        self.shards = bind_local(shards)
+        self.shards = bind_local(self.own_shards(shards))
+
+    def own_shards(self, shards: list[Any]) -> list[Any]:
+        """The shards this replica fetches from and pushes to (all; a partition: its own)."""
+        return shards
 
     def send(self, call: ShardCall) -> Sent:
         """Start ``call`` on every shard (all in flight before the first wait)."""
@@ -198,8 +202,8 @@ class DownpourReplica(ReplicaTask):
         if self.need_fetch:
             self.stop = self.fetch(step)
             self.fetches += 1
-            if self.stop:
-                return True
+        if self.stopping(step):
+            return True
         batch = self.batch(index)
         computed = self.gradient(self.params, batch, epoch)
         if computed is None:
@@ -213,6 +217,10 @@ class DownpourReplica(ReplicaTask):
         self.steps += 1
         self.need_fetch = self.steps % self.config.n_fetch == 0 and step + 1 < self.batches.total
         return self.steps % self.config.n_push == 0 and self.push(step)
+
+    def stopping(self, step: int) -> bool:
+        """Whether to stop before computing ``step`` (a fetch said why in ``stop``)."""
+        return bool(self.stop)
 
     def push(self, step: int) -> bool:
         """Push the accrued gradient (the next fetch riding on it when due); True to stop."""

@@ -26,7 +26,7 @@ from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shard
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.wire import param_bounds
-from dasklbfgs.solvers.peers.mailbox import PeerMailbox
+from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 from dasklbfgs.solvers.peers.options import EASGDOptions, PeerOptions
 from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, run_peer_replica
 

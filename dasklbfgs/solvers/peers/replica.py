@@ -23,7 +23,7 @@ from dasklbfgs.optim.collective import (
 )
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers._replicas.local_actors import ActorRef, OnWorkerLoop, bind_local
-from dasklbfgs.solvers.peers.mailbox import Stopped
+from dasklbfgs.solvers._replicas.mailbox import Stopped
 from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model

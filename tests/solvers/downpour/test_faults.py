@@ -266,3 +266,18 @@ def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client)
     directory.publish([released], 0)
     client.cancel([released], force=True)  # forgotten on the scheduler; the directory still names it
     _lookup_finds_the_replacement(client, directory)
+
+
+def test_a_killed_partition_ends_the_run_with_an_error_naming_it(cluster, data, tmp_path, monkeypatch) -> None:
+    """model_partitions=2: SIGKILL on partition 1's worker (sorted worker 1; its shards come
+    back from the checkpoint) never hangs the run: partition 0's wait for its message times out."""
+    from dasklbfgs.models import MLP
+    from dasklbfgs.solvers.downpour import coordinator
+
+    monkeypatch.setattr(coordinator, "EXCHANGE_TIMEOUT_SECONDS", 3.0)
+    killed: dict = {}
+    with pytest.raises(WorkerLostError, match=r"partition 0 of replica 0 .*(step \d+ from|to) partition 1"):
+        downpour_sgd(MLP(10, (6,), 3), data["train"], client=cluster, model_partitions=2,
+                     checkpoint_path=tmp_path / "ckpt", checkpoint_every=20, callback=kill_at(cluster, 60, 1, killed),
+                     **{**KW, "n_replicas": 1, "eval_every": None})
+    assert killed["at"] >= 60 and time.perf_counter() - killed["time"] < 30

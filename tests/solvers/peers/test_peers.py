@@ -17,7 +17,7 @@ from dasklbfgs.optim.collective import (
     tree_parent,
 )
 from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
-from dasklbfgs.solvers.peers.mailbox import PeerMailbox, Stopped
+from dasklbfgs.solvers._replicas.mailbox import PeerMailbox, Stopped
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.monitor.events import TOPIC
 from dasklbfgs.models import LeastSquares, Logistic, Softmax

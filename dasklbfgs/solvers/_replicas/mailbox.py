@@ -1,4 +1,5 @@
-"""``PeerMailbox``: a Dask actor per replica through which the peer methods talk.
+"""``PeerMailbox``: a Dask actor per replica through which the peer methods talk (and the
+partitions of a partitioned Downpour replica: :mod:`dasklbfgs.solvers.downpour.partitions`).
 
 Each replica of synchronous SGD, EASGD, gossip and neighbour exchange owns a mailbox on
 its own worker. Peers write into it with actor calls (tree messages, neighbour gradients,
