@@ -44,6 +44,8 @@ from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 
 __all__ = ["run_downpour"]
 
+MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
+RECOVERY_TIMEOUT_SECONDS = 60.0  # how long re-creating a partitioned replica waits for K workers
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
 # How long a handed-over shard stays (refusing calls, which replicas then send to its
 # successor) before it is released: replicas that call it later see a lost shard instead.
@@ -140,7 +142,9 @@ class _DownpourRun(Coordinator):
         if partitioned is not None:
             self.groups = worker_groups(client, partitioned.k)  # refuses more partitions than workers
             self.owners = partition_bounds(partitioned, options.n_param_shards)[1]
-        self.mailbox_futures: list[Future] = []
+        self.mailboxes_of: dict[int, list[Future]] = {}  # each partitioned replica's mailboxes, by partition
+        self.partition_generation: dict[int, int] = {}
+        self.partition_restarts: list[dict[str, Any]] = []
         self.started = time.perf_counter()  # the run's clock (history entries' "time"), reset by train()
         self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
         self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
@@ -305,24 +309,66 @@ class _DownpourRun(Coordinator):
                         allow_other_workers=True, bounds=self.bounds, config=self.config,
                         first_epoch=self.first_epoch, directory=self.directory)
 
+    @property
+    def mailbox_futures(self) -> list[Future]:
+        return [f for futures in self.mailboxes_of.values() for f in futures]
+
     def launch_partitions(self, replicas: range) -> None:
         """Each replica's K partition tasks, partition p of replica r on worker p of group
         r (disjoint groups of K workers), each where its mailbox lives (it takes its peers'
         messages in-process)."""
         k = self.partitioned.k
         for r in replicas:
+            generation = self.partition_generation.setdefault(r, 0)
             group = self.groups[r % len(self.groups)]
-            futures = [self.actor(PeerMailbox, r, key=self.key("downpour-mailbox", r * k + p), worker=w)
+            futures = [self.actor(PeerMailbox, r, key=self.key("downpour-mailbox", r * k + p, generation), worker=w)
                        for p, w in enumerate(group)]
             wait(futures)
             placed = self.workers_of(futures, group)  # (if a worker left meanwhile)
-            self.mailbox_futures += futures
+            self.mailboxes_of[r] = futures
             mailboxes = [ActorRef(PeerMailbox, w, f.key) for f, w in zip(futures, placed)]
             for p, worker in enumerate(placed):
-                self.launch(r, run_partition, worker, allow_other_workers=False, partition=p, bounds=self.bounds,
-                            config=self.config, first_epoch=self.first_epoch, directory=self.directory,
-                            partitioned=self.partitioned, shards=self.owners[p], mailboxes=mailboxes,
-                            timeout=EXCHANGE_TIMEOUT_SECONDS)
+                self.launch(r, run_partition, worker, allow_other_workers=False, partition=p, generation=generation,
+                            bounds=self.bounds, config=self.config, first_epoch=self.first_epoch,
+                            directory=self.directory, partitioned=self.partitioned, shards=self.owners[p],
+                            mailboxes=mailboxes, timeout=EXCHANGE_TIMEOUT_SECONDS)
+
+    def restart_lost_partitions(self) -> None:
+        """Re-create every replica that lost a partition (its mailbox's worker died, or a
+        partition gave up waiting for a peer): abort the survivors' waits, cancel all K
+        tasks and start K new ones on K live workers, which resume at the smallest step their
+        shards counted (:meth:`PartitionReplica.resume_step`). At most ``MAX_PARTITION_RESTARTS``."""
+        for r, mailboxes in list(self.mailboxes_of.items()):
+            tasks = [self.replica_futures[r, p] for p in range(self.partitioned.k)]
+            lost = [p for p, (m, t) in enumerate(zip(mailboxes, tasks)) if m.status == "error" or t.status == "error"]
+            if not lost:
+                continue
+            if len(self.partition_restarts) >= MAX_PARTITION_RESTARTS:
+                self.lost_partition_error(r, lost, tasks)
+            started = time.perf_counter()
+            with contextlib.suppress(Exception):  # best effort: the lost ones take no abort
+                for call in [m.result(timeout=REPLICA_EXIT_SECONDS).abort() for m in mailboxes if m.status == "finished"]:
+                    call.result(timeout=REPLICA_EXIT_SECONDS)
+            with contextlib.suppress(TimeoutError):  # the aborted survivors leave; a lost one's task never will
+                wait([t for t, m in zip(tasks, mailboxes) if m.status == "finished"], timeout=REPLICA_EXIT_SECONDS)
+            self.release([*tasks, *mailboxes])
+            try:
+                self.client.wait_for_workers(self.partitioned.k, timeout=RECOVERY_TIMEOUT_SECONDS)
+            except TimeoutError:
+                self.lost_partition_error(r, lost, tasks)
+            self.groups = worker_groups(self.client, self.partitioned.k)
+            self.partition_generation[r] += 1
+            self.launch_partitions(range(r, r + 1))
+            self.partition_restarts.append({"replica": r, "partitions": lost, "time": started - self.started,
+                                            "seconds": time.perf_counter() - started})
+
+    def lost_partition_error(self, r: int, lost: list[int], tasks: list[Future]) -> None:
+        """Raise the partition's own error (it names what it waited for), else a WorkerLostError."""
+        for p in lost:
+            if tasks[p].status == "error":
+                tasks[p].result()
+        raise WorkerLostError(f"partition(s) {lost} of replica {r} were lost with their worker and could not be "
+                              f"re-created ({len(self.partition_restarts)} restarts so far)")
 
     def replica_config(self) -> ReplicaConfig:
         opts = self.options
@@ -397,17 +443,21 @@ class _DownpourRun(Coordinator):
         }
 
     def _partition_stats(self, replica_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        """With model_partitions: K, which shards each partition owns, and per replica and
-        partition the bytes and messages it sent its peers, its fetches and pushes."""
+        """With model_partitions: K, which shards each partition owns, the replicas re-created
+        after losing a partition, and per replica and partition (since its last start) the
+        bytes and messages it sent its peers, its fetches and pushes."""
         if self.partitioned is None:
             return {"model_partitions": 1}
         keys = ("partition", "exchange_bytes", "exchange_messages", "fetches", "pushes")
         return {"model_partitions": self.partitioned.k, "shards_of_partition": self.owners,
+                "partition_restarts": self.partition_restarts,
                 "partitions_per_replica": [[{key: part[key] for key in keys} for part in r["partitions"]]
                                            for r in replica_stats]}
 
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""
+        if self.partitioned is not None:
+            self.restart_lost_partitions()
         finished = self.replicas_finished()
         self.hand_over_shards()
         all_stats = self.shard_calls("stats")

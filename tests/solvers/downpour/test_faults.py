@@ -268,16 +268,39 @@ def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client)
     _lookup_finds_the_replacement(client, directory)
 
 
-def test_a_killed_partition_ends_the_run_with_an_error_naming_it(cluster, data, tmp_path, monkeypatch) -> None:
-    """model_partitions=2: SIGKILL on partition 1's worker (sorted worker 1; its shards come
-    back from the checkpoint) never hangs the run: partition 0's wait for its message times out."""
+
+def _partitioned_run(cluster, data, tmp_path, killed):
+    """One replica of MLP partitions on sorted workers 0 and 1; worker 1 (partition 1, and
+    some shards, restored from the checkpoint) is SIGKILLed at global step 60."""
     from dasklbfgs.models import MLP
+
+    return downpour_sgd(MLP(10, (6,), 3), data["train"], client=cluster, model_partitions=2,
+                        checkpoint_path=tmp_path / "ckpt", checkpoint_every=20, callback=kill_at(cluster, 60, 1, killed),
+                        **{**KW, "n_replicas": 1, "eval_every": None})
+
+
+def test_a_replica_that_lost_a_partition_is_re_created_and_resumes(cluster, data, tmp_path) -> None:
+    killed: dict = {}
+    result = _partitioned_run(cluster, data, tmp_path, killed)
+    assert killed["at"] >= 60 and result.success, result.message
+    [restart] = result.stats["partition_restarts"]
+    assert restart["replica"] == 0 and restart["seconds"] < 30
+    assert result.stats["shard_recoveries"] and result.stats["replica_first_steps"][0] > 0  # resumed, not restarted
+    planned = 3 * 8000 // 50  # 1 replica x 3 epochs over its rows
+    # both partitions resume at the smaller count of their shards (partition 1's, from the
+    # checkpoint): partition 0's shards count the steps between twice
+    assert planned <= result.nit <= planned + 20 + 10
+
+
+def test_a_partition_lost_past_the_restarts_ends_the_run_naming_it(cluster, data, tmp_path, monkeypatch) -> None:
+    """No restart left: the run ends with WorkerLostError naming the partition, never hangs
+    (a partition waiting for a lost peer's message gives up after the exchange timeout)."""
     from dasklbfgs.solvers.downpour import coordinator
 
     monkeypatch.setattr(coordinator, "EXCHANGE_TIMEOUT_SECONDS", 3.0)
+    monkeypatch.setattr(coordinator, "MAX_PARTITION_RESTARTS", 0)
     killed: dict = {}
-    with pytest.raises(WorkerLostError, match=r"partition 0 of replica 0 .*(step \d+ from|to) partition 1"):
-        downpour_sgd(MLP(10, (6,), 3), data["train"], client=cluster, model_partitions=2,
-                     checkpoint_path=tmp_path / "ckpt", checkpoint_every=20, callback=kill_at(cluster, 60, 1, killed),
-                     **{**KW, "n_replicas": 1, "eval_every": None})
+    with pytest.raises(WorkerLostError, match=r"partition\(s\) \[1\] of replica 0 were lost with their worker|"
+                                              r"partition 0 of replica 0 .*(step \d+ from|to) partition 1"):
+        _partitioned_run(cluster, data, tmp_path, killed)
     assert killed["at"] >= 60 and time.perf_counter() - killed["time"] < 30
