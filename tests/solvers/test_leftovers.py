@@ -76,6 +76,17 @@ def test_runs_leave_nothing_on_the_cluster(client, data, solver, options) -> Non
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
 
 
+def test_partitioned_downpour_leaves_nothing_on_the_cluster(client, data) -> None:
+    """model_partitions=2: the partitions' mailboxes and tasks go with the run too."""
+    from dasklbfgs.models import MLP
+
+    keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
+    options = {"epochs": 1, "batch_size": 64, "n_replicas": 1, "model_partitions": 2}
+    result = _run("downpour", options, MLP(3, (4,), 2, l2=1e-3), data, client)
+    assert np.all(np.isfinite(result.x)) and result.stats["model_partitions"] == 2
+    assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
+
+
 @pytest.mark.parametrize("solver, options", CASES, ids=CASE_IDS)
 def test_failed_runs_leave_nothing_on_the_cluster(client, data, solver, options) -> None:
     keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
