@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import PartitionLostError
-from dasklbfgs.parallel.exchanges import Exchange, payload_bytes
+from dasklbfgs.parallel.exchanges import Exchange, advance, payload_bytes
 from dasklbfgs._wire import aligned
 
 __all__ = ["PartitionActor", "EXCHANGE_TIMEOUT_SECONDS"]
@@ -93,8 +93,8 @@ class PartitionActor:
         reply: dict[int, np.ndarray] | None = None
         try:
             while True:
-                finished, value = await asyncio.to_thread(_advance, program, reply)
-                if finished:
+                exchange, value = await asyncio.to_thread(advance, program, reply)
+                if exchange is None:
                     self.evaluations += 1
                     loss, grad = value
                     if not accrue:
@@ -104,7 +104,7 @@ class PartitionActor:
                     else:
                         self.accrued += grad
                     return loss, None
-                reply = await self._exchange(job, value)
+                reply = await self._exchange(job, exchange)
         finally:
             self._abandoned.discard(job)
             for stale in [k for k in self._inboxes if k[0] == job]:
@@ -137,13 +137,3 @@ class PartitionActor:
     async def stats(self) -> dict[str, Any]:
         return {"partition": self.index, "bytes_sent": self.bytes_sent, "messages_sent": self.messages_sent,
                 "evaluations": self.evaluations}
-
-
-def _advance(program: Any, reply: dict[int, np.ndarray] | None) -> tuple[bool, Any]:
-    """One step of ``program``: ``(False, the next exchange)`` or ``(True, its result)``
-    (a StopIteration cannot cross a thread into asyncio)."""
-    try:
-        return False, program.send(reply)
-    except StopIteration as done:
-        return True, done.value
-

@@ -22,6 +22,22 @@ from dasklbfgs.parallel.in_process import run_in_process
 __all__ = ["PartitionedModel", "even_bounds"]
 
 
+#: partitioned models rebuilt in this process from their pickles, by (class, model, k)
+_REBUILT: dict[tuple[type, str, int], PartitionedModel] = {}
+_KEEP_REBUILT = 4
+
+
+def _rebuilt(cls: type[PartitionedModel], model: Model, k: int) -> PartitionedModel:
+    """``cls(model, k)``, built once per process for the same model (its repr is its
+    configuration) and kept for the next pickle to arrive (the last few only)."""
+    key = (cls, repr(model), k)
+    if key not in _REBUILT:
+        while len(_REBUILT) >= _KEEP_REBUILT:
+            _REBUILT.pop(next(iter(_REBUILT)))
+        _REBUILT[key] = cls(model, k)
+    return _REBUILT[key]
+
+
 def even_bounds(width: int, k: int) -> tuple[int, ...]:
     """Boundaries of ``k`` contiguous blocks of ``width`` units, as even as possible: block p
     is ``bounds[p]:bounds[p + 1]`` (the larger blocks first)."""
@@ -36,10 +52,16 @@ class PartitionedModel:
     def __init__(self, model: Model, k: int, indices: Sequence[np.ndarray]) -> None:
         self.model = model
         self.k = k
-        self.indices = [np.asarray(index, dtype=np.intp) for index in indices]
-        self.order = np.concatenate(self.indices)  # partitioned position -> model position
-        stops = np.cumsum([len(index) for index in self.indices])
-        self.param_slices = [slice(int(stop - len(index)), int(stop)) for index, stop in zip(self.indices, stops)]
+        self.order = np.concatenate(indices).astype(np.intp, copy=False)  # partitioned position -> model position
+        stops = np.cumsum([len(index) for index in indices])
+        self.param_slices = [slice(int(stop - len(index)), int(stop)) for index, stop in zip(indices, stops)]
+        self.indices = [self.order[s] for s in self.param_slices]  # views: the index arrays are stored once
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickled as its class, model and ``k``: the index arrays are as long as the parameter
+        vector (670 MB at 42M parameters), so every task or actor call carrying a partitioned
+        model would carry them; each process rebuilds them once instead (:func:`_rebuilt`)."""
+        return _rebuilt, (type(self), self.model, self.k)
 
     def to_partitioned(self, params: np.ndarray) -> np.ndarray:
         """The model's parameter vector in partition-major order."""

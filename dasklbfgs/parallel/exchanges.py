@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Exchange", "Step", "payload_bytes", "all_gather", "reduce_scatter", "halo", "all_sum"]
+from dasklbfgs.errors import PartitionError
+
+__all__ = ["Exchange", "Step", "advance", "payload_bytes", "all_gather", "reduce_scatter", "halo", "all_sum"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,19 @@ class Exchange:
 #: What a partition program (or a helper) is: it yields exchanges, is resumed with the
 #: arrays received, and returns its result.
 Step = Generator[Exchange, dict[int, np.ndarray], object]
+
+
+def advance(program: Step, reply: dict[int, np.ndarray] | None) -> tuple[Exchange | None, object]:
+    """Run ``program`` to its next exchange, resumed with ``reply`` (None: start it):
+    ``(the exchange, None)``, or ``(None, its return value)`` once it has finished. Every
+    executor steps programs with it (a StopIteration must not cross into asyncio or a thread)."""
+    try:
+        exchange = next(program) if reply is None else program.send(reply)
+    except StopIteration as stop:
+        return None, stop.value
+    if not isinstance(exchange, Exchange):
+        raise PartitionError(f"a partition program must yield Exchange objects, got {type(exchange).__name__}")
+    return exchange, None
 
 
 def payload_bytes(exchange: Exchange) -> int:

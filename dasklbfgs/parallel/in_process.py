@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.errors import PartitionError
-from dasklbfgs.parallel.exchanges import Exchange, Step, payload_bytes
+from dasklbfgs.parallel.exchanges import Exchange, Step, advance, payload_bytes
 
 __all__ = ["InProcessRun", "run_in_process"]
 
@@ -37,17 +37,6 @@ class InProcessRun:
     def bytes_of(self, key: str) -> int:
         """Bytes all partitions sent under ``key``."""
         return sum(sent.get(key, 0) for sent in self.bytes_sent)
-
-
-def _advance(program: Step, inbox: dict[int, np.ndarray] | None) -> tuple[Exchange | None, Any]:
-    """The program's next exchange, or ``(None, its return value)`` when it has finished."""
-    try:
-        exchange = next(program) if inbox is None else program.send(inbox)
-    except StopIteration as stop:
-        return None, stop.value
-    if not isinstance(exchange, Exchange):
-        raise PartitionError(f"a partition program must yield Exchange objects, got {type(exchange).__name__}")
-    return exchange, None
 
 
 def _check_round(exchanges: Sequence[Exchange | None], used: set[str]) -> str:
@@ -95,7 +84,7 @@ def run_in_process(programs: Sequence[Step]) -> InProcessRun:
     used: set[str] = set()
     inboxes: list[dict[int, np.ndarray] | None] = [None] * k
     while True:
-        steps = [_advance(program, inbox) for program, inbox in zip(programs, inboxes)]
+        steps = [advance(program, inbox) for program, inbox in zip(programs, inboxes)]
         exchanges = [exchange for exchange, _ in steps]
         if all(exchange is None for exchange in exchanges):
             return InProcessRun([result for _, result in steps], [dict(sent) for sent in bytes_sent])

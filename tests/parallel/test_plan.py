@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 
 from dasklbfgs.errors import PartitionError
-from dasklbfgs.models import MLP, Logistic, SparseAutoencoder
+from dasklbfgs.models import MLP, LocalAutoencoder, Logistic, SparseAutoencoder
 from dasklbfgs.parallel import PARTITIONERS, partition
 from dasklbfgs.parallel.base import even_bounds
 
@@ -32,6 +34,21 @@ def test_mlp_layout_is_a_permutation_with_contiguous_partition_slices(k: int) ->
     for part, piece in zip(parts, plan.param_slices):
         np.testing.assert_array_equal(part, vector[piece])
     np.testing.assert_array_equal(plan.join(parts), params)
+
+
+@pytest.mark.parametrize("model", [MLP(440, (512, 512), 128), LocalAutoencoder(32, window=8, stride=4, maps=16)],
+                         ids=["mlp", "local"])
+def test_a_partitioned_model_travels_without_its_index_arrays(model) -> None:
+    """Every portion task and partition carries one: pickled, it is its class, model and k
+    (the index arrays, as long as the parameters, are rebuilt on arrival, once per process)."""
+    plan = partition(model, 2)
+    message = pickle.dumps(plan)
+    assert len(message) < 2_000 < plan.order.nbytes
+    arrived = pickle.loads(message)
+    assert type(arrived) is type(plan) and arrived.k == 2
+    np.testing.assert_array_equal(arrived.order, plan.order)
+    assert arrived.param_slices == plan.param_slices
+    assert pickle.loads(message) is arrived  # built once in this process
 
 
 def test_mlp_partition_owns_its_column_blocks_in_layer_order() -> None:

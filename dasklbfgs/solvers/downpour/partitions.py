@@ -28,9 +28,9 @@ import numpy as np
 from dasklbfgs._wire import aligned
 from dasklbfgs.errors import PartitionError, WorkerLostError
 from dasklbfgs.models.base import Model
-from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS, _advance
+from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS
 from dasklbfgs.parallel.base import PartitionedModel
-from dasklbfgs.parallel.exchanges import Exchange, all_gather, all_sum, payload_bytes
+from dasklbfgs.parallel.exchanges import Exchange, advance, all_gather, all_sum, payload_bytes
 from dasklbfgs.solvers._replicas.batches import leave_task_slot
 from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local
 from dasklbfgs.solvers.downpour.replica import DownpourReplica, ReplicaConfig, _ShardsLost
@@ -89,10 +89,10 @@ class MailboxExchanges:
         """Drive ``program`` (a generator of exchanges) to its result at the current step."""
         reply: dict[int, np.ndarray] | None = None
         while True:
-            finished, value = _advance(program, reply)
-            if finished:
+            exchange, value = advance(program, reply)
+            if exchange is None:
                 return value
-            reply = self.exchange(value)
+            reply = self.exchange(exchange)
 
     def exchange(self, exchange: Exchange) -> dict[int, np.ndarray]:
         """Send ``exchange``'s arrays to their partitions, then take the ones it expects."""
