@@ -155,8 +155,10 @@ def measure(name: str, steps: int) -> dict[str, Any]:
         client.wait_for_workers(2)
         workers = sorted(client.scheduler_info()["workers"])
         out: dict[str, Any] = {"n_params": model.n_params, "batch": BATCH[name], "model": repr(model)}
-        out["compute_seconds"] = client.submit(compute_step, model, params, X, y, steps, workers=[workers[0]],
+        [params_there] = client.scatter([params], workers=[workers[0]], hash=False)  # not inside the graph
+        out["compute_seconds"] = client.submit(compute_step, model, params_there, X, y, steps, workers=[workers[0]],
                                                pure=False).result()
+        del params_there
         out["messages"] = message_costs(client, workers)
         out["k"] = {str(k): replica_steps(client, model, k, workers, X, y, steps) for k in (1, 2)}
     out["programs"] = program_counts(model, params, X, y)
