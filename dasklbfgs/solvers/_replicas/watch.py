@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import dask
 import numpy as np
+from dask.utils import parse_bytes
 from distributed import Client, Future
 from scipy.optimize import OptimizeResult
 
@@ -156,7 +158,6 @@ ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead w
 CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
 RETIRE_CHECK_SECONDS = 0.5  # how often the coordinator looks for refused retirements
 SCHEDULER_EVENTS = "all"  # the scheduler's event topic with the outcomes of retire_workers
-AHEAD_BYTES = 2**20  # arrays this large are scattered ahead of the actor that takes them
 
 
 class Coordinator:
@@ -255,9 +256,10 @@ class Coordinator:
                                   allow_other_workers=True, pure=False)
 
     def _ahead(self, value: Any, worker: str | None) -> Any:
-        """``value``, or a future of it scattered to ``worker`` (None: any) if it is a large
-        array (Dask warns about, and slows down on, task graphs holding large arrays)."""
-        if not (isinstance(value, np.ndarray) and value.nbytes >= AHEAD_BYTES):
+        """``value``, or a future of it scattered to ``worker`` (None: any) if it is an array as
+        large as Dask's warning threshold for task graphs (smaller ones travel as before)."""
+        threshold = parse_bytes(dask.config.get("distributed.admin.large-graph-warning-threshold"))
+        if not (isinstance(value, np.ndarray) and value.nbytes >= threshold):
             return value
         try:
             return self.client.scatter(value, workers=None if worker is None else [worker], hash=False)

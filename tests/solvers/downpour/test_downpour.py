@@ -104,7 +104,10 @@ def test_defer_eval_scores_after_training(client, softmax_data) -> None:
     assert times == sorted(times) and times[-1] <= result.stats["wall_seconds"]
     # the last entry is the final parameters, scored like any held-out evaluation
     assert result.final["eval_accuracy"] == evaluate_model(model, result.x, test)["accuracy"]
-    assert scored[0]["eval_objective"] > result.final["eval_objective"]
+    # scored parameters of a run that learns: below the start's held-out objective (log 3 at
+    # zeros; the first and the last scores of noisy SGD near its optimum may come in any order)
+    start = evaluate_model(model, np.zeros(model.n_params), test)["objective"]
+    assert max(h["eval_objective"] for h in scored) < 0.9 * start
 
 
 def test_max_steps_callback_and_warmstart(client, softmax_data) -> None:
