@@ -165,9 +165,13 @@ class PartitionedReplicas:
 
     def __init__(self, client: Client, partitioned: PartitionedModel) -> None:
         self.client, self.partitioned = client, partitioned
-        self.replicas = [PartitionedReplica(client, partitioned, group)
-                         for group in worker_groups(client, partitioned.k)]
+        self.replicas = self._start()
         self.recoveries = 0
+
+    def _start(self) -> list[PartitionedReplica]:
+        """One replica on each disjoint group of K workers alive now."""
+        return [PartitionedReplica(self.client, self.partitioned, group)
+                for group in worker_groups(self.client, self.partitioned.k)]
 
     def recover(self, timeout: float = RECOVERY_TIMEOUT_SECONDS) -> None:
         """Re-create the replicas on the workers alive now (after a partition was lost): the
@@ -180,8 +184,7 @@ class PartitionedReplicas:
             raise PartitionLostError(
                 f"a partition was lost and the cluster has not had {self.partitioned.k} workers for "
                 f"{timeout:.0f} s to re-create the replica on") from None
-        self.replicas = [PartitionedReplica(self.client, self.partitioned, group)
-                         for group in worker_groups(self.client, self.partitioned.k)]
+        self.replicas = self._start()
         self.recoveries += 1
 
     @property

@@ -28,7 +28,7 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.parallel import PartitionedModel, partition
-from dasklbfgs.parallel.replica import worker_groups
+from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, worker_groups
 from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
@@ -45,7 +45,6 @@ from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 __all__ = ["run_downpour"]
 
 MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
-RECOVERY_TIMEOUT_SECONDS = 60.0  # how long re-creating a partitioned replica waits for K workers
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
 # How long a handed-over shard stays (refusing calls, which replicas then send to its
 # successor) before it is released: replicas that call it later see a lost shard instead.

@@ -141,8 +141,9 @@ class SandblasterRun:
         return result
 
     def _recover_replicas(self) -> None:
-        """Before an evaluation starts over: re-create the partitioned replicas if one lost a
-        partition (they hold no state between evaluations), and hand the portions the new ones."""
+        """Before an evaluation starts over: re-create the partitioned replicas (one of them may
+        have lost a partition; they hold no state between evaluations, so this is cheap), and
+        hand the portions the new ones."""
         self.replicas.recover()
         self.evaluator.portion_model = self.replicas.portion_model
 
