@@ -6,10 +6,17 @@ Partition p's parameters, in the order its program reads them, form one contiguo
 partitions (a partition then fetches and pushes one slice). The partitioned vector is a
 permutation of the model's flat parameter vector: ``to_partitioned`` and ``from_partitioned``
 move between the two exactly.
+
+A partition needs only its own block shapes (:meth:`PartitionedModel.own_shapes`): the index
+arrays of the permutation are as long as the parameter vector and are built only where the
+whole vector is converted (the client, the in-process reference), never on a worker that
+trains one partition of a model too big for it.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +27,8 @@ from dasklbfgs.parallel.exchanges import Step
 from dasklbfgs.parallel.in_process import run_in_process
 
 __all__ = ["PartitionedModel", "even_bounds"]
+
+Shapes = dict[str, tuple[int, ...]]
 
 
 #: partitioned models rebuilt in this process from their pickles, by (class, model, k)
@@ -46,21 +55,63 @@ def even_bounds(width: int, k: int) -> tuple[int, ...]:
 
 
 class PartitionedModel:
-    """A model split into ``k`` partitions. Subclasses set ``indices`` (per partition, the
-    model-layout positions of its parameters in partition order) and write :meth:`program`."""
+    """A model split into ``k`` partitions. Subclasses write :meth:`own_shapes` (partition
+    p's blocks of the model's named arrays, in the order its vector holds them),
+    :meth:`block_indices` (the model-layout positions of those blocks) and :meth:`program`."""
 
-    def __init__(self, model: Model, k: int, indices: Sequence[np.ndarray]) -> None:
+    def __init__(self, model: Model, k: int) -> None:
         self.model = model
         self.k = k
-        self.order = np.concatenate(indices).astype(np.intp, copy=False)  # partitioned position -> model position
-        stops = np.cumsum([len(index) for index in indices])
-        self.param_slices = [slice(int(stop - len(index)), int(stop)) for index, stop in zip(indices, stops)]
-        self.indices = [self.order[s] for s in self.param_slices]  # views: the index arrays are stored once
+        sizes = [sum(math.prod(shape) for shape in self.own_shapes(p).values()) for p in range(k)]
+        stops = np.cumsum(sizes)
+        self.param_slices = [slice(int(stop - size), int(stop)) for size, stop in zip(sizes, stops)]
+
+    def own_shapes(self, p: int) -> Shapes:
+        """Partition p's block of each named array of the model's layout (a name absent: no
+        block), in the order of its vector."""
+        raise NotImplementedError
+
+    def block_indices(self, p: int, positions: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Partition p's blocks, in :meth:`own_shapes`' order, cut out of ``positions`` (the
+        model layout's named arrays holding their own flat positions)."""
+        raise NotImplementedError
+
+    def own_arrays(self, p: int, vector: np.ndarray) -> dict[str, np.ndarray]:
+        """Views of partition p's blocks in its ``vector`` (its parameters or gradient), by name."""
+        views, start = {}, 0
+        for name, shape in self.own_shapes(p).items():
+            stop = start + math.prod(shape)
+            views[name] = vector[start:stop].reshape(shape)
+            start = stop
+        return views
+
+    def own_coefficients(self, p: int, by_array: dict[str, float]) -> np.ndarray:
+        """Partition p's vector holding ``by_array[name]`` in each named block (0 in the blocks
+        of arrays not named): e.g. its weight decay, without the whole model's vector."""
+        own = self.param_slices[p]
+        vector = np.zeros(own.stop - own.start)
+        for name, view in self.own_arrays(p, vector).items():
+            view[...] = by_array.get(name, 0.0)
+        return vector
+
+    @functools.cached_property
+    def order(self) -> np.ndarray:
+        """Partitioned position -> model position (as long as the parameter vector: built on
+        first use)."""
+        positions = self.model.layout.views(np.arange(self.model.n_params))
+        order = np.concatenate([block.ravel() for p in range(self.k) for block in self.block_indices(p, positions)])
+        return order.astype(np.intp, copy=False)
+
+    @property
+    def indices(self) -> list[np.ndarray]:
+        """Per partition, the model-layout positions of its parameters (views of :attr:`order`)."""
+        return [self.order[s] for s in self.param_slices]
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         """Pickled as its class, model and ``k``: the index arrays are as long as the parameter
         vector (670 MB at 42M parameters), so every task or actor call carrying a partitioned
-        model would carry them; each process rebuilds them once instead (:func:`_rebuilt`)."""
+        model would carry them; each process rebuilds the model once instead (:func:`_rebuilt`),
+        and its index arrays only if it converts whole vectors."""
         return _rebuilt, (type(self), self.model, self.k)
 
     def to_partitioned(self, params: np.ndarray) -> np.ndarray:
@@ -99,9 +150,3 @@ class PartitionedModel:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model!r}, k={self.k})"
-
-
-def layout_indices(model: Any) -> dict[str, np.ndarray]:
-    """The model layout's named arrays, each filled with its own flat positions: slicing one
-    gives the positions of that slice of the parameters."""
-    return model.layout.views(np.arange(model.layout.size))

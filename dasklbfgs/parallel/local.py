@@ -17,7 +17,7 @@ import numpy as np
 
 from dasklbfgs.errors import PartitionError
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
-from dasklbfgs.parallel.base import PartitionedModel, even_bounds, layout_indices
+from dasklbfgs.parallel.base import PartitionedModel, Shapes, even_bounds
 from dasklbfgs.parallel.exchanges import Step, all_sum, halo
 
 __all__ = ["PartitionedLocalAutoencoder"]
@@ -35,12 +35,7 @@ class PartitionedLocalAutoencoder(PartitionedModel):
             )
         self.rows = even_bounds(model.grid, k)
         self.pixel_rows = (*(model.stride * a for a in self.rows[:-1]), model.side)
-        ids = layout_indices(model)
-        pixels = ids["b2"].reshape(model.side, model.side)
-        indices = [np.concatenate([ids[name][self.rows[p] : self.rows[p + 1]].ravel() for name in ("W1", "b1", "W2")]
-                                  + [pixels[self.pixel_rows[p] : self.pixel_rows[p + 1]].ravel()])
-                   for p in range(k)]
-        super().__init__(model, k, indices)
+        super().__init__(model, k)
 
     def cover(self, p: int) -> tuple[int, int]:
         """Pixel rows partition p's windows read and reconstruct."""
@@ -56,25 +51,24 @@ class PartitionedLocalAutoencoder(PartitionedModel):
         """Partitions whose windows reach partition p's pixel rows."""
         return tuple(q for q in range(self.k) if p in self.spill(q))
 
-    def _own_arrays(self, p: int, vector: np.ndarray) -> dict[str, np.ndarray]:
-        """Views of partition p's W1, b1, W2 and b2 blocks in its vector (parameters or gradient)."""
+    def own_shapes(self, p: int) -> Shapes:
+        """Partition p's band of W1, b1 and W2 (hidden-grid rows) and of b2 (pixel rows)."""
         model, band = self.model, self.rows[p + 1] - self.rows[p]
         g, size, m = model.grid, model.window * model.window, model.maps
-        shapes = {"W1": (band, g, size, m), "b1": (band, g, m), "W2": (band, g, m, size),
-                  "b2": (self.pixel_rows[p + 1] - self.pixel_rows[p], model.side)}
-        views, start = {}, 0
-        for name, shape in shapes.items():
-            stop = start + int(np.prod(shape))
-            views[name] = vector[start:stop].reshape(shape)
-            start = stop
-        return views
+        return {"W1": (band, g, size, m), "b1": (band, g, m), "W2": (band, g, m, size),
+                "b2": (self.pixel_rows[p + 1] - self.pixel_rows[p], model.side)}
+
+    def block_indices(self, p: int, positions: dict[str, np.ndarray]) -> list[np.ndarray]:
+        pixels = positions["b2"].reshape(self.model.side, self.model.side)
+        return [*(positions[name][self.rows[p] : self.rows[p + 1]] for name in ("W1", "b1", "W2")),
+                pixels[self.pixel_rows[p] : self.pixel_rows[p + 1]]]
 
     def program(self, p: int, params_p: np.ndarray, X: np.ndarray, y: np.ndarray,
                 w: np.ndarray | None = None) -> Step:
         model = self.model
         images = np.asarray(X, dtype=np.float64).reshape(-1, model.side, model.side)
         w = None if w is None else np.asarray(w, dtype=np.float64)
-        own = self._own_arrays(p, params_p)
+        own = self.own_arrays(p, params_p)
         (low, high), (first, last) = self.cover(p), self.pixel_rows[p : p + 2]
         spill_out = self.spill(p)  # pixel rows of others that my windows reach
         spill_in = {q: self.spill(q)[p] for q in self.spilled_into(p)}  # my pixel rows others' windows reach
@@ -99,7 +93,7 @@ class PartitionedLocalAutoencoder(PartitionedModel):
         for q, (s, e) in spill_out.items():
             cover_error[:, s - low : e - low] = returned[q]
         grad = np.zeros(len(params_p))
-        grads = self._own_arrays(p, grad)
+        grads = self.own_arrays(p, grad)
         grads["b2"] += error.sum(axis=0)
         model.backward(windows, a, own["W2"], cover_error, grads)
         return (yield from all_sum("loss", p, self.k, loss)), grad

@@ -20,7 +20,7 @@ from dasklbfgs.errors import PartitionError
 from dasklbfgs.models._kernels import _dot, _sum
 from dasklbfgs.models._layers import ACTIVATIONS, affine
 from dasklbfgs.models.mlp import MLP
-from dasklbfgs.parallel.base import PartitionedModel, even_bounds, layout_indices
+from dasklbfgs.parallel.base import PartitionedModel, Shapes, even_bounds
 from dasklbfgs.parallel.exchanges import Step, all_gather, reduce_scatter
 
 __all__ = ["PartitionedMLP"]
@@ -42,22 +42,22 @@ class PartitionedMLP(PartitionedModel):
                 raise PartitionError(f"cannot split {_layer_name(model, l)} of {model!r} into k={k} partitions: "
                                      f"every partition owns at least one unit; use k <= {min(model.widths[1:])}")
         self.bounds = [even_bounds(width, k) for width in model.widths[1:]]
-        ids = layout_indices(model)
-        indices = [np.concatenate([ids[f"{name}{l}"][..., b[p] : b[p + 1]].ravel()
-                                   for l, b in enumerate(self.bounds) for name in ("W", "b")])
-                   for p in range(k)]
-        super().__init__(model, k, indices)
+        super().__init__(model, k)
+
+    def own_shapes(self, p: int) -> Shapes:
+        """Every layer's ``W_l[:, own]`` and ``b_l[own]``, layer by layer."""
+        shapes: Shapes = {}
+        for l, (fan_in, b) in enumerate(zip(self.model.widths[:-1], self.bounds)):
+            shapes[f"W{l}"], shapes[f"b{l}"] = (fan_in, b[p + 1] - b[p]), (b[p + 1] - b[p],)
+        return shapes
+
+    def block_indices(self, p: int, positions: dict[str, np.ndarray]) -> list[np.ndarray]:
+        return [positions[f"{name}{l}"][..., b[p] : b[p + 1]] for l, b in enumerate(self.bounds) for name in ("W", "b")]
 
     def _own_layers(self, p: int, vector: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Views of partition p's (W_l[:, own], b_l[own]) in its vector (parameters or gradient)."""
-        layers, start = [], 0
-        for fan_in, b in zip(self.model.widths[:-1], self.bounds):
-            width = b[p + 1] - b[p]
-            W = vector[start : start + fan_in * width].reshape(fan_in, width)
-            start += fan_in * width
-            layers.append((W, vector[start : start + width]))
-            start += width
-        return layers
+        own = self.own_arrays(p, vector)
+        return [(own[f"W{l}"], own[f"b{l}"]) for l in range(self.model.n_layers)]
 
     def program(self, p: int, params_p: np.ndarray, X: np.ndarray, y: np.ndarray,
                 w: np.ndarray | None = None) -> Step:

@@ -46,9 +46,37 @@ def test_a_partitioned_model_travels_without_its_index_arrays(model) -> None:
     assert len(message) < 2_000 < plan.order.nbytes
     arrived = pickle.loads(message)
     assert type(arrived) is type(plan) and arrived.k == 2
-    np.testing.assert_array_equal(arrived.order, plan.order)
     assert arrived.param_slices == plan.param_slices
+    assert "order" not in vars(arrived)  # a worker training one partition never builds them
+    np.testing.assert_array_equal(arrived.order, plan.order)
     assert pickle.loads(message) is arrived  # built once in this process
+
+
+@pytest.mark.parametrize("model", [MLP(5, (6, 4), 7, l2=0.3), LocalAutoencoder(12, window=4, stride=2, maps=3, l2=0.2)],
+                         ids=["mlp", "local"])
+def test_a_partition_builds_its_weight_decay_from_its_shapes(model) -> None:
+    """Each partition's decay coefficients, built from its block shapes only, are its slice of
+    the whole model's coefficients in the partitioned layout."""
+    from dasklbfgs.solvers.downpour.partitions import decay_by_array
+
+    plan = partition(model, 3)
+    whole = plan.to_partitioned(model.penalty(np.ones(model.n_params))[1])
+    decay = decay_by_array(model)
+    assert set(decay) == {name for name in model.layout.views(whole) if name.startswith("W")}
+    for p, own in enumerate(plan.param_slices):
+        np.testing.assert_array_equal(plan.own_coefficients(p, decay), whole[own])
+
+
+def test_a_penalty_that_is_not_a_weight_decay_cannot_be_split() -> None:
+    from dasklbfgs.solvers.downpour.partitions import decay_by_array
+
+    class Graded(MLP):  # a decay that grows along each array: not one coefficient per array
+        def penalty(self, params):
+            c = np.linspace(0.1, 1.0, self.n_params)
+            return 0.5 * float(np.dot(c * params, params)), c * params
+
+    with pytest.raises(PartitionError, match=r"Graded.*not a weight decay"):
+        decay_by_array(Graded(5, (6,), 3))
 
 
 def test_mlp_partition_owns_its_column_blocks_in_layer_order() -> None:

@@ -37,7 +37,7 @@ from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
-from dasklbfgs.solvers.downpour.partitions import (EXCHANGE_TIMEOUT_SECONDS, decay_coefficients, partition_bounds,
+from dasklbfgs.solvers.downpour.partitions import (EXCHANGE_TIMEOUT_SECONDS, decay_by_array, partition_bounds,
                                                    run_partition)
 from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
@@ -63,14 +63,15 @@ def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: C
     x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
     table = _row_table(model, checked.dataset, options, rule)
     partitioned = None if options.model_partitions == 1 else partition(model, options.model_partitions)
+    decay: dict[str, float] = {}
     if partitioned is None:
         bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table_for(checked.dataset))
     else:  # the shards hold the partitioned vector, each shard within one partition
-        decay_coefficients(model)  # refuses a penalty the partitions cannot split
         bounds, _ = partition_bounds(partitioned, options.n_param_shards)
+        decay = decay_by_array(model)  # refuses a penalty the partitions cannot split
     states = _resume_states(options, model, rule, bounds)
     with resolve_client(client) as active:
-        run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table, partitioned)
+        run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table, partitioned, decay)
         try:
             return run.train(callback)
         finally:
@@ -135,9 +136,10 @@ class _DownpourRun(Coordinator):
 
     def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: DownpourOptions,
                  bounds: list[tuple[int, int]], rule: Any, x_start: np.ndarray, states: list[dict[str, Any]] | None,
-                 table: Any, partitioned: PartitionedModel | None = None) -> None:
+                 table: Any, partitioned: PartitionedModel | None = None, decay: dict[str, float] | None = None
+                 ) -> None:
         super().__init__(client, model, checked, options)
-        self.partitioned = partitioned
+        self.partitioned, self.decay = partitioned, decay or {}
         if partitioned is not None:
             self.groups = worker_groups(client, partitioned.k)  # refuses more partitions than workers
             self.owners = partition_bounds(partitioned, options.n_param_shards)[1]
@@ -330,7 +332,7 @@ class _DownpourRun(Coordinator):
                 self.launch(r, run_partition, worker, allow_other_workers=False, partition=p, generation=generation,
                             bounds=self.bounds, config=self.config, first_epoch=self.first_epoch,
                             directory=self.directory, partitioned=self.partitioned, shards=self.owners[p],
-                            mailboxes=mailboxes, timeout=EXCHANGE_TIMEOUT_SECONDS)
+                            mailboxes=mailboxes, decay=self.decay, timeout=EXCHANGE_TIMEOUT_SECONDS)
 
     def restart_lost_partitions(self) -> None:
         """Re-create every replica that lost a partition (its mailbox's worker died, or a

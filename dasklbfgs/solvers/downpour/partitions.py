@@ -36,7 +36,7 @@ from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local
 from dasklbfgs.solvers.downpour.replica import DownpourReplica, ReplicaConfig, _ShardsLost
 from dasklbfgs.solvers.downpour.wire import param_bounds
 
-__all__ = ["EXCHANGE_TIMEOUT_SECONDS", "MailboxExchanges", "PartitionReplica", "PartitionView", "decay_coefficients",
+__all__ = ["EXCHANGE_TIMEOUT_SECONDS", "MailboxExchanges", "PartitionReplica", "PartitionView", "decay_by_array",
            "partition_bounds", "run_partition"]
 
 
@@ -44,7 +44,7 @@ def partition_bounds(partitioned: PartitionedModel, n_param_shards: int) -> tupl
     """The shards' slices of the partitioned vector (:func:`param_bounds` cut also at every
     partition's boundary, so no shard straddles two partitions) and, per partition, the
     indices of the shards that hold its parameters."""
-    edges = {edge for bound in param_bounds(len(partitioned.order), n_param_shards) for edge in bound}
+    edges = {edge for bound in param_bounds(partitioned.model.n_params, n_param_shards) for edge in bound}
     edges.update(edge for s in partitioned.param_slices for edge in (s.start, s.stop))
     ordered = sorted(edges)
     bounds = list(zip(ordered[:-1], ordered[1:]))
@@ -52,18 +52,22 @@ def partition_bounds(partitioned: PartitionedModel, n_param_shards: int) -> tupl
     return bounds, owners
 
 
-def decay_coefficients(model: Model) -> np.ndarray:
-    """``c`` of the model's penalty when it is ``(1/2) sum_j c_j theta_j^2`` (weight decay,
-    the partitionable models'), so that each partition computes its part on its own slice;
-    :class:`PartitionError` for any other penalty."""
+def decay_by_array(model: Model) -> dict[str, float]:
+    """The model's penalty as one weight-decay coefficient per named array of its layout,
+    when it is ``(1/2) sum_j c_j theta_j^2`` with ``c`` constant on each array (the
+    partitionable models' weight decay), so that each partition builds its own part
+    (:meth:`~dasklbfgs.parallel.base.PartitionedModel.own_coefficients`) without the whole
+    vector; :class:`PartitionError` for any other penalty. Checked here, in the client, on the
+    whole vector."""
     ones = np.ones(model.n_params)
     value, coefficients = model.penalty(ones)
     twice_value, twice_grad = model.penalty(2.0 * ones)
+    by_array = {name: (block.min(), block.max()) for name, block in model.layout.views(coefficients).items()}
     if not (np.allclose(twice_grad, 2.0 * coefficients) and math.isclose(value, 0.5 * coefficients.sum())
-            and math.isclose(twice_value, 4.0 * value)):
+            and math.isclose(twice_value, 4.0 * value) and all(low == high for low, high in by_array.values())):
         raise PartitionError(f"{model!r} has a penalty that is not a weight decay: its partitions cannot "
                              "compute their parts of it on their own parameters")
-    return coefficients
+    return {name: float(low) for name, (low, _) in by_array.items() if low != 0.0}
 
 
 class MailboxExchanges:
@@ -124,16 +128,18 @@ class PartitionView:
     exchanging through ``exchanges``: (mean loss + penalty, this block's gradient / n +
     its penalty gradient), the loss the same on every partition.
 
-    The penalty (a weight decay) is elementwise: each partition takes its part on its slice;
+    The penalty (a weight decay, ``decay``: :func:`decay_by_array`) is elementwise: each
+    partition takes its part on its slice;
     the value is summed over the partitions. A partition whose gradient block is not finite
     adds nan to that sum, so that every partition sees a non-finite loss at the same step
     and all stop there."""
 
-    def __init__(self, partitioned: PartitionedModel, p: int, exchanges: MailboxExchanges) -> None:
+    def __init__(self, partitioned: PartitionedModel, p: int, exchanges: MailboxExchanges,
+                 decay: dict[str, float]) -> None:
         self.partitioned, self.p, self.exchanges = partitioned, p, exchanges
         own = partitioned.param_slices[p]
         self.n_params = own.stop - own.start
-        self.decay = partitioned.to_partitioned(decay_coefficients(partitioned.model))[own]
+        self.decay = partitioned.own_coefficients(p, decay)
 
     def objective(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None, *,
                   n: float | None = None) -> tuple[float, np.ndarray]:
@@ -158,13 +164,15 @@ class PartitionReplica(DownpourReplica):
 
     def __init__(self, replica: int, *, partitioned: PartitionedModel, partition: int, shards: list[int],
                  mailboxes: list[Any], timeout: float, data: Any, rows: tuple[int, int],
-                 bounds: list[tuple[int, int]], config: ReplicaConfig, directory: Any) -> None:
+                 bounds: list[tuple[int, int]], config: ReplicaConfig, directory: Any,
+                 decay: dict[str, float]) -> None:
         self.partition, self.k, self.shard_indices = partition, partitioned.k, shards
         self.exchanges = MailboxExchanges(replica, partition, [ref.handle() for ref in mailboxes], timeout)
         offset = partitioned.param_slices[partition].start  # own shards' bounds within this partition's slice
         own_bounds = [(bounds[i][0] - offset, bounds[i][1] - offset) for i in shards]
-        super().__init__(replica, model=PartitionView(partitioned, partition, self.exchanges), data=data,  # type: ignore[arg-type]
-                         rows=rows, bounds=own_bounds, config=config, directory=directory)
+        view = PartitionView(partitioned, partition, self.exchanges, decay)
+        super().__init__(replica, model=view, data=data, rows=rows, bounds=own_bounds, config=config,  # type: ignore[arg-type]
+                         directory=directory)
 
     def own_shards(self, shards: list[Any]) -> list[Any]:
         return [shards[i] for i in self.shard_indices]
@@ -207,12 +215,12 @@ class PartitionReplica(DownpourReplica):
 
 def run_partition(replica: int, *, model: Model, data: Any, rows: tuple[int, int], bounds: list[tuple[int, int]],
                   config: ReplicaConfig, directory: Any, partitioned: PartitionedModel, partition: int,
-                  shards: list[int], mailboxes: list[Any], timeout: float = EXCHANGE_TIMEOUT_SECONDS,
-                  first_epoch: int = 0) -> dict[str, Any]:
+                  shards: list[int], mailboxes: list[Any], decay: dict[str, float],
+                  timeout: float = EXCHANGE_TIMEOUT_SECONDS, first_epoch: int = 0) -> dict[str, Any]:
     """Partition ``partition`` of replica ``replica`` (``model`` is ``partitioned.model``): train
     until the epochs are done or the partitions agree to stop; its tallies."""
     leave_task_slot()
     trainer = PartitionReplica(replica, partitioned=partitioned, partition=partition, shards=shards,
                                mailboxes=mailboxes, timeout=timeout, data=data, rows=rows, bounds=bounds,
-                               config=config, directory=directory)
+                               config=config, directory=directory, decay=decay)
     return trainer.run(trainer.resume_step(first_epoch))
