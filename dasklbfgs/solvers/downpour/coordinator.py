@@ -151,9 +151,7 @@ class _DownpourRun(Coordinator):
         self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
         self.shard_start = self.in_shard_layout(x_start)
         self.workers: list[str | None] = self.live_workers() or [None]
-        self.shard_futures: list[Future] = [
-            self._new_shard(i, self.workers[i % len(self.workers)]) for i in range(len(bounds))
-        ]
+        self.shard_futures: list[Future] = [self._new_shard(i, self.shard_home(i)) for i in range(len(bounds))]
         self.shards = [f.result() for f in self.shard_futures]
         self.start_steps = 0
         if states is not None:
@@ -173,6 +171,14 @@ class _DownpourRun(Coordinator):
     def in_shard_layout(self, vector: np.ndarray | None) -> np.ndarray | None:
         """A vector in the model's layout as the shards hold it (partitioned with model_partitions)."""
         return vector if vector is None or self.partitioned is None else self.partitioned.to_partitioned(vector)
+
+    def shard_home(self, i: int) -> str | None:
+        """Where shard i starts: round-robin over the workers; with model_partitions, on the
+        worker of the partition owning it in the first replica's group (that partition's
+        fetches and pushes stay in its process, and a worker holds its partitions' shards only)."""
+        if self.partitioned is None:
+            return self.workers[i % len(self.workers)]
+        return next(self.groups[0][p] for p, owned in enumerate(self.owners) if i in owned)
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
@@ -417,6 +423,7 @@ class _DownpourRun(Coordinator):
                steps: int) -> dict[str, Any]:
         """The run's counters: rates, staleness, bytes moved, per shard and per replica."""
         staleness: Counter[int] = Counter()
+        where = self._shard_workers()
         for s in shard_stats:
             staleness.update({int(k): v for k, v in s["staleness"].items()})
         pushes = sum(s["version"] for s in shard_stats)
@@ -432,6 +439,7 @@ class _DownpourRun(Coordinator):
                                                                   "dense_bytes_out")},
             "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
+            "shard_workers": [where.get(i) for i in range(len(shard_stats))],
             "bytes_in_per_shard": [s["bytes_in"] for s in shard_stats],
             "bytes_out_per_shard": [s["bytes_out"] for s in shard_stats],
             **self._partition_stats(replica_stats),

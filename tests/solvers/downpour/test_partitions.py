@@ -47,6 +47,9 @@ def test_one_replica_of_two_partitions_is_sequential_sgd(client, datasets) -> No
     [partitions] = stats["partitions_per_replica"]
     assert [p["partition"] for p in partitions] == [0, 1]
     assert all(p["pushes"] == 30 and p["exchange_bytes"] > 0 for p in partitions)
+    # each partition's shards live on its worker (its fetches and pushes stay in its process)
+    workers = sorted(client.scheduler_info()["workers"])
+    assert stats["shard_workers"] == [workers[p] for i in range(len(bounds)) for p, own in enumerate(owners) if i in own]
 
 
 def test_two_partitions_follow_one_with_adagrad_and_resume(client, datasets, tmp_path) -> None:
