@@ -25,6 +25,7 @@ __all__ = [
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
     "WorkerLostError",
+    "InsufficientMemoryError",
     "DaskLBFGSWarning",
     "PerformanceWarning",
 ]
@@ -87,6 +88,11 @@ class ModelDataMismatchError(DaskLBFGSError, ValueError):
 class WorkerLostError(DaskLBFGSError, RuntimeError):
     """State held on a worker that died cannot be restored (e.g. a parameter shard with no
     checkpoint to rebuild it from)."""
+
+
+class InsufficientMemoryError(DaskLBFGSError, MemoryError):
+    """A run would hold more on a worker than Dask lets the worker use (checked before the
+    run starts): partition the model, use fewer replicas a worker, or larger workers."""
 
 
 class PartitionLostError(WorkerLostError):

@@ -27,12 +27,13 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import make_rule
-from dasklbfgs.parallel import PartitionedModel, partition
+from dasklbfgs.parallel import PARTITIONERS, PartitionedModel, partition
 from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, worker_groups
 from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
+from dasklbfgs.solvers.downpour.memory import REPLICA_VECTORS, WorkerLoad, check_memory, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
@@ -151,6 +152,7 @@ class _DownpourRun(Coordinator):
         self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
         self.shard_start = self.in_shard_layout(x_start)
         self.workers: list[str | None] = self.live_workers() or [None]
+        self.check_memory()
         self.shard_futures: list[Future] = [self._new_shard(i, self.shard_home(i)) for i in range(len(bounds))]
         self.shards = [f.result() for f in self.shard_futures]
         self.start_steps = 0
@@ -172,13 +174,43 @@ class _DownpourRun(Coordinator):
         """A vector in the model's layout as the shards hold it (partitioned with model_partitions)."""
         return vector if vector is None or self.partitioned is None else self.partitioned.to_partitioned(vector)
 
+    def replica_home(self, r: int, p: int = 0) -> str | None:
+        """Where replica r (its partition p) is launched first."""
+        if self.partitioned is None:
+            return self.workers[(len(self.bounds) + r) % len(self.workers)]
+        return self.groups[r % len(self.groups)][p]
+
+    def check_memory(self) -> None:
+        """Refuse (:class:`InsufficientMemoryError`) a run whose shards and replicas would not
+        fit a worker's memory (:mod:`.memory`)."""
+        loads: dict[str, WorkerLoad] = {}
+        per_value = 8 * shard_vectors(self.rule.init(np.zeros(1)), self.l1 is not None,
+                                   self.options.checkpoint_path is not None)
+        for i, (a, b) in enumerate(self.bounds):
+            loads.setdefault(self.shard_home(i), WorkerLoad()).add("parameter shards", per_value * (b - a))
+        k = 1 if self.partitioned is None else self.partitioned.k
+        sizes = [self.model.n_params] if k == 1 else [s.stop - s.start for s in self.partitioned.param_slices]
+        for r in range(len(self.rows)):
+            for p, size in enumerate(sizes):
+                loads.setdefault(self.replica_home(r, p), WorkerLoad()).add(
+                    "replicas" if k == 1 else "partitions of replicas", 8 * REPLICA_VECTORS * size)
+        remedies = ["workers with more memory"]
+        if len(self.rows) > len(self.groups if k > 1 else self.workers):
+            remedies.insert(0, "fewer replicas (n_replicas), so that fewer share a worker")
+        if type(self.model) in PARTITIONERS and k < len(self.workers):
+            remedies.insert(0, f"model_partitions={k + 1} or more ({type(self.model).__name__} can be partitioned: "
+                               "each worker then holds its partition's share)")
+        what = f"Downpour on {self.model!r} ({self.model.n_params} parameters, model_partitions={k})"
+        check_memory({w: load for w, load in loads.items() if w is not None},
+                     self.client.scheduler_info(n_workers=-1)["workers"], what=what, remedies=remedies)
+
     def shard_home(self, i: int) -> str | None:
         """Where shard i starts: round-robin over the workers; with model_partitions, on the
         worker of the partition owning it in the first replica's group (that partition's
         fetches and pushes stay in its process, and a worker holds its partitions' shards only)."""
         if self.partitioned is None:
             return self.workers[i % len(self.workers)]
-        return next(self.groups[0][p] for p, owned in enumerate(self.owners) if i in owned)
+        return next(self.replica_home(0, p) for p, owned in enumerate(self.owners) if i in owned)
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
@@ -312,7 +344,7 @@ class _DownpourRun(Coordinator):
             # After the shards' workers, so that with spare workers replicas and shards do not share.
             # Shards come from the directory, not as arguments: a task depending on an actor's
             # future is failed by Dask when that actor's worker dies.
-            self.launch(r, run_replica, self.workers[(len(self.bounds) + r) % len(self.workers)],
+            self.launch(r, run_replica, self.replica_home(r),
                         allow_other_workers=True, bounds=self.bounds, config=self.config,
                         first_epoch=self.first_epoch, directory=self.directory)
 
@@ -410,6 +442,17 @@ class _DownpourRun(Coordinator):
         return self.result(x, steps, wall, (history, status, message), stats,
                            {"pushes_per_shard": stats["pushes_per_shard"]})
 
+    def measure_start_loss(self) -> None:
+        """With model_partitions no worker holds the whole model, so the loss the run is judged
+        against (:func:`~dasklbfgs.solvers._replicas.watch.diverged`) is the loss of the first
+        push shard 0 took (computed at the start, on the first mini-batches), read at the
+        first poll that has it."""
+        self.start_loss_pending = self.partitioned is not None
+        if self.start_loss_pending:
+            self.start_loss = 0.0  # nothing is judged until then
+        else:
+            super().measure_start_loss()
+
     def replica_tallies(self) -> list[dict[str, Any]]:
         """Each replica's tallies; a partitioned replica's are its partition 0's (all take the
         same steps and examples) with every partition's under ``"partitions"``."""
@@ -471,6 +514,8 @@ class _DownpourRun(Coordinator):
         self.hand_over_shards()
         all_stats = self.shard_calls("stats")
         stats = all_stats[0]  # every push reaches every shard: shard 0 has the whole count
+        if self.start_loss_pending and stats["first_loss"] is not None:
+            self.start_loss, self.start_loss_pending = stats["first_loss"], False
         steps = max(st["steps"] for st in all_stats)  # a restored shard counts from its checkpoint
         if not self.released and steps >= self.options.warmstart_steps:
             self.launch_replicas(range(1, len(self.rows)))

@@ -30,11 +30,11 @@ __all__ = ["ParameterShard", "ShardMoved"]
 
 _WHOLE = slice(None)  # the whole slice, as an index
 
-_STATS = ("index", "version", "steps", "loss_sum", "loss_count", "bytes_in", "bytes_out", "dense_bytes_in",
-          "dense_bytes_out", "stop_reason")
+_STATS = ("index", "version", "steps", "loss_sum", "loss_count", "first_loss", "bytes_in", "bytes_out",
+          "dense_bytes_in", "dense_bytes_out", "stop_reason")
 # What a handover carries besides a checkpoint's state: the run's counters and stop condition.
-_CARRIED = ("loss_sum", "loss_count", "staleness", "pushes_by_replica", "bytes_in", "bytes_out", "dense_bytes_in",
-            "dense_bytes_out", "stop_reason", "max_steps")
+_CARRIED = ("loss_sum", "loss_count", "first_loss", "staleness", "pushes_by_replica", "bytes_in", "bytes_out",
+            "dense_bytes_in", "dense_bytes_out", "stop_reason", "max_steps")
 
 
 class ShardMoved(Exception):
@@ -63,6 +63,7 @@ class ParameterShard:
         self.steps = 0            # mini-batch steps those pushes accrued
         self.loss_sum = 0.0       # replica-reported mini-batch losses, summed
         self.loss_count = 0
+        self.first_loss: float | None = None  # the mean loss of the first push: at the run's start
         self.staleness: Counter[int] = Counter()
         self.pushes_by_replica: Counter[int] = Counter()
         self.steps_by_replica: Counter[int] = Counter()  # where a restarted replica resumes
@@ -135,6 +136,8 @@ class ParameterShard:
         self.steps += steps
         self.loss_sum += loss_sum
         self.loss_count += steps
+        if self.first_loss is None and steps:
+            self.first_loss = loss_sum / steps
         if self.max_steps is not None and self.steps >= self.max_steps and self.stop_reason is None:
             self.stop_reason = f"max_steps ({self.max_steps}) reached"
         values = self._values(wire_dtype, fetch_rows) if fetch else None

@@ -15,7 +15,7 @@ from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
-from dasklbfgs.models import Logistic, Softmax
+from dasklbfgs.models import MLP, Logistic, Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, owlqn_minimize
@@ -330,3 +330,8 @@ def test_an_exploding_adagrad_run_is_stopped_as_diverged(client, softmax_data, t
     sane = downpour_sgd(Softmax(10, 3), softmax_data["train"], client=client, eval_data=softmax_data["test"],
                         eval_every=20, learning_rate=0.2, epochs=3, **{**kw, "checkpoint_path": None})
     assert sane.status == Status.CONVERGED and sane.success, sane.message
+    # partitioned replicas: no worker holds the whole model, the start is the first push's loss
+    partitioned = downpour_sgd(MLP(10, (4,), 3), softmax_data["train"], client=client, learning_rate=1e4,
+                               epochs=10, model_partitions=2, **{**kw, "n_replicas": 1, "checkpoint_path": None})
+    assert partitioned.status == Status.DIVERGED, partitioned.message
+    assert re.search(r"more than 100 times the loss at the start \((1\.\d+)\)", partitioned.message)

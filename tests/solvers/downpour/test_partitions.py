@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs.downpour import downpour_sgd
-from dasklbfgs.errors import ConfigurationError, PartitionError
+from dasklbfgs.errors import ConfigurationError, InsufficientMemoryError, PartitionError
 from dasklbfgs.models import MLP, Logistic
 from dasklbfgs.optim.updates import sgd
 from dasklbfgs.parallel import partition
@@ -75,7 +75,13 @@ def test_two_partitions_follow_one_with_adagrad_and_resume(client, datasets, tmp
          r"model_partitions=2 runs each partition's pushes in lockstep .* pass overlap=False"),
         (MODEL, {"model_partitions": 2, "sparse": True}, ConfigurationError, r"pass sparse=False"),
         (MODEL, {"model_partitions": 0}, ConfigurationError, r"model_partitions must be an integer >= 1, got 0"),
+        # 49M parameters: a replica's vectors alone are ~2.3 GB, on workers of 2 GiB (checked before any start)
+        (MLP(8, (7000, 7000), 3), {}, InsufficientMemoryError,
+         r"MLP.* \(49\d{6} parameters, model_partitions=1\) needs about 2\.\d\d GiB on worker tcp://127\.0\.0\.1:\d+ "
+         r"\(parameter shards \d+ MiB, replicas 2\.\d\d GiB\).*80% of its 2\.00 GiB memory limit.*: "
+         r"model_partitions=2 or more \(MLP can be partitioned"),
     ],
+    ids=["workers", "model", "overlap", "sparse", "zero", "memory"],
 )
 def test_refused(client, datasets, model, kwargs, error, match) -> None:
     data = datasets["logistic" if isinstance(model, Logistic) else "multinomial"]

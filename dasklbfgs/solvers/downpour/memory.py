@@ -1,0 +1,81 @@
+"""Whether a Downpour run fits its workers' memory, checked before anything starts.
+
+A model too big for one worker trains with ``model_partitions`` (docs/algorithms.md §4);
+without it, a replica holds the whole parameter vector several times over and Dask's nanny
+would kill its worker, restart it and kill it again. :func:`check_memory` adds up what each
+worker will hold (the parameter shards placed on it, with the update rule's state, and the
+replicas or partitions it runs) and refuses a run that does not fit, naming the worker, the
+parts and what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import dask
+import numpy as np
+
+from dasklbfgs.errors import InsufficientMemoryError
+
+__all__ = ["REPLICA_VECTORS", "WorkerLoad", "check_memory", "shard_vectors"]
+
+#: Parameter-length float64 vectors a replica (or partition) holds at its peak: its
+#: parameters and accrued gradient, the gradient sums, the penalty's gradient and the
+#: objective's arithmetic (measured in ``python -m benchmarks.model_parallel``).
+REPLICA_VECTORS = 6
+
+
+def shard_vectors(rule_state: Mapping[str, np.ndarray], l1: bool, checkpoints: bool) -> int:
+    """Slice-length float64 vectors a parameter shard holds: its values, the rule's state
+    (``rule.init`` of one value), the model's l1 weights; twice over while a checkpoint
+    copies its state."""
+    kept = 1 + len(rule_state) + int(l1)
+    return kept + (kept if checkpoints else 0)
+
+
+@dataclass
+class WorkerLoad:
+    """What one worker will hold, in bytes, by part."""
+
+    parts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, part: str, nbytes: int) -> None:
+        self.parts[part] = self.parts.get(part, 0) + int(nbytes)
+
+    @property
+    def total(self) -> int:
+        return sum(self.parts.values())
+
+
+def usable_fraction() -> float:
+    """The share of a worker's memory limit a run may plan to fill: up to where Dask pauses
+    the worker (``distributed.worker.memory.pause``), or terminates it if pausing is off."""
+    for key in ("distributed.worker.memory.pause", "distributed.worker.memory.terminate"):
+        fraction = dask.config.get(key, default=False)
+        if fraction:
+            return float(fraction)
+    return 1.0
+
+
+def check_memory(loads: Mapping[str, WorkerLoad], workers: Mapping[str, dict], *, what: str,
+                 remedies: Sequence[str]) -> None:
+    """Raise :class:`InsufficientMemoryError` if a worker's planned ``loads`` plus the memory
+    it uses now exceed the usable share of its limit (``workers``: the scheduler's worker
+    info; workers without a limit are not checked)."""
+    fraction = usable_fraction()
+    for address, load in loads.items():
+        info = workers.get(address, {})
+        limit = info.get("memory_limit") or 0
+        in_use = int(info.get("metrics", {}).get("memory", 0))
+        if limit <= 0 or in_use + load.total <= fraction * limit:
+            continue
+        parts = ", ".join(f"{part} {_gib(nbytes)}" for part, nbytes in load.parts.items())
+        raise InsufficientMemoryError(
+            f"{what} needs about {_gib(load.total)} on worker {address} ({parts}) besides the {_gib(in_use)} it "
+            f"uses now; Dask lets it use {_gib(fraction * limit)} ({fraction:.0%} of its {_gib(limit)} memory "
+            f"limit) before pausing or restarting it: {'; or '.join(remedies)}")
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.0f} MiB"
