@@ -87,12 +87,14 @@ def write_result(name: str, payload: dict[str, Any]) -> Path:
 
 
 def publish(name: str, out: dict[str, Any], render: Callable[[dict[str, Any]], str],
-            plot: Callable[[dict[str, Any], Path], None], png: Path, record: bool = True) -> None:
+            plot: Callable[[dict[str, Any], Path], None] | None = None, png: Path | None = None,
+            record: bool = True) -> None:
     """Record the results as ``results/<name>.json`` (unless redrawing recorded ones), draw the
-    plot, write ``RESULTS-<name with dashes>.md`` and print it."""
+    plot (if there is one), write ``RESULTS-<name with dashes>.md`` and print it."""
     if record:
         write_result(name, out)
-    plot(out, png)
+    if plot is not None and png is not None:
+        plot(out, png)
     report = render(out)
     write_report(name.replace("_", "-"), report)
     print(report)

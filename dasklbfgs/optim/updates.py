@@ -1,7 +1,10 @@
 """First-order update rules as pure functions over explicit state (optax-style).
 
 ``rule.init(params) -> state`` and ``rule.update(grad, state) -> (delta, state)``; the
-caller applies ``params += delta``. States are dicts of numpy arrays, so they pickle,
+caller applies ``params += delta``. Rules that can also have ``rule.apply(grad, state,
+params)``: the same step in place, block by block (a block's arithmetic stays in cache, the
+parameters and state are read and written once, and nothing as long as the parameters is
+allocated: what a parameter shard does on every push), with the same bits as ``update``. States are dicts of numpy arrays, so they pickle,
 checkpoint to Zarr and move between processes unchanged. The same functions run in a
 unit test and inside a Downpour parameter shard (docs/algorithms.md §3).
 """
@@ -31,6 +34,16 @@ class UpdateRule(NamedTuple):
     #: A zero gradient is a zero step and leaves the state alone, so updating only the
     #: entries a sparse gradient carries gives exactly the dense result.
     sparse_exact: bool = False
+    #: ``apply(grad, state, params)``: ``update`` and ``params += delta`` in place, blockwise.
+    apply: Callable[[np.ndarray, State, np.ndarray], None] | None = None
+
+
+#: Elements of a block of an in-place step: a few arrays of it fit in a core's L2 cache.
+BLOCK = 1 << 15
+
+
+def _blocks(size: int) -> list[slice]:
+    return [slice(start, min(start + BLOCK, size)) for start in range(0, size, BLOCK)]
 
 
 def _check_rate(learning_rate: Any) -> float:
@@ -53,7 +66,13 @@ def sgd(learning_rate: float) -> UpdateRule:
     def update(grad: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         return -lr * grad, state
 
-    return UpdateRule("sgd", {"learning_rate": lr}, init, update, sparse_exact=True)
+    def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
+        scratch = np.empty(min(BLOCK, len(params)))
+        for b in _blocks(len(params)):
+            step = np.multiply(grad[b], -lr, out=scratch[: b.stop - b.start])
+            params[b] += step
+
+    return UpdateRule("sgd", {"learning_rate": lr}, init, update, sparse_exact=True, apply=apply)
 
 
 def momentum(learning_rate: float, beta: float = 0.9, nesterov: bool = False) -> UpdateRule:
@@ -70,7 +89,22 @@ def momentum(learning_rate: float, beta: float = 0.9, nesterov: bool = False) ->
         step = grad + beta * velocity if nesterov else velocity
         return -lr * step, {"velocity": velocity}
 
-    return UpdateRule("momentum", {"learning_rate": lr, "beta": beta, "nesterov": nesterov}, init, update)
+    def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
+        scratch = np.empty(min(BLOCK, len(params)))
+        for b in _blocks(len(params)):
+            g, velocity, step = grad[b], state["velocity"][b], scratch[: b.stop - b.start]
+            velocity *= beta
+            velocity += g
+            if nesterov:
+                np.multiply(velocity, beta, out=step)
+                step += g
+                step *= -lr
+            else:
+                np.multiply(velocity, -lr, out=step)
+            params[b] += step
+
+    return UpdateRule("momentum", {"learning_rate": lr, "beta": beta, "nesterov": nesterov}, init, update,
+                      apply=apply)
 
 
 def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float = 0.0) -> UpdateRule:
@@ -97,8 +131,20 @@ def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float 
         delta *= -lr
         return delta, {"accumulator": accumulator}
 
+    def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
+        scratch = np.empty(min(BLOCK, len(params)))
+        for b in _blocks(len(params)):
+            g, accumulator, step = grad[b], state["accumulator"][b], scratch[: b.stop - b.start]
+            np.multiply(g, g, out=step)
+            accumulator += step
+            np.sqrt(accumulator, out=step)
+            step += eps
+            np.divide(g, step, out=step)
+            step *= -lr
+            params[b] += step
+
     return UpdateRule("adagrad", {"learning_rate": lr, "eps": eps, "initial_accumulator": initial_accumulator},
-                      init, update, sparse_exact=True)
+                      init, update, sparse_exact=True, apply=apply)
 
 
 def _check_penalty(value: Any, name: str) -> float | np.ndarray:

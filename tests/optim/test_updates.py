@@ -37,6 +37,28 @@ def test_adagrad_two_steps() -> None:
     np.testing.assert_array_equal(state["accumulator"], [25.0, 16.0])
 
 
+@pytest.mark.parametrize("rule", [sgd(0.3), momentum(0.1, beta=0.9), momentum(0.1, beta=0.5, nesterov=True),
+                                  adagrad(0.5, eps=1e-7, initial_accumulator=0.1)],
+                         ids=["sgd", "momentum", "nesterov", "adagrad"])
+def test_in_place_steps_have_the_bits_of_update(rule) -> None:
+    """``apply`` (blockwise, in place: what a parameter shard does) gives the very bits of
+    ``update`` and ``params += delta``, over several blocks and a ragged last one."""
+    from dasklbfgs.optim.updates import BLOCK
+
+    rng = np.random.default_rng(0)
+    size = 2 * BLOCK + 77
+    params, state = rng.normal(size=size), rule.init(np.zeros(size))
+    in_place, in_place_state = params.copy(), {k: v.copy() for k, v in state.items()}
+    for _ in range(3):
+        grad = rng.normal(size=size)
+        delta, state = rule.update(grad, state)
+        params += delta
+        rule.apply(grad, in_place_state, in_place)
+    np.testing.assert_array_equal(in_place, params)
+    for key in state:
+        np.testing.assert_array_equal(in_place_state[key], state[key])
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [

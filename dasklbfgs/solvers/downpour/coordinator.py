@@ -201,6 +201,7 @@ class _DownpourRun(Coordinator):
             remedies.insert(0, f"model_partitions={k + 1} or more ({type(self.model).__name__} can be partitioned: "
                                "each worker then holds its partition's share)")
         what = f"Downpour on {self.model!r} ({self.model.n_params} parameters, model_partitions={k})"
+        self.planned_memory = {w: load.total for w, load in loads.items() if w is not None}
         check_memory({w: load for w, load in loads.items() if w is not None},
                      self.client.scheduler_info(n_workers=-1)["workers"], what=what, remedies=remedies)
 
@@ -483,6 +484,7 @@ class _DownpourRun(Coordinator):
             "sparse": self.table is not None,
             "pushes_per_shard": [s["version"] for s in shard_stats],
             "shard_workers": [where.get(i) for i in range(len(shard_stats))],
+            "planned_memory_bytes": self.planned_memory,  # what check_memory expected each worker to hold
             "bytes_in_per_shard": [s["bytes_in"] for s in shard_stats],
             "bytes_out_per_shard": [s["bytes_out"] for s in shard_stats],
             **self._partition_stats(replica_stats),
