@@ -17,7 +17,8 @@ Models: ``speech``, the paper's acoustic model shape (440 inputs, 4 x 2560 sigmo
 softmax over 8192 labels: 42M parameters, float32 data); ``small`` (440 -> 2 x 512 -> 128);
 ``local``, a locally connected image autoencoder (LocalAutoencoder on 32 x 32 images), whose
 partitions exchange only a halo -- its bytes are set beside what an all-gather of its hidden
-layer would move.
+layer would move; ``dense``, the same units fully connected (1024 -> 784 -> 1024, a softmax
+output), set beside it for bytes and throughput.
 
 Cost model (a projection, not a measurement): a step of K partitions takes
 ``C / K + o + exchanges x e + bytes / bandwidth``, with ``C`` the compute of one step (the
@@ -47,8 +48,8 @@ import numpy as np
 
 from benchmarks._common import machine, publish, pyplot, read_result, report_header, save_figure, OUT
 
-MODELS = ("speech", "small", "local")
-BATCH = {"speech": 128, "small": 256, "local": 256}
+MODELS = ("speech", "small", "local", "dense")
+BATCH = {"speech": 128, "small": 256, "local": 256, "dense": 256}
 PROJECTED_K = (1, 2, 4, 8, 16, 32, 64)
 PAPER_SPEECH = (8, 2.2)  # Dean et al. 2012, Figure 3: the speech model's speed-up on 8 machines
 MESSAGE_BYTES = (8 * 1024, 1024**2, 8 * 1024**2)  # sizes the latency and bandwidth are fitted on
@@ -59,7 +60,9 @@ def build(name: str) -> Any:
     from dasklbfgs.models import MLP, LocalAutoencoder
 
     return {"speech": lambda: MLP(440, (2560,) * 4, 8192), "small": lambda: MLP(440, (512, 512), 128),
-            "local": lambda: LocalAutoencoder(32, window=8, stride=4, maps=16)}[name]()
+            "local": lambda: LocalAutoencoder(32, window=8, stride=4, maps=16),
+            # local's units fully connected: 1024 inputs, its 7 x 7 x 16 hidden units, 1024 outputs
+            "dense": lambda: MLP(1024, (784,), 1024)}[name]()
 
 
 def batch(model: Any, rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -251,6 +254,7 @@ def render(out: dict) -> str:
                   f"{local['programs']['2']['bytes'] / 2**10:.0f} KiB a step (its halo); an all-gather of the "
                   f"hidden layer, as a fully connected layer above it would need, would send "
                   f"{all_gather / 2**10:.0f} KiB."]
+    lines += connectivity(out["models"])
     lines += ["", "Projection ([model-parallel.png](model-parallel.png)): speed-up = K = 1 step / (compute / K "
               "+ runtime overhead + exchanges x exchange cost + bytes / bandwidth), with this machine's loopback "
               "bandwidth, the exchange cost fitted at K = 2 and each K's exchanges and bytes from the partition "
@@ -262,6 +266,22 @@ def render(out: dict) -> str:
             lines.append(f"| {name} | " + " | ".join(f"{r['projection'][str(k)]:.2f}x" if str(k) in r["projection"]
                                                      else "-" for k in PROJECTED_K) + " |")
     return "\n".join(lines + [""])
+
+
+def connectivity(models: dict) -> list[str]:
+    """Locally against fully connected, the same units: K = 2 against K = 1, and bytes."""
+    rows = [(name, models[name]) for name in ("local", "dense") if "k" in models.get(name, {})]
+    if len(rows) < 2:
+        return []
+    lines = ["", "Locally against fully connected units (the same 1024 -> 784 -> 1024 units; `dense` has "
+             "every weight, `local` windows of 8 x 8 pixels):", "",
+             "| model | parameters | K = 1 examples/s | K = 2 examples/s | speed-up | bytes a partition sends "
+             "per step |", "|---|---|---|---|---|---|"]
+    for name, r in rows:
+        one, two = (r["k"][k]["examples_per_second"] for k in ("1", "2"))
+        lines.append(f"| {name} | {r['n_params']:,} | {one:,.0f} | {two:,.0f} | {two / one:.2f}x | "
+                     f"{r['k']['2']['bytes_per_partition_per_step'] / 2**10:.0f} KiB |")
+    return lines
 
 
 def plot(out: dict, path: Path) -> None:

@@ -112,7 +112,9 @@ class Model:
     def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
         """Mean objective over ``n`` rows and its gradient, from row sums added over any split."""
         penalty, penalty_grad = self.penalty(params)
-        return loss_sum / n + penalty, sums[: self.n_params] / n + penalty_grad
+        grad = sums[: self.n_params] / n
+        grad += penalty_grad  # in place: one parameter-length temporary fewer
+        return loss_sum / n + penalty, grad
 
     def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *,
                   n: float | None = None) -> tuple[float, np.ndarray]:

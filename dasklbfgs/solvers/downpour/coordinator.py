@@ -33,7 +33,7 @@ from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers.downpour.memory import REPLICA_VECTORS, WorkerLoad, check_memory, shard_vectors
+from dasklbfgs.solvers.downpour.memory import PARTITION_VECTORS, REPLICA_VECTORS, WorkerLoad, check_memory, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
@@ -193,7 +193,8 @@ class _DownpourRun(Coordinator):
         for r in range(len(self.rows)):
             for p, size in enumerate(sizes):
                 loads.setdefault(self.replica_home(r, p), WorkerLoad()).add(
-                    "replicas" if k == 1 else "partitions of replicas", 8 * REPLICA_VECTORS * size)
+                    "replicas" if k == 1 else "partitions of replicas",
+                    8 * (REPLICA_VECTORS if k == 1 else PARTITION_VECTORS) * size)
         remedies = ["workers with more memory"]
         if len(self.rows) > len(self.groups if k > 1 else self.workers):
             remedies.insert(0, "fewer replicas (n_replicas), so that fewer share a worker")

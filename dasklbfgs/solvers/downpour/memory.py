@@ -18,12 +18,16 @@ import numpy as np
 
 from dasklbfgs.errors import InsufficientMemoryError
 
-__all__ = ["REPLICA_VECTORS", "WorkerLoad", "check_memory", "shard_vectors"]
+__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "WorkerLoad", "check_memory", "shard_vectors"]
 
-#: Parameter-length float64 vectors a replica (or partition) holds at its peak: its
-#: parameters and accrued gradient, the gradient sums, the penalty's gradient and the
-#: objective's arithmetic (measured in ``python -m benchmarks.model_parallel``).
-REPLICA_VECTORS = 6
+#: Parameter-length float64 vectors a replica holds at its peak, measured (``python -m
+#: benchmarks.partition_memory``: 11.1 for a 19M-parameter MLP): its parameters, the last
+#: gradient, the objective's arithmetic (3), and the buffers of fetches and pushes to shards
+#: on other workers.
+REPLICA_VECTORS = 12
+#: The same for a partition of a replica, of its own slice (measured 4.2): its shards are
+#: in its process, its gradient is scaled in place and it has no penalty vector.
+PARTITION_VECTORS = 5
 
 
 def shard_vectors(rule_state: Mapping[str, np.ndarray], l1: bool, checkpoints: bool) -> int:

@@ -139,18 +139,21 @@ class PartitionView:
         self.partitioned, self.p, self.exchanges = partitioned, p, exchanges
         own = partitioned.param_slices[p]
         self.n_params = own.stop - own.start
-        self.decay = partitioned.own_coefficients(p, decay)
+        self.decay = partitioned.own_coefficients(p, decay) if decay else None  # None: no penalty
 
     def objective(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None, *,
                   n: float | None = None) -> tuple[float, np.ndarray]:
         if n is None:
             n = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
         loss_sum, penalty, grad = self.exchanges.run(self._program(params, X, y, w))
-        return loss_sum / n + penalty, grad / n + self.decay * params
+        grad /= n  # in place: the program's own array (a model too big for one worker has no room to spare)
+        if self.decay is not None:
+            grad += self.decay * params
+        return loss_sum / n + penalty, grad
 
     def _program(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None) -> Any:
         loss_sum, grad = yield from self.partitioned.program(self.p, params, X, y, w)
-        own = 0.5 * float(np.dot(self.decay * params, params))
+        own = 0.0 if self.decay is None else 0.5 * float(np.dot(self.decay * params, params))
         if not np.all(np.isfinite(grad)):
             own = math.nan
         penalty = yield from all_sum("penalty", self.p, self.partitioned.k, own)
