@@ -10,6 +10,7 @@ from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.errors import PartitionError
 from dasklbfgs.models import MLP, LocalAutoencoder, Logistic
 from dasklbfgs.parallel import partition, run_in_process
+from dasklbfgs.parallel.actor import RECENT_JOBS
 from dasklbfgs.parallel.mlp import PartitionedMLP
 from dasklbfgs.parallel.replica import PartitionedReplica, worker_groups
 from dasklbfgs.sandblaster import sandblaster_lbfgs
@@ -55,6 +56,26 @@ def test_a_replica_on_two_workers_gives_the_models_sums(client, name) -> None:
     evaluations = [slice(None), slice(None), slice(None, 120), slice(120, None)]
     assert [s["bytes_sent"] for s in stats] == list(np.sum([sent(rows) for rows in evaluations], axis=0))
     assert all(s["evaluations"] == 4 for s in stats)
+
+
+def test_a_partition_forgets_jobs_that_ended(client) -> None:
+    """An abandon or a delivery arriving after its job ended on a partition (the caller gave
+    up just as the partition finished) leaves nothing behind; never-started abandoned jobs are
+    kept up to a bound."""
+    model = MLP(6, (4,), 3)
+    X, y = _rows(6, 3)
+    partitioned = partition(model, 2)
+    with PartitionedReplica(client, partitioned) as replica:
+        parts = partitioned.split(model.init_params(0))
+        for call in [a.evaluate("done", part, X, y) for a, part in zip(replica.actors, parts)]:
+            call.result()
+        for call in [a.abandon("done") for a in replica.actors]:
+            call.result()
+        replica.actors[0].deliver("done", "fwd/1", 1, np.ones(3)).result()  # a peer's late message
+        assert [(s["abandoned_kept"], s["inboxes_open"]) for s in replica.stats()] == [(0, 0), (0, 0)]
+        for call in [replica.actors[0].abandon(f"never-started-{i}") for i in range(RECENT_JOBS + 5)]:
+            call.result()
+        assert replica.stats()[0]["abandoned_kept"] == RECENT_JOBS
 
 
 def test_more_partitions_than_workers_is_refused(client) -> None:
