@@ -96,7 +96,8 @@ def test_sandblaster_with_two_partitions_follows_one(client, datasets, state) ->
     np.testing.assert_allclose(two.x, one.x, rtol=1e-10, atol=1e-10)
     assert two.fun == pytest.approx(one.fun, rel=1e-10)
     [replica] = two.partitions["replicas"]  # two workers: one replica of two partitions
-    assert [p["partition"] for p in replica] == [0, 1] and two.partitions["recoveries"] == 0
+    assert [p["partition"] for p in replica] == [0, 1] and two.partitions["recoveries"] == []
+    assert len({p["worker"] for p in replica}) == 2 and two.partitions["model_partitions"] == 2
     assert all(p["evaluations"] >= two.nfev for p in replica)  # every portion of every evaluation
     assert all(p["bytes_sent"] > 0 for p in replica)
 
@@ -138,6 +139,8 @@ def test_sandblaster_re_creates_a_replica_whose_partition_was_killed(tmp_path) -
         undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2)
         kill, killed = kill_at_iteration(client, 3, victim=1)
         disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2, callback=kill)
-    assert killed and disturbed.partitions["recoveries"] >= 1
+    assert killed and disturbed.partitions["recoveries"]
+    lost = [(x["partition"], x["worker"]) for r in disturbed.partitions["recoveries"] for x in r["lost"]]
+    assert lost and all(x == (1, killed["worker"]) for x in lost)  # the victim's partition, on the worker killed
     assert disturbed.nit == undisturbed.nit
     np.testing.assert_allclose(disturbed.x, undisturbed.x, rtol=1e-12, atol=1e-14)
