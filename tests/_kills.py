@@ -10,13 +10,13 @@ from typing import Any
 
 def kill_at_iteration(client: Any, iteration: int, victim: int) -> tuple[Callable[[Any], None], dict[str, int]]:
     """A callback that SIGKILLs the ``victim``-th worker (in sorted address order) once the run
-    reaches ``iteration``, and the dict that records the killed process id."""
-    killed: dict[str, int] = {}
+    reaches ``iteration``, and the dict that records the killed process id and worker address."""
+    killed: dict[str, Any] = {}
 
     def callback(intermediate: Any) -> None:
         if intermediate.nit == iteration and not killed:
             address = sorted(client.scheduler_info()["workers"])[victim]
-            killed["pid"] = client.run(os.getpid, workers=[address])[address]
+            killed["pid"], killed["worker"] = client.run(os.getpid, workers=[address])[address], address
             os.kill(killed["pid"], signal.SIGKILL)
 
     return callback, killed

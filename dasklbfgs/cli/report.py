@@ -61,20 +61,14 @@ def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> 
 
 def _partitions(result: OptimizeResult) -> dict[str, Any] | None:
     """Partitions per replica, replicas, bytes sent between partitions and replicas re-created
-    after a lost partition, of a run with ``model_partitions`` > 1 (Sandblaster reports them in
-    ``result.partitions``, Downpour in ``result.stats``); None for other runs."""
-    sandblaster = getattr(result, "partitions", None)
-    if sandblaster is not None:
-        return {"per_replica": sandblaster["model_partitions"], "replicas": len(sandblaster["replicas"]),
-                "bytes_sent": sum(p["bytes_sent"] for r in sandblaster["replicas"] for p in r),
-                "recoveries": sandblaster["recoveries"]}
-    stats = getattr(result, "stats", None) or {}
-    if stats.get("model_partitions", 1) == 1:
+    after a lost partition, from ``result.partitions`` (:func:`~dasklbfgs.parallel.replica.partitions_report`,
+    runs with ``model_partitions`` > 1); None for other runs."""
+    partitions = getattr(result, "partitions", None)
+    if partitions is None:
         return None
-    replicas = stats["partitions_per_replica"]
-    return {"per_replica": stats["model_partitions"], "replicas": len(replicas),
-            "bytes_sent": sum(p["exchange_bytes"] for r in replicas for p in r),
-            "recoveries": len(stats["partition_restarts"])}
+    return {"per_replica": partitions["model_partitions"], "replicas": len(partitions["replicas"]),
+            "bytes_sent": sum(p["bytes_sent"] for r in partitions["replicas"] for p in r),
+            "recoveries": len(partitions["recoveries"])}
 
 
 def interrupted_report(model: Model, result: OptimizeResult) -> dict[str, Any]:

@@ -12,7 +12,7 @@ status and settings, the training objective or mini-batch loss, the gradient nor
 held-out loss and metric, against iteration/global step or wall time; for Downpour and the
 peer methods also updates/s, and for Downpour the pushes per parameter shard and the
 staleness of the pushes; for a run whose replicas are partitioned (``model_partitions``), the
-bytes each partition has sent to the others.
+bytes each partition has sent to the others (the events' ``partition_bytes``, Sandblaster's and Downpour's).
 """
 
 from __future__ import annotations

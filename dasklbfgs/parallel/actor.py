@@ -13,6 +13,7 @@ caller) may be in flight through the partitions at once: messages are keyed by j
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
@@ -26,6 +27,33 @@ __all__ = ["PartitionActor", "EXCHANGE_TIMEOUT_SECONDS"]
 
 #: How long a partition waits for a peer's arrays before it declares the peer lost.
 EXCHANGE_TIMEOUT_SECONDS = 60.0
+#: How many job ids a partition remembers as ended here, and as abandoned before they started
+#: here: a late abandon or delivery concerns a recent job, and the memory must not grow with
+#: every evaluation of a long run.
+RECENT_JOBS = 256
+
+
+class _RecentJobs:
+    """A set of job ids that forgets the oldest once it holds more than ``size``."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._ids: OrderedDict[Hashable, None] = OrderedDict()
+
+    def add(self, job: Hashable) -> None:
+        self._ids[job] = None
+        self._ids.move_to_end(job)
+        while len(self._ids) > self.size:
+            self._ids.popitem(last=False)
+
+    def discard(self, job: Hashable) -> None:
+        self._ids.pop(job, None)
+
+    def __contains__(self, job: Hashable) -> bool:
+        return job in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
 
 
 class _Inbox:
@@ -45,7 +73,11 @@ class PartitionActor:
         self.partitioned, self.index, self.timeout = partitioned, index, timeout
         self.peers: list[Any] = []
         self._inboxes: dict[tuple[Hashable, str], _Inbox] = {}
-        self._abandoned: set[Hashable] = set()  # jobs a caller gave up (a partition was lost)
+        # Jobs a caller gave up (a partition was lost) that have not ended here yet, and jobs
+        # that ended here: an abandon or a peer's delivery arriving after its job ended here
+        # is dropped (job ids are unique: that job never comes back).
+        self._abandoned = _RecentJobs(RECENT_JOBS)
+        self._ended = _RecentJobs(RECENT_JOBS)
         self.params: np.ndarray | None = None  # kept between evaluations (set_params)
         self.accrued: np.ndarray | None = None  # gradient sums accrued here (evaluate(accrue=True))
         self.bytes_sent = 0
@@ -58,14 +90,21 @@ class PartitionActor:
 
     async def deliver(self, job: Hashable, key: str, source: int, array: np.ndarray) -> None:
         """Partition ``source``'s array for step ``key`` of ``job`` (aligned: an array off the
-        wire may start at any byte, and BLAS would then be bypassed, with other roundings)."""
+        wire may start at any byte, and BLAS would then be bypassed, with other roundings);
+        dropped if ``job`` has ended here (a peer still sending after this partition gave up)."""
+        if job in self._ended:
+            return
         inbox = self._inboxes.setdefault((job, key), _Inbox())
         inbox.arrays[source] = aligned(array)
         inbox.arrived.set()
 
     async def abandon(self, job: Hashable) -> None:
         """End ``job`` here: a wait for its messages raises :class:`PartitionLostError` at once
-        (the caller found another partition lost; this one must not wait out its timeout)."""
+        (the caller found another partition lost; this one must not wait out its timeout).
+        Nothing to do if ``job`` has already ended here; remembered (among the
+        ``RECENT_JOBS`` latest) if it has not started here yet."""
+        if job in self._ended:
+            return
         self._abandoned.add(job)
         for (j, _), inbox in self._inboxes.items():
             if j == job:
@@ -107,6 +146,7 @@ class PartitionActor:
                 reply = await self._exchange(job, exchange)
         finally:
             self._abandoned.discard(job)
+            self._ended.add(job)
             for stale in [k for k in self._inboxes if k[0] == job]:
                 del self._inboxes[stale]
 
@@ -135,5 +175,8 @@ class PartitionActor:
             await inbox.arrived.wait()
 
     async def stats(self) -> dict[str, Any]:
+        """Bytes and messages sent to the peers, evaluations done, and what is held for jobs
+        (abandoned ones not started here, inboxes of jobs in flight): both stay bounded."""
         return {"partition": self.index, "bytes_sent": self.bytes_sent, "messages_sent": self.messages_sent,
-                "evaluations": self.evaluations}
+                "evaluations": self.evaluations, "abandoned_kept": len(self._abandoned),
+                "inboxes_open": len(self._inboxes)}

@@ -6,7 +6,8 @@ partition its own parameters and the rows; the partitions exchange activations a
 among themselves and each returns only its loss and its own gradient block.
 :class:`PartitionedReplicas` holds as many replicas as the cluster has disjoint groups of K
 workers, and gives Sandblaster's portion tasks the object they compute with
-(:class:`OnPartitions`).
+(:class:`OnPartitions`). :func:`partitions_report` builds ``result.partitions``, the one shape
+in which Sandblaster and Downpour report a partitioned run.
 """
 
 from __future__ import annotations
@@ -28,11 +29,56 @@ if TYPE_CHECKING:
 
     from dasklbfgs.parallel.base import PartitionedModel
 
-__all__ = ["OnPartitions", "PartitionedReplica", "PartitionedReplicas", "evaluate_on", "worker_groups"]
+__all__ = ["OnPartitions", "PartitionedReplica", "PartitionedReplicas", "evaluate_on", "partitions_report",
+           "sent_per_partition", "worker_groups"]
 
 POLL_SECONDS = 0.002  # how often a caller looks at its partitions' calls (a failure ends the wait)
 LIVENESS_SECONDS = 0.5  # how often a waiting caller asks the scheduler whether the partitions' workers live
 RECOVERY_TIMEOUT_SECONDS = 60.0  # how long re-creating lost replicas waits for enough workers
+#: what every partition's entry in ``result.partitions["replicas"]`` holds (solvers add their own counters)
+PARTITION_KEYS = ("partition", "worker", "bytes_sent", "messages_sent")
+
+
+def partitions_report(model_partitions: int, replicas: list[list[dict[str, Any]]], recoveries: list[dict[str, Any]],
+                      **extra: Any) -> dict[str, Any]:
+    """``result.partitions`` of a run whose replicas are partitioned (``model_partitions`` > 1;
+    unpartitioned runs have no ``partitions``), the same shape for Sandblaster and Downpour:
+
+    ``model_partitions``
+        K, the partitions of each replica.
+    ``replicas``
+        per replica, its K partitions in partition order, each a dict with ``partition`` (its
+        index), ``worker`` (the address it ran on), ``bytes_sent`` and ``messages_sent`` (the
+        activations and error sums it sent to its peers, since the replica was last created);
+        Sandblaster adds ``evaluations``, Downpour ``fetches`` and ``pushes`` (to its own shards).
+    ``recoveries``
+        one dict per re-creation of replicas after a lost partition, in order: ``time``
+        (seconds since the run started), ``seconds`` (how long re-creating took) and ``lost``,
+        the partitions lost as ``{"replica", "partition", "worker"}`` (Sandblaster: those whose
+        worker had left the cluster, possibly none when a partition gave up waiting for a live
+        peer; Downpour: those whose mailbox was lost or whose task failed).
+    ``**extra``
+        Downpour adds ``shards_of_partition``: per partition, the indices of the parameter
+        shards that hold its parameters.
+
+    The metrics events of such a run carry ``partition_bytes``, :func:`sent_per_partition`
+    of the live counters.
+    """
+    for replica in replicas:
+        for entry in replica:
+            missing = [key for key in PARTITION_KEYS if key not in entry]
+            if missing:
+                raise ValueError(f"partition entry {entry!r} lacks {missing}: each holds {PARTITION_KEYS}")
+    return {"model_partitions": model_partitions, "replicas": replicas, "recoveries": recoveries, **extra}
+
+
+def sent_per_partition(replicas: Sequence[Sequence[int]]) -> list[int]:
+    """Bytes each partition index sent, summed over the replicas (``replicas``: per replica,
+    each partition's bytes sent): the ``partition_bytes`` of the metrics events."""
+    sent = np.zeros(max((len(r) for r in replicas), default=0), dtype=np.int64)
+    for replica in replicas:
+        sent[: len(replica)] += np.asarray(replica, dtype=np.int64)
+    return [int(b) for b in sent]
 
 
 def worker_groups(client: Client, k: int) -> list[list[str]]:
@@ -146,8 +192,10 @@ class PartitionedReplica:
         return self.partitioned.join([c.result() for c in [a.take_accrued() for a in self.actors]])
 
     def stats(self) -> list[dict[str, Any]]:
-        """Each partition's counters (bytes and messages it sent, evaluations), in partition order."""
-        return [call.result() for call in [a.stats() for a in self.actors]]
+        """Each partition's counters (bytes and messages it sent, evaluations) and worker, in
+        partition order."""
+        return [{**call.result(), "worker": worker} for call, worker in zip([a.stats() for a in self.actors],
+                                                                             self.workers)]
 
     def close(self) -> None:
         """Release the actors (their workers drop them once no future refers to them)."""
@@ -161,12 +209,14 @@ class PartitionedReplica:
 
 
 class PartitionedReplicas:
-    """One :class:`PartitionedReplica` per disjoint group of K workers of the cluster."""
+    """One :class:`PartitionedReplica` per disjoint group of K workers of the cluster;
+    ``started``: the run's clock (``time.perf_counter()``) the recoveries' times count from."""
 
-    def __init__(self, client: Client, partitioned: PartitionedModel) -> None:
+    def __init__(self, client: Client, partitioned: PartitionedModel, started: float | None = None) -> None:
         self.client, self.partitioned = client, partitioned
+        self.started = time.perf_counter() if started is None else started
         self.replicas = self._start()
-        self.recoveries = 0
+        self.recoveries: list[dict[str, Any]] = []
 
     def _start(self) -> list[PartitionedReplica]:
         """One replica on each disjoint group of K workers alive now."""
@@ -176,7 +226,12 @@ class PartitionedReplicas:
     def recover(self, timeout: float = RECOVERY_TIMEOUT_SECONDS) -> None:
         """Re-create the replicas on the workers alive now (after a partition was lost): the
         partitions keep no state between evaluations, so new ones take over at once. Waits up
-        to ``timeout`` seconds for K workers (a restarted worker rejoining)."""
+        to ``timeout`` seconds for K workers (a restarted worker rejoining). Recorded in
+        :attr:`recoveries` with the partitions whose worker had left."""
+        started = time.perf_counter()
+        alive = self.client.scheduler_info(n_workers=-1)["workers"]
+        lost = [{"replica": r, "partition": p, "worker": worker} for r, replica in enumerate(self.replicas)
+                for p, worker in enumerate(replica.workers) if worker not in alive]
         self.close()
         try:
             self.client.wait_for_workers(self.partitioned.k, timeout=timeout)
@@ -185,7 +240,8 @@ class PartitionedReplicas:
                 f"a partition was lost and the cluster has not had {self.partitioned.k} workers for "
                 f"{timeout:.0f} s to re-create the replica on") from None
         self.replicas = self._start()
-        self.recoveries += 1
+        self.recoveries.append({"time": started - self.started, "seconds": time.perf_counter() - started,
+                                "lost": lost})
 
     @property
     def portion_model(self) -> OnPartitions:
@@ -193,17 +249,15 @@ class PartitionedReplicas:
         return OnPartitions(self.partitioned, tuple(r.refs for r in self.replicas))
 
     def stats(self) -> dict[str, Any]:
-        """Partitions per replica, each replica's partition counters (since the last recovery)
-        and how many times the replicas were re-created."""
-        return {"model_partitions": self.partitioned.k, "replicas": [r.stats() for r in self.replicas],
-                "recoveries": self.recoveries}
+        """The run's ``result.partitions`` (:func:`partitions_report`): each replica's partition
+        counters (since the last recovery) and the recoveries."""
+        keys = (*PARTITION_KEYS, "evaluations")
+        return partitions_report(self.partitioned.k, [[{key: s[key] for key in keys} for s in r.stats()]
+                                                      for r in self.replicas], self.recoveries)
 
     def bytes_per_partition(self) -> list[int]:
         """Bytes each partition index has sent, summed over the replicas (since the last recovery)."""
-        sent = np.zeros(self.partitioned.k, dtype=np.int64)
-        for replica in self.replicas:
-            sent += [s["bytes_sent"] for s in replica.stats()]
-        return [int(b) for b in sent]
+        return sent_per_partition([[s["bytes_sent"] for s in replica.stats()] for replica in self.replicas])
 
     def close(self) -> None:
         for replica in self.replicas:

@@ -28,4 +28,8 @@ class Result(OptimizeResult):
         the peers also ``replicas`` (each replica's parameters, steps and scores).
         History entries: ``step, time``, ``train_loss`` (mean mini-batch loss since the
         previous entry) and ``eval_*`` when scored.
+    Sandblaster and Downpour with ``model_partitions`` > 1
+        ``partitions``: each partition's worker, bytes and messages sent to its peers, and the
+        re-creations after a lost partition, in the one shape
+        :func:`~dasklbfgs.parallel.replica.partitions_report` documents.
     """

@@ -106,6 +106,18 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         sent = [p["bytes_sent"] for p in mlp.partitions["replicas"][0]]
         assert page.partition_plot.visible and min(sent) > 0
         assert list(page.partitions.data["mib"]) == [b / 2**20 for b in sent]
+        # Downpour's partitions count their bytes in their mailboxes: the polls' events carry
+        # them while the run goes on, the same meaning as Sandblaster's
+        dp_mlp = downpour_sgd(MLP(8, (6,), 3), datasets["multinomial"], client=client, batch_size=50, epochs=1,
+                              n_replicas=1, model_partitions=2)
+        events = [e for _, e in client.get_events(TOPIC) if e["run"] == dp_mlp.run_id and "partition_bytes" in e]
+        live = [e["partition_bytes"] for e in events if not e.get("finished")]
+        assert live and min(live[-1]) > 0 and np.all(np.diff(live, axis=0) >= 0)  # growing during the run
+        sent = [p["bytes_sent"] for p in dp_mlp.partitions["replicas"][0]]
+        assert events[-1]["finished"] and list(events[-1]["partition_bytes"]) == sent
+        page.update()
+        page.picker.value = dp_mlp.run_id
+        assert page.partition_plot.visible and list(page.partitions.data["mib"]) == [b / 2**20 for b in sent]
         page.picker.value = result.run_id
 
         # A run whose solver raises: the failed end event reaches the page, which stays on

@@ -10,6 +10,7 @@ from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.errors import PartitionError
 from dasklbfgs.models import MLP, LocalAutoencoder, Logistic
 from dasklbfgs.parallel import partition, run_in_process
+from dasklbfgs.parallel.actor import RECENT_JOBS
 from dasklbfgs.parallel.mlp import PartitionedMLP
 from dasklbfgs.parallel.replica import PartitionedReplica, worker_groups
 from dasklbfgs.sandblaster import sandblaster_lbfgs
@@ -57,6 +58,26 @@ def test_a_replica_on_two_workers_gives_the_models_sums(client, name) -> None:
     assert all(s["evaluations"] == 4 for s in stats)
 
 
+def test_a_partition_forgets_jobs_that_ended(client) -> None:
+    """An abandon or a delivery arriving after its job ended on a partition (the caller gave
+    up just as the partition finished) leaves nothing behind; never-started abandoned jobs are
+    kept up to a bound."""
+    model = MLP(6, (4,), 3)
+    X, y = _rows(6, 3)
+    partitioned = partition(model, 2)
+    with PartitionedReplica(client, partitioned) as replica:
+        parts = partitioned.split(model.init_params(0))
+        for call in [a.evaluate("done", part, X, y) for a, part in zip(replica.actors, parts)]:
+            call.result()
+        for call in [a.abandon("done") for a in replica.actors]:
+            call.result()
+        replica.actors[0].deliver("done", "fwd/1", 1, np.ones(3)).result()  # a peer's late message
+        assert [(s["abandoned_kept"], s["inboxes_open"]) for s in replica.stats()] == [(0, 0), (0, 0)]
+        for call in [replica.actors[0].abandon(f"never-started-{i}") for i in range(RECENT_JOBS + 5)]:
+            call.result()
+        assert replica.stats()[0]["abandoned_kept"] == RECENT_JOBS
+
+
 def test_more_partitions_than_workers_is_refused(client) -> None:
     with pytest.raises(PartitionError, match=r"model_partitions=3 needs 3 distinct workers, the cluster has 2"):
         worker_groups(client, 3)
@@ -75,7 +96,8 @@ def test_sandblaster_with_two_partitions_follows_one(client, datasets, state) ->
     np.testing.assert_allclose(two.x, one.x, rtol=1e-10, atol=1e-10)
     assert two.fun == pytest.approx(one.fun, rel=1e-10)
     [replica] = two.partitions["replicas"]  # two workers: one replica of two partitions
-    assert [p["partition"] for p in replica] == [0, 1] and two.partitions["recoveries"] == 0
+    assert [p["partition"] for p in replica] == [0, 1] and two.partitions["recoveries"] == []
+    assert len({p["worker"] for p in replica}) == 2 and two.partitions["model_partitions"] == 2
     assert all(p["evaluations"] >= two.nfev for p in replica)  # every portion of every evaluation
     assert all(p["bytes_sent"] > 0 for p in replica)
 
@@ -117,6 +139,8 @@ def test_sandblaster_re_creates_a_replica_whose_partition_was_killed(tmp_path) -
         undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2)
         kill, killed = kill_at_iteration(client, 3, victim=1)
         disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=8, model_partitions=2, callback=kill)
-    assert killed and disturbed.partitions["recoveries"] >= 1
+    assert killed and disturbed.partitions["recoveries"]
+    lost = [(x["partition"], x["worker"]) for r in disturbed.partitions["recoveries"] for x in r["lost"]]
+    assert lost and all(x == (1, killed["worker"]) for x in lost)  # the victim's partition, on the worker killed
     assert disturbed.nit == undisturbed.nit
     np.testing.assert_allclose(disturbed.x, undisturbed.x, rtol=1e-12, atol=1e-14)

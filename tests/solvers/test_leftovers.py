@@ -83,7 +83,7 @@ def test_partitioned_downpour_leaves_nothing_on_the_cluster(client, data) -> Non
     keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
     options = {"epochs": 1, "batch_size": 64, "n_replicas": 1, "model_partitions": 2}
     result = _run("downpour", options, MLP(3, (4,), 2, l2=1e-3), data, client)
-    assert np.all(np.isfinite(result.x)) and result.stats["model_partitions"] == 2
+    assert np.all(np.isfinite(result.x)) and result.partitions["model_partitions"] == 2
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
 
 

@@ -32,7 +32,7 @@ from dasklbfgs.solvers._replicas.run_checks import ReplicaRun
 from dasklbfgs.solvers.common_options import ReplicaOptions
 from dasklbfgs.solvers.result import Result
 
-__all__ = ["Coordinator", "Progress", "watch", "step_timing", "DONE_MESSAGE", "DIVERGENCE_FACTOR"]
+__all__ = ["Coordinator", "Progress", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE", "DIVERGENCE_FACTOR"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
 # A run whose loss reaches this multiple of its starting loss has diverged. Mini-batch noise
@@ -152,6 +152,20 @@ def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
     loop, computing = (float(np.median(v)) for v in zip(*per_step))
     return {"seconds_per_step": loop, "seconds_computing_per_step": computing,
             "seconds_exchanging_per_step": loop - computing}
+
+
+def replies_or_none(calls: list[Any], timeout: float) -> list[Any]:
+    """Each actor call's reply, or None if it failed or is not back within ``timeout`` seconds
+    (all told): an actor's worker may be going (during a restart, another worker may be
+    going too)."""
+    deadline = time.monotonic() + timeout
+    replies = []
+    for call in calls:
+        try:
+            replies.append(call.result(timeout=max(0.1, deadline - time.monotonic())))
+        except (OSError, TimeoutError):
+            replies.append(None)
+    return replies
 
 
 ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead worker

@@ -28,10 +28,10 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.parallel import PARTITIONERS, PartitionedModel, partition
-from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, worker_groups
+from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, partitions_report, sent_per_partition, worker_groups
 from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
-from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
+from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers.downpour.memory import PARTITION_VECTORS, REPLICA_VECTORS, WorkerLoad, check_memory, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
@@ -47,6 +47,7 @@ __all__ = ["run_downpour"]
 
 MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
+MAILBOX_POLL_SECONDS = 2.0  # how long a poll waits for the partitions' mailboxes' counters (a lost one: skipped)
 # How long a handed-over shard stays (refusing calls, which replicas then send to its
 # successor) before it is released: replicas that call it later see a lost shard instead.
 HANDOVER_GRACE_SECONDS = 2.0
@@ -366,7 +367,7 @@ class _DownpourRun(Coordinator):
                        for p, w in enumerate(group)]
             wait(futures)
             placed = self.workers_of(futures, group)  # (if a worker left meanwhile)
-            self.mailboxes_of[r] = futures
+            self.mailboxes_of[r], self.partition_workers[r] = futures, placed
             mailboxes = [ActorRef(PeerMailbox, w, f.key) for f, w in zip(futures, placed)]
             for p, worker in enumerate(placed):
                 self.launch(r, run_partition, worker, allow_other_workers=False, partition=p, generation=generation,
@@ -387,6 +388,7 @@ class _DownpourRun(Coordinator):
             if len(self.partition_restarts) >= MAX_PARTITION_RESTARTS:
                 self.lost_partition_error(r, lost, tasks)
             started = time.perf_counter()
+            lost_partitions = [{"replica": r, "partition": p, "worker": self.partition_workers[r][p]} for p in lost]
             with contextlib.suppress(Exception):  # best effort: the lost ones take no abort
                 for call in [m.result(timeout=REPLICA_EXIT_SECONDS).abort() for m in mailboxes if m.status == "finished"]:
                     call.result(timeout=REPLICA_EXIT_SECONDS)
@@ -400,8 +402,8 @@ class _DownpourRun(Coordinator):
             self.groups = worker_groups(self.client, self.partitioned.k)
             self.partition_generation[r] += 1
             self.launch_partitions(range(r, r + 1))
-            self.partition_restarts.append({"replica": r, "partitions": lost, "time": started - self.started,
-                                            "seconds": time.perf_counter() - started})
+            self.partition_restarts.append({"time": started - self.started, "seconds": time.perf_counter() - started,
+                                            "lost": lost_partitions})
 
     def lost_partition_error(self, r: int, lost: list[int], tasks: list[Future]) -> None:
         """Raise the partition's own error (it names what it waited for), else a WorkerLostError."""
@@ -422,6 +424,7 @@ class _DownpourRun(Coordinator):
     def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
         started = self.started = time.perf_counter()
         opts, self.config = self.options, self.replica_config()
+        self.partition_workers: dict[int, list[str]] = {}  # where each partitioned replica's partitions run
         self.first_epoch = self.start_steps // sum(math.ceil((b - a) / opts.batch_size) for a, b in self.rows)
         if opts.max_steps is not None:
             self.shard_calls("stop_at", opts.max_steps)
@@ -441,8 +444,13 @@ class _DownpourRun(Coordinator):
         if self.checkpoint_path is not None and status not in (Status.NON_FINITE, Status.DIVERGED):
             self.checkpoint(steps)
         stats = self._stats(replica_stats, shard_stats, wall, steps)
-        return self.result(x, steps, wall, (history, status, message), stats,
-                           {"pushes_per_shard": stats["pushes_per_shard"]})
+        event: dict[str, Any] = {"pushes_per_shard": stats["pushes_per_shard"]}
+        extra: dict[str, Any] = {}
+        if self.partitioned is not None:
+            extra["partitions"] = partitions = self.partitions_report(replica_stats)
+            event["partition_bytes"] = sent_per_partition([[p["bytes_sent"] for p in r]
+                                                           for r in partitions["replicas"]])
+        return self.result(x, steps, wall, (history, status, message), stats, event, **extra)
 
     def measure_start_loss(self) -> None:
         """With model_partitions no worker holds the whole model, so the loss the run is judged
@@ -488,7 +496,6 @@ class _DownpourRun(Coordinator):
             "planned_memory_bytes": self.planned_memory,  # what check_memory expected each worker to hold
             "bytes_in_per_shard": [s["bytes_in"] for s in shard_stats],
             "bytes_out_per_shard": [s["bytes_out"] for s in shard_stats],
-            **self._partition_stats(replica_stats),
             "steps_per_replica": [r["steps"] for r in replica_stats],
             "replica_first_steps": [r["first_step"] for r in replica_stats],
             "replica_reconnects": [r["reconnects"] for r in replica_stats],
@@ -497,17 +504,31 @@ class _DownpourRun(Coordinator):
             **step_timing(replica_stats),
         }
 
-    def _partition_stats(self, replica_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        """With model_partitions: K, which shards each partition owns, the replicas re-created
-        after losing a partition, and per replica and partition (since its last start) the
-        bytes and messages it sent its peers, its fetches and pushes."""
-        if self.partitioned is None:
-            return {"model_partitions": 1}
-        keys = ("partition", "exchange_bytes", "exchange_messages", "fetches", "pushes")
-        return {"model_partitions": self.partitioned.k, "shards_of_partition": self.owners,
-                "partition_restarts": self.partition_restarts,
-                "partitions_per_replica": [[{key: part[key] for key in keys} for part in r["partitions"]]
-                                           for r in replica_stats]}
+    def partitions_report(self, replica_stats: list[dict[str, Any]]) -> dict[str, Any]:
+        """``result.partitions`` (:func:`~dasklbfgs.parallel.replica.partitions_report`): per
+        replica and partition (since the replica's last start) where it ran, the bytes and
+        messages it sent its peers, its fetches and pushes; the replicas re-created after
+        losing a partition; which shards each partition owns."""
+        keys = ("partition", "bytes_sent", "messages_sent", "fetches", "pushes")
+        replicas = [[{**{key: part[key] for key in keys}, "worker": self.partition_workers[r["replica"]][p]}
+                     for p, part in enumerate(r["partitions"])] for r in replica_stats]
+        return partitions_report(self.partitioned.k, replicas, self.partition_restarts,
+                                 shards_of_partition=self.owners)
+
+    def partition_bytes(self) -> list[int]:
+        """Bytes each partition index has sent its peers so far, summed over the replicas
+        (since each replica's last start), read from the partitions' mailboxes (where the
+        partitions count them). A mailbox lost meanwhile counts nothing: the next poll's
+        recovery re-creates its replica."""
+        k = self.partitioned.k
+        sent = {r: [0] * k for r in self.mailboxes_of}
+        live = [(r, p, f) for r, futures in self.mailboxes_of.items() for p, f in enumerate(futures)
+                if f.status == "finished"]
+        counters = replies_or_none([f.result().stats() for _, _, f in live], MAILBOX_POLL_SECONDS)
+        for (r, p, _), counter in zip(live, counters):
+            if counter is not None:
+                sent[r][p] = counter["bytes_sent"]
+        return sent_per_partition(list(sent.values()))
 
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""
@@ -527,6 +548,8 @@ class _DownpourRun(Coordinator):
         event = {"pushes": stats["version"], "pushes_per_shard": [st["version"] for st in all_stats],
                  "replicas_running": self.running(),
                  "staleness": {str(k): v for k, v in stats["staleness"].items()}}  # events take str keys
+        if self.partitioned is not None:
+            event["partition_bytes"] = self.partition_bytes()
         return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished, event)
 
     def current_params(self) -> np.ndarray:

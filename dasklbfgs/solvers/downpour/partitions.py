@@ -76,7 +76,9 @@ class MailboxExchanges:
 
     :meth:`run` drives a partition program: on each :class:`Exchange` it puts each array into
     the destination's mailbox under ``(step, key, this partition)`` and takes the ones it
-    expects from its own. ``step`` (set by the replica) keeps the steps' messages apart.
+    expects from its own. ``step`` (set by the replica) keeps the steps' messages apart. The
+    bytes and messages sent are counted in its own mailbox, where the coordinator reads them
+    while the run goes on (the dashboard's bytes per partition).
     """
 
     def __init__(self, replica: int, partition: int, mailboxes: list[Any], timeout: float) -> None:
@@ -87,7 +89,16 @@ class MailboxExchanges:
             raise RuntimeError(f"partition {partition} of replica {replica} runs on a worker other than its mailbox's")
         self.own = own.instance
         self.step = -1
-        self.bytes_sent = self.messages_sent = 0
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this partition has sent its peers (as its mailbox counts them)."""
+        return self.own.bytes_sent
+
+    @property
+    def messages_sent(self) -> int:
+        """Messages this partition has sent its peers (as its mailbox counts them)."""
+        return self.own.messages_sent
 
     def run(self, program: Any) -> Any:
         """Drive ``program`` (a generator of exchanges) to its result at the current step."""
@@ -109,8 +120,7 @@ class MailboxExchanges:
                 raise WorkerLostError(f"partition {self.partition} of replica {self.replica} could not deliver "
                                       f"{exchange.key!r} of step {self.step} to partition {q} "
                                       f"({type(exc).__name__}: {exc}); its worker is probably gone") from exc
-        self.bytes_sent += payload_bytes(exchange)
-        self.messages_sent += len(exchange.send)
+        self.own.count_sent(payload_bytes(exchange), len(exchange.send))
         return {q: aligned(self.take(exchange.key, q)) for q in exchange.receive_from}
 
     def take(self, key: str, source: int) -> Any:
@@ -212,8 +222,8 @@ class PartitionReplica(DownpourReplica):
         return False
 
     def tallies(self, seconds_in_loop: float, **extra: Any) -> dict[str, Any]:
-        return super().tallies(seconds_in_loop, partition=self.partition, exchange_bytes=self.exchanges.bytes_sent,
-                               exchange_messages=self.exchanges.messages_sent, **extra)
+        return super().tallies(seconds_in_loop, partition=self.partition, bytes_sent=self.exchanges.bytes_sent,
+                               messages_sent=self.exchanges.messages_sent, **extra)
 
 
 def run_partition(replica: int, *, model: Model, data: Any, rows: tuple[int, int], bounds: list[tuple[int, int]],

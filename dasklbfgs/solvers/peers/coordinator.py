@@ -23,7 +23,7 @@ from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.solvers._replicas.local_actors import ActorRef, wait_all
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
-from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
+from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
@@ -165,10 +165,10 @@ class _PeerRun(Coordinator):
         survivor's final tallies, or for a replica lost with its worker (or not back within
         ``RESTART_WAIT``) the counters last polled from its mailbox."""
         alive = [r for r in range(self.config.n_replicas) if r not in lost]
-        _replies_or_none([self.mailboxes[r].abort() for r in alive], RESTART_WAIT)
+        replies_or_none([self.mailboxes[r].abort() for r in alive], RESTART_WAIT)
         with contextlib.suppress(TimeoutError):
             distributed.wait([self.replica_futures[r] for r in alive], timeout=RESTART_WAIT)
-        stats = _replies_or_none([self.mailboxes[r].stats() for r in alive], RESTART_WAIT)
+        stats = replies_or_none([self.mailboxes[r].stats() for r in alive], RESTART_WAIT)
         for mailbox in [s for s in stats if s is not None] + [self.polled[r] for r in lost]:
             self.traffic_before["messages"] += mailbox.get("messages_in", 0) + mailbox.get("reads", 0)
             self.traffic_before["bytes"] += mailbox.get("bytes_in", 0) + mailbox.get("bytes_out", 0)
@@ -187,7 +187,7 @@ class _PeerRun(Coordinator):
         re-created on ``workers`` from the surviving replicas' average (the point the
         replicas and the center are drawn to); shards on workers ``leaving`` move there."""
         kept = [i for i in range(len(self.center)) if i not in lost_shards]
-        fetched = _replies_or_none([self.center[i].fetch() for i in kept], RESTART_WAIT)
+        fetched = replies_or_none([self.center[i].fetch() for i in kept], RESTART_WAIT)
         lost_shards = lost_shards + [i for i, reply in zip(kept, fetched) if reply is None]
         center = np.empty_like(self.x_start)
         for i, reply in zip(kept, fetched):
@@ -313,7 +313,7 @@ class _PeerRun(Coordinator):
     def close(self) -> None:
         """Wake replicas still waiting for a peer, cancel them and drop the actors."""
         # a mailbox whose worker died too has nothing waiting on it
-        _replies_or_none([m.abort() for m, f in zip(self.mailboxes, self.mailbox_futures) if f.status != "error"],
+        replies_or_none([m.abort() for m, f in zip(self.mailboxes, self.mailbox_futures) if f.status != "error"],
                          CLOSE_WAIT)
         self.release([*self.replica_futures.values(), *self.mailbox_futures, *self.center_futures])
         self.mailboxes, self.center = [], []
@@ -321,16 +321,3 @@ class _PeerRun(Coordinator):
 
 class _Restarted(Exception):
     """The replicas were restarted while the coordinator waited on a call to an old actor."""
-
-
-def _replies_or_none(calls: list[Any], timeout: float) -> list[Any]:
-    """Each actor call's reply, or None if it failed or is not back within ``timeout`` seconds
-    (all told): during a restart, another worker may be going too."""
-    deadline = time.monotonic() + timeout
-    replies = []
-    for call in calls:
-        try:
-            replies.append(call.result(timeout=max(0.1, deadline - time.monotonic())))
-        except (OSError, TimeoutError):
-            replies.append(None)
-    return replies

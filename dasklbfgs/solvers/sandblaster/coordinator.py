@@ -117,7 +117,7 @@ class SandblasterRun:
         started = time.perf_counter()
         opts = self.options
         if self.partitioned is not None:
-            self.replicas = PartitionedReplicas(client, self.partitioned)
+            self.replicas = PartitionedReplicas(client, self.partitioned, started)
         self.evaluator = MegaBatchEvaluator(client, self.model, self.dataset, portion_rows=opts.portion_rows,
                                             backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
                                             cache=self._cache(client),

@@ -47,7 +47,7 @@ def kill_at(client, step: int, victim_index: int, killed: dict):
 
     def callback(entry):
         if "at" not in killed and entry.step >= step:
-            killed["at"], killed["time"] = entry.step, time.perf_counter()
+            killed["at"], killed["time"], killed["worker"] = entry.step, time.perf_counter(), victim
             os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
     return callback
 
@@ -283,8 +283,9 @@ def test_a_replica_that_lost_a_partition_is_re_created_and_resumes(cluster, data
     killed: dict = {}
     result = _partitioned_run(cluster, data, tmp_path, killed)
     assert killed["at"] >= 60 and result.success, result.message
-    [restart] = result.stats["partition_restarts"]
-    assert restart["replica"] == 0 and restart["seconds"] < 30
+    [restart] = result.partitions["recoveries"]
+    assert [(lost["replica"], lost["partition"]) for lost in restart["lost"]] == [(0, 1)] and restart["seconds"] < 30
+    assert restart["lost"][0]["worker"] == killed["worker"] and 0 < restart["time"] < result.stats["wall_seconds"]
     assert result.stats["shard_recoveries"] and result.stats["replica_first_steps"][0] > 0  # resumed, not restarted
     planned = 2 * 8000 // 50  # 1 replica x 2 epochs over its rows
     # both partitions resume at the smaller count of their shards (partition 1's, from the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dasklbfgs.cli.report import train_report
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.errors import ConfigurationError, InsufficientMemoryError, PartitionError
 from dasklbfgs.models import MLP, Logistic
@@ -38,18 +39,22 @@ def test_one_replica_of_two_partitions_is_sequential_sgd(client, datasets) -> No
     np.testing.assert_allclose(result.x, w, rtol=1e-10, atol=1e-12)
     # each shard lies in one partition and took one push per step: from that partition only
     bounds, owners = partition_bounds(partition(MODEL, 2), 3)
-    stats = result.stats
-    assert stats["model_partitions"] == 2 and stats["shards_of_partition"] == owners
+    stats, partitions = result.stats, result.partitions
+    assert partitions["model_partitions"] == 2 and partitions["shards_of_partition"] == owners
+    assert partitions["recoveries"] == [] and "model_partitions" not in stats
     assert sorted(i for own in owners for i in own) == list(range(len(bounds))) and len(bounds) > 3
     assert stats["pushes_per_shard"] == [30] * len(bounds)
     assert stats["bytes_in_per_shard"] == [30 * 8 * (b - a) for a, b in bounds]
     assert stats["bytes_out_per_shard"] == [30 * 8 * (b - a) for a, b in bounds]  # a fetch riding on each push
-    [partitions] = stats["partitions_per_replica"]
-    assert [p["partition"] for p in partitions] == [0, 1]
-    assert all(p["pushes"] == 30 and p["exchange_bytes"] > 0 for p in partitions)
+    [replica] = partitions["replicas"]
+    assert [p["partition"] for p in replica] == [0, 1] and len({p["worker"] for p in replica}) == 2
+    assert all(p["pushes"] == 30 and p["bytes_sent"] > 0 and p["messages_sent"] > 0 for p in replica)
+    # `dasklbfgs train` reads the same shape as Sandblaster's
+    assert train_report(MODEL, result, data, None)["partitions"] == {
+        "per_replica": 2, "replicas": 1, "bytes_sent": sum(p["bytes_sent"] for p in replica), "recoveries": 0}
     # each partition's shards live on its worker (its fetches and pushes stay in its process)
-    workers = sorted(client.scheduler_info()["workers"])
-    assert stats["shard_workers"] == [workers[p] for i in range(len(bounds)) for p, own in enumerate(owners) if i in own]
+    assert stats["shard_workers"] == [replica[p]["worker"] for i in range(len(bounds))
+                                      for p, own in enumerate(owners) if i in own]
 
 
 def test_two_partitions_follow_one_with_adagrad_and_resume(client, datasets, tmp_path) -> None:
