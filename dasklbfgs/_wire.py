@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import scipy.sparse as sp
 
 from dasklbfgs.models.compact_rows import CompactColumns
 
-__all__ = ["aligned"]
+__all__ = ["aligned", "free_answered_calls"]
 
 
 def aligned(a: np.ndarray) -> np.ndarray:
@@ -21,3 +23,17 @@ def aligned(a: np.ndarray) -> np.ndarray:
     if sp.issparse(a) or isinstance(a, CompactColumns):  # scipy's sparse products are its own loops,
         return a                                          # whatever the alignment
     return a if a.flags.aligned else np.require(a, requirements="A")
+
+
+def free_answered_calls() -> None:
+    """Free the arguments of actor calls that have been answered.
+
+    distributed's remote actor call (``run_actor_function_on_worker`` in ``Actor.__getattr__``)
+    refers to itself through its closure, so each call's arguments (a pushed gradient, a
+    partition's activations, a portion's rows) stay in a reference cycle until Python's cyclic
+    collector runs, and that runs by counts of objects, not bytes: a 19M-parameter replica
+    held several gradients so, 11-13 parameter vectors at its peak instead of 6 (measured with
+    tracemalloc), and kept them after its run. The cycles are young when the reply arrives: a
+    collection of the two young generations (~0.03 ms) frees them. Call it after waiting for
+    calls that carried large arrays."""
+    gc.collect(1)

@@ -86,11 +86,47 @@ def _allocator_state(dask_worker):
     return getattr(dask_worker, "dasklbfgs_allocator_tuned", None)
 
 
+def _arenas() -> int:
+    """How many arenas glibc's allocator has in this process (malloc_info's heaps)."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.open_memstream.restype = ctypes.c_void_p
+    buffer, size = ctypes.c_char_p(), ctypes.c_size_t()
+    stream = libc.open_memstream(ctypes.byref(buffer), ctypes.byref(size))
+    libc.malloc_info(0, ctypes.c_void_p(stream))
+    libc.fclose(ctypes.c_void_p(stream))
+    return ctypes.string_at(buffer, size.value).decode().count("<heap nr=")
+
+
+def _arenas_added_by_threads(dask_worker=None, threads: int = 8) -> int:
+    """Arenas glibc adds while ``threads`` new threads each allocate small blocks."""
+    import threading
+
+    together = threading.Barrier(threads)
+
+    def allocate() -> None:
+        blocks = [bytearray(4096) for _ in range(64)]  # small blocks: from the thread's arena
+        together.wait()  # all alive at once: none can take over an arena another has left
+        del blocks
+
+    before = _arenas()
+    workers = [threading.Thread(target=allocate) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return _arenas() - before
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_workers_get_the_allocator_tuning_unless_asked_not_to() -> None:
     with connect(n_workers=1, dashboard_address=None) as client:
         assert list(client.run(_allocator_state).values()) == [True]
+        # new threads share the arenas there are instead of taking one each (up to 8 per core)
+        assert list(client.run(_arenas_added_by_threads).values()) == [0]
         client.restart()  # a restarted worker is tuned again
         assert list(client.run(_allocator_state).values()) == [True]
     with connect(n_workers=1, dashboard_address=None, tune_allocator=False) as client:
         assert list(client.run(_allocator_state).values()) == [None]
+        assert list(client.run(_arenas_added_by_threads).values())[0] > 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from dasklbfgs.errors import PartitionLostError
 from dasklbfgs.parallel.exchanges import Exchange, advance, payload_bytes
-from dasklbfgs._wire import aligned
+from dasklbfgs._wire import aligned, free_answered_calls
 
 __all__ = ["PartitionActor", "EXCHANGE_TIMEOUT_SECONDS"]
 
@@ -154,6 +154,7 @@ class PartitionActor:
         """Send ``exchange``'s arrays to their partitions and wait for the ones it expects."""
         await asyncio.gather(*(self.peers[q].deliver(job, exchange.key, self.index, array)
                                for q, array in exchange.send.items()))
+        free_answered_calls()  # the arrays delivered
         self.bytes_sent += payload_bytes(exchange)
         self.messages_sent += len(exchange.send)
         inbox = self._inboxes.setdefault((job, exchange.key), _Inbox())

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dasklbfgs._wire import free_answered_calls
 from dasklbfgs.errors import PartitionError, PartitionLostError
 from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS, PartitionActor
 from dasklbfgs.solvers._replicas.local_actors import ActorRef
@@ -136,6 +137,7 @@ def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any],
         if pending:
             time.sleep(POLL_SECONDS)
     results = [call.result() for call in calls]
+    free_answered_calls()  # the parameters and rows sent
     return results[0][0], None if accrue else partitioned.join([grad for _, grad in results])
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs._wire import aligned
+from dasklbfgs._wire import aligned, free_answered_calls
 from dasklbfgs.errors import PartitionError, WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS
@@ -120,6 +120,7 @@ class MailboxExchanges:
                 raise WorkerLostError(f"partition {self.partition} of replica {self.replica} could not deliver "
                                       f"{exchange.key!r} of step {self.step} to partition {q} "
                                       f"({type(exc).__name__}: {exc}); its worker is probably gone") from exc
+        free_answered_calls()  # the arrays sent
         self.own.count_sent(payload_bytes(exchange), len(exchange.send))
         return {q: aligned(self.take(exchange.key, q)) for q in exchange.receive_from}
 

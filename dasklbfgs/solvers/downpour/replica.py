@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs._wire import free_answered_calls
 from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers._replicas.local_actors import bind_local
@@ -172,6 +173,7 @@ class DownpourReplica(ReplicaTask):
             return None
         sent, fetched = in_flight
         replies = self.replies(sent)
+        free_answered_calls()  # the pushed gradient
         if fetched:
             self.wire.apply_fetched(self.params, [r[2] for r in replies])
             self.versions = [r[0] for r in replies]

@@ -21,6 +21,7 @@ import numpy as np
 from dasklbfgs.optim.collective import (
     exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
 )
+from dasklbfgs._wire import free_answered_calls
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers._replicas.local_actors import ActorRef, OnWorkerLoop, bind_local
 from dasklbfgs.solvers._replicas.mailbox import Stopped
@@ -98,6 +99,7 @@ def replies(calls: list[Any], own: Any) -> list[Any]:
             # "Worker holding Actor was lost" or the future's cancellation
             except (OSError, RuntimeError, CancelledError) as error:
                 raise PeerLost(str(error)) from error
+    free_answered_calls()  # the parameters sent
     return out
 
 
