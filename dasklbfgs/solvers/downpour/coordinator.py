@@ -33,7 +33,7 @@ from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers.downpour.memory import PARTITION_VECTORS, REPLICA_VECTORS, WorkerLoad, check_memory, shard_vectors
+from dasklbfgs.solvers.downpour.memory import PARTITION_VECTORS, REPLICA_VECTORS, TRANSFER_VECTORS, WorkerLoad, check_memory, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
@@ -187,9 +187,16 @@ class _DownpourRun(Coordinator):
         loads: dict[str, WorkerLoad] = {}
         per_value = 8 * shard_vectors(self.rule.init(np.zeros(1)), self.l1 is not None,
                                    self.options.checkpoint_path is not None)
-        for i, (a, b) in enumerate(self.bounds):
-            loads.setdefault(self.shard_home(i), WorkerLoad()).add("parameter shards", per_value * (b - a))
         k = 1 if self.partitioned is None else self.partitioned.k
+        remote: dict[str | None, int] = {}  # per worker, its largest shard pushed to from elsewhere
+        for i, (a, b) in enumerate(self.bounds):
+            home = self.shard_home(i)
+            loads.setdefault(home, WorkerLoad()).add("parameter shards", per_value * (b - a))
+            owners = [0] if k == 1 else [p for p, owned in enumerate(self.owners) if i in owned]
+            if {self.replica_home(r, p) for r in range(len(self.rows)) for p in owners} - {home}:
+                remote[home] = max(remote.get(home, 0), b - a)
+        for home, size in remote.items():  # a push arriving and the fetch going back, as copies
+            loads[home].add("pushes from other workers", 8 * TRANSFER_VECTORS * size)
         sizes = [self.model.n_params] if k == 1 else [s.stop - s.start for s in self.partitioned.param_slices]
         for r in range(len(self.rows)):
             for p, size in enumerate(sizes):

@@ -18,16 +18,17 @@ import numpy as np
 
 from dasklbfgs.errors import InsufficientMemoryError
 
-__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "WorkerLoad", "check_memory", "shard_vectors"]
+__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "TRANSFER_VECTORS", "WorkerLoad", "check_memory", "shard_vectors"]
 
 #: Parameter-length float64 vectors a replica holds at its peak, measured (``python -m
-#: benchmarks.partition_memory``: 11.1 for a 19M-parameter MLP): its parameters, the last
-#: gradient, the objective's arithmetic (3), and the buffers of fetches and pushes to shards
-#: on other workers.
-REPLICA_VECTORS = 12
-#: The same for a partition of a replica, of its own slice (measured 4.2): its shards are
-#: in its process, its gradient is scaled in place and it has no penalty vector.
+#: benchmarks.partition_memory``: 4.9 for a 19M-parameter MLP): its parameters, the last
+#: gradient (pushed, kept until the next replaces it) and the objective's arithmetic.
+REPLICA_VECTORS = 6
+#: The same for a partition of a replica, of its own slice (measured 4.1).
 PARTITION_VECTORS = 5
+#: Slice-length vectors a shard's worker holds besides while a push from another worker is
+#: applied: the gradient received and the values sent back (measured 2.0).
+TRANSFER_VECTORS = 2
 
 
 def shard_vectors(rule_state: Mapping[str, np.ndarray], l1: bool, checkpoints: bool) -> int:
