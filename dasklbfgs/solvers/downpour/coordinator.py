@@ -33,7 +33,7 @@ from dasklbfgs.solvers._replicas.local_actors import ActorRef
 from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers.downpour.memory import PARTITION_VECTORS, REPLICA_VECTORS, TRANSFER_VECTORS, WorkerLoad, check_memory, shard_vectors
+from dasklbfgs.solvers.downpour.memory import Placement, check_memory, plan_loads, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
@@ -183,36 +183,28 @@ class _DownpourRun(Coordinator):
 
     def check_memory(self) -> None:
         """Refuse (:class:`InsufficientMemoryError`) a run whose shards and replicas would not
-        fit a worker's memory (:mod:`.memory`)."""
-        loads: dict[str, WorkerLoad] = {}
-        per_value = 8 * shard_vectors(self.rule.init(np.zeros(1)), self.l1 is not None,
-                                   self.options.checkpoint_path is not None)
+        fit a worker's memory (:mod:`.memory`); the plan is kept for the stats."""
         k = 1 if self.partitioned is None else self.partitioned.k
-        remote: dict[str | None, int] = {}  # per worker, its largest shard pushed to from elsewhere
-        for i, (a, b) in enumerate(self.bounds):
-            home = self.shard_home(i)
-            loads.setdefault(home, WorkerLoad()).add("parameter shards", per_value * (b - a))
-            owners = [0] if k == 1 else [p for p, owned in enumerate(self.owners) if i in owned]
-            if {self.replica_home(r, p) for r in range(len(self.rows)) for p in owners} - {home}:
-                remote[home] = max(remote.get(home, 0), b - a)
-        for home, size in remote.items():  # a push arriving and the fetch going back, as copies
-            loads[home].add("pushes from other workers", 8 * TRANSFER_VECTORS * size)
         sizes = [self.model.n_params] if k == 1 else [s.stop - s.start for s in self.partitioned.param_slices]
-        for r in range(len(self.rows)):
-            for p, size in enumerate(sizes):
-                loads.setdefault(self.replica_home(r, p), WorkerLoad()).add(
-                    "replicas" if k == 1 else "partitions of replicas",
-                    8 * (REPLICA_VECTORS if k == 1 else PARTITION_VECTORS) * size)
+        replicas = range(len(self.rows))
+        shards = []
+        for i, (a, b) in enumerate(self.bounds):
+            owners = [0] if k == 1 else [p for p, owned in enumerate(self.owners) if i in owned]
+            shards.append((self.shard_home(i), b - a, {self.replica_home(r, p) for r in replicas for p in owners}))
+        homes = [(self.replica_home(r, p), size) for r in replicas for p, size in enumerate(sizes)]
+        placement = Placement(shards, homes, partitioned=k > 1)
+        vectors = shard_vectors(self.rule.init(np.zeros(1)), self.l1 is not None,
+                                self.options.checkpoint_path is not None)
+        loads = {w: load for w, load in plan_loads(placement, vectors).items() if w is not None}
+        self.planned_memory = {w: load.total for w, load in loads.items()}
         remedies = ["workers with more memory"]
         if len(self.rows) > len(self.groups if k > 1 else self.workers):
             remedies.insert(0, "fewer replicas (n_replicas), so that fewer share a worker")
         if type(self.model) in PARTITIONERS and k < len(self.workers):
             remedies.insert(0, f"model_partitions={k + 1} or more ({type(self.model).__name__} can be partitioned: "
                                "each worker then holds its partition's share)")
-        what = f"Downpour on {self.model!r} ({self.model.n_params} parameters, model_partitions={k})"
-        self.planned_memory = {w: load.total for w, load in loads.items() if w is not None}
-        check_memory({w: load for w, load in loads.items() if w is not None},
-                     self.client.scheduler_info(n_workers=-1)["workers"], what=what, remedies=remedies)
+        check_memory(loads, self.client.scheduler_info(n_workers=-1)["workers"], remedies=remedies,
+                     what=f"Downpour on {self.model!r} ({self.model.n_params} parameters, model_partitions={k})")
 
     def shard_home(self, i: int) -> str | None:
         """Where shard i starts: round-robin over the workers; with model_partitions, on the

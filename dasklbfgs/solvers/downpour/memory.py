@@ -18,7 +18,8 @@ import numpy as np
 
 from dasklbfgs.errors import InsufficientMemoryError
 
-__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "TRANSFER_VECTORS", "WorkerLoad", "check_memory", "shard_vectors"]
+__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "TRANSFER_VECTORS", "Placement", "WorkerLoad", "check_memory",
+           "plan_loads", "shard_vectors"]
 
 #: Parameter-length float64 vectors a replica holds at its peak, measured (``python -m
 #: benchmarks.partition_memory``: 4.9 for a 19M-parameter MLP): its parameters, the last
@@ -51,6 +52,35 @@ class WorkerLoad:
     @property
     def total(self) -> int:
         return sum(self.parts.values())
+
+
+@dataclass
+class Placement:
+    """Where a run's pieces start. ``shards``: per parameter shard, its worker, its length and
+    the workers of the replicas (or partitions) that push to it; ``replicas``: per replica
+    (or partition of one), its worker and its parameter count; ``partitioned``: whether the
+    replicas are partitions."""
+
+    shards: list[tuple[str, int, set[str]]]
+    replicas: list[tuple[str, int]]
+    partitioned: bool = False
+
+
+def plan_loads(placement: Placement, shard_vectors: int) -> dict[str, WorkerLoad]:
+    """What each worker will hold at its peak, by part (float64 values)."""
+    loads: dict[str, WorkerLoad] = {}
+    pushed_from_elsewhere: dict[str, int] = {}  # per worker, its largest shard pushed to from another
+    for home, size, users in placement.shards:
+        loads.setdefault(home, WorkerLoad()).add("parameter shards", 8 * shard_vectors * size)
+        if users - {home}:
+            pushed_from_elsewhere[home] = max(pushed_from_elsewhere.get(home, 0), size)
+    for home, size in pushed_from_elsewhere.items():
+        loads[home].add("pushes from other workers", 8 * TRANSFER_VECTORS * size)
+    part, vectors = ("partitions of replicas", PARTITION_VECTORS) if placement.partitioned else \
+        ("replicas", REPLICA_VECTORS)
+    for home, size in placement.replicas:
+        loads.setdefault(home, WorkerLoad()).add(part, 8 * vectors * size)
+    return loads
 
 
 def usable_fraction() -> float:
