@@ -31,11 +31,14 @@ ATTRS_KEY = "dasklbfgs"
 MAX_LABELS_COUNTED = 1000
 
 
+#: The codec of ``compressor="default"``: Blosc zstd level 3 with byte shuffle.
+DEFAULT_CODEC = zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+
+
 def resolve_compressor(compressor: Any) -> tuple:
-    """The arrays' ``compressors``: ``"default"`` is Blosc/zstd with byte shuffle (cheap to
-    decompress, good on float columns), ``None`` is none."""
-    if compressor == "default":
-        compressor = zarr.codecs.BloscCodec(cname="zstd", clevel=3, shuffle="shuffle")
+    """The arrays' ``compressors``: ``"default"`` is :data:`DEFAULT_CODEC`, ``None`` is none."""
+    if isinstance(compressor, str) and compressor == "default":
+        compressor = DEFAULT_CODEC
     return () if compressor is None else (compressor,)
 
 
