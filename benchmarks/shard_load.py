@@ -34,7 +34,8 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, machine, median_seconds, publish
+from benchmarks._common import HERE, codec_name, machine, median_seconds, publish
+from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data._writer import DEFAULT_CODEC
 from dasklbfgs.data.synthetic import SyntheticProblem
@@ -58,15 +59,6 @@ CODECS = {
 DECODE_REPEATS = 7  # a decode pass is short: more repeats for a steadier median
 PROFILED = {"_read_file": "read the chunk file", "decompress": "decode (Blosc)", "open_group": "open the Zarr group",
             "_open_group": "open the dataset (schema)", "encode_chunk_key": "chunk keys"}
-
-
-def codec_name(codec) -> str:
-    if codec is None:
-        return "none"
-    config = codec.to_dict()["configuration"]
-    if isinstance(codec, zarr.codecs.BloscCodec):
-        return f"blosc-{config['cname']}-{config['clevel']}"
-    return f"{codec.to_dict()['name']}-{config.get('level', '')}"
 
 
 # -- 1. the store's raw rate and the caching ------------------------------------------------
@@ -223,12 +215,6 @@ def codec_section(client, args) -> dict:
 
 # -- the run ------------------------------------------------------------------------------
 
-def logistic_dataset(path: Path, rows: int, features: int, shard_rows: int) -> ShardedDataset:
-    """The load section's data, rewritten so that it carries the writer's current default codec."""
-    problem = SyntheticProblem("logistic", n_features=features, seed=0)
-    return ShardedDataset.from_blocks(path, problem.blocks(rows), shard_rows=shard_rows, overwrite=True)
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -247,8 +233,7 @@ def main(argv=None) -> None:
     out: dict = {"command": command, "machine": machine(), "rows": args.rows, "features": args.features,
                  "workers": args.workers, "repeats": args.repeats, "threads": args.threads}
 
-    data = logistic_dataset(args.data_dir / f"shard-load-{args.rows}x{args.features}", args.rows, args.features,
-                            args.shard_rows)
+    data = dataset(args.data_dir / f"logistic-{args.rows}x{args.features}", args.rows, args.features, args.shard_rows)
     X, _ = data.load_rows(0, data.n_samples)
     with threadpool_limits(1):
         out["read_pass_s"] = median_seconds(lambda: X @ np.ones(X.shape[1]), args.repeats)
