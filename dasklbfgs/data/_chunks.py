@@ -12,8 +12,9 @@ lz4 this reads at 6x zarr's rate in one thread, and Sandblaster caches shards 4x
 Only the codec chains the dataset writer produces are read this way: the ``bytes``
 serializer in this machine's byte order followed by nothing, Blosc or Zstd. Any other
 chain, or a range that cuts a chunk, goes through zarr. Several chunks of one range are
-decoded on threads (the decompressors release the GIL), so a multi-chunk read keeps more
-than one chunk in flight.
+decoded on threads (file reads and Blosc's decoder release the GIL), so a multi-chunk read
+keeps more than one chunk in flight; a worker caching a shard reads one chunk per task, and
+the workers read their shards in parallel.
 """
 
 from __future__ import annotations

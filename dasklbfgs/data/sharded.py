@@ -122,7 +122,7 @@ class ShardedDataset:
             A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
             (Blosc lz4 level 5 with byte shuffle, chosen by measurement: README, "Datasets").
             Whole shards stored with Blosc, Zstd or no codec are decoded straight into
-            memory (about twice zarr's rate); other codecs are read through zarr.
+            memory (several times zarr's rate); other codecs are read through zarr.
         dtype
             Dtype of the stored ``X``; default float32 stays float32, anything else
             becomes float64. An integer dtype stores integer codes (e.g. word ids) as
