@@ -6,7 +6,7 @@ decompressed copy in a new bytes object (fresh pages, faulted in one by one), a 
 array, then a copy into the result. For a shard that is one whole chunk, the result can be
 the decompressor's destination instead: one numpy allocation (numpy asks the kernel for
 huge pages) and one pass of the decompressor over it. On 100 MB float64 chunks under Blosc
-lz4 this reads at 6x zarr's rate in one thread, and Sandblaster caches shards 4x faster
+lz4 this reads at 3.6x zarr's rate on one thread, and Sandblaster caches shards 2.8x faster
 (``python -m benchmarks.shard_load``, benchmarks/RESULTS-shard-load.md).
 
 Only the codec chains the dataset writer produces are read this way: the ``bytes``
