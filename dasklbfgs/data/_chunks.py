@@ -66,9 +66,15 @@ def _check_size(decoded: object, out: np.ndarray) -> None:
 
 def _blosc_into(path: Path, out: np.ndarray) -> None:
     raw = _read_file(path)
-    # The Blosc header (16 bytes) holds the decompressed size at bytes 4-8, little-endian.
-    size = int.from_bytes(raw[4:8].tobytes(), "little") if raw.nbytes >= 16 else -1
-    if size != out.nbytes:  # blosc would write fewer bytes than the chunk has, leaving garbage
+    # The Blosc header (16 bytes) holds the decompressed size at bytes 4-8 and the compressed
+    # size at bytes 12-16, little-endian. Blosc trusts both: a truncated file would be read
+    # past its end, and a short chunk would leave part of the result unwritten.
+    if raw.nbytes < 16:
+        raise ValueError(f"the chunk file holds {raw.nbytes} bytes, less than a Blosc header")
+    size, stored = (int.from_bytes(raw[a:a + 4].tobytes(), "little") for a in (4, 12))
+    if stored != raw.nbytes:
+        raise ValueError(f"the chunk file holds {raw.nbytes} bytes but its Blosc header says {stored}")
+    if size != out.nbytes:
         raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
     numcodecs.blosc.decompress(raw, _bytes_of(out))
 
