@@ -44,6 +44,8 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "allocator": ("allocator", ["--steps", "20", "--logistic-rows", "100000", "--lbfgs-iterations", "5"]),
     "scaling": ("scaling", ["--rows", "100000", "1000000", "--repeats", "3"]),
     "model_parallel": ("model-parallel", ["--models", "small", "local", "--steps", "3"]),
+    "shard_load": ("shard-load", ["--rows", "200000", "--codec-rows", "20000", "--acoustic-rows", "4000",
+                                  "--repeats", "2"]),
     "out_of_core": ("out-of-core", ["--rows", "1000000", "--memory-limit", "400MiB", "--maxiter", "3",
                                     "--repeats", "2"]),
 }

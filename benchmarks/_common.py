@@ -62,6 +62,25 @@ def machine() -> dict[str, Any]:
     }
 
 
+def codec_name(codec: Any) -> str:
+    """A Zarr compressor as ``blosc-<cname>-<clevel>``, ``<name>-<level>`` or ``none``."""
+    if codec is None:
+        return "none"
+    described = codec.to_dict()
+    config = described.get("configuration", {})
+    if described["name"] == "blosc":
+        return f"blosc-{config['cname']}-{config['clevel']}"
+    return f"{described['name']}-{config.get('level', '')}"
+
+
+def stored_codec(data: Any) -> str:
+    """:func:`codec_name` of the compressor a dense dataset's ``X`` is stored with."""
+    import zarr
+
+    compressors = zarr.open_group(str(data.path), mode="r")["X"].compressors
+    return codec_name(compressors[0] if compressors else None)
+
+
 def write_report(name: str, text: str) -> Path:
     """``RESULTS-<name>.md`` in :data:`OUT`."""
     OUT.mkdir(parents=True, exist_ok=True)

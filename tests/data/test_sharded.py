@@ -109,6 +109,53 @@ def test_load_rows_reads_only_the_chunks_touched(tmp_path, Xy) -> None:
         ds.load_rows(0, 5)
 
 
+CODECS = {
+    "default": "default", "none": None, "zstd": zarr.codecs.ZstdCodec(level=3),
+    "zstd-checksum": zarr.codecs.ZstdCodec(level=1, checksum=True),
+    "blosc-lz4": zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle"),
+    "gzip (through zarr)": zarr.codecs.GzipCodec(),
+}
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_whole_shards_decode_into_the_result_with_zarrs_bits(tmp_path, codec, dtype) -> None:
+    """Whole shards are decoded straight from their chunk files (Blosc, Zstd, none; other
+    codecs through zarr): the same bits and dtypes as zarr's read, the padded last shard
+    cut to its rows, weights and 2-D y too; ranges that cut a shard go through zarr."""
+    from dasklbfgs.data._chunks import chunk_decoder
+
+    rng = np.random.default_rng(1)
+    X, Y, w = rng.normal(size=(107, 6)), rng.normal(size=(107, 2)).astype(np.float32), rng.random(107)
+    ds = ShardedDataset.create(tmp_path / "d", X, Y, sample_weight=w, shard_rows=20, compressor=CODECS[codec],
+                               dtype=dtype)
+    group = zarr.open_group(str(tmp_path / "d"), mode="r")
+    assert (chunk_decoder(group["X"]) is None) == codec.endswith("(through zarr)")
+    for start, stop in [(0, 107), (20, 60), (100, 107), (80, 107), (0, 20), (5, 47), (101, 104)]:
+        Xr, Yr = ds.load_rows(start, stop)
+        assert Xr.dtype == dtype and Yr.dtype == np.float32
+        np.testing.assert_array_equal(Xr, group["X"][start:stop])
+        np.testing.assert_array_equal(Xr, X[start:stop].astype(dtype))
+        np.testing.assert_array_equal(Yr, Y[start:stop])
+        np.testing.assert_array_equal(ds.load_weights(start, stop), w[start:stop])
+    X4, _ = ds.load_shard(4)
+    assert X4.flags.c_contiguous and X4.flags.aligned and X4.flags.writeable
+
+
+@pytest.mark.parametrize("codec", ["default", "none", "zstd", "blosc-lz4"])
+def test_a_damaged_chunk_is_named_not_decoded_as_garbage(tmp_path, Xy, codec) -> None:
+    """A truncated chunk file is an error naming the shard (Blosc itself would read past
+    the end of the file its header describes)."""
+    X, y = Xy
+    ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=25, compressor=CODECS[codec])
+    chunk = tmp_path / "d" / "X" / "c" / "1" / "0"
+    chunk.write_bytes(chunk.read_bytes()[:-9])  # truncated
+    np.testing.assert_array_equal(ds.load_shard(0)[0], X[:25])  # the other shards still read
+    with pytest.raises(CorruptDatasetError, match=r"cannot decode X of the dataset at .* in shard\(s\) \[1\] "
+                                                  r"\(rows \[25, 50\)\): .*a chunk file is damaged, rewrite the dataset"):
+        ds.load_shard(1)
+
+
 def test_two_dimensional_y(tmp_path) -> None:
     X, Y = np.ones((10, 2)), np.arange(20.0).reshape(10, 2)
     ds = ShardedDataset.create(tmp_path / "d", X, Y, shard_rows=4)
