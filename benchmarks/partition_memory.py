@@ -94,7 +94,8 @@ def render(out: dict) -> str:
         if "workers" not in run:
             lines += [f"{title}: {run}", ""]
             continue
-        lines += [f"{title}: trained {run['steps']} steps in {run['seconds']:.1f} s ({run['message']}); mini-batch "
+        lines += [f"{title}: trained {run['steps']} steps in {run['seconds']:.1f} s, "
+                  f"{run['examples_per_second']:.0f} examples/s end to end ({run['message']}); mini-batch "
                   f"loss {run['first_loss']:.3f} at the first poll, {run['last_loss']:.3f} at the last.", ""]
     lines += ["| run | worker | planned by Downpour MiB | resident before MiB | peak resident MiB | limit MiB |",
               "|---|---|---|---|---|---|"]
