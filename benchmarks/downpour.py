@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -30,6 +30,7 @@ from benchmarks._common import (
     accuracy_curve,
     acoustic_splits,
     machine,
+    median_seconds,
     report_header,
     time_to,
     write_report,
@@ -39,33 +40,128 @@ from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.solvers._replicas.batches import epoch_order
+from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local, remote_first, wait_all
+from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.models import MLP, Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import adagrad
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 
 
-def fetch_push_seconds(shards, bounds, n_params, repeats, dtype):
-    """Median time of one replica step's communication, measured inside a replica task:
-    a push to every shard whose reply carries the updated slice (the fetch)."""
+class Echo:
+    """An actor that returns what it is sent: a loopback round trip by Dask's most direct means."""
+
+    async def echo(self, x: Any) -> Any:
+        return x
+
+
+def fetch_push_seconds(shards, bounds, n_params, repeats, dtype, *, in_process=True):
+    """Median time of one replica step's communication, measured inside a replica task with
+    the replica's own calls: a push to every shard (remote shards first, the shard on this
+    worker called in process unless ``in_process=False``) whose reply carries the updated
+    slice (the fetch), the gradient encoded to ``dtype`` and the fetched values copied into
+    the parameters."""
     from distributed import secede
 
-    from dasklbfgs.solvers.downpour.wire import Wire
-
     secede()
+    shards = bind_local(shards) if in_process else shards
     wire = Wire(bounds, dtype)
-    grad = np.full(n_params, 1e-6)
+    grad = _gradient(n_params)
     versions = [c.result()[1] for c in [s.fetch(dtype) for s in shards]]
     params = np.zeros(n_params)
-    times = []
-    for _ in range(repeats + 2):
-        t0 = time.perf_counter()
-        calls = [s.push(p, v, 0, 1, 0.0, True) for s, p, v in zip(shards, wire.payloads(grad, None), versions)]
-        replies = [c.result() for c in calls]
+
+    def step():
+        payloads = wire.payloads(grad, None)
+        calls = remote_first(shards, lambda i, s: s.push(payloads[i], versions[i], 0, 1, 0.0, True))
+        replies = wait_all(calls)
         wire.apply_fetched(params, [r[2] for r in replies])
-        versions = [r[0] for r in replies]
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[2:])
+        versions[:] = [r[0] for r in replies]
+
+    return median_seconds(step, repeats, warmup=2)
+
+
+def _gradient(n: int) -> np.ndarray:
+    """A gradient-like vector (random, so nothing on the way can shortcut constant data)."""
+    return np.random.default_rng(0).standard_normal(n) * 1e-3
+
+
+def exchange_parts(shards, echo, bounds, n_params, repeats):
+    """What one step's float32 fetch + push is made of, measured in a replica task next to
+    its limits: a memcpy of the bytes, a loopback round trip of them to the other worker,
+    and each piece of the exchange alone (ms, medians)."""
+    import asyncio
+
+    from distributed import get_worker, secede
+    from distributed.protocol import dumps, to_serialize
+
+    secede()
+    local = bind_local(shards)
+    remote = next(i for i, s in enumerate(local) if not isinstance(s, OnWorkerLoop))
+    mine = next(i for i, s in enumerate(local) if isinstance(s, OnWorkerLoop))
+    grad = _gradient(n_params)
+    wire = grad.astype(np.float32)
+    a, b = bounds[remote]
+    half, copy_into, params = wire[a:b].copy(), np.empty_like(wire), np.zeros(n_params)
+    loop = get_worker().loop.asyncio_loop
+
+    async def nothing():
+        return None
+
+    frames = dumps({"args": [to_serialize(half)]})
+    zero_copy = any(np.shares_memory(np.frombuffer(f, np.uint8), half.view(np.uint8)) for f in frames
+                    if memoryview(f).nbytes >= half.nbytes)
+    slice_values = np.zeros(b - a)
+    rule, update_slice = adagrad(0.1), grad[a:b].copy()
+    state = rule.init(slice_values)
+    parts = {
+        "memcpy": lambda: np.copyto(copy_into, wire),
+        "encode": lambda: grad.astype(np.float32),
+        "decode": lambda: np.copyto(params, wire),
+        "serialize": lambda: dumps({"args": [to_serialize(half)]}),
+        "loop_hop": lambda: asyncio.run_coroutine_threadsafe(nothing(), loop).result(),
+        "empty_call": lambda: echo.echo(None).result(),
+        "echo_remote_slice": lambda: echo.echo(half).result(),
+        "echo_all": lambda: echo.echo(wire).result(),
+        "update_slice": lambda: rule.apply(update_slice, state, slice_values),
+        "reply_values": lambda: slice_values.astype(np.float32),
+        "push_local": lambda: local[mine].push(wire[slice(*bounds[mine])], 0, 0, 1, 0.0, True).result(),
+        "push_remote": lambda: local[remote].push(half, 0, 0, 1, 0.0, True).result(),
+    }
+    out = {name: 1e3 * median_seconds(fn, repeats, warmup=2) for name, fn in parts.items()}
+    out["serialize_zero_copy"] = bool(zero_copy)
+    out["bytes_each_way"] = int(wire.nbytes)
+    out["remote_bytes_each_way"] = int(half.nbytes)
+    return out
+
+
+def measure_exchange(client, workers, args) -> dict:
+    """Section 1: fetch + push of ``args.params`` parameters over 2 shards, its parts and its limits."""
+    bounds = param_bounds(args.params, 2)
+    shards = [client.submit(ParameterShard, i, a, b, np.zeros(b - a), "adagrad", {"learning_rate": 0.1},
+                            actor=True, workers=[workers[i]]).result() for i, (a, b) in enumerate(bounds)]
+    echo = client.submit(Echo, actor=True, workers=[workers[1]]).result()
+
+    def in_replica(fn, *fn_args, **kwargs):
+        return client.submit(fn, *fn_args, workers=[workers[0]], pure=False, **kwargs).result()
+
+    # Rounds of every measurement, interleaved; each figure is its best round (a median of
+    # ``repeats``): on a machine shared with other jobs, a round that met their load says
+    # more about them than about the exchange, and all figures are taken alike.
+    rounds = []
+    for _ in range(EXCHANGE_ROUNDS):
+        timed = {dtype: in_replica(fetch_push_seconds, shards, bounds, args.params, args.repeats, dtype)
+                 for dtype in ("float64", "float32")}
+        timed["float32_all_over_tcp"] = in_replica(fetch_push_seconds, shards, bounds, args.params, args.repeats,
+                                                   "float32", in_process=False)
+        rounds.append((timed, in_replica(exchange_parts, shards, echo, bounds, args.params, args.repeats)))
+    out = {"params": args.params, "shards": 2, "rounds": EXCHANGE_ROUNDS}
+    out.update({key: min(timed[key] for timed, _ in rounds) for key in rounds[0][0]})
+    out["parts_ms"] = {key: (min(parts[key] for _, parts in rounds) if isinstance(value, float) else value)
+                       for key, value in rounds[0][1].items()}
+    return out
+
+
+EXCHANGE_ROUNDS = 3
 
 
 def in_process_sgd(model, train, test, *, batch_size, learning_rate, epochs, eval_every, target, seed, x0=None):
@@ -96,33 +192,38 @@ def in_process_sgd(model, train, test, *, batch_size, learning_rate, epochs, eva
 
 def compute_heavy(client, args) -> dict:
     """Time to a held-out accuracy with 1 and 2 replicas on a compute-heavy MLP: runs
-    interleaved (1, 2, 1, 2, ...), the target 85% of the best final accuracy of any run."""
+    interleaved (1, 2, 1, 2, ...), the target 85% of the best final accuracy of any run;
+    then ``args.heavy_overlap_runs`` runs of each with ``overlap=True``, for the breakdown."""
     splits = acoustic_splits(args.data_dir, args.heavy_rows, args.heavy_classes)
     train, test = splits["train"], splits["test"]
     model = MLP(440, tuple(args.heavy_hidden), args.heavy_classes, activation="relu", l2=1e-6)
     x0 = model.init_params(0)
+
+    def run(replicas: int, overlap: bool) -> dict:
+        result = downpour_sgd(model, train, client=client, x0=x0, n_replicas=replicas, n_param_shards=2,
+                              batch_size=args.heavy_batch_size, learning_rate=args.heavy_rate,
+                              epochs=args.heavy_epochs, eval_data=test, eval_every=args.heavy_eval_every,
+                              defer_eval=True, poll_interval=0.01, wire_dtype="float32", overlap=overlap)
+        s = result.stats
+        print(f"MLP, {replicas} replica(s){', overlap' if overlap else ''}: {result.final['eval_accuracy']:.3f} "
+              f"in {s['wall_seconds']:.1f} s", flush=True)
+        return {"curve": accuracy_curve(result.history), "final": result.final["eval_accuracy"],
+                "seconds": s["wall_seconds"], "steps": result.nit, "updates_per_second": s["updates_per_second"],
+                **{key: s[key] for key in STEP_PARTS}, "staleness": s["staleness"]}
+
     runs: dict[int, list[dict]] = {1: [], 2: []}
     for _ in range(args.heavy_repeats):
         for replicas in (1, 2):
-            result = downpour_sgd(model, train, client=client, x0=x0, n_replicas=replicas, n_param_shards=2,
-                                  batch_size=args.heavy_batch_size, learning_rate=args.heavy_rate,
-                                  epochs=args.heavy_epochs, eval_data=test, eval_every=args.heavy_eval_every,
-                                  defer_eval=True, poll_interval=0.01, wire_dtype="float32")
-            s = result.stats
-            runs[replicas].append({"curve": accuracy_curve(result.history), "final": result.final["eval_accuracy"],
-                                   "seconds": s["wall_seconds"], "steps": result.nit,
-                                   "updates_per_second": s["updates_per_second"],
-                                   "seconds_per_step": s["seconds_per_step"],
-                                   "seconds_computing_per_step": s["seconds_computing_per_step"],
-                                   "staleness": s["staleness"]})
-            print(f"MLP, {replicas} replica(s): {runs[replicas][-1]['final']:.3f} in {s['wall_seconds']:.1f} s",
-                  flush=True)
+            runs[replicas].append(run(replicas, overlap=False))
+    overlapped = {replicas: [run(replicas, overlap=True) for _ in range(args.heavy_overlap_runs)]
+                  for replicas in (1, 2)}
     target = round(0.85 * max(r["final"] for rs in runs.values() for r in rs), 3)
-    for rs in runs.values():
+    for rs in [*runs.values(), *overlapped.values()]:
         for r in rs:
             r["seconds_to_target"] = time_to(r["curve"], target)
     out: dict = {"model": repr(model), "params": model.n_params, "train_rows": train.n_samples,
-                 "test_rows": test.n_samples, "target": target, "runs": {str(k): v for k, v in runs.items()}}
+                 "test_rows": test.n_samples, "target": target, "runs": {str(k): v for k, v in runs.items()},
+                 "overlap_runs": {str(k): v for k, v in overlapped.items()}}
     medians = {k: _median([r["seconds_to_target"] for r in rs]) for k, rs in runs.items()}
     out["median_seconds_to_target"] = {str(k): v for k, v in medians.items()}
     if medians[1] and medians[2]:
@@ -132,6 +233,10 @@ def compute_heavy(client, args) -> dict:
                                              eval_every=args.heavy_eval_every, target=target, seed=0, x0=x0)
     out["in_process"] = {"seconds_to_target": seconds, "steps_to_target": step, "final_accuracy": accuracy}
     return out
+
+
+#: A replica step's parts, as Downpour's stats give them (medians over replicas).
+STEP_PARTS = ("seconds_per_step", "seconds_computing_per_step", "seconds_waiting_per_step")
 
 
 def _median(values: list[float | None]) -> float | None:
@@ -144,6 +249,42 @@ def time_to_target(result, target):
         if entry.get("eval_accuracy", 0.0) >= target:
             return entry["time"], entry["step"]
     return None, result.nit
+
+
+def softmax_runs(client, args) -> dict:
+    """Section 2: time to a held-out accuracy on softmax, 1 vs 2 replicas and one process."""
+    root = args.data_dir / f"multinomial-{args.rows}x{args.features}x{args.classes}"
+    problem = SyntheticProblem("multinomial", n_features=args.features, n_classes=args.classes, seed=0)
+    train = _dataset(root / "train", problem.blocks(args.rows))
+    test = _dataset(root / "test", problem.blocks(max(args.rows // 10, 1000), first_block=10**6))
+    model = Softmax(args.features, args.classes, l2=1e-5)
+    best = sandblaster_lbfgs(model, train, client=client, maxiter=200)
+    best_accuracy = evaluate_model(model, best.x, test)["accuracy"]
+    target = best_accuracy - 0.02
+    target_info = {"sandblaster_accuracy": best_accuracy, "target_accuracy": target,
+                   "sandblaster_seconds": best.timing["total_seconds"]}
+    runs = {}
+    for replicas in (1, 2):
+        result = downpour_sgd(model, train, client=client, n_replicas=replicas, n_param_shards=2,
+                              batch_size=args.batch_size, learning_rate=args.learning_rate,
+                              epochs=args.epochs, eval_data=test, eval_every=args.eval_every, defer_eval=True,
+                              poll_interval=0.01)
+        seconds, step = time_to_target(result, target)
+        runs[replicas] = {"seconds_to_target": seconds, "steps_to_target": step,
+                          "final_accuracy": result.final["eval_accuracy"],
+                          "updates_per_second": result.stats["updates_per_second"],
+                          "examples_per_second": result.stats["examples_per_second"],
+                          "staleness": result.stats["staleness"]}
+    seconds, step, accuracy = in_process_sgd(model, train, test, batch_size=args.batch_size,
+                                             learning_rate=args.learning_rate, epochs=args.epochs,
+                                             eval_every=args.eval_every, target=target, seed=0)
+    out: dict = {"target": target_info,
+                 "runs": {"1": runs[1], "2": runs[2],
+                          "in_process": {"seconds_to_target": seconds, "steps_to_target": step,
+                                         "final_accuracy": accuracy}}}
+    if runs[1]["seconds_to_target"] and runs[2]["seconds_to_target"]:
+        out["two_over_one"] = runs[2]["seconds_to_target"] / runs[1]["seconds_to_target"]
+    return out
 
 
 def main(argv=None) -> None:
@@ -166,6 +307,10 @@ def main(argv=None) -> None:
     parser.add_argument("--heavy-epochs", type=int, default=2)
     parser.add_argument("--heavy-eval-every", type=int, default=25)
     parser.add_argument("--heavy-repeats", type=int, default=3)
+    parser.add_argument("--heavy-overlap-runs", type=int, default=1,
+                        help="MLP runs of 1 and 2 replicas with overlap=True, after the others")
+    parser.add_argument("--exchange-only", action="store_true",
+                        help="measure and print the fetch + push section only (nothing is recorded)")
     args = parser.parse_args(argv)
     command = " ".join(["python -m benchmarks.downpour",
                         *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
@@ -174,49 +319,15 @@ def main(argv=None) -> None:
     with connect(n_workers=2, dashboard_address=None) as client:
         client.wait_for_workers(2)
         workers = sorted(client.scheduler_info()["workers"])
-        # 1. Fetch + push of 1M parameters over 2 shards, measured inside a replica task.
-        bounds = param_bounds(args.params, 2)
-        futures = [client.submit(ParameterShard, i, a, b, np.zeros(b - a), "adagrad", {"learning_rate": 0.1},
-                                 actor=True, workers=[workers[i]]) for i, (a, b) in enumerate(bounds)]
-        shards = [f.result() for f in futures]
-        out["fetch_push"] = {"params": args.params, "shards": 2}
-        for dtype in ("float64", "float32"):
-            out["fetch_push"][dtype] = client.submit(
-                fetch_push_seconds, shards, bounds, args.params, args.repeats, dtype,
-                workers=[workers[0]], pure=False).result()
-        del shards, futures
+        # 1. Fetch + push of 1M parameters over 2 shards, measured inside a replica task,
+        #    beside its parts and limits.
+        out["fetch_push"] = measure_exchange(client, workers, args)
 
+        if args.exchange_only:  # a quick look at section 1: printed, nothing recorded
+            print("\n".join(render_exchange(out["fetch_push"], args)))
+            return
         # 2. Time to a held-out accuracy: 1 vs 2 replicas, and one process.
-        root = args.data_dir / f"multinomial-{args.rows}x{args.features}x{args.classes}"
-        problem = SyntheticProblem("multinomial", n_features=args.features, n_classes=args.classes, seed=0)
-        train = _dataset(root / "train", problem.blocks(args.rows))
-        test = _dataset(root / "test", problem.blocks(max(args.rows // 10, 1000), first_block=10**6))
-        model = Softmax(args.features, args.classes, l2=1e-5)
-        best = sandblaster_lbfgs(model, train, client=client, maxiter=200)
-        best_accuracy = evaluate_model(model, best.x, test)["accuracy"]
-        target = best_accuracy - 0.02
-        out["target"] = {"sandblaster_accuracy": best_accuracy, "target_accuracy": target,
-                         "sandblaster_seconds": best.timing["total_seconds"]}
-        runs = {}
-        for replicas in (1, 2):
-            result = downpour_sgd(model, train, client=client, n_replicas=replicas, n_param_shards=2,
-                                  batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                  epochs=args.epochs, eval_data=test, eval_every=args.eval_every, defer_eval=True,
-                                  poll_interval=0.01)
-            seconds, step = time_to_target(result, target)
-            runs[replicas] = {"seconds_to_target": seconds, "steps_to_target": step,
-                              "final_accuracy": result.final["eval_accuracy"],
-                              "updates_per_second": result.stats["updates_per_second"],
-                              "examples_per_second": result.stats["examples_per_second"],
-                              "staleness": result.stats["staleness"]}
-        seconds, step, accuracy = in_process_sgd(model, train, test, batch_size=args.batch_size,
-                                                 learning_rate=args.learning_rate, epochs=args.epochs,
-                                                 eval_every=args.eval_every, target=target, seed=0)
-        out["runs"] = {"1": runs[1], "2": runs[2],
-                       "in_process": {"seconds_to_target": seconds, "steps_to_target": step,
-                                      "final_accuracy": accuracy}}
-        if runs[1]["seconds_to_target"] and runs[2]["seconds_to_target"]:
-            out["two_over_one"] = runs[2]["seconds_to_target"] / runs[1]["seconds_to_target"]
+        out.update(softmax_runs(client, args))
 
         # 3. The same on a compute-heavy MLP.
         if args.heavy_repeats:
@@ -243,9 +354,7 @@ def render(out, args) -> str:
 
     lines = [
         *report_header('Downpour SGD benchmark', out["command"], m),
-        f"One step's communication for {fp['params']:,} parameters over {fp['shards']} Adagrad shards, from a "
-        f"replica task (push, with the updated slice in the reply; median of {args.repeats}): "
-        f"**{1e3 * fp['float32']:.1f} ms** with float32 on the wire, {1e3 * fp['float64']:.1f} ms with float64.", "",
+        *render_exchange(fp, args),
         f"Time to {t['target_accuracy']:.3f} held-out accuracy (Sandblaster's optimum {t['sandblaster_accuracy']:.3f} "
         f"minus 0.02) on softmax {args.rows:,} x {args.features}, {args.classes} classes; batch {args.batch_size}, "
         f"Adagrad rate {args.learning_rate}, held-out scored every {args.eval_every} global steps (after each run, `defer_eval=True`, so scoring takes no "
@@ -266,6 +375,48 @@ def render(out, args) -> str:
     if "heavy" in out:
         lines += render_heavy(out["heavy"], args)
     return "\n".join(lines)
+
+
+def render_exchange(fp: dict, args) -> list[str]:
+    """Section 1: the fetch + push, its limits and what it is made of."""
+    p = fp["parts_ms"]
+    step = 1e3 * fp["float32"]
+    mib, remote_mib = p["bytes_each_way"] / 2**20, p["remote_bytes_each_way"] / 2**20
+    remote_floor = p["echo_remote_slice"] + p["update_slice"] + p["reply_values"]
+    rows = [
+        ("memcpy of the pushed bytes (numpy copy, one way)", p["memcpy"]),
+        (f"loopback round trip of all {mib:.1f} MiB to the other worker (actor echo)", p["echo_all"]),
+        (f"loopback round trip of the remote shard's {remote_mib:.1f} MiB (actor echo)", p["echo_remote_slice"]),
+        ("empty actor call to the other worker (round trip, event-loop hops)", p["empty_call"]),
+        ("one hop onto the worker's event loop and back (in-process call overhead)", p["loop_hop"]),
+        ("serialize the remote push's message "
+         f"({'zero-copy: the array travels as its own frame' if p['serialize_zero_copy'] else 'copies the array'})",
+         p["serialize"]),
+        ("encode: the float64 gradient to float32 (replica)", p["encode"]),
+        ("Adagrad update of one shard's slice, in place (shard)", p["update_slice"]),
+        ("the updated slice to float32 for the reply (shard)", p["reply_values"]),
+        ("decode: fetched float32 into the float64 parameters (replica)", p["decode"]),
+        ("push + fetch to the shard on the replica's worker alone (in process)", p["push_local"]),
+        ("push + fetch to the remote shard alone (over TCP)", p["push_remote"]),
+    ]
+    lines = [
+        f"One step's communication for {fp['params']:,} parameters over {fp['shards']} Adagrad shards, from a "
+        f"replica task with the replica's calls (push, with the updated slice in the reply; the remote shard "
+        f"called first, the shard on the replica's worker in process; the best of {fp['rounds']} interleaved "
+        f"rounds, each a median of {args.repeats}, as for every figure of this section): "
+        f"**{step:.1f} ms** with float32 on the wire, {1e3 * fp['float64']:.1f} ms with float64; "
+        f"{1e3 * fp['float32_all_over_tcp']:.1f} ms with float32 when both shards are called over TCP.", "",
+        f"Its limits, measured in the same replica task: a memcpy of the {mib:.1f} MiB pushed takes "
+        f"{p['memcpy']:.2f} ms (fetch + push = **{step / p['memcpy']:.0f}x** it), a loopback round trip of them "
+        f"to the other worker {p['echo_all']:.2f} ms (**{step / p['echo_all']:.2f}x**). The step's critical "
+        f"path is the remote shard's half: its round trip ({p['echo_remote_slice']:.2f} ms) + its update "
+        f"({p['update_slice']:.2f} ms) + its reply's conversion ({p['reply_values']:.2f} ms) = "
+        f"{remote_floor:.2f} ms (fetch + push = **{step / remote_floor:.2f}x** that floor); the shard on the "
+        "replica's worker updates its half meanwhile.", "",
+        "| part (float32 wire, medians) | ms |", "|---|---:|",
+        *(f"| {name} | {ms:.2f} |" for name, ms in rows), "",
+    ]
+    return lines
 
 
 def render_heavy(h: dict, args) -> list[str]:
@@ -300,7 +451,28 @@ def render_heavy(h: dict, args) -> list[str]:
         lines += ["", ratio]
     staleness = h["runs"]["2"][0]["staleness"]
     lines += ["", f"Staleness with 2 replicas (lag in pushes: count), first run: {staleness}", ""]
-    return lines
+    return lines + render_step_parts(h)
+
+
+def render_step_parts(h: dict) -> list[str]:
+    """A replica step's parts (medians over the runs): its own gradient, the wait for the
+    shards' replies, and the rest (encoding, decoding, batches, checks)."""
+    lines = ["### Where a replica's step goes", "",
+             "Per replica step, medians over the runs above (and over the `overlap=True` runs: each push stays "
+             "in flight while the next gradient is computed). *Not gradient* is the share of the step spent on "
+             "anything but the replica's own gradient (target: at most 15%).", "",
+             "| replicas | overlap | step | own gradient | waiting for the shards | rest | not gradient "
+             "| seconds to target |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for overlap, group in ((False, h["runs"]), (True, h.get("overlap_runs", {}))):
+        for k, rs in group.items():
+            if not rs:
+                continue
+            step, gradient, waiting = (float(np.median([r[key] for r in rs])) * 1e3 for key in STEP_PARTS)
+            reached = _median([r["seconds_to_target"] for r in rs])
+            lines.append(f"| {k} | {'yes' if overlap else 'no'} | {step:.1f} ms | {gradient:.1f} ms | "
+                         f"{waiting:.1f} ms | {step - gradient - waiting:.1f} ms | **{1 - gradient / step:.0%}** | "
+                         f"{'not reached' if reached is None else f'{reached:.1f}'} |")
+    return [*lines, ""]
 
 
 if __name__ == "__main__":

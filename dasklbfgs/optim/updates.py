@@ -12,7 +12,7 @@ unit test and inside a Downpour parameter shard (docs/algorithms.md §3).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,7 +34,8 @@ class UpdateRule(NamedTuple):
     #: A zero gradient is a zero step and leaves the state alone, so updating only the
     #: entries a sparse gradient carries gives exactly the dense result.
     sparse_exact: bool = False
-    #: ``apply(grad, state, params)``: ``update`` and ``params += delta`` in place, blockwise.
+    #: ``apply(grad, state, params)``: ``update`` and ``params += delta`` in place, blockwise
+    #: (``grad`` float64, or float32 converted block by block).
     apply: Callable[[np.ndarray, State, np.ndarray], None] | None = None
 
 
@@ -44,6 +45,20 @@ BLOCK = 1 << 15
 
 def _blocks(size: int) -> list[slice]:
     return [slice(start, min(start + BLOCK, size)) for start in range(0, size, BLOCK)]
+
+
+def _gradient_blocks(grad: np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
+    """Each block's slice and the gradient there as float64: a float32 gradient (as it comes
+    off the wire) is converted one block at a time into one block-sized buffer, never copied
+    whole (the conversion is exact, so the step's bits are those of a float64 gradient)."""
+    buffer = None if grad.dtype == np.float64 else np.empty(min(BLOCK, len(grad)))
+    for b in _blocks(len(grad)):
+        if buffer is None:
+            yield b, grad[b]
+        else:
+            g = buffer[: b.stop - b.start]
+            np.copyto(g, grad[b])
+            yield b, g
 
 
 def _check_rate(learning_rate: Any) -> float:
@@ -68,8 +83,8 @@ def sgd(learning_rate: float) -> UpdateRule:
 
     def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
         scratch = np.empty(min(BLOCK, len(params)))
-        for b in _blocks(len(params)):
-            step = np.multiply(grad[b], -lr, out=scratch[: b.stop - b.start])
+        for b, g in _gradient_blocks(grad):
+            step = np.multiply(g, -lr, out=scratch[: b.stop - b.start])
             params[b] += step
 
     return UpdateRule("sgd", {"learning_rate": lr}, init, update, sparse_exact=True, apply=apply)
@@ -91,8 +106,8 @@ def momentum(learning_rate: float, beta: float = 0.9, nesterov: bool = False) ->
 
     def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
         scratch = np.empty(min(BLOCK, len(params)))
-        for b in _blocks(len(params)):
-            g, velocity, step = grad[b], state["velocity"][b], scratch[: b.stop - b.start]
+        for b, g in _gradient_blocks(grad):
+            velocity, step = state["velocity"][b], scratch[: b.stop - b.start]
             velocity *= beta
             velocity += g
             if nesterov:
@@ -133,8 +148,8 @@ def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float 
 
     def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
         scratch = np.empty(min(BLOCK, len(params)))
-        for b in _blocks(len(params)):
-            g, accumulator, step = grad[b], state["accumulator"][b], scratch[: b.stop - b.start]
+        for b, g in _gradient_blocks(grad):
+            accumulator, step = state["accumulator"][b], scratch[: b.stop - b.start]
             np.multiply(g, g, out=step)
             accumulator += step
             np.sqrt(accumulator, out=step)

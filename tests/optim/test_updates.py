@@ -40,9 +40,11 @@ def test_adagrad_two_steps() -> None:
 @pytest.mark.parametrize("rule", [sgd(0.3), momentum(0.1, beta=0.9), momentum(0.1, beta=0.5, nesterov=True),
                                   adagrad(0.5, eps=1e-7, initial_accumulator=0.1)],
                          ids=["sgd", "momentum", "nesterov", "adagrad"])
-def test_in_place_steps_have_the_bits_of_update(rule) -> None:
+@pytest.mark.parametrize("wire", [np.float64, np.float32])
+def test_in_place_steps_have_the_bits_of_update(rule, wire) -> None:
     """``apply`` (blockwise, in place: what a parameter shard does) gives the very bits of
-    ``update`` and ``params += delta``, over several blocks and a ragged last one."""
+    ``update`` and ``params += delta``, over several blocks and a ragged last one; a float32
+    gradient (off the wire, converted block by block) those of its float64 conversion."""
     from dasklbfgs.optim.updates import BLOCK
 
     rng = np.random.default_rng(0)
@@ -50,8 +52,8 @@ def test_in_place_steps_have_the_bits_of_update(rule) -> None:
     params, state = rng.normal(size=size), rule.init(np.zeros(size))
     in_place, in_place_state = params.copy(), {k: v.copy() for k, v in state.items()}
     for _ in range(3):
-        grad = rng.normal(size=size)
-        delta, state = rule.update(grad, state)
+        grad = rng.normal(size=size).astype(wire)
+        delta, state = rule.update(grad.astype(np.float64), state)
         params += delta
         rule.apply(grad, in_place_state, in_place)
     np.testing.assert_array_equal(in_place, params)

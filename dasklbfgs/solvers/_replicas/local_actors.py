@@ -12,9 +12,10 @@ fresh arrays from ``fetch`` and ``push``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-__all__ = ["ActorRef", "OnWorkerLoop", "bind_local", "wait_all"]
+__all__ = ["ActorRef", "OnWorkerLoop", "bind_local", "remote_first", "wait_all"]
 
 
 class ActorRef(NamedTuple):
@@ -55,6 +56,16 @@ class OnWorkerLoop:
 def wait_all(calls: list[Any]) -> list[Any]:
     """The replies of actor calls (or :class:`OnWorkerLoop` calls), all sent before the first wait."""
     return [c.result() for c in calls]
+
+
+def remote_first(handles: list[Any], call: Callable[[int, Any], Any]) -> list[Any]:
+    """``call(i, handle)`` for every handle, in the handles' order, started remote handles
+    first: a call to an actor on this worker runs on the event loop that also writes the
+    remote calls' requests, so those go out before its work begins and both overlap."""
+    calls: dict[int, Any] = {}
+    for i in sorted(range(len(handles)), key=lambda i: isinstance(handles[i], OnWorkerLoop)):
+        calls[i] = call(i, handles[i])
+    return [calls[i] for i in range(len(handles))]
 
 
 def bind_local(handles: list[Any]) -> list[Any]:

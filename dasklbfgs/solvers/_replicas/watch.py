@@ -144,14 +144,19 @@ def _sample_objective(model: Model, data: Any, rows: tuple[int, int], params: np
 
 def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
     """Per replica step, medians over replicas: wall time in the training loop, time
-    computing gradients, and the rest (exchanging, waiting for peers, updating)."""
-    per_step = [(t["seconds_in_loop"] / t["steps"], t["seconds_computing"] / t["steps"]) for t in tallies if t["steps"]]
-    if not per_step:
+    computing gradients, and the rest (exchanging, waiting for peers, updating); with
+    replicas that time their waits for replies (Downpour's), that wait too."""
+    counted = [t for t in tallies if t["steps"]]
+    if not counted:
         return {"seconds_per_step": math.nan, "seconds_computing_per_step": math.nan,
                 "seconds_exchanging_per_step": math.nan}
-    loop, computing = (float(np.median(v)) for v in zip(*per_step))
-    return {"seconds_per_step": loop, "seconds_computing_per_step": computing,
-            "seconds_exchanging_per_step": loop - computing}
+    loop, computing = (float(np.median([t[key] / t["steps"] for t in counted]))
+                       for key in ("seconds_in_loop", "seconds_computing"))
+    timing = {"seconds_per_step": loop, "seconds_computing_per_step": computing,
+              "seconds_exchanging_per_step": loop - computing}
+    if all("seconds_waiting" in t for t in counted):
+        timing["seconds_waiting_per_step"] = float(np.median([t["seconds_waiting"] / t["steps"] for t in counted]))
+    return timing
 
 
 def replies_or_none(calls: list[Any], timeout: float) -> list[Any]:

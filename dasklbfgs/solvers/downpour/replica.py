@@ -22,7 +22,7 @@ import numpy as np
 from dasklbfgs._wire import free_answered_calls
 from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers._replicas.local_actors import bind_local
+from dasklbfgs.solvers._replicas.local_actors import bind_local, remote_first
 from dasklbfgs.solvers.downpour.shard import ShardMoved
 from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.models.base import Model
@@ -90,6 +90,7 @@ class DownpourReplica(ReplicaTask):
         self.touched = np.zeros(config.table.n_rows, dtype=bool) if config.sparse else None
         self.accrued_steps, self.accrued_loss = 0, 0.0
         self.fetches = self.pushes = self.reconnects = 0
+        self.seconds_waiting = 0.0  # for the shards' replies: the exchange's share of a step
         self.params = np.zeros(model.n_params)
         self.versions: list[int] = [0] * len(self.shards)
         self.computed_from = self.versions  # the versions the accrued gradient was computed from
@@ -107,8 +108,9 @@ class DownpourReplica(ReplicaTask):
         return shards
 
     def send(self, call: ShardCall) -> Sent:
-        """Start ``call`` on every shard (all in flight before the first wait)."""
-        return _start(lambda: [call(i, s) for i, s in enumerate(self.shards)]), call, self.generation
+        """Start ``call`` on every shard (all in flight before the first wait; the remote
+        shards first, :func:`remote_first`)."""
+        return _start(lambda: remote_first(self.shards, call)), call, self.generation
 
     def replies(self, sent: Sent) -> list[Any]:
         """The replies of calls in flight. A shard handed over to another worker refused the
@@ -116,6 +118,7 @@ class DownpourReplica(ReplicaTask):
         is lost to a handover. Any other failure is a lost shard (:class:`_ShardsLost`)."""
         calls, call, generation = sent
         replies = []
+        waiting_since = time.perf_counter()
         for i, pending in enumerate(calls):
             sent_to = generation
             while True:
@@ -129,6 +132,7 @@ class DownpourReplica(ReplicaTask):
                     pending = _start(lambda: [call(i, self.shards[i])])[0]  # noqa: B023 - used at once
                 except Exception as exc:  # the actor's worker died: RuntimeError, CommClosedError, OSError
                     raise _ShardsLost(str(exc)) from exc
+        self.seconds_waiting += time.perf_counter() - waiting_since
         return replies
 
     def resume_step(self, first_epoch: int) -> int:
@@ -270,7 +274,8 @@ class DownpourReplica(ReplicaTask):
                 self.reconnect()
         self.finish()
         return self.tallies(time.perf_counter() - loop_started, fetches=self.fetches, pushes=self.pushes,
-                            first_step=first_step, reconnects=self.reconnects)
+                            first_step=first_step, reconnects=self.reconnects,
+                            seconds_waiting=self.seconds_waiting)
 
 
 def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], bounds: list[tuple[int, int]],

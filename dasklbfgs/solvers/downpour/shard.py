@@ -126,7 +126,7 @@ class ParameterShard:
                 self._update(where, flat[part], steps)
         else:
             wire_dtype = gradient.dtype
-            self._update(_WHOLE, gradient.astype(np.float64, copy=False), steps)
+            self._update(_WHOLE, gradient, steps)
         self.dense_bytes_in += self.values.size * np.dtype(wire_dtype).itemsize
         # A shard restored from a checkpoint has an older version than replicas saw: lag 0.
         self.staleness[max(self.version - seen_version, 0)] += 1
@@ -144,11 +144,13 @@ class ParameterShard:
         return self.version, self.stop_reason, values
 
     def _update(self, where: Any, gradient: np.ndarray, steps: int) -> None:
-        """Apply one push's ``gradient`` (of ``steps`` steps) to the parameters at ``where``:
-        a whole slice in place where the rule can (no slice-long temporaries, one pass)."""
+        """Apply one push's ``gradient`` (of ``steps`` steps; float64, or float32 off the wire)
+        to the parameters at ``where``: a whole slice in place where the rule can (no
+        slice-long temporaries, not even a float64 copy of a float32 gradient; one pass)."""
         if where is _WHOLE and self.l1 is None and self._rule.apply is not None:
             self._rule.apply(gradient, self.state, self.values)
             return
+        gradient = gradient.astype(np.float64, copy=False)
         state = {k: v[where] for k, v in self.state.items()}
         if self.l1 is None:
             delta, state = self._rule.update(gradient, state)

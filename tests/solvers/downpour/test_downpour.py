@@ -13,6 +13,7 @@ from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.checkpoint_store import read_checkpoint
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
+from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, remote_first
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import MLP, Logistic, Softmax
@@ -50,6 +51,21 @@ def test_shard_round_trip_without_a_cluster() -> None:
     np.testing.assert_array_equal(cloned, [0.0, 2.0, 4.0])
     assert version == cloned_version == 1
     assert stats["steps"] == 2 and stats["pushes_by_replica"] == {3: 1} and stats["staleness"] == {0: 1}
+
+
+def test_calls_start_with_the_remote_shards_and_come_back_in_shard_order() -> None:
+    """A replica's calls go out remote shards first (the in-process shard's update would hold
+    up their requests on the event loop they share) and are returned in the shards' order."""
+    local = OnWorkerLoop(object(), asyncio.new_event_loop(), "shard-1")
+    started = []
+
+    def call(i, handle):
+        started.append(i)
+        return f"reply {i}"
+
+    assert remote_first(["remote 0", local, "remote 2"], call) == ["reply 0", "reply 1", "reply 2"]
+    assert started == [0, 2, 1]
+    local._loop.close()
 
 
 def test_one_replica_matches_sequential_sgd_exactly(client, softmax_data) -> None:
