@@ -189,8 +189,8 @@ class _DownpourRun(Coordinator):
         replicas = range(len(self.rows))
         shards = []
         for i, (a, b) in enumerate(self.bounds):
-            owners = [0] if k == 1 else [p for p, owned in enumerate(self.owners) if i in owned]
-            shards.append((self.shard_home(i), b - a, {self.replica_home(r, p) for r in replicas for p in owners}))
+            pushers = {self.replica_home(r, self.shard_partition(i)) for r in replicas}
+            shards.append((self.shard_home(i), b - a, pushers))
         homes = [(self.replica_home(r, p), size) for r in replicas for p, size in enumerate(sizes)]
         placement = Placement(shards, homes, partitioned=k > 1)
         vectors = shard_vectors(self.rule.init(np.zeros(1)), self.l1 is not None,
@@ -212,7 +212,11 @@ class _DownpourRun(Coordinator):
         fetches and pushes stay in its process, and a worker holds its partitions' shards only)."""
         if self.partitioned is None:
             return self.workers[i % len(self.workers)]
-        return next(self.replica_home(0, p) for p, owned in enumerate(self.owners) if i in owned)
+        return self.replica_home(0, self.shard_partition(i))
+
+    def shard_partition(self, i: int) -> int:
+        """The partition whose parameters shard i holds (0 without model_partitions)."""
+        return 0 if self.partitioned is None else next(p for p, owned in enumerate(self.owners) if i in owned)
 
     def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
         a, b = self.bounds[i]
@@ -388,9 +392,7 @@ class _DownpourRun(Coordinator):
                 self.lost_partition_error(r, lost, tasks)
             started = time.perf_counter()
             lost_partitions = [{"replica": r, "partition": p, "worker": self.partition_workers[r][p]} for p in lost]
-            with contextlib.suppress(Exception):  # best effort: the lost ones take no abort
-                for call in [m.result(timeout=REPLICA_EXIT_SECONDS).abort() for m in mailboxes if m.status == "finished"]:
-                    call.result(timeout=REPLICA_EXIT_SECONDS)
+            self.abort_mailboxes(mailboxes)
             with contextlib.suppress(TimeoutError):  # the aborted survivors leave; a lost one's task never will
                 wait([t for t, m in zip(tasks, mailboxes) if m.status == "finished"], timeout=REPLICA_EXIT_SECONDS)
             self.release([*tasks, *mailboxes])
@@ -403,6 +405,13 @@ class _DownpourRun(Coordinator):
             self.launch_partitions(range(r, r + 1))
             self.partition_restarts.append({"time": started - self.started, "seconds": time.perf_counter() - started,
                                             "lost": lost_partitions})
+
+    def abort_mailboxes(self, mailboxes: list[Future]) -> None:
+        """End the waits of the partitions behind ``mailboxes`` at once (best effort: a lost
+        mailbox takes no abort)."""
+        with contextlib.suppress(Exception):
+            for call in [m.result(timeout=REPLICA_EXIT_SECONDS).abort() for m in mailboxes if m.status == "finished"]:
+                call.result(timeout=REPLICA_EXIT_SECONDS)
 
     def lost_partition_error(self, r: int, lost: list[int], tasks: list[Future]) -> None:
         """Raise the partition's own error (it names what it waited for), else a WorkerLostError."""
@@ -566,10 +575,7 @@ class _DownpourRun(Coordinator):
         with contextlib.suppress(Exception):  # best effort: a shard may have gone with its worker
             for call in [s.request_stop("the run has ended") for s in self.shards]:
                 call.result(timeout=REPLICA_EXIT_SECONDS)
-        with contextlib.suppress(Exception):  # partitions waiting for a lost peer's message: end the wait
-            for call in [f.result(timeout=REPLICA_EXIT_SECONDS).abort() for f in self.mailbox_futures
-                         if f.status == "finished"]:
-                call.result(timeout=REPLICA_EXIT_SECONDS)
+        self.abort_mailboxes(self.mailbox_futures)  # partitions waiting for a lost peer's message
         with contextlib.suppress(Exception):
             wait(list(self.replica_futures.values()), timeout=REPLICA_EXIT_SECONDS)
         self.release([*self.replica_futures.values(), *self.shard_futures, *self.mailbox_futures,
