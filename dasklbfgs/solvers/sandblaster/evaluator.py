@@ -44,6 +44,7 @@ from dasklbfgs.models.sums import as_dense
 from dasklbfgs.errors import PartitionLostError, WorkerLostError
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
+from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, call_workers, start_service
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.tasks import (
     add_sums_dense,
@@ -60,6 +61,7 @@ GATHER_TIMEOUT_SECONDS = 5.0
 INLINE_PARAMS_BYTES = 64 * 1024
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
+_DIRECT = "direct"  # in a collection's winners: a portion already answered by a direct call
 
 
 def wait_polling(futures: set[Future], timeout: float, return_when: str) -> tuple[set[Future], set[Future]]:
@@ -95,6 +97,8 @@ class EvaluatorStats:
     backups_won: int = 0
     restarts: int = 0
     shards_moved: int = 0
+    direct_evaluations: int = 0  # evaluations answered by direct calls alone, no task
+    direct_compute_seconds: dict[str, float] = field(default_factory=dict)  # per worker, summed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +110,7 @@ class EvaluatorStats:
             "backups_won": self.backups_won,
             "evaluation_restarts": self.restarts,
             "shards_moved": self.shards_moved,
+            "evaluations_direct": self.direct_evaluations,
         }
 
 
@@ -129,6 +134,7 @@ class MegaBatchEvaluator:
         backup_slack: float = SandblasterOptions.default("backup_slack"),
         cache: bool = True,
         portion_model: Any = None,
+        direct: bool = True,
     ) -> None:
         self.client = client
         self.model = model
@@ -144,6 +150,9 @@ class MegaBatchEvaluator:
         self._next_key = 0
         self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
         self._done_with: list[Any] = []  # the last evaluation's futures, kept until the next submits
+        #: Where each portion of the last evaluation was computed (None: read from Zarr by a
+        #: task wherever Dask ran it: streamed, or rescued from a lost worker).
+        self.placement: list[str | None] = []
 
         self.cache = cache
         workers = self._workers()
@@ -155,6 +164,11 @@ class MegaBatchEvaluator:
         if given:  # the default plan never has more portions than shards: nothing to blame on it
             warn_if_many(self.portions, portion_rows)
         self.cached: ShardCache | None = None
+        # The fast path (module docstring): cached shards of a whole model, and a client that
+        # may reach the workers (it says so with direct_to_workers).
+        self.direct = bool(direct and cache and portion_model is None and client.direct_to_workers)
+        if self.direct:
+            start_service(client)
         if cache:
             started = time.perf_counter()
             self.cached = ShardCache(client, data, self.token, sorted(workers))
@@ -197,6 +211,11 @@ class MegaBatchEvaluator:
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
         client = self.client
         started = time.perf_counter()
+        direct = self._call_direct(x, started) if self.direct else DirectCalls()
+        if len(direct.sums) == len(self.portions):
+            self.stats.direct_evaluations += 1
+            self.placement = [direct.computed_on[i] for i in range(len(self.portions))]
+            return [direct.sums[i] for i in range(len(self.portions))]
         params: Future | np.ndarray = x
         if x.nbytes > INLINE_PARAMS_BYTES:  # scattered once, not carried by every portion task
             try:
@@ -206,23 +225,44 @@ class MegaBatchEvaluator:
                 raise _EvaluationLost() from exc
         winners: list[Future] = []
         try:
-            winners = self._run_portions(params, started)
+            winners = [f for f in self._run_portions(params, started, direct) if isinstance(f, Future)]
             if any(f.status != "finished" for f in winners):
                 raise _EvaluationLost()
             timeout = max(GATHER_TIMEOUT_SECONDS, 3 * (time.perf_counter() - started))
             try:
                 # A winner lost with its worker after it finished would make a plain
                 # gather wait forever (its task is pinned to the dead worker).
-                return client.sync(client._gather, winners, callback_timeout=timeout)
+                gathered = iter(client.sync(client._gather, winners, callback_timeout=timeout))
             except (TimeoutError, CancelledError) as exc:
                 if all(f.status == "finished" for f in winners):
                     raise
                 raise _EvaluationLost() from exc
+            return [direct.sums[i] if i in direct.sums else next(gathered) for i in range(len(self.portions))]
         finally:
             # Released with the next evaluation's submission, not now: the client batches its
             # messages to the scheduler 10 ms apart, and a release sent now would hold the
             # next evaluation's tasks back until then (a cancel would wait for a reply).
             self._done_with = [*winners, params] if isinstance(params, Future) else winners
+
+    def _call_direct(self, x: np.ndarray, started: float) -> DirectCalls:
+        """Each worker's portions in one direct call (:mod:`.portion_service`), pinned as the
+        tasks would be; portions of shards being reloaded are left to tasks."""
+        holders = self.cached.holders()
+        self.stats.shards_moved = self.cached.moves
+        pinned = self._pin(holders, self.portions)
+        plan: dict[str, list[tuple[int, str, int, int]]] = {}
+        for p in self.portions:
+            worker = pinned[p.index]
+            if worker is not None:
+                local = p.local
+                plan.setdefault(worker, []).append((p.index, holders[p.shard][worker].key, local.start, local.stop))
+        calls = call_workers(self.client, self.model, x, plan, started,
+                             self.backup_slack if self.backup_tasks else None)
+        for worker, at in calls.finished.items():
+            self._speed[worker] = sum(stop - start for _, _, start, stop in plan[worker]) / max(at - started, 1e-9)
+            spent = self.stats.direct_compute_seconds
+            spent[worker] = spent.get(worker, 0.0) + calls.compute_seconds[worker]
+        return calls
 
     def portion_sums(self, x_future: Future) -> list[Future]:
         """Futures of every portion's ``(loss, sums)`` at the parameters held by
@@ -238,50 +278,47 @@ class MegaBatchEvaluator:
         self.stats.eval_seconds.append(time.perf_counter() - started)
         return winners
 
-    def _run_portions(self, x_future: Future, started: float) -> list[Future]:
-        """Submit every portion at the parameters ``x_future`` under fresh task keys and
-        return one finished copy of each (:meth:`_collect`); on failure the primaries are
+    def _run_portions(self, x_future: Future, started: float, direct: DirectCalls | None = None) -> list[Any]:
+        """Submit every portion not answered by ``direct`` calls at the parameters
+        ``x_future`` under fresh task keys and return one finished copy of each
+        (:meth:`_collect`; ``_DIRECT`` for the answered ones); on failure the tasks are
         cancelled."""
         e = self._next_key
         self._next_key += 1
-        primaries, pinned = self._submit_primaries(x_future, e)
+        direct = direct or DirectCalls()
+        primaries, pinned = self._submit_primaries(x_future, e, direct)
         self._done_with = []  # the last evaluation's futures: released after this submission
         try:
             with self.client.as_current():  # distributed.wait resolves the current client
-                return self._collect(primaries, pinned, x_future, e, started)
+                return self._collect(primaries, pinned, x_future, e, started, direct)
         except BaseException:
-            self.client.cancel(primaries)
+            self.client.cancel([f for f in primaries if f is not None])
             raise
 
-    def _submit_primaries(self, x_future: Future, e: int) -> tuple[list[Future], list[str | None]]:
-        """One task per portion, pinned to the worker holding its shard (data affinity).
+    def _submit_primaries(self, x_future: Future, e: int,
+                          direct: DirectCalls) -> tuple[list[Future | None], list[str | None]]:
+        """One task per portion not answered by a direct call (None for those), pinned to the
+        worker holding its shard (data affinity).
 
         Pinning also keeps Dask's work stealing from copying shards between workers;
         balancing across workers is the backup tasks' job, as in the paper. A shard lost
         with its worker is reloaded from Zarr by Dask and the next evaluation follows it;
         portions pinned to a worker that dies mid-evaluation are rescued by
-        :meth:`_collect`. Returns the futures and the worker each is pinned to.
+        :meth:`_collect`. Returns the futures and the worker each is pinned to (for the
+        answered portions: the worker that answered).
         """
         if not self.cache:  # streaming: any worker reads any portion; Dask balances them
             return self._from_store("gradient", self.portions, x_future, e), [None] * len(self.portions)
         holders = self.cached.holders()
         self.stats.shards_moved = self.cached.moves
-        pinned: list[str | None] = []
-        load: Counter[str | None] = Counter()
-        fastest = max(self._speed.values(), default=1.0)
-        for p in self.portions:
-            where = holders[p.shard]
-            # A shard copied to a second worker by a backup task: run each portion on the
-            # holder that would finish it first at the speeds measured last time, so a
-            # straggler's work drifts to its helpers.
-            rows = p.stop - p.start
-            worker = min(sorted(where, key=str), key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
-            load[worker] += rows
-            pinned.append(worker)
-        futures: list[Future] = [None] * len(self.portions)  # type: ignore[list-item]
-        for worker in dict.fromkeys(pinned):
+        left = [p for p in self.portions if p.index not in direct.sums]
+        pinned: list[str | None] = [direct.computed_on.get(p.index) for p in self.portions]
+        for p, worker in zip(left, self._pin(holders, left)):
+            pinned[p.index] = worker
+        futures: list[Future | None] = [None] * len(self.portions)
+        for worker in dict.fromkeys(pinned[p.index] for p in left):
             # One client.map per worker is one message to the scheduler.
-            portions = [p for p in self.portions if pinned[p.index] == worker]
+            portions = [p for p in left if pinned[p.index] == worker]
             mapped = self.client.map(
                 portion_loss_grad,
                 [holders[p.shard][worker] for p in portions],
@@ -297,8 +334,24 @@ class MegaBatchEvaluator:
                 futures[p.index] = future
         return futures, pinned
 
-    def _collect(self, primaries: list[Future], pinned: list[str | None], x_future: Future, e: int,
-                 started: float) -> list[Future]:
+    def _pin(self, holders: list[dict[str | None, Future]], portions: list[Portion]) -> list[str | None]:
+        """The worker each of ``portions`` runs on: a holder of its shard (None while the shard
+        is being reloaded). A shard copied to a second worker by a backup task: each portion
+        goes to the holder that would finish it first at the speeds measured last time, so a
+        straggler's work drifts to its helpers."""
+        load: Counter[str | None] = Counter()
+        fastest = max(self._speed.values(), default=1.0)
+        pinned: list[str | None] = []
+        for p in portions:
+            rows = p.stop - p.start
+            worker = min(sorted(holders[p.shard], key=str),
+                         key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
+            load[worker] += rows
+            pinned.append(worker)
+        return pinned
+
+    def _collect(self, primaries: list[Future | None], pinned: list[str | None], x_future: Future, e: int,
+                 started: float, direct: DirectCalls) -> list[Any]:
         """Wait for one finished copy of every portion; returns them in portion order.
 
         Every ``POLL_SECONDS`` (one ``wait`` per poll, no per-task overhead), the outstanding
@@ -307,7 +360,7 @@ class MegaBatchEvaluator:
         and portions pinned to a worker that has left the cluster (or whose copies were all
         lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
         """
-        collection = _Collection(self, primaries, pinned, x_future, e, started)
+        collection = _Collection(self, primaries, pinned, x_future, e, started, direct)
         poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
         while collection.n_done() < len(primaries):
             done, collection.pending = wait_polling(collection.pending, poll,
@@ -375,13 +428,16 @@ class _Collection:
     """The bookkeeping of one evaluation's wait for its portions (see
     :meth:`MegaBatchEvaluator._collect`): winners, pending copies, rescues and backups."""
 
-    def __init__(self, evaluator: MegaBatchEvaluator, primaries: list[Future], pinned: list[str | None],
-                 x_future: Future, e: int, started: float) -> None:
+    def __init__(self, evaluator: MegaBatchEvaluator, primaries: list[Future | None], pinned: list[str | None],
+                 x_future: Future, e: int, started: float, direct: DirectCalls) -> None:
         self.evaluator, self.pinned, self.x_future, self.e, self.started = evaluator, pinned, x_future, e, started
-        self.winners: list[Future | None] = [None] * len(primaries)
-        self.pending = set(primaries)
-        self.owned = Counter(w for w in pinned if w is not None)  # primaries per worker
-        self.finished_at: dict[str, float] = {}  # workers whose portions are all done: when
+        # per portion: its finished copy, _DIRECT if a direct call answered it, None until then
+        self.winners: list[Future | str | None] = [_DIRECT if i in direct.sums else None for i in range(len(pinned))]
+        self.pending = {f for f in primaries if f is not None}
+        self.owned = Counter(w for w in pinned if w is not None)  # portions per worker
+        done_by = self.done_by()
+        # workers whose portions are all done: when (those answering directly, when they answered)
+        self.finished_at: dict[str, float] = {w: at for w, at in direct.finished.items() if done_by[w] == self.owned[w]}
         self.ran_on: dict[int, str] = {}  # backed-up portions: where the backup runs
         self.rescued: set[int] = set()
         self.tail: dict[str, float] = {}  # streaming: when the queue drained, seconds per portion
@@ -432,7 +488,7 @@ class _Collection:
                 evaluator.client.cancel(losers)
                 self.pending.difference_update(losers)
         for i, f in enumerate(self.winners):  # a finished copy lost with its worker: not a winner after all
-            if f is not None and f.status != "finished":
+            if isinstance(f, Future) and f.status != "finished":
                 self.winners[i] = None
                 self.finished_at.pop(self.pinned[i], None)  # type: ignore[arg-type]
         done_by = self.done_by()
@@ -506,12 +562,16 @@ class _Collection:
     def _measure_speeds(self, ended: float) -> None:
         """Rows per second each worker delivered in this evaluation (placement uses them)."""
         backup_won = {i: self.ran_on[i] for i, f in enumerate(self.winners)
-                      if f is not None and f.key.startswith("sandblaster-backup")}
+                      if isinstance(f, Future) and f.key.startswith("sandblaster-backup")}
         rows: Counter[str] = Counter({w: 0 for w in self.pinned if w is not None})  # every worker given work
-        for p in self.evaluator.portions:
+        placement: list[str | None] = []
+        for p, f in zip(self.evaluator.portions, self.winners):
             worker = backup_won.get(p.index, self.pinned[p.index])
+            rescued = isinstance(f, Future) and f.key.startswith("sandblaster-rescue")
+            placement.append(None if rescued else worker)
             if worker is not None:
                 rows[worker] += p.stop - p.start
+        self.evaluator.placement = placement
         for worker, n_rows in rows.items():
             busy = (self.finished_at[worker] if worker in self.finished_at and worker not in backup_won.values()
                     else ended) - self.started
