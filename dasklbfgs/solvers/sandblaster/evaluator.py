@@ -256,7 +256,8 @@ class MegaBatchEvaluator:
             if worker is not None:
                 local = p.local
                 plan.setdefault(worker, []).append((p.index, holders[p.shard][worker].key, local.start, local.stop))
-        calls = call_workers(self.client, self.model, x, plan, started,
+        self._next_key += 1
+        calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, x, plan, started,
                              self.backup_slack if self.backup_tasks else None)
         for worker, at in calls.finished.items():
             self._speed[worker] = sum(stop - start for _, _, start, stop in plan[worker]) / max(at - started, 1e-9)

@@ -36,7 +36,9 @@ from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
 __all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "call_workers"]
 
 HANDLER = "dasklbfgs_portion_sums"
+ABANDON = "dasklbfgs_portion_abandon"
 MODELS_KEPT = 8  # unpickled models a worker keeps, by digest: evaluators of runs at the same time
+ABANDONED_KEPT = 256  # abandoned call ids a worker remembers
 
 
 class PortionService(WorkerPlugin):
@@ -48,10 +50,21 @@ class PortionService(WorkerPlugin):
     def setup(self, worker: Any) -> None:
         self.worker = worker
         self.models: OrderedDict[bytes, Any] = OrderedDict()
+        self.abandoned: OrderedDict[str, None] = OrderedDict()  # calls whose answer nobody waits for
+        self.running = 0  # calls being answered
+        self.portions_computed = 0
         worker.handlers[HANDLER] = self.portion_sums
+        worker.handlers[ABANDON] = self.abandon
 
     def teardown(self, worker: Any) -> None:
         worker.handlers.pop(HANDLER, None)
+        worker.handlers.pop(ABANDON, None)
+
+    def abandon(self, call: str) -> None:
+        """The client backed up call ``call``'s portions elsewhere: compute no more of them."""
+        self.abandoned[call] = None
+        while len(self.abandoned) > ABANDONED_KEPT:
+            self.abandoned.popitem(last=False)
 
     def _model(self, digest: bytes, blob: bytes) -> Any:
         if digest not in self.models:
@@ -61,26 +74,37 @@ class PortionService(WorkerPlugin):
         self.models.move_to_end(digest)
         return self.models[digest]
 
-    async def portion_sums(self, digest: bytes, model: bytes, x: Any,
+    async def portion_sums(self, call: str, digest: bytes, model: bytes, x: Any,
                            items: list[tuple[str, int, int]]) -> dict[str, Any]:
         """``(loss, sums)`` of each portion ``(shard key, first row, stop row)`` in the order
-        given, ``None`` for a portion whose shard this worker no longer holds; and the
-        seconds the worker computed."""
+        given, ``None`` for a portion whose shard this worker no longer holds (or left
+        uncomputed once the call was abandoned); and the seconds the worker computed."""
         data = self.worker.data
         shards = [data[key] if key in data else None for key, _, _ in items]  # read on the event loop
-        work = [(shard, slice(start, stop)) for shard, (_, start, stop) in zip(shards, items)]
         the_model = self._model(digest, model)
+        loop = asyncio.get_running_loop()
+        sums: list[Any] = []
         started = time.perf_counter()
-        sums = await asyncio.get_running_loop().run_in_executor(
-            self.worker.executors["default"], _compute, self.worker, the_model, x, work)
+        self.running += 1
+        try:
+            for shard, (_, start, stop) in zip(shards, items):
+                if shard is None or call in self.abandoned:
+                    sums.append(None)
+                    continue
+                # one portion at a time on the task threads, so that an abandoned call stops early
+                sums.append(await loop.run_in_executor(self.worker.executors["default"], _compute,
+                                                       self.worker, the_model, x, shard, slice(start, stop)))
+                self.portions_computed += 1
+        finally:
+            self.running -= 1
         return {"sums": to_serialize(sums), "seconds": time.perf_counter() - started}
 
 
-def _compute(worker: Any, model: Any, x: Any, work: list[tuple[Any, slice]]) -> list[Any]:
-    """The portions' sums, on a task thread of ``worker``, where ``get_worker()`` answers as in a task."""
+def _compute(worker: Any, model: Any, x: Any, shard: Any, local: slice) -> Any:
+    """A portion's sums, on a task thread of ``worker``, where ``get_worker()`` answers as in a task."""
     token = _worker_cvar.set(worker)
     try:
-        return [None if shard is None else portion_loss_grad(shard, local, model=model, x=x) for shard, local in work]
+        return portion_loss_grad(shard, local, model=model, x=x)
     finally:
         _worker_cvar.reset(token)
 
@@ -102,7 +126,7 @@ class DirectCalls:
     late: set[str] = field(default_factory=set)  # workers given up on as stragglers
 
 
-def call_workers(client: Client, model: Any, x: Any, plan: dict[str, list[tuple[int, str, int, int]]],
+def call_workers(client: Client, call: str, model: Any, x: Any, plan: dict[str, list[tuple[int, str, int, int]]],
                  started: float, backup_slack: float | None) -> DirectCalls:
     """Ask every worker of ``plan`` (worker -> its portions as ``(index, shard key, first
     row, stop row)``) for their sums, at once, and wait for the answers.
@@ -111,21 +135,23 @@ def call_workers(client: Client, model: Any, x: Any, plan: dict[str, list[tuple[
     answered, a worker still computing is given up on (``late``) when it has taken
     ``backup_slack`` times as long as its rows would take at the fastest answer's rate: its
     portions are then backed up by tasks, as the task path backs up a straggler's (its
-    answer, if it comes, is dropped). Any other error (the model's) is raised.
+    answer, if it comes, is dropped, and the worker told to stop computing it). ``call``
+    names the calls of this evaluation, unique. Any other error (the model's) is raised.
     """
     blob = cloudpickle.dumps(model)
     digest = hashlib.blake2b(blob, digest_size=16).digest()
-    return client.sync(_call_workers, client, blob, digest, x, plan, started, backup_slack)
+    return client.sync(_call_workers, client, call, blob, digest, x, plan, started, backup_slack)
 
 
-async def _call_workers(client: Client, blob: bytes, digest: bytes, x: Any,
+async def _call_workers(client: Client, call: str, blob: bytes, digest: bytes, x: Any,
                         plan: dict[str, list[tuple[int, str, int, int]]], started: float,
                         backup_slack: float | None) -> DirectCalls:
     out = DirectCalls()
     payload = to_serialize(x)
     calls = {
         asyncio.ensure_future(getattr(client.rpc(worker), HANDLER)(
-            digest=digest, model=blob, x=payload, items=[(key, start, stop) for _, key, start, stop in items])): worker
+            call=call, digest=digest, model=blob, x=payload,
+            items=[(key, start, stop) for _, key, start, stop in items])): worker
         for worker, items in plan.items()
     }
     rows = {worker: sum(stop - start for _, _, start, stop in items) for worker, items in plan.items()}
@@ -146,17 +172,18 @@ async def _call_workers(client: Client, blob: bytes, digest: bytes, x: Any,
             late = {t for t in pending if now >= due(calls[t])}
             out.late.update(calls[t] for t in late)
             _forget(late)
+            _forget({asyncio.ensure_future(getattr(client.rpc(calls[t]), ABANDON)(call=call)) for t in late})
             pending -= late
-        for call in done:
-            worker = calls[call]
-            error = call.exception()
+        for answered in done:
+            worker = calls[answered]
+            error = answered.exception()
             if isinstance(error, OSError):  # CommClosedError, a refused connection: the worker is gone
                 out.lost.add(worker)
                 continue
             if error is not None:
                 _forget(pending)
                 raise error
-            answer = call.result()
+            answer = answered.result()
             out.finished[worker] = now
             out.compute_seconds[worker] = answer["seconds"]
             for (index, *_), sums in zip(plan[worker], answer["sums"]):
@@ -169,5 +196,5 @@ async def _call_workers(client: Client, blob: bytes, digest: bytes, x: Any,
 
 def _forget(calls: set[asyncio.Future]) -> None:
     """Drop the answers still to come (a late worker's): retrieved when they arrive, unused."""
-    for call in calls:
-        call.add_done_callback(lambda done: done.cancelled() or done.exception())
+    for future in calls:
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())

@@ -155,9 +155,16 @@ def test_evaluation_is_bitwise_the_documented_reduction_in_portion_order(client,
 
 
 def wait_until_quiet(client, timeout=10.0) -> None:
-    """Wait for tasks a test cancelled but a worker thread is still running to end."""
+    """Wait for tasks a test cancelled, and direct calls it gave up on, that a worker thread
+    is still running to end."""
+    from dasklbfgs.solvers.sandblaster.portion_service import PortionService
+
+    def busy(dask_worker) -> int:
+        service = dask_worker.plugins.get(PortionService.name)
+        return dask_worker.state.executing_count + (service.running if service is not None else 0)
+
     deadline = time.monotonic() + timeout
-    while any(client.run(lambda dask_worker: dask_worker.state.executing_count).values()):
+    while any(client.run(busy).values()):
         assert time.monotonic() < deadline, "workers still busy"
         time.sleep(0.05)
 
