@@ -1,9 +1,10 @@
 """Where a Sandblaster evaluation's time goes, and the floor of Dask's ways to reach a worker.
 
 Used by :mod:`benchmarks.sandblaster` inside its cluster: the workers' compute per evaluation
-(from Dask's task stream) against the evaluation's wall time, and the fixed cost of an
-evaluation on tiny data set beside the bare round trips it is made of: one task, one task
-per worker, and one actor call per worker (``direct_to_workers``).
+(what the workers report for their direct calls, plus any tasks' compute from Dask's task
+stream) against the evaluation's wall time, and the fixed cost of an evaluation on tiny data
+(by direct calls, the default, and by a task per portion) beside the bare round trips:
+one direct call per worker, one task, one task per worker, and one actor call per worker.
 """
 
 from __future__ import annotations
@@ -35,16 +36,21 @@ def _median_ms(fn, repeats: int) -> float:
 
 def breakdown(client: Any, evaluator: Any, points: list[np.ndarray]) -> dict[str, Any]:
     """Median wall time of evaluations at ``points`` and what the workers computed meanwhile
-    (the portion tasks' compute, summed per worker and evaluation); the rest is the runtime's."""
+    (their direct calls' and portion tasks' compute, summed per worker and evaluation); the
+    rest is the runtime's."""
     from distributed import get_task_stream
 
     walls = []
+    direct_before = dict(evaluator.stats.direct_compute_seconds)
+    directs_before = evaluator.stats.direct_evaluations
     with get_task_stream(client) as stream:
         for x in points:
             started = time.perf_counter()
             evaluator.evaluate(x)
             walls.append(time.perf_counter() - started)
     compute: dict[str, float] = defaultdict(float)
+    for worker, seconds in evaluator.stats.direct_compute_seconds.items():
+        compute[worker] += seconds - direct_before.get(worker, 0.0)
     tasks = 0
     for task in stream.data:
         if "sandblaster-" not in task["key"]:
@@ -55,7 +61,8 @@ def breakdown(client: Any, evaluator: Any, points: list[np.ndarray]) -> dict[str
     wall = statistics.median(walls)
     busiest = max(per_worker.values(), default=0.0)
     return {"wall_s": wall, "worker_compute_s": list(per_worker.values()), "busiest_compute_s": busiest,
-            "runtime_s": wall - busiest, "tasks_per_evaluation": tasks / len(points)}
+            "runtime_s": wall - busiest, "tasks_per_evaluation": tasks / len(points),
+            "direct_share": (evaluator.stats.direct_evaluations - directs_before) / len(points)}
 
 
 class _Echo:
@@ -83,13 +90,21 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
     except Exception:
         data = ShardedDataset.create(path, X, (X[:, 0] > 0).astype(np.int64), shard_rows=TINY_ROWS // TINY_PORTIONS,
                                      overwrite=True)
+    from dasklbfgs.solvers.sandblaster.portion_service import call_workers
+
     evaluator = MegaBatchEvaluator(client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS)
+    by_tasks = MegaBatchEvaluator(client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS,
+                                  direct=False)
     x = np.zeros(TINY_FEATURES + 1)
     workers = sorted(client.scheduler_info()["workers"])
     actors = [client.submit(_Echo, actor=True, workers=[w], pure=False).result() for w in workers]
+    empty = {w: [] for w in workers}
     try:
         return {
             "evaluation_ms": _median_ms(lambda: evaluator.evaluate(x), repeats),
+            "evaluation_tasks_ms": _median_ms(lambda: by_tasks.evaluate(x), repeats),
+            "direct_call_per_worker_ms": _median_ms(
+                lambda: call_workers(client, "bench", evaluator.model, x, empty, time.perf_counter(), None), repeats),
             "one_task_ms": _median_ms(lambda: client.submit(_one, pure=False).result(), repeats),
             "task_per_worker_ms": _median_ms(lambda: client.gather([client.submit(_one, workers=[w], pure=False)
                                                                      for w in workers]), repeats),
@@ -97,6 +112,7 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
         }
     finally:
         evaluator.close()
+        by_tasks.close()
         del actors
 
 
@@ -111,13 +127,17 @@ def render(e: dict[str, Any], read_pass_s: float) -> list[str]:
         "| part | ms | of one read pass |",
         "|---|---:|---:|",
         f"| evaluation, wall | {b['wall_s'] * 1e3:.1f} | {b['wall_s'] / read_pass_s:.2f}x |",
-        f"| the busiest worker's portion compute ({b['tasks_per_evaluation']:.0f} tasks; per worker: {computes} ms) | "
+        f"| the busiest worker's portion compute ({b['direct_share']:.0%} of the evaluations by direct calls alone, "
+        f"{b['tasks_per_evaluation']:.1f} tasks per evaluation; per worker: {computes} ms) | "
         f"{b['busiest_compute_s'] * 1e3:.1f} | {b['busiest_compute_s'] / read_pass_s:.2f}x |",
-        f"| the rest: scheduling, messages, the client's reduction | {b['runtime_s'] * 1e3:.1f} | "
+        f"| the rest: where the shards are, messages, the client's reduction | {b['runtime_s'] * 1e3:.1f} | "
         f"{b['runtime_s'] / read_pass_s:.2f}x |",
         "",
         f"Fixed cost: an evaluation of {TINY_ROWS} x {TINY_FEATURES} rows in {TINY_PORTIONS} portions takes "
-        f"**{f['evaluation_ms']:.1f} ms**; in the same cluster one task and its result take {f['one_task_ms']:.1f} ms, "
-        f"one task per worker gathered {f['task_per_worker_ms']:.1f} ms, one actor call per worker "
-        f"{f['actor_call_per_worker_ms']:.1f} ms: the floor of the task path an evaluation takes.",
+        f"**{f['evaluation_ms']:.1f} ms** by direct calls to the workers (the default; "
+        f"{f['evaluation_tasks_ms']:.1f} ms by a task per portion). In the same cluster: one direct call per worker "
+        f"with nothing to compute {f['direct_call_per_worker_ms']:.1f} ms (the direct path's floor; the rest is "
+        f"asking the scheduler where the shards are and the portions' compute), one task and its result "
+        f"{f['one_task_ms']:.1f} ms, one task per worker gathered {f['task_per_worker_ms']:.1f} ms (the task "
+        f"path's floor), one actor call per worker {f['actor_call_per_worker_ms']:.1f} ms.",
     ]

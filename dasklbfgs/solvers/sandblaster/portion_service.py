@@ -39,6 +39,10 @@ HANDLER = "dasklbfgs_portion_sums"
 ABANDON = "dasklbfgs_portion_abandon"
 MODELS_KEPT = 8  # unpickled models a worker keeps, by digest: evaluators of runs at the same time
 ABANDONED_KEPT = 256  # abandoned call ids a worker remembers
+#: A worker is not given up on while it is less late than this: a backup task's own round
+#: trip through the scheduler takes about as long, so it could not win (and jitter of a
+#: millisecond would send every small evaluation down the task path).
+LATE_FLOOR_SECONDS = 0.025
 
 
 class PortionService(WorkerPlugin):
@@ -81,32 +85,27 @@ class PortionService(WorkerPlugin):
         uncomputed once the call was abandoned); and the seconds the worker computed."""
         data = self.worker.data
         shards = [data[key] if key in data else None for key, _, _ in items]  # read on the event loop
+        work = [(shard, slice(start, stop)) for shard, (_, start, stop) in zip(shards, items)]
         the_model = self._model(digest, model)
-        loop = asyncio.get_running_loop()
-        sums: list[Any] = []
         started = time.perf_counter()
         self.running += 1
         try:
-            for shard, (_, start, stop) in zip(shards, items):
-                if shard is None or call in self.abandoned:
-                    sums.append(None)
-                    continue
-                # one portion at a time on the task threads, so that an abandoned call stops early
-                sums.append(await loop.run_in_executor(self.worker.executors["default"], _compute,
-                                                       self.worker, the_model, x, shard, slice(start, stop)))
-                self.portions_computed += 1
+            sums = await asyncio.get_running_loop().run_in_executor(
+                self.worker.executors["default"], self._compute, call, the_model, x, work)
         finally:
             self.running -= 1
+        self.portions_computed += sum(s is not None for s in sums)
         return {"sums": to_serialize(sums), "seconds": time.perf_counter() - started}
 
-
-def _compute(worker: Any, model: Any, x: Any, shard: Any, local: slice) -> Any:
-    """A portion's sums, on a task thread of ``worker``, where ``get_worker()`` answers as in a task."""
-    token = _worker_cvar.set(worker)
-    try:
-        return portion_loss_grad(shard, local, model=model, x=x)
-    finally:
-        _worker_cvar.reset(token)
+    def _compute(self, call: str, model: Any, x: Any, work: list[tuple[Any, slice]]) -> list[Any]:
+        """The portions' sums, on a task thread of the worker (where ``get_worker()`` answers as
+        in a task), stopping early when the call is abandoned."""
+        token = _worker_cvar.set(self.worker)
+        try:
+            return [None if shard is None or call in self.abandoned
+                    else portion_loss_grad(shard, local, model=model, x=x) for shard, local in work]
+        finally:
+            _worker_cvar.reset(token)
 
 
 def start_service(client: Client) -> None:
@@ -133,7 +132,8 @@ def call_workers(client: Client, call: str, model: Any, x: Any, plan: dict[str, 
 
     A worker that cannot be reached is ``lost``. With ``backup_slack``, once a worker has
     answered, a worker still computing is given up on (``late``) when it has taken
-    ``backup_slack`` times as long as its rows would take at the fastest answer's rate: its
+    ``backup_slack`` times as long as its rows would take at the fastest answer's rate (and
+    ``LATE_FLOOR_SECONDS`` longer at least): its
     portions are then backed up by tasks, as the task path backs up a straggler's (its
     answer, if it comes, is dropped, and the worker told to stop computing it). ``call``
     names the calls of this evaluation, unique. Any other error (the model's) is raised.
@@ -159,8 +159,10 @@ async def _call_workers(client: Client, call: str, blob: bytes, digest: bytes, x
     fastest = 0.0  # rows per second of the fastest answer so far
 
     def due(worker: str) -> float:
-        """When ``worker`` is late: ``backup_slack`` times its rows' time at the fastest rate."""
-        return started + backup_slack * rows[worker] / fastest
+        """When ``worker`` is late: ``backup_slack`` times its rows' time at the fastest rate,
+        and at least ``LATE_FLOOR_SECONDS`` past that time."""
+        expected = rows[worker] / fastest
+        return started + max(backup_slack * expected, expected + LATE_FLOOR_SECONDS)
 
     while pending:
         timeout = None
