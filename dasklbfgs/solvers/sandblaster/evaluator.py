@@ -1,15 +1,26 @@
 """The mega-batch evaluation: Dask futures over cached data shards, backups, fixed-order sums.
 
-Per evaluation the parameters are scattered once, one ``sandblaster-gradient`` task is
-submitted per portion, and the partial ``(loss, gradient)`` sums are added in portion
+Shards are loaded from Zarr once and stay in worker memory as Dask data; a portion is
+computed where its shard lives (data affinity), Dask reloads a shard from Zarr if the
+worker holding it is lost, and the partial ``(loss, gradient)`` sums are added in portion
 order, so the result does not depend on which worker computed what (docs/algorithms.md
-§1). Shards are loaded from Zarr once and stay in worker memory as Dask data;
-Dask runs a portion where its shard lives (data affinity) and reloads a shard from Zarr
-if the worker holding it is lost.
+§1). Each evaluation goes one of two ways, with the same bits:
+
+- **Direct calls** (the default on cached shards; :mod:`.portion_service`): after asking
+  the scheduler where the shards are, the client sends the parameters to each worker
+  holding shards and asks it, in one message, for the sums of its portions; a round trip
+  of about a millisecond instead of a task's trip through the scheduler. Used when the
+  client talks to the workers directly (``direct_to_workers``, as :func:`dasklbfgs.connect`
+  sets) and the model is whole (partitioned replicas call their partitions from tasks).
+- **Tasks**: the parameters ride inside the tasks (or are scattered once, when large) and
+  one ``sandblaster-gradient`` task is submitted per portion, pinned to its shard. This is
+  also how an evaluation finishes what its direct calls did not bring back: portions of a
+  worker that left, of a shard not (or no longer) where it was, and of a late worker.
 
 Backup tasks (docs/algorithms.md §1, after MapReduce): once a worker has finished its
 portions, the outstanding portions of any worker progressing ``backup_slack`` times slower
-are copied to the idle workers, which fetch the shard from its holder; whichever copy
+(by direct calls: a worker that has not answered ``backup_slack`` times later than its rows
+would take at the fastest answer's rate, and is told to stop) are copied to the idle workers, which fetch the shard from its holder; whichever copy
 finishes first is used and the other is cancelled. Both copies compute the same numbers.
 A helper keeps the shard it fetched, and the next evaluations split that shard's portions
 between the two holders, so work drifts away from a persistent straggler (dynamic load
