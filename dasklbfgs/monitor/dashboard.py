@@ -11,8 +11,11 @@ new runs until the user picks one), optionally overlaid with a second ("compare 
 status and settings, the training objective or mini-batch loss, the gradient norm, the
 held-out loss and metric, against iteration/global step or wall time; for Downpour and the
 peer methods also updates/s, and for Downpour the pushes per parameter shard and the
-staleness of the pushes; for a run whose replicas are partitioned (``model_partitions``), the
-bytes each partition has sent to the others (the events' ``partition_bytes``, Sandblaster's and Downpour's).
+staleness of the pushes; for Sandblaster the rows each worker computed in the last
+evaluation (``rows_per_worker``: an evaluation on cached shards asks the workers directly,
+so Dask's task stream does not show it); for a run whose replicas are partitioned
+(``model_partitions``), the bytes each partition has sent to the others (the events'
+``partition_bytes``, Sandblaster's and Downpour's).
 """
 
 from __future__ import annotations
@@ -65,6 +68,9 @@ class TrainingPage:
                                          "parameter shard", "pushes applied")
         self.staleness_plot = self._bar_plot("Staleness of the pushes (parameter shard 0)", self.staleness,
                                              "staleness", "pushes", "staleness (versions behind)", "pushes")
+        self.worker_rows = ColumnDataSource({"worker": [], "rows": []})
+        self.worker_plot = self._bar_plot("Rows each worker computed in the last evaluation", self.worker_rows,
+                                          "worker", "rows", "worker", "rows", categories=True)
         self.partitions = ColumnDataSource({"partition": [], "mib": []})
         self.partition_plot = self._bar_plot("Bytes each partition of the replicas sent to the others",
                                              self.partitions, "partition", "mib", "partition", "MiB sent")
@@ -76,7 +82,8 @@ class TrainingPage:
         self.root = column(row(self.picker, self.other, self.x_axis), self.status,
                            row(p["loss"], p["gnorm"], sizing_mode="stretch_width"),
                            row(p["heldout_loss"], p["heldout_metric"], sizing_mode="stretch_width"),
-                           self.replica_panel, row(self.partition_plot, sizing_mode="stretch_width"), table,
+                           self.replica_panel, row(self.worker_plot, self.partition_plot, sizing_mode="stretch_width"),
+                           table,
                            sizing_mode="stretch_width")
 
     def _line_plot(self, name: str) -> Any:
@@ -98,14 +105,18 @@ class TrainingPage:
         return fig
 
     @staticmethod
-    def _bar_plot(title: str, source: Any, x: str, y: str, x_label: str, y_label: str) -> Any:
+    def _bar_plot(title: str, source: Any, x: str, y: str, x_label: str, y_label: str,
+                  categories: bool = False) -> Any:
+        """Bars over whole numbers (shards, staleness, partitions), or over named
+        ``categories`` (workers: the names are set as they are drawn)."""
         from bokeh.plotting import figure
 
         fig = figure(title=title, height=280, sizing_mode="stretch_width", tools="save", x_axis_label=x_label,
-                     y_axis_label=y_label)
+                     y_axis_label=y_label, **({"x_range": []} if categories else {}))
         fig.vbar(x=x, top=y, source=source, width=0.8)
         fig.y_range.start = 0
-        fig.xaxis.ticker.min_interval = 1  # shards and staleness are whole numbers
+        if not categories:
+            fig.xaxis.ticker.min_interval = 1
         return fig
 
     # -- reading the events -----------------------------------------------------------------
@@ -172,6 +183,7 @@ class TrainingPage:
         rows = main.settings()
         self.settings.data = {"setting": [r[0] for r in rows], "value": [r[1] for r in rows]}
         self._draw_replica_panel(main)
+        self._draw_workers(main)
         self._draw_partitions(main)
 
     def _draw_replica_panel(self, run: RunView) -> None:
@@ -186,6 +198,15 @@ class TrainingPage:
         if staleness is not None:
             ages = sorted(staleness, key=int)
             self.staleness.data = {"staleness": [int(a) for a in ages], "pushes": [staleness[a] for a in ages]}
+
+    def _draw_workers(self, run: RunView) -> None:
+        """The rows each worker computed in the run's last evaluation (Sandblaster)."""
+        rows = next((e["rows_per_worker"] for e in reversed(run.steps) if e.get("rows_per_worker")), None)
+        self.worker_plot.visible = rows is not None
+        if rows is not None:
+            names = [worker.split("://")[-1] for worker in sorted(rows)]
+            self.worker_plot.x_range.factors = names
+            self.worker_rows.data = {"worker": names, "rows": [rows[w] for w in sorted(rows)]}
 
     def _draw_partitions(self, run: RunView) -> None:
         """The bytes each partition sent (runs with partitioned replicas only)."""

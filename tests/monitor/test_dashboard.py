@@ -64,6 +64,10 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         settings = dict(zip(page.settings.data["setting"], page.settings.data["value"]))
         assert settings["solver"] == "sandblaster" and settings["workers"] == "2" and "gtol" in settings
         assert not page.replica_panel.visible
+        # Where the last evaluation's rows were computed (direct calls leave no task to show)
+        workers = sorted(w.split("://")[-1] for w in client.scheduler_info()["workers"])
+        assert page.worker_plot.visible and list(page.worker_plot.x_range.factors) == workers
+        assert sum(page.worker_rows.data["rows"]) == datasets["logistic"].n_samples
 
         # A new run: the page follows it; the picker lists the runs newest first.
         dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=50, epochs=1,

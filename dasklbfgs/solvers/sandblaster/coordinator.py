@@ -218,7 +218,8 @@ class SandblasterRun:
             entry.update(held_out_metrics(self.model, self._params(theta), self.eval_set))
         partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
         self.metrics.send(**entry, n_portions=len(self.evaluator.portions),
-                          backups_won=self.evaluator.stats.backups_won, **partitions)
+                          backups_won=self.evaluator.stats.backups_won,
+                          rows_per_worker=self.evaluator.rows_per_worker(), **partitions)
         if opts.checkpoint_path is not None and self._due(state.nit, opts.checkpoint_every):
             self._save(state)
 

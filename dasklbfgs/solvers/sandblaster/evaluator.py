@@ -413,6 +413,15 @@ class MegaBatchEvaluator:
             allow_other_workers=False, pure=False,
         )
 
+    def rows_per_worker(self) -> dict[str, int]:
+        """Rows each worker computed in the last evaluation (from :attr:`placement`; rows read
+        from Zarr by tasks wherever Dask ran them are not counted)."""
+        rows: Counter[str] = Counter()
+        for p, worker in zip(self.portions, self.placement):
+            if worker is not None:
+                rows[worker] += p.stop - p.start
+        return dict(rows)
+
     # -- other passes over the shards ---------------------------------------------------------
 
     def column_moments(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
