@@ -122,7 +122,8 @@ def render(e: dict[str, Any], read_pass_s: float) -> list[str]:
     computes = ", ".join(f"{s * 1e3:.1f}" for s in b["worker_compute_s"])
     return [
         "",
-        "Where an evaluation's time goes (cached shards, medians; compute from Dask's task stream):",
+        "Where an evaluation's time goes (cached shards, medians; the workers' compute as they report it for "
+        "their direct calls, and from Dask's task stream for tasks):",
         "",
         "| part | ms | of one read pass |",
         "|---|---:|---:|",
