@@ -201,9 +201,9 @@ class TrainingPage:
 
     def _draw_workers(self, run: RunView) -> None:
         """The rows each worker computed in the run's last evaluation (Sandblaster)."""
-        rows = next((e["rows_per_worker"] for e in reversed(run.steps) if e.get("rows_per_worker")), None)
-        self.worker_plot.visible = rows is not None
-        if rows is not None:
+        rows = next((e["rows_per_worker"] for e in reversed(run.steps) if "rows_per_worker" in e), None)
+        self.worker_plot.visible = bool(rows)  # none for streamed rows: any worker reads any portion
+        if rows:
             names = [worker.split("://")[-1] for worker in sorted(rows)]
             self.worker_plot.x_range.factors = names
             self.worker_rows.data = {"worker": names, "rows": [rows[w] for w in sorted(rows)]}

@@ -224,6 +224,7 @@ class MegaBatchEvaluator:
         started = time.perf_counter()
         direct = self._call_direct(x, started) if self.direct else DirectCalls()
         if len(direct.sums) == len(self.portions):
+            self._done_with = []  # a previous evaluation's tasks: nothing is submitted after them
             self.stats.direct_evaluations += 1
             self.placement = [direct.computed_on[i] for i in range(len(self.portions))]
             return [direct.sums[i] for i in range(len(self.portions))]
@@ -270,10 +271,15 @@ class MegaBatchEvaluator:
         self._next_key += 1
         calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, x, plan, started,
                              self.backup_slack if self.backup_tasks else None)
+        computed: Counter[str] = Counter()
+        for index, worker in calls.computed_on.items():
+            p = self.portions[index]
+            computed[worker] += p.stop - p.start
         for worker, at in calls.finished.items():
-            self._speed[worker] = sum(stop - start for _, _, start, stop in plan[worker]) / max(at - started, 1e-9)
-            spent = self.stats.direct_compute_seconds
-            spent[worker] = spent.get(worker, 0.0) + calls.compute_seconds[worker]
+            self._speed[worker] = computed[worker] / max(at - started, 1e-9)
+        spent = self.stats.direct_compute_seconds
+        for worker, seconds in calls.compute_seconds.items():
+            spent[worker] = spent.get(worker, 0.0) + seconds
         return calls
 
     def portion_sums(self, x_future: Future) -> list[Future]:
@@ -325,6 +331,10 @@ class MegaBatchEvaluator:
         self.stats.shards_moved = self.cached.moves
         left = [p for p in self.portions if p.index not in direct.sums]
         pinned: list[str | None] = [direct.computed_on.get(p.index) for p in self.portions]
+        # Not back to a worker the direct calls could not reach or gave up on while its shard
+        # has another holder (a late one is backed up at once, below, when it is the only one).
+        shunned = direct.lost | direct.late
+        holders = [{w: f for w, f in where.items() if w not in shunned} or where for where in holders]
         for p, worker in zip(left, self._pin(holders, left)):
             pinned[p.index] = worker
         futures: list[Future | None] = [None] * len(self.portions)
@@ -458,7 +468,8 @@ class _Collection:
         self.owned = Counter(w for w in pinned if w is not None)  # portions per worker
         done_by = self.done_by()
         # workers whose portions are all done: when (those answering directly, when they answered)
-        self.finished_at: dict[str, float] = {w: at for w, at in direct.finished.items() if done_by[w] == self.owned[w]}
+        self.finished_at: dict[str, float] = {w: at for w, at in direct.finished.items()
+                                              if w in self.owned and done_by[w] == self.owned[w]}
         self.ran_on: dict[int, str] = {}  # backed-up portions: where the backup runs
         self.rescued: set[int] = set()
         self.tail: dict[str, float] = {}  # streaming: when the queue drained, seconds per portion

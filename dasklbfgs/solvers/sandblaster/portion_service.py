@@ -18,7 +18,6 @@ than an actor, because a worker holding an actor cannot be retired.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import pickle
 import time
 from collections import OrderedDict
@@ -35,10 +34,13 @@ from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
 
 __all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "call_workers"]
 
-HANDLER = "dasklbfgs_portion_sums"
-ABANDON = "dasklbfgs_portion_abandon"
-MODELS_KEPT = 8  # unpickled models a worker keeps, by digest: evaluators of runs at the same time
+PROTOCOL = 1  # in the names below: a cluster kept running across an upgrade gets the new service beside the old
+HANDLER = f"dasklbfgs_portion_sums_v{PROTOCOL}"
+ABANDON = f"dasklbfgs_portion_abandon_v{PROTOCOL}"
 ABANDONED_KEPT = 256  # abandoned call ids a worker remembers
+#: How often a wait for answers asks the scheduler whether the workers it waits for are
+#: still in the cluster (a worker that hangs, or dies before it is reached, never answers).
+LIVENESS_SECONDS = 1.0
 #: A worker is not given up on while it is less late than this: a backup task's own round
 #: trip through the scheduler takes about as long, so it could not win (and jitter of a
 #: millisecond would send every small evaluation down the task path).
@@ -48,12 +50,11 @@ LATE_FLOOR_SECONDS = 0.025
 class PortionService(WorkerPlugin):
     """Answers ``HANDLER`` requests: the sums of listed portions of shards in the worker's memory."""
 
-    name = "dasklbfgs-portion-service"
+    name = f"dasklbfgs-portion-service-v{PROTOCOL}"
     idempotent = True  # registered by every evaluator; once per worker is enough
 
     def setup(self, worker: Any) -> None:
         self.worker = worker
-        self.models: OrderedDict[bytes, Any] = OrderedDict()
         self.abandoned: OrderedDict[str, None] = OrderedDict()  # calls whose answer nobody waits for
         self.running = 0  # calls being answered
         self.portions_computed = 0
@@ -70,40 +71,39 @@ class PortionService(WorkerPlugin):
         while len(self.abandoned) > ABANDONED_KEPT:
             self.abandoned.popitem(last=False)
 
-    def _model(self, digest: bytes, blob: bytes) -> Any:
-        if digest not in self.models:
-            self.models[digest] = pickle.loads(blob)
-            while len(self.models) > MODELS_KEPT:
-                self.models.popitem(last=False)
-        self.models.move_to_end(digest)
-        return self.models[digest]
-
-    async def portion_sums(self, call: str, digest: bytes, model: bytes, x: Any,
-                           items: list[tuple[str, int, int]]) -> dict[str, Any]:
+    async def portion_sums(self, call: str, model: bytes, x: Any, items: list[tuple[str, int, int]]) -> dict[str, Any]:
         """``(loss, sums)`` of each portion ``(shard key, first row, stop row)`` in the order
         given, ``None`` for a portion whose shard this worker no longer holds (or left
-        uncomputed once the call was abandoned); and the seconds the worker computed."""
+        uncomputed once the call was abandoned); and the seconds the worker computed.
+
+        The portions are split into one contiguous run per task thread of the worker, each
+        with its own copy of the model (as each task unpickles its own)."""
         data = self.worker.data
         shards = [data[key] if key in data else None for key, _, _ in items]  # read on the event loop
         work = [(shard, slice(start, stop)) for shard, (_, start, stop) in zip(shards, items)]
-        the_model = self._model(digest, model)
+        threads = max(1, min(self.worker.state.nthreads, len(work)))
+        runs = [work[len(work) * i // threads:len(work) * (i + 1) // threads] for i in range(threads)]
+        loop = asyncio.get_running_loop()
         started = time.perf_counter()
         self.running += 1
         try:
-            sums = await asyncio.get_running_loop().run_in_executor(
-                self.worker.executors["default"], self._compute, call, the_model, x, work)
+            answers = await asyncio.gather(*(
+                loop.run_in_executor(self.worker.executors["default"], self._compute, call, model, x, run)
+                for run in runs))
         finally:
             self.running -= 1
+        sums = [s for answer in answers for s in answer]
         self.portions_computed += sum(s is not None for s in sums)
         return {"sums": to_serialize(sums), "seconds": time.perf_counter() - started}
 
-    def _compute(self, call: str, model: Any, x: Any, work: list[tuple[Any, slice]]) -> list[Any]:
+    def _compute(self, call: str, model: bytes, x: Any, work: list[tuple[Any, slice]]) -> list[Any]:
         """The portions' sums, on a task thread of the worker (where ``get_worker()`` answers as
         in a task), stopping early when the call is abandoned."""
         token = _worker_cvar.set(self.worker)
         try:
+            the_model = pickle.loads(model)
             return [None if shard is None or call in self.abandoned
-                    else portion_loss_grad(shard, local, model=model, x=x) for shard, local in work]
+                    else portion_loss_grad(shard, local, model=the_model, x=x) for shard, local in work]
         finally:
             _worker_cvar.reset(token)
 
@@ -138,19 +138,17 @@ def call_workers(client: Client, call: str, model: Any, x: Any, plan: dict[str, 
     answer, if it comes, is dropped, and the worker told to stop computing it). ``call``
     names the calls of this evaluation, unique. Any other error (the model's) is raised.
     """
-    blob = cloudpickle.dumps(model)
-    digest = hashlib.blake2b(blob, digest_size=16).digest()
-    return client.sync(_call_workers, client, call, blob, digest, x, plan, started, backup_slack)
+    return client.sync(_call_workers, client, call, cloudpickle.dumps(model), x, plan, started, backup_slack)
 
 
-async def _call_workers(client: Client, call: str, blob: bytes, digest: bytes, x: Any,
+async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
                         plan: dict[str, list[tuple[int, str, int, int]]], started: float,
                         backup_slack: float | None) -> DirectCalls:
     out = DirectCalls()
     payload = to_serialize(x)
     calls = {
         asyncio.ensure_future(getattr(client.rpc(worker), HANDLER)(
-            call=call, digest=digest, model=blob, x=payload,
+            call=call, model=blob, x=payload,
             items=[(key, start, stop) for _, key, start, stop in items])): worker
         for worker, items in plan.items()
     }
@@ -164,39 +162,56 @@ async def _call_workers(client: Client, call: str, blob: bytes, digest: bytes, x
         expected = rows[worker] / fastest
         return started + max(backup_slack * expected, expected + LATE_FLOOR_SECONDS)
 
+    def give_up(given_up: set[asyncio.Future], why: set[str]) -> None:
+        """Stop waiting for ``given_up`` (noting their workers in ``why``) and tell those
+        workers to compute no more of this call."""
+        why.update(calls[t] for t in given_up)
+        _forget(given_up)
+        _forget({asyncio.ensure_future(getattr(client.rpc(calls[t]), ABANDON)(call=call)) for t in given_up})
+
+    next_liveness_check = started + LIVENESS_SECONDS
     while pending:
-        timeout = None
+        timeout = max(0.0, next_liveness_check - time.perf_counter())
         if backup_slack is not None and fastest > 0:
-            timeout = max(0.0, min(due(calls[t]) for t in pending) - time.perf_counter())
+            timeout = min(timeout, max(0.0, min(due(calls[t]) for t in pending) - time.perf_counter()))
         done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         now = time.perf_counter()
         if backup_slack is not None and fastest > 0:
             late = {t for t in pending if now >= due(calls[t])}
-            out.late.update(calls[t] for t in late)
-            _forget(late)
-            _forget({asyncio.ensure_future(getattr(client.rpc(calls[t]), ABANDON)(call=call)) for t in late})
+            give_up(late, out.late)
             pending -= late
+        if pending and now >= next_liveness_check:  # a worker that left without a word (or hangs unreachable)
+            workers = (await client.scheduler.identity(n_workers=-1))["workers"]
+            gone = {t for t in pending if calls[t] not in workers}
+            give_up(gone, out.lost)
+            pending -= gone
+            next_liveness_check = time.perf_counter() + LIVENESS_SECONDS
         for answered in done:
             worker = calls[answered]
             error = answered.exception()
-            if isinstance(error, OSError):  # CommClosedError, a refused connection: the worker is gone
+            answer = None if error is not None else answered.result()
+            if isinstance(error, OSError) or (error is None and not isinstance(answer, dict)):
+                # CommClosedError, a refused connection: the worker is gone; no answer at all:
+                # a worker closing (its plugins torn down before it stops listening)
                 out.lost.add(worker)
                 continue
-            if error is not None:
-                _forget(pending)
+            if error is not None:  # the model's: raised as itself, the other workers told to stop
+                _forget(done)
+                give_up(pending, out.lost)
                 raise error
-            answer = answered.result()
-            out.finished[worker] = now
             out.compute_seconds[worker] = answer["seconds"]
-            for (index, *_), sums in zip(plan[worker], answer["sums"]):
+            computed = 0
+            for (index, _, start, stop), sums in zip(plan[worker], answer["sums"]):
                 if sums is not None:
                     out.sums[index], out.computed_on[index] = sums, worker
-            fastest = max(fastest, rows[worker] / max(now - started, 1e-9))
-    _forget(pending)
+                    computed += stop - start
+            if computed:  # a worker that held none of its shards any more says nothing of speed
+                out.finished[worker] = now
+                fastest = max(fastest, computed / max(now - started, 1e-9))
     return out
 
 
 def _forget(calls: set[asyncio.Future]) -> None:
-    """Drop the answers still to come (a late worker's): retrieved when they arrive, unused."""
+    """Drop the answers still to come (a late or lost worker's): retrieved when they arrive, unused."""
     for future in calls:
         future.add_done_callback(lambda done: done.cancelled() or done.exception())

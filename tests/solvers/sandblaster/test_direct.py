@@ -158,3 +158,44 @@ def test_workers_answering_directly_can_still_be_retired(tmp_path) -> None:
         assert evaluator.stats.direct_evaluations == 4
         assert leaving not in evaluator.placement
         evaluator.close()
+
+
+def test_a_worker_that_cannot_answer_directly_has_its_portions_computed_by_tasks(client, tmp_path) -> None:
+    """A worker without the service's handler (a worker closing tears its plugins down before
+    it stops listening) answers nothing: its portions go to tasks, with the same bits."""
+    from dasklbfgs.solvers.sandblaster.portion_service import HANDLER
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(1200, 3))
+    data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=150)
+    x = np.array([0.2, -0.1, 0.3, 0.0])
+    evaluator = MegaBatchEvaluator(client, Logistic(3), data, backup_tasks=False)  # no race with backups
+    mute = sorted(client.scheduler_info()["workers"])[0]
+    try:
+        expected = evaluator.evaluate(x)
+        assert evaluator.stats.direct_evaluations == 1
+        client.run(lambda dask_worker: dask_worker.handlers.pop(HANDLER) and None, workers=[mute])
+        loss, grad = evaluator.evaluate(x)
+        assert loss == expected[0]
+        np.testing.assert_array_equal(grad, expected[1])
+        assert evaluator.stats.direct_evaluations == 1  # this one needed tasks
+        assert mute in evaluator.placement  # its shards' portions, computed there by tasks
+    finally:
+        def restore(dask_worker):
+            service = dask_worker.plugins[PortionService.name]
+            dask_worker.handlers[HANDLER] = service.portion_sums
+
+        client.run(restore, workers=[mute])
+        evaluator.close()
+
+
+def test_direct_calls_use_every_thread_of_a_worker_with_the_same_bits(tmp_path) -> None:
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(2000, 5)) * 10.0 ** rng.uniform(-3, 3, size=(2000, 1))
+    data = ShardedDataset.create(tmp_path / "d", X, rng.normal(size=2000), shard_rows=500)
+    model = LeastSquares(5, l2=1e-3)
+    x = rng.normal(size=model.n_params)
+    with connect(n_workers=1, threads_per_worker=2, dashboard_address=None) as threaded:
+        (direct, _), (tasks, _) = _evaluate_both_ways(threaded, model, data, x, portion_rows=125)
+    assert direct[0] == tasks[0]
+    np.testing.assert_array_equal(direct[1], tasks[1], strict=True)
