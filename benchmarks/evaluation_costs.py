@@ -35,7 +35,7 @@ def _median_ms(fn, repeats: int) -> float:
 
 
 def breakdown(client: Any, evaluator: Any, points: list[np.ndarray]) -> dict[str, Any]:
-    """Median wall time of evaluations at ``points`` and what the workers computed meanwhile
+    """Mean wall time of evaluations at ``points`` and what the workers computed meanwhile
     (their direct calls' and portion tasks' compute, summed per worker and evaluation); the
     rest is the runtime's."""
     from distributed import get_task_stream
@@ -58,7 +58,7 @@ def breakdown(client: Any, evaluator: Any, points: list[np.ndarray]) -> dict[str
         tasks += 1
         compute[task["worker"]] += sum(s["stop"] - s["start"] for s in task["startstops"] if s["action"] == "compute")
     per_worker = {w: seconds / len(points) for w, seconds in sorted(compute.items())}
-    wall = statistics.median(walls)
+    wall = statistics.mean(walls)  # a mean, like the compute per evaluation it is compared with
     busiest = max(per_worker.values(), default=0.0)
     return {"wall_s": wall, "worker_compute_s": list(per_worker.values()), "busiest_compute_s": busiest,
             "runtime_s": wall - busiest, "tasks_per_evaluation": tasks / len(points),
@@ -122,7 +122,7 @@ def render(e: dict[str, Any], read_pass_s: float) -> list[str]:
     computes = ", ".join(f"{s * 1e3:.1f}" for s in b["worker_compute_s"])
     return [
         "",
-        "Where an evaluation's time goes (cached shards, medians; the workers' compute as they report it for "
+        "Where an evaluation's time goes (cached shards, means per evaluation; the workers' compute as they report it for "
         "their direct calls, and from Dask's task stream for tasks):",
         "",
         "| part | ms | of one read pass |",
