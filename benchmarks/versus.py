@@ -195,7 +195,7 @@ def _spark(model, data, spec, load):
         seconds = time.perf_counter() - started
         iterations = est.summary.totalIterations if est.hasSummary else None
         jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # local[2]: one JVM
-        other = {"otherpeak_rss_mib": peak_rss_mib(jvm), "other_processes": "the JVM"}
+        other = {"other_peak_rss_mib": peak_rss_mib(jvm), "other_processes": "the JVM"}
     finally:
         spark.stop()
     return seconds, coef, {"iterations": iterations, **other}
@@ -270,9 +270,9 @@ def _other_peak(method: str, r: dict) -> str:
     """The peak of the processes besides the driver: Dask workers, Spark's JVM."""
     if method in IN_PROCESS:
         return "none"
-    if "otherpeak_rss_mib" not in r:
+    if "other_peak_rss_mib" not in r:
         return "not measured"
-    return f"{r['otherpeak_rss_mib']:.0f} ({r['other_processes']})"
+    return f"{r['other_peak_rss_mib']:.0f} ({r['other_processes']})"
 
 
 def _reached(r: dict, ref: float | None) -> bool:
