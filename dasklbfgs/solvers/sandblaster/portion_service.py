@@ -28,7 +28,11 @@ import cloudpickle
 
 from distributed import Client, WorkerPlugin
 from distributed.protocol import to_serialize
-from distributed.worker import _worker_cvar  # what get_worker() reads: set for the model, as in a task
+
+try:  # what get_worker() reads (distributed's own, not public): set for the model, as in a task
+    from distributed.worker import _worker_cvar
+except ImportError:  # a distributed without it: get_worker() then answers only in tasks
+    _worker_cvar = None
 
 from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
 
@@ -99,13 +103,14 @@ class PortionService(WorkerPlugin):
     def _compute(self, call: str, model: bytes, x: Any, work: list[tuple[Any, slice]]) -> list[Any]:
         """The portions' sums, on a task thread of the worker (where ``get_worker()`` answers as
         in a task), stopping early when the call is abandoned."""
-        token = _worker_cvar.set(self.worker)
+        token = None if _worker_cvar is None else _worker_cvar.set(self.worker)
         try:
             the_model = pickle.loads(model)
             return [None if shard is None or call in self.abandoned
                     else portion_loss_grad(shard, local, model=the_model, x=x) for shard, local in work]
         finally:
-            _worker_cvar.reset(token)
+            if token is not None:
+                _worker_cvar.reset(token)
 
 
 def start_service(client: Client) -> None:
