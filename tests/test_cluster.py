@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 from distributed import Client, LocalCluster
 
-from dasklbfgs import connect
+from dasklbfgs import Logistic, ShardedDataset, connect, sandblaster_lbfgs
 from dasklbfgs.cluster import SCHEDULER_ENV
 from dasklbfgs.errors import ConfigurationError
 
@@ -58,7 +59,7 @@ def test_connect_errors(kwargs, match, monkeypatch) -> None:
         connect(**kwargs)
 
 
-def test_mutual_tls_cluster_refuses_clients_without_credentials() -> None:
+def test_mutual_tls_cluster_refuses_clients_without_credentials(tmp_path) -> None:
     pytest.importorskip("cryptography")
     from distributed.security import Security
 
@@ -76,6 +77,12 @@ def test_mutual_tls_cluster_refuses_clients_without_credentials() -> None:
             connect(address, timeout=3, security=Security.temporary())  # credentials of another CA
         with connect(address, security=security) as trusted:
             assert trusted.submit(sum, [3, 4]).result() == 7
+            # Sandblaster's direct calls to the workers go over the same TLS connections
+            rng = np.random.default_rng(0)
+            X = rng.normal(size=(400, 3))
+            data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=100)
+            result = sandblaster_lbfgs(Logistic(3, l2=1e-2), data, client=trusted, maxiter=5)
+            assert result.timing["evaluations_direct"] == result.timing["evaluations"] > 0
         cluster = client.cluster
     finally:
         client.close()
