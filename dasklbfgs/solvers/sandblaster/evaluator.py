@@ -11,7 +11,8 @@ order, so the result does not depend on which worker computed what (docs/algorit
   holding shards and asks it, in one message, for the sums of its portions; a round trip
   of about a millisecond instead of a task's trip through the scheduler. Used when the
   client talks to the workers directly (``direct_to_workers``, as :func:`dasklbfgs.connect`
-  sets) and the model is whole (partitioned replicas call their partitions from tasks).
+  sets), the model is whole (partitioned replicas call their partitions from tasks) and
+  the copies of the parameters sent fit ``DIRECT_UPLOAD_BYTES``.
 - **Tasks**: the parameters ride inside the tasks (or are scattered once, when large) and
   one ``sandblaster-gradient`` task is submitted per portion, pinned to its shard. This is
   also how an evaluation finishes what its direct calls did not bring back: portions of a
@@ -72,6 +73,10 @@ GATHER_TIMEOUT_SECONDS = 5.0
 INLINE_PARAMS_BYTES = 64 * 1024
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
+#: The parameters a client sends per evaluation by direct calls (one copy per worker asked):
+#: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
+#: parameters once and let the workers copy them from each other, off the client's link.
+DIRECT_UPLOAD_BYTES = 64 * 2**20
 _DIRECT = "direct"  # in a collection's winners: a portion already answered by a direct call
 
 
@@ -258,7 +263,8 @@ class MegaBatchEvaluator:
 
     def _call_direct(self, x: np.ndarray, started: float) -> DirectCalls:
         """Each worker's portions in one direct call (:mod:`.portion_service`), pinned as the
-        tasks would be; portions of shards being reloaded are left to tasks."""
+        tasks would be; portions of shards being reloaded are left to tasks, and everything
+        when the copies of ``x`` to send would exceed ``DIRECT_UPLOAD_BYTES``."""
         holders = self.cached.holders()
         self.stats.shards_moved = self.cached.moves
         pinned = self._pin(holders, self.portions)
@@ -268,6 +274,8 @@ class MegaBatchEvaluator:
             if worker is not None:
                 local = p.local
                 plan.setdefault(worker, []).append((p.index, holders[p.shard][worker].key, local.start, local.stop))
+        if x.nbytes * len(plan) > DIRECT_UPLOAD_BYTES:
+            return DirectCalls()
         self._next_key += 1
         calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, x, plan, started,
                              self.backup_slack if self.backup_tasks else None)

@@ -199,3 +199,26 @@ def test_direct_calls_use_every_thread_of_a_worker_with_the_same_bits(tmp_path) 
         (direct, _), (tasks, _) = _evaluate_both_ways(threaded, model, data, x, portion_rows=125)
     assert direct[0] == tasks[0]
     np.testing.assert_array_equal(direct[1], tasks[1], strict=True)
+
+
+def test_parameters_too_large_to_send_to_every_worker_go_by_tasks(client, tmp_path, monkeypatch) -> None:
+    """Past ``DIRECT_UPLOAD_BYTES`` of parameters per evaluation (a wide model on many workers)
+    the evaluation scatters them once and goes by tasks: the same bits."""
+    from dasklbfgs.solvers.sandblaster import evaluator as evaluation
+
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(800, 30))
+    data = ShardedDataset.create(tmp_path / "d", X, rng.normal(size=800), shard_rows=200)
+    model = LeastSquares(30, l2=1e-3)
+    x = rng.normal(size=model.n_params)
+    evaluator = MegaBatchEvaluator(client, model, data)
+    try:
+        expected = evaluator.evaluate(x)
+        assert evaluator.stats.direct_evaluations == 1
+        monkeypatch.setattr(evaluation, "DIRECT_UPLOAD_BYTES", x.nbytes)  # one copy fits, two do not
+        loss, grad = evaluator.evaluate(x)
+        assert evaluator.stats.direct_evaluations == 1 and evaluator.stats.evaluations == 2
+        assert loss == expected[0]
+        np.testing.assert_array_equal(grad, expected[1])
+    finally:
+        evaluator.close()
