@@ -13,7 +13,6 @@ caller) may be in flight through the partitions at once: messages are keyed by j
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from dasklbfgs.errors import PartitionLostError
 from dasklbfgs.parallel.exchanges import Exchange, advance, payload_bytes
+from dasklbfgs._recent import RecentIds
 from dasklbfgs._wire import aligned, free_answered_calls
 
 __all__ = ["PartitionActor", "EXCHANGE_TIMEOUT_SECONDS"]
@@ -31,29 +31,6 @@ EXCHANGE_TIMEOUT_SECONDS = 60.0
 #: here: a late abandon or delivery concerns a recent job, and the memory must not grow with
 #: every evaluation of a long run.
 RECENT_JOBS = 256
-
-
-class _RecentJobs:
-    """A set of job ids that forgets the oldest once it holds more than ``size``."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._ids: OrderedDict[Hashable, None] = OrderedDict()
-
-    def add(self, job: Hashable) -> None:
-        self._ids[job] = None
-        self._ids.move_to_end(job)
-        while len(self._ids) > self.size:
-            self._ids.popitem(last=False)
-
-    def discard(self, job: Hashable) -> None:
-        self._ids.pop(job, None)
-
-    def __contains__(self, job: Hashable) -> bool:
-        return job in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 class _Inbox:
@@ -76,8 +53,8 @@ class PartitionActor:
         # Jobs a caller gave up (a partition was lost) that have not ended here yet, and jobs
         # that ended here: an abandon or a peer's delivery arriving after its job ended here
         # is dropped (job ids are unique: that job never comes back).
-        self._abandoned = _RecentJobs(RECENT_JOBS)
-        self._ended = _RecentJobs(RECENT_JOBS)
+        self._abandoned = RecentIds(RECENT_JOBS)
+        self._ended = RecentIds(RECENT_JOBS)
         self.params: np.ndarray | None = None  # kept between evaluations (set_params)
         self.accrued: np.ndarray | None = None  # gradient sums accrued here (evaluate(accrue=True))
         self.bytes_sent = 0

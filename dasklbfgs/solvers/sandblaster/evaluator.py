@@ -279,12 +279,8 @@ class MegaBatchEvaluator:
         self._next_key += 1
         calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, x, plan, started,
                              self.backup_slack if self.backup_tasks else None)
-        computed: Counter[str] = Counter()
-        for index, worker in calls.computed_on.items():
-            p = self.portions[index]
-            computed[worker] += p.stop - p.start
         for worker, at in calls.finished.items():
-            self._speed[worker] = computed[worker] / max(at - started, 1e-9)
+            self._speed[worker] = calls.rows[worker] / max(at - started, 1e-9)
         spent = self.stats.direct_compute_seconds
         for worker, seconds in calls.compute_seconds.items():
             spent[worker] = spent.get(worker, 0.0) + seconds

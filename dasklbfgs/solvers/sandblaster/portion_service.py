@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +33,7 @@ try:  # what get_worker() reads (distributed's own, not public): set for the mod
 except ImportError:  # a distributed without it: get_worker() then answers only in tasks
     _worker_cvar = None
 
+from dasklbfgs._recent import RecentIds
 from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
 
 __all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "call_workers"]
@@ -59,7 +59,7 @@ class PortionService(WorkerPlugin):
 
     def setup(self, worker: Any) -> None:
         self.worker = worker
-        self.abandoned: OrderedDict[str, None] = OrderedDict()  # calls whose answer nobody waits for
+        self.abandoned = RecentIds(ABANDONED_KEPT)  # calls whose answer nobody waits for
         self.running = 0  # calls being answered
         self.portions_computed = 0
         worker.handlers[HANDLER] = self.portion_sums
@@ -71,9 +71,7 @@ class PortionService(WorkerPlugin):
 
     def abandon(self, call: str) -> None:
         """The client backed up call ``call``'s portions elsewhere: compute no more of them."""
-        self.abandoned[call] = None
-        while len(self.abandoned) > ABANDONED_KEPT:
-            self.abandoned.popitem(last=False)
+        self.abandoned.add(call)
 
     async def portion_sums(self, call: str, model: bytes, x: Any, items: list[tuple[str, int, int]]) -> dict[str, Any]:
         """``(loss, sums)`` of each portion ``(shard key, first row, stop row)`` in the order
@@ -125,6 +123,7 @@ class DirectCalls:
     sums: dict[int, Any] = field(default_factory=dict)  # portion index -> its (loss, sums)
     computed_on: dict[int, str] = field(default_factory=dict)  # portion index -> the worker that answered it
     finished: dict[str, float] = field(default_factory=dict)  # worker -> when its answer arrived (perf_counter)
+    rows: dict[str, int] = field(default_factory=dict)  # worker -> the rows it computed (those finished only)
     compute_seconds: dict[str, float] = field(default_factory=dict)  # worker -> the seconds it computed
     lost: set[str] = field(default_factory=set)  # workers that could not be reached
     late: set[str] = field(default_factory=set)  # workers given up on as stragglers
@@ -211,7 +210,7 @@ async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
                     out.sums[index], out.computed_on[index] = sums, worker
                     computed += stop - start
             if computed:  # a worker that held none of its shards any more says nothing of speed
-                out.finished[worker] = now
+                out.finished[worker], out.rows[worker] = now, computed
                 fastest = max(fastest, computed / max(now - started, 1e-9))
     return out
 
