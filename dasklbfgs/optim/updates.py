@@ -47,6 +47,17 @@ def _blocks(size: int) -> list[slice]:
     return [slice(start, min(start + BLOCK, size)) for start in range(0, size, BLOCK)]
 
 
+def _apply_blockwise(grad: np.ndarray, params: np.ndarray,
+                     step_into: Callable[[slice, np.ndarray, np.ndarray], None]) -> None:
+    """``params += step`` block by block, ``step_into(block, g, step)`` writing the step of
+    each block (``g``: its float64 gradient) into one block-sized scratch buffer."""
+    scratch = np.empty(min(BLOCK, len(params)))
+    for b, g in _gradient_blocks(grad):
+        step = scratch[: b.stop - b.start]
+        step_into(b, g, step)
+        params[b] += step
+
+
 def _gradient_blocks(grad: np.ndarray) -> Iterator[tuple[slice, np.ndarray]]:
     """Each block's slice and the gradient there as float64: a float32 gradient (as it comes
     off the wire) is converted one block at a time into one block-sized buffer, never copied
@@ -82,10 +93,7 @@ def sgd(learning_rate: float) -> UpdateRule:
         return -lr * grad, state
 
     def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
-        scratch = np.empty(min(BLOCK, len(params)))
-        for b, g in _gradient_blocks(grad):
-            step = np.multiply(g, -lr, out=scratch[: b.stop - b.start])
-            params[b] += step
+        _apply_blockwise(grad, params, lambda b, g, step: np.multiply(g, -lr, out=step))
 
     return UpdateRule("sgd", {"learning_rate": lr}, init, update, sparse_exact=True, apply=apply)
 
@@ -104,19 +112,19 @@ def momentum(learning_rate: float, beta: float = 0.9, nesterov: bool = False) ->
         step = grad + beta * velocity if nesterov else velocity
         return -lr * step, {"velocity": velocity}
 
+    def step_into(b: slice, g: np.ndarray, step: np.ndarray, state: State) -> None:
+        velocity = state["velocity"][b]
+        velocity *= beta
+        velocity += g
+        if nesterov:
+            np.multiply(velocity, beta, out=step)
+            step += g
+            step *= -lr
+        else:
+            np.multiply(velocity, -lr, out=step)
+
     def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
-        scratch = np.empty(min(BLOCK, len(params)))
-        for b, g in _gradient_blocks(grad):
-            velocity, step = state["velocity"][b], scratch[: b.stop - b.start]
-            velocity *= beta
-            velocity += g
-            if nesterov:
-                np.multiply(velocity, beta, out=step)
-                step += g
-                step *= -lr
-            else:
-                np.multiply(velocity, -lr, out=step)
-            params[b] += step
+        _apply_blockwise(grad, params, lambda b, g, step: step_into(b, g, step, state))
 
     return UpdateRule("momentum", {"learning_rate": lr, "beta": beta, "nesterov": nesterov}, init, update,
                       apply=apply)
@@ -146,17 +154,17 @@ def adagrad(learning_rate: float, eps: float = 1e-8, initial_accumulator: float 
         delta *= -lr
         return delta, {"accumulator": accumulator}
 
+    def step_into(b: slice, g: np.ndarray, step: np.ndarray, state: State) -> None:
+        accumulator = state["accumulator"][b]
+        np.multiply(g, g, out=step)
+        accumulator += step
+        np.sqrt(accumulator, out=step)
+        step += eps
+        np.divide(g, step, out=step)
+        step *= -lr
+
     def apply(grad: np.ndarray, state: State, params: np.ndarray) -> None:
-        scratch = np.empty(min(BLOCK, len(params)))
-        for b, g in _gradient_blocks(grad):
-            accumulator, step = state["accumulator"][b], scratch[: b.stop - b.start]
-            np.multiply(g, g, out=step)
-            accumulator += step
-            np.sqrt(accumulator, out=step)
-            step += eps
-            np.divide(g, step, out=step)
-            step *= -lr
-            params[b] += step
+        _apply_blockwise(grad, params, lambda b, g, step: step_into(b, g, step, state))
 
     return UpdateRule("adagrad", {"learning_rate": lr, "eps": eps, "initial_accumulator": initial_accumulator},
                       init, update, sparse_exact=True, apply=apply)
