@@ -3,10 +3,11 @@ the result.
 
 zarr 3 reads a chunk through its asynchronous codec pipeline: the file's bytes, a
 decompressed copy in a new bytes object (fresh pages, faulted in one by one), a view as an
-array, then a copy into the result. For a shard that is one whole chunk, the result can be
-the decompressor's destination instead: one numpy allocation (numpy asks the kernel for
-huge pages) and one pass of the decompressor over it. On 100 MB float64 chunks under Blosc
-lz4 this reads at 3.6x zarr's rate on one thread, and Sandblaster caches shards 2.8x faster
+array, then a copy into the result. For a shard that is one whole chunk, the decompressor
+can read the file where it lies, mapped from the page cache, and write straight into the
+result, whose pages are put in place in one call before it writes (:func:`new_array`): no
+copy, and no memory touched for the first time but the result's. On 100 MB float64 chunks
+under Blosc lz4 this reads at several times zarr's rate on one thread
 (``python -m benchmarks.shard_load``, benchmarks/RESULTS-shard-load.md).
 
 Only the codec chains the dataset writer produces are read this way: the ``bytes``
@@ -19,11 +20,14 @@ the workers read their shards in parallel.
 
 from __future__ import annotations
 
+import math
+import mmap
 import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numcodecs.blosc
 import numpy as np
@@ -79,18 +83,46 @@ def _blosc_into(path: Path, out: np.ndarray) -> None:
     numcodecs.blosc.decompress(raw, _bytes_of(out))
 
 
-def _read_file(path: Path, into: np.ndarray | None = None) -> np.ndarray:
-    """The file's bytes, read into ``into`` (an uncompressed chunk: no copy after the read)
-    or a new numpy buffer: numpy allocates large arrays on huge pages, which halves the time
-    of ``read_bytes`` (whose fresh pages fault in one by one)."""
+def _read_file(path: Path, into: np.ndarray | None = None) -> Any:
+    """The file's bytes for a decoder: the file mapped read-only (its pages are the page
+    cache's: nothing copied, no new memory), or, where there is no ``mmap`` with flags
+    (Windows) or ``into`` is given (an uncompressed chunk, read straight into its rows),
+    read into a buffer."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        if into is not None and size != into.nbytes:
+        if into is None and size and _MAPPED_FILE is not None:
+            return memoryview(mmap.mmap(f.fileno(), size, flags=_MAPPED_FILE, prot=mmap.PROT_READ))
+        if into is None:
+            into = np.empty(size, dtype=np.uint8)
+        elif size != into.nbytes:
             raise ValueError(f"the uncompressed chunk holds {size} bytes, expected {into.nbytes}")
-        buffer = np.empty(size, dtype=np.uint8) if into is None else into
-        if f.readinto(_bytes_of(buffer)) != size:
+        if f.readinto(_bytes_of(into)) != size:
             raise ValueError(f"{path.name} changed size while it was read")
-    return buffer
+    return into
+
+
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page in the one call
+#: Flags of a file's read-only mapping (None: no flags, Windows' mmap).
+_MAPPED_FILE = (mmap.MAP_SHARED | _POPULATE) if hasattr(mmap, "MAP_SHARED") else None
+#: Arrays from this size up are mappings of their own (smaller ones come from the heap).
+MAPPED_FROM_BYTES = 1 << 22
+
+
+def new_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised array, its pages in place before anything is written to it.
+
+    On Linux, from :data:`MAPPED_FROM_BYTES` up: an anonymous mapping populated in one call
+    (a page fault per 4 KiB page is what a first write would cost otherwise). numpy's own
+    large allocations ask for huge pages instead, which is faster where the machine's free
+    memory is backed already but several times slower on a virtual machine that hands
+    free memory back to its host (measured in ``python -m benchmarks.shard_load``: a fresh
+    worker's share of the shards). Freed, like any array, when the last reference goes.
+    """
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    if not _POPULATE or nbytes < MAPPED_FROM_BYTES:
+        return np.empty(shape, dtype=dtype)
+    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
+    return np.frombuffer(memory, dtype=dtype).reshape(shape)
 
 
 def read_whole_chunks(array: zarr.Array, folder: Path, decoder: Decoder, first: int, stop: int) -> np.ndarray:
@@ -99,7 +131,7 @@ def read_whole_chunks(array: zarr.Array, folder: Path, decoder: Decoder, first: 
     The array's chunks span every dimension but the first."""
     chunk_rows, tail = array.chunks[0], tuple(array.shape[1:])
     start = first * chunk_rows
-    out = np.empty((stop - start, *tail), dtype=array.dtype)
+    out = new_array((stop - start, *tail), array.dtype)
     indices = range(first, -(-stop // chunk_rows))
 
     def decode(i: int) -> None:

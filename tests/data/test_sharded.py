@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import dask.array as da
 import numpy as np
@@ -331,3 +332,35 @@ def test_many_integer_labels_stay_integral(tmp_path) -> None:
     from dasklbfgs.models import Softmax
 
     Softmax(2, 1200).check_data(ds)
+
+
+@pytest.mark.parametrize("codec", ["default", "none", "zstd"])
+def test_a_large_shard_is_decoded_from_its_mapped_file_into_memory_of_its_own(tmp_path, codec) -> None:
+    """A shard above ``MAPPED_FROM_BYTES`` is decoded from its chunk file mapped read-only
+    into an array of its own: zarr's bits, an ordinary writeable, aligned array that pickles
+    (Dask copies shards between workers), and no chunk file still mapped once it is read."""
+    import mmap
+    import pickle
+
+    from dasklbfgs.data._chunks import MAPPED_FROM_BYTES
+
+    rng = np.random.default_rng(2)
+    rows = MAPPED_FROM_BYTES // (64 * 8) + 100
+    X, y = rng.normal(size=(2 * rows, 64)), rng.normal(size=2 * rows)
+    ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=rows, compressor=CODECS[codec])
+    Xs, ys = ds.load_shard(1)
+    assert Xs.nbytes > MAPPED_FROM_BYTES
+    np.testing.assert_array_equal(Xs, zarr.open_group(str(tmp_path / "d"), mode="r")["X"][rows:])
+    np.testing.assert_array_equal(ys, y[rows:])
+    assert Xs.flags.c_contiguous and Xs.flags.aligned and Xs.flags.writeable
+    if hasattr(mmap, "MAP_POPULATE"):  # Linux: the array is a populated mapping of its own
+        base = Xs
+        while isinstance(base, (np.ndarray, memoryview)):
+            base = base.base if isinstance(base, np.ndarray) else base.obj
+        assert isinstance(base, mmap.mmap)
+    Xs[0, 0] = 7.0  # the caller's own memory: writing it changes nothing stored
+    np.testing.assert_array_equal(ds.load_shard(1)[0][0, 0], X[rows, 0])
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(Xs, protocol=5)), Xs)
+    maps = Path("/proc/self/maps")
+    if maps.exists():
+        assert str(tmp_path / "d") not in maps.read_text()
