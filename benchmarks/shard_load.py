@@ -9,7 +9,9 @@
    and Sandblaster's shard caching (``ShardCache``, what ``load_seconds`` times) on a
    ``workers`` x 1-thread cluster in the same run; next to it, the same tasks reading
    through zarr's pipeline (the loading before the direct decode). A profile of the
-   caching tasks on each worker says where the time goes.
+   caching tasks on each worker says where the time goes. Then the same caching in workers
+   started for it (a user's first run), beside those workers filling their share of new
+   memory as numpy allocates it and as the loader does (:func:`~dasklbfgs.data._chunks.new_array`).
 2. Codecs on the recipes' data (logistic and least squares float64 and float32, acoustic
    frames float32): bytes stored, write time, decode rate (one thread, shard by shard, as a
    worker loads) and Sandblaster's time to the optimum including the shard load.
@@ -37,6 +39,7 @@ from threadpoolctl import threadpool_limits
 from benchmarks._common import HERE, codec_name, machine, median_seconds, publish
 from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
+from dasklbfgs.data._chunks import new_array
 from dasklbfgs.data._writer import DEFAULT_CODEC
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import AcousticFrames
@@ -128,14 +131,44 @@ def profiled_loads(data: ShardedDataset, indices: list[int]) -> dict:
     return {"total_s": total, **{f"{k}_s": v for k, v in spent.items()}}
 
 
-def fresh_fill_seconds(nbytes: int, pieces: int) -> float:
+def fresh_fill_seconds(nbytes: int, pieces: int, allocate: str = "numpy") -> float:
     """Seconds to fill ``nbytes`` of new memory held in ``pieces`` arrays, as cached shards are:
-    the kernel's rate of handing a process memory it has not had before."""
+    the kernel's rate of handing a process memory it has not had before. ``allocate``:
+    ``"numpy"`` (``np.empty``: numpy asks for huge pages) or ``"new_array"`` (a mapping
+    populated in one call, as the shard loader allocates)."""
+    make = np.empty if allocate == "numpy" else (lambda n: new_array((n,), np.float64))
     held = []
     started = time.perf_counter()
     for _ in range(pieces):
-        held.append(np.ones(nbytes // pieces // 8))
+        held.append(make(nbytes // pieces // 8))
+        held[-1].fill(1.0)
     return time.perf_counter() - started
+
+
+FRESH = {"caching_s": "Sandblaster shard caching", "fill_numpy_s": "fill with numpy's huge pages",
+         "fill_new_array_s": "fill with new_array's populated mapping"}
+
+
+def fresh_workers_section(data: ShardedDataset, args) -> dict:
+    """Each measurement in workers started for it (a new cluster, as a user's first run
+    has), rounds interleaved: the shard caching, and each worker filling its share of new
+    memory as numpy allocates it and as the loader does. Medians over the rounds."""
+    nbytes, pieces = data.nbytes_in_memory // args.workers, -(-data.n_shards // args.workers)
+    runs: dict[str, list[float]] = {key: [] for key in FRESH}
+    for _ in range(args.repeats):
+        for key in FRESH:
+            with connect(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as client:
+                client.wait_for_workers(args.workers)
+                workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+                if key == "caching_s":
+                    started = time.perf_counter()
+                    ShardCache(client, data, uuid.uuid4().hex[:8], workers).close()
+                    runs[key].append(time.perf_counter() - started)
+                else:
+                    how = key.removeprefix("fill_").removesuffix("_s")
+                    runs[key].append(max(client.gather([client.submit(fresh_fill_seconds, nbytes, pieces, how,
+                                                                      workers=[w], pure=False) for w in workers])))
+    return {key: float(np.median(v)) for key, v in runs.items()} | {"runs": runs}
 
 
 def worker_profiles(client, data: ShardedDataset, workers: list[str]) -> dict:
@@ -238,6 +271,7 @@ def main(argv=None) -> None:
     with threadpool_limits(1):
         out["read_pass_s"] = median_seconds(lambda: X @ np.ones(X.shape[1]), args.repeats)
     del X
+    out["fresh_workers"] = fresh_workers_section(data, args)
     with connect(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as client:
         client.wait_for_workers(args.workers)
         out["load"] = load_section(client, data, args)
@@ -275,9 +309,24 @@ def render(out: dict) -> str:
     for worker, p in sorted(load["profile"].items()):
         lines.append(f"| {worker} | {p['total_s']:.3f} | " + " | ".join(f"{p[k + '_s']:.3f}" for k in PROFILED) + " |")
     lines += ["", *limit_lines(out), ""]
+    if "fresh_workers" in out:
+        lines += fresh_lines(out["fresh_workers"], nbytes, out["workers"])
     if "codecs" in out:
         lines += codec_table(out["codecs"])
     return "\n".join(lines) + "\n"
+
+
+def fresh_lines(fresh: dict, nbytes: int, workers: int) -> list[str]:
+    """The first load in new workers, and the new memory it needs filled two ways."""
+    rate = lambda s: f"{nbytes / s / 1e9:.2f}"  # noqa: E731
+    return [f"**In new workers** (a cluster started for each measurement, as for a user's first run; "
+            f"{workers} workers; rounds interleaved, medians):", "",
+            "| new workers | seconds | GB/s |", "|---|---:|---:|",
+            *[f"| {name} | {fresh[key]:.3f} | {rate(fresh[key])} |" for key, name in FRESH.items()], "",
+            f"New memory filled as numpy allocates it (huge pages) takes "
+            f"**{fresh['fill_numpy_s'] / fresh['fill_new_array_s']:.1f}x** the time of the loader's populated mapping "
+            "here. A virtual machine that returns free memory to its host backs a huge page again on its first touch; "
+            "numpy's huge pages are faster where the machine's free memory is backed already (one fault per 2 MiB).", ""]
 
 
 def limit_lines(out: dict) -> list[str]:
