@@ -85,13 +85,16 @@ def _blosc_into(path: Path, out: np.ndarray) -> None:
 
 def _read_file(path: Path, into: np.ndarray | None = None) -> Any:
     """The file's bytes for a decoder: the file mapped read-only (its pages are the page
-    cache's: nothing copied, no new memory), or, where there is no ``mmap`` with flags
-    (Windows) or ``into`` is given (an uncompressed chunk, read straight into its rows),
-    read into a buffer."""
+    cache's: nothing copied, no new memory), or read into a buffer: where ``mmap`` takes no
+    flags (Windows), the file system cannot map it, or ``into`` is given (an uncompressed
+    chunk, read straight into its rows)."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         if into is None and size and _MAPPED_FILE is not None:
-            return memoryview(mmap.mmap(f.fileno(), size, flags=_MAPPED_FILE, prot=mmap.PROT_READ))
+            try:
+                return memoryview(mmap.mmap(f.fileno(), size, flags=_MAPPED_FILE, prot=mmap.PROT_READ))
+            except OSError:  # a file system that cannot map files: read it
+                pass
         if into is None:
             into = np.empty(size, dtype=np.uint8)
         elif size != into.nbytes:

@@ -364,3 +364,23 @@ def test_a_large_shard_is_decoded_from_its_mapped_file_into_memory_of_its_own(tm
     maps = Path("/proc/self/maps")
     if maps.exists():
         assert str(tmp_path / "d") not in maps.read_text()
+
+
+def test_a_chunk_file_that_cannot_be_mapped_is_read(tmp_path, monkeypatch, Xy) -> None:
+    """A file system that refuses to map files (some FUSE and network mounts) costs a copy,
+    not the shard: the chunk file is read instead, with the same bits."""
+    import mmap
+
+    from dasklbfgs.data import _chunks
+
+    X, y = Xy
+    ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=25)
+    real = mmap.mmap
+
+    def refusing(fileno, *args, **kwargs):
+        if fileno != -1:
+            raise OSError(19, "No such device")
+        return real(fileno, *args, **kwargs)
+
+    monkeypatch.setattr(_chunks.mmap, "mmap", refusing)
+    np.testing.assert_array_equal(ds.load_shard(1)[0], X[25:50])
