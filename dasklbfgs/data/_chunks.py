@@ -34,6 +34,8 @@ import numpy as np
 import zarr
 from numcodecs.zstd import Zstd
 
+from dasklbfgs.allocator import MMAP_THRESHOLD
+
 __all__ = ["chunk_decoder", "read_whole_chunks"]
 
 Decoder = Callable[[Path, np.ndarray], None]  # a chunk file -> fills the array given
@@ -107,8 +109,10 @@ def _read_file(path: Path, into: np.ndarray | None = None) -> Any:
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page in the one call
 #: Flags of a file's read-only mapping (None: no flags, Windows' mmap).
 _MAPPED_FILE = (mmap.MAP_SHARED | _POPULATE) if hasattr(mmap, "MAP_SHARED") else None
-#: Arrays from this size up are mappings of their own (smaller ones come from the heap).
-MAPPED_FROM_BYTES = 1 << 22
+#: Arrays from this size up are mappings of their own: the size from which the allocator
+#: maps fresh memory for every array anyway (connect's AllocatorTuning); smaller ones come
+#: from the heap, which reuses memory already in place.
+MAPPED_FROM_BYTES = MMAP_THRESHOLD
 
 
 def new_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:

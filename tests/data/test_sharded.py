@@ -346,12 +346,12 @@ def test_a_large_shard_is_decoded_from_its_mapped_file_into_memory_of_its_own(tm
 
     rng = np.random.default_rng(2)
     rows = MAPPED_FROM_BYTES // (64 * 8) + 100
-    X, y = rng.normal(size=(2 * rows, 64)), rng.normal(size=2 * rows)
+    X, y = rng.normal(size=(rows + 10, 64)), rng.normal(size=rows + 10)
     ds = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=rows, compressor=CODECS[codec])
-    Xs, ys = ds.load_shard(1)
+    Xs, ys = ds.load_shard(0)
     assert Xs.nbytes > MAPPED_FROM_BYTES
-    np.testing.assert_array_equal(Xs, zarr.open_group(str(tmp_path / "d"), mode="r")["X"][rows:])
-    np.testing.assert_array_equal(ys, y[rows:])
+    np.testing.assert_array_equal(Xs, zarr.open_group(str(tmp_path / "d"), mode="r")["X"][:rows])
+    np.testing.assert_array_equal(ys, y[:rows])
     assert Xs.flags.c_contiguous and Xs.flags.aligned and Xs.flags.writeable
     if hasattr(mmap, "MAP_POPULATE"):  # Linux: the array is a populated mapping of its own
         base = Xs
@@ -359,7 +359,7 @@ def test_a_large_shard_is_decoded_from_its_mapped_file_into_memory_of_its_own(tm
             base = base.base if isinstance(base, np.ndarray) else base.obj
         assert isinstance(base, mmap.mmap)
     Xs[0, 0] = 7.0  # the caller's own memory: writing it changes nothing stored
-    np.testing.assert_array_equal(ds.load_shard(1)[0][0, 0], X[rows, 0])
+    np.testing.assert_array_equal(ds.load_shard(0)[0][0, 0], X[0, 0])
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(Xs, protocol=5)), Xs)
     maps = Path("/proc/self/maps")
     if maps.exists():
