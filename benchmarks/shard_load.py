@@ -10,8 +10,7 @@
    ``workers`` x 1-thread cluster in the same run; next to it, the same tasks reading
    through zarr's pipeline (the loading before the direct decode). A profile of the
    caching tasks on each worker says where the time goes. Then the same caching in workers
-   started for it (a user's first run), beside those workers filling their share of new
-   memory as numpy allocates it and as the loader does (:func:`~dasklbfgs.data._chunks.new_array`).
+   started for it (a user's first run), beside such workers filling their share of new memory.
 2. Codecs on the recipes' data (logistic and least squares float64 and float32, acoustic
    frames float32): bytes stored, write time, decode rate (one thread, shard by shard, as a
    worker loads) and Sandblaster's time to the optimum including the shard load.
@@ -39,7 +38,6 @@ from threadpoolctl import threadpool_limits
 from benchmarks._common import HERE, codec_name, machine, median_seconds, publish
 from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
-from dasklbfgs.data._chunks import new_array
 from dasklbfgs.data._writer import DEFAULT_CODEC
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import AcousticFrames
@@ -131,42 +129,37 @@ def profiled_loads(data: ShardedDataset, indices: list[int]) -> dict:
     return {"total_s": total, **{f"{k}_s": v for k, v in spent.items()}}
 
 
-def fresh_fill_seconds(nbytes: int, pieces: int, allocate: str = "numpy") -> float:
+def fresh_fill_seconds(nbytes: int, pieces: int) -> float:
     """Seconds to fill ``nbytes`` of new memory held in ``pieces`` arrays, as cached shards are:
-    the kernel's rate of handing a process memory it has not had before. ``allocate``:
-    ``"numpy"`` (``np.empty``: numpy asks for huge pages) or ``"new_array"`` (a mapping
-    populated in one call, as the shard loader allocates)."""
-    make = np.empty if allocate == "numpy" else (lambda n: new_array((n,), np.float64))
+    the kernel's rate of handing a process memory it has not had before."""
     held = []
     started = time.perf_counter()
     for _ in range(pieces):
-        held.append(make(nbytes // pieces // 8))
-        held[-1].fill(1.0)
+        held.append(np.ones(nbytes // pieces // 8))
     return time.perf_counter() - started
 
 
-FRESH = {"caching_s": "Sandblaster shard caching", "fill_numpy_s": "fill with numpy's huge pages",
-         "fill_new_array_s": "fill with new_array's populated mapping"}
+FRESH = {"caching_s": "Sandblaster shard caching",
+         "fill_s": "first use of new memory: each worker fills its share (np.ones, held), in parallel"}
 
 
 def fresh_workers_section(data: ShardedDataset, args) -> dict:
     """Each measurement in workers started for it (a new cluster, as a user's first run
-    has), rounds interleaved: the shard caching, and each worker filling its share of new
-    memory as numpy allocates it and as the loader does. Medians over the rounds."""
+    has), the order alternating every round (a cluster may find memory its predecessor just
+    freed): the shard caching, and the workers filling their share of new memory. Medians."""
     nbytes, pieces = data.nbytes_in_memory // args.workers, -(-data.n_shards // args.workers)
     runs: dict[str, list[float]] = {key: [] for key in FRESH}
-    for _ in range(args.repeats):
-        for key in FRESH:
+    for r in range(args.repeats):
+        for key in list(FRESH)[::1 if r % 2 == 0 else -1]:
             with connect(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as client:
                 client.wait_for_workers(args.workers)
                 workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+                started = time.perf_counter()
                 if key == "caching_s":
-                    started = time.perf_counter()
                     ShardCache(client, data, uuid.uuid4().hex[:8], workers).close()
                     runs[key].append(time.perf_counter() - started)
                 else:
-                    how = key.removeprefix("fill_").removesuffix("_s")
-                    runs[key].append(max(client.gather([client.submit(fresh_fill_seconds, nbytes, pieces, how,
+                    runs[key].append(max(client.gather([client.submit(fresh_fill_seconds, nbytes, pieces,
                                                                       workers=[w], pure=False) for w in workers])))
     return {key: float(np.median(v)) for key, v in runs.items()} | {"runs": runs}
 
@@ -181,9 +174,6 @@ def worker_profiles(client, data: ShardedDataset, workers: list[str]) -> dict:
 def load_section(client, data: ShardedDataset, args) -> dict:
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     nbytes = data.nbytes_in_memory
-    # before anything else has used the workers' memory: the rate at which they get new pages
-    fresh = max(f.result() for f in [client.submit(fresh_fill_seconds, nbytes // len(workers), -(-data.n_shards // len(workers)),
-                                                   workers=[w], pure=False) for w in workers])
     rates = in_process_rates(data, args.repeats, args.threads)
     caching = caching_seconds(client, data, workers, args.repeats)
     through_zarr = zarr_tasks_seconds(client, data, workers, args.repeats)
@@ -191,7 +181,7 @@ def load_section(client, data: ShardedDataset, args) -> dict:
     return {
         "nbytes_in_memory": nbytes, "nbytes_stored": data.nbytes_stored(), "shards": data.n_shards,
         "codec": codec_name(DEFAULT_CODEC), "in_process": rates, "caching_s": caching,
-        "zarr_tasks_s": through_zarr, "raw_best_s": raw_best, "worker_fresh_fill_s": fresh,
+        "zarr_tasks_s": through_zarr, "raw_best_s": raw_best,
         "raw_zarr_best_s": min(v for k, v in rates.items() if k.startswith("zarr")),
         "caching_over_raw": raw_best / caching,
         "caching_over_raw_zarr": min(v for k, v in rates.items() if k.startswith("zarr")) / caching,
@@ -291,8 +281,7 @@ def render(out: dict) -> str:
             ("direct chunk decode, 1 thread", load["in_process"]["direct_1_threads_s"]),
             (f"direct chunk decode, {out['threads']} threads", load["in_process"][f"direct_{out['threads']}_threads_s"]),
             (f"**Sandblaster shard caching** ({out['workers']} workers x 1 thread)", load["caching_s"]),
-            ("the same tasks reading through zarr (the loading before)", load["zarr_tasks_s"]),
-            ("first use of new memory: each worker fills its share (np.ones, held), in parallel", load["worker_fresh_fill_s"])]
+            ("the same tasks reading through zarr (the loading before)", load["zarr_tasks_s"])]
     lines = report_header("Shard loading and dataset codecs", out["command"], out["machine"]) + [
         f"Data: logistic {out['rows']:,} x {out['features']} float64, {load['shards']} shards, codec "
         f"`{load['codec']}` (the writer's default): {nbytes / gb:.2f} GB in memory, {load['nbytes_stored'] / gb:.2f} GB "
@@ -317,16 +306,15 @@ def render(out: dict) -> str:
 
 
 def fresh_lines(fresh: dict, nbytes: int, workers: int) -> list[str]:
-    """The first load in new workers, and the new memory it needs filled two ways."""
+    """The first load in new workers, beside their first use of as much new memory."""
     rate = lambda s: f"{nbytes / s / 1e9:.2f}"  # noqa: E731
     return [f"**In new workers** (a cluster started for each measurement, as for a user's first run; "
-            f"{workers} workers; rounds interleaved, medians):", "",
+            f"{workers} workers; the order alternating every round, medians):", "",
             "| new workers | seconds | GB/s |", "|---|---:|---:|",
             *[f"| {name} | {fresh[key]:.3f} | {rate(fresh[key])} |" for key, name in FRESH.items()], "",
-            f"New memory filled as numpy allocates it (huge pages) takes "
-            f"**{fresh['fill_numpy_s'] / fresh['fill_new_array_s']:.1f}x** the time of the loader's populated mapping "
-            "here. A virtual machine that returns free memory to its host backs a huge page again on its first touch; "
-            "numpy's huge pages are faster where the machine's free memory is backed already (one fault per 2 MiB).", ""]
+            f"New workers take **{fresh['fill_s'] / fresh['caching_s']:.0%}** of their first load's time to fill as "
+            "much new memory as the shards take (the first use of new memory, whose rate depends on the machine: "
+            "a virtual machine that hands free memory back to its host backs it again on first touch).", ""]
 
 
 def limit_lines(out: dict) -> list[str]:

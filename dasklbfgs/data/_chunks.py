@@ -4,10 +4,10 @@ the result.
 zarr 3 reads a chunk through its asynchronous codec pipeline: the file's bytes, a
 decompressed copy in a new bytes object (fresh pages, faulted in one by one), a view as an
 array, then a copy into the result. For a shard that is one whole chunk, the decompressor
-can read the file where it lies, mapped from the page cache, and write straight into the
-result, whose pages are put in place in one call before it writes (:func:`new_array`): no
-copy, and no memory touched for the first time but the result's. On 100 MB float64 chunks
-under Blosc lz4 this reads at several times zarr's rate on one thread
+can read the file where it lies, mapped read-only from the page cache, and write straight
+into the result (one numpy allocation, which numpy asks the kernel to back with huge
+pages): no copy, and no new memory but the result's. On 100 MB float64 chunks under Blosc
+lz4 this reads at several times zarr's rate on one thread
 (``python -m benchmarks.shard_load``, benchmarks/RESULTS-shard-load.md).
 
 Only the codec chains the dataset writer produces are read this way: the ``bytes``
@@ -20,12 +20,12 @@ the workers read their shards in parallel.
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +33,6 @@ import numcodecs.blosc
 import numpy as np
 import zarr
 from numcodecs.zstd import Zstd
-
-from dasklbfgs.allocator import MMAP_THRESHOLD
 
 __all__ = ["chunk_decoder", "read_whole_chunks"]
 
@@ -56,7 +54,7 @@ def chunk_decoder(array: zarr.Array) -> Decoder | None:
         return _blosc_into
     if isinstance(codec, zarr.codecs.ZstdCodec):
         zstd = Zstd(level=codec.level, checksum=codec.checksum)
-        return lambda path, out: _check_size(zstd.decode(_read_file(path), out=_bytes_of(out)), out)
+        return lambda path, out: _zstd_into(zstd, path, out)
     return None
 
 
@@ -70,26 +68,49 @@ def _check_size(decoded: object, out: np.ndarray) -> None:
         raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
 
 
+def _zstd_into(zstd: Zstd, path: Path, out: np.ndarray) -> None:
+    with _file_bytes(path) as raw:
+        _check_size(zstd.decode(raw, out=_bytes_of(out)), out)
+
+
 def _blosc_into(path: Path, out: np.ndarray) -> None:
+    with _file_bytes(path) as raw:
+        # The Blosc header (16 bytes) holds the decompressed size at bytes 4-8 and the compressed
+        # size at bytes 12-16, little-endian. Blosc trusts both: a truncated file would be read
+        # past its end, and a short chunk would leave part of the result unwritten.
+        if raw.nbytes < 16:
+            raise ValueError(f"the chunk file holds {raw.nbytes} bytes, less than a Blosc header")
+        size, stored = (int.from_bytes(raw[a:a + 4].tobytes(), "little") for a in (4, 12))
+        if stored != raw.nbytes:
+            raise ValueError(f"the chunk file holds {raw.nbytes} bytes but its Blosc header says {stored}")
+        if size != out.nbytes:
+            raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
+        numcodecs.blosc.decompress(raw, _bytes_of(out))
+
+
+@contextmanager
+def _file_bytes(path: Path) -> Iterator[Any]:
+    """A compressed chunk file's bytes for the decoder (:func:`_read_file`), unmapped on the
+    way out, also when decoding fails: an error kept with its traceback (Dask keeps a failed
+    task's) must not keep the file mapped."""
     raw = _read_file(path)
-    # The Blosc header (16 bytes) holds the decompressed size at bytes 4-8 and the compressed
-    # size at bytes 12-16, little-endian. Blosc trusts both: a truncated file would be read
-    # past its end, and a short chunk would leave part of the result unwritten.
-    if raw.nbytes < 16:
-        raise ValueError(f"the chunk file holds {raw.nbytes} bytes, less than a Blosc header")
-    size, stored = (int.from_bytes(raw[a:a + 4].tobytes(), "little") for a in (4, 12))
-    if stored != raw.nbytes:
-        raise ValueError(f"the chunk file holds {raw.nbytes} bytes but its Blosc header says {stored}")
-    if size != out.nbytes:
-        raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
-    numcodecs.blosc.decompress(raw, _bytes_of(out))
+    try:
+        yield raw
+    finally:
+        if isinstance(raw, memoryview):
+            mapping = raw.obj
+            raw.release()
+            with suppress(BufferError):  # a view the decoder still holds: unmapped when it goes
+                mapping.close()
 
 
 def _read_file(path: Path, into: np.ndarray | None = None) -> Any:
     """The file's bytes for a decoder: the file mapped read-only (its pages are the page
     cache's: nothing copied, no new memory), or read into a buffer: where ``mmap`` takes no
     flags (Windows), the file system cannot map it, or ``into`` is given (an uncompressed
-    chunk, read straight into its rows)."""
+    chunk, read straight into its rows). A mapped file must not be truncated in place while
+    it is decoded (the process would get SIGBUS); zarr and the dataset writer replace files
+    by renaming, never in place."""
     with open(path, "rb", buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
         if into is None and size and _MAPPED_FILE is not None:
@@ -106,30 +127,16 @@ def _read_file(path: Path, into: np.ndarray | None = None) -> Any:
     return into
 
 
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux: map every page in the one call
-#: Flags of a file's read-only mapping (None: no flags, Windows' mmap).
-_MAPPED_FILE = (mmap.MAP_SHARED | _POPULATE) if hasattr(mmap, "MAP_SHARED") else None
-#: Arrays from this size up are mappings of their own: the size from which the allocator
-#: maps fresh memory for every array anyway (connect's AllocatorTuning); smaller ones come
-#: from the heap, which reuses memory already in place.
-MAPPED_FROM_BYTES = MMAP_THRESHOLD
+#: Flags of a file's read-only mapping, every page mapped in the one call where the OS can
+#: (Linux's MAP_POPULATE); None where ``mmap`` takes no flags (Windows).
+_MAPPED_FILE = (mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)) if hasattr(mmap, "MAP_SHARED") else None
 
 
-def new_array(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised array, its pages in place before anything is written to it.
-
-    On Linux, from :data:`MAPPED_FROM_BYTES` up: an anonymous mapping populated in one call
-    (a page fault per 4 KiB page is what a first write would cost otherwise). numpy's own
-    large allocations ask for huge pages instead, which is faster where the machine's free
-    memory is backed already but several times slower on a virtual machine that hands
-    free memory back to its host (measured in ``python -m benchmarks.shard_load``: a fresh
-    worker's share of the shards). Freed, like any array, when the last reference goes.
-    """
-    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    if not _POPULATE or nbytes < MAPPED_FROM_BYTES:
-        return np.empty(shape, dtype=dtype)
-    memory = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
-    return np.frombuffer(memory, dtype=dtype).reshape(shape)
+def _usable_cores() -> int:
+    """Cores this process may run on (its affinity where the OS tells it: Linux)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def read_whole_chunks(array: zarr.Array, folder: Path, decoder: Decoder, first: int, stop: int) -> np.ndarray:
@@ -138,7 +145,7 @@ def read_whole_chunks(array: zarr.Array, folder: Path, decoder: Decoder, first: 
     The array's chunks span every dimension but the first."""
     chunk_rows, tail = array.chunks[0], tuple(array.shape[1:])
     start = first * chunk_rows
-    out = new_array((stop - start, *tail), array.dtype)
+    out = np.empty((stop - start, *tail), dtype=array.dtype)
     indices = range(first, -(-stop // chunk_rows))
 
     def decode(i: int) -> None:
@@ -152,7 +159,7 @@ def read_whole_chunks(array: zarr.Array, folder: Path, decoder: Decoder, first: 
             decoder(path, whole)
             out[rows] = whole[: rows.stop - rows.start]
 
-    threads = min(len(indices), len(os.sched_getaffinity(0)))
+    threads = min(len(indices), _usable_cores())
     if threads <= 1:
         for i in indices:
             decode(i)
