@@ -73,6 +73,9 @@ GATHER_TIMEOUT_SECONDS = 5.0
 INLINE_PARAMS_BYTES = 64 * 1024
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
+#: Dask sends a worker up to ceil(worker-saturation x threads) tasks at once (1.1 by default),
+#: so a straggler can hold two streamed portions while another worker sits idle.
+TASKS_SENT_PER_THREAD = 2
 #: The parameters a client sends per evaluation by direct calls (one copy per worker asked):
 #: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
 #: parameters once and let the workers copy them from each other, off the client's link.
@@ -573,21 +576,26 @@ class _Collection:
         return [p for p in self.unclaimed() if self.pinned[p.index] in slow], idle
 
     def _streaming_stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
-        """Streaming (see the module docstring): once a worker sits idle and the last portions
-        have been out ``backup_slack`` times longer than a portion takes (worker-seconds per
-        finished portion when the queue drained), those portions, last first, and the idle workers."""
+        """Streaming (see the module docstring): once a worker has none of this evaluation's
+        portions while none waits in the scheduler's queue, and the last portions have been out
+        ``backup_slack`` times longer than a portion takes (worker-seconds per finished portion
+        when a worker first sat idle), those portions, last first, and the idle workers."""
         evaluator, tail, n_done = self.evaluator, self.tail, self.n_done()
         outstanding = self.unclaimed()
         if not outstanding or n_done == 0:
             return [], []
         if "since" in tail and now - tail["since"] < evaluator.backup_slack * tail["portion_seconds"]:
             return [], []
-        workers = list(evaluator._workers())
-        if len(outstanding) >= len(workers):  # portions are still queued: no worker is idle
+        workers = evaluator._workers()
+        threads = sum(info.get("nthreads", 1) for info in workers.values())
+        if len(outstanding) > TASKS_SENT_PER_THREAD * threads:  # most still wait in the scheduler's queue
             return [], []
         mine = f"-{evaluator.token}-{self.e}-"
-        busy = {w for w, keys in evaluator.client.processing().items() if any(mine in str(k) for k in keys)}
-        idle = sorted(w for w in workers if w not in busy)
+        running = {w: {portion_index(str(k)) for k in keys if mine in str(k)}
+                   for w, keys in evaluator.client.processing().items()}
+        if {p.index for p in outstanding} - set().union(*running.values()):  # queued: a free worker takes it
+            return [], []
+        idle = sorted(w for w in workers if not running.get(w))
         if not idle:
             return [], []
         if "since" not in tail:
