@@ -16,6 +16,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
@@ -117,6 +118,16 @@ def publish(name: str, out: dict[str, Any], render: Callable[[dict[str, Any]], s
     report = render(out)
     write_report(name.replace("_", "-"), report)
     print(report)
+
+
+def new_memory_fill_seconds(nbytes: int, pieces: int) -> float:
+    """Seconds to fill ``nbytes`` of new memory held in ``pieces`` arrays, as cached shards are:
+    the kernel's rate of handing a process memory it has not had before."""
+    held = []
+    started = time.perf_counter()
+    for _ in range(pieces):
+        held.append(np.ones(nbytes // pieces // 8))
+    return time.perf_counter() - started
 
 
 def read_result(name: str) -> dict[str, Any]:
@@ -242,13 +253,15 @@ def interleaved_runs(methods: list[str], repeats: int, repeat_below: float, run:
 
 
 def summarize(runs: list[dict]) -> dict:
-    """The first run's facts, with seconds replaced by the median over the runs that
-    finished (and their min, max and count); runs that failed are counted, not dropped."""
+    """The median run's facts (the faster of the middle two when even), with seconds replaced by
+    the median over the runs that finished (and their min, max and count); runs that failed are
+    counted, not dropped."""
     timed = [r for r in runs if "seconds" in r]
     if not timed:
         return runs[0]
     seconds = [r["seconds"] for r in timed]
     failed = [r.get("failed", r.get("skipped")) for r in runs if "seconds" not in r]
-    return {**timed[0], "seconds": float(statistics.median(seconds)), "seconds_min": min(seconds),
+    median_run = sorted(timed, key=lambda r: r["seconds"])[(len(timed) - 1) // 2]
+    return {**median_run, "seconds": float(statistics.median(seconds)), "seconds_min": min(seconds),
             "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds,
             **({"failed_runs": failed} if failed else {})}

@@ -35,7 +35,7 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, codec_name, machine, median_seconds, publish
+from benchmarks._common import HERE, codec_name, machine, median_seconds, new_memory_fill_seconds, publish
 from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data._writer import DEFAULT_CODEC
@@ -131,16 +131,6 @@ def profiled_loads(data: ShardedDataset, indices: list[int]) -> dict:
     return {"total_s": total, **{f"{k}_s": v for k, v in spent.items()}}
 
 
-def fresh_fill_seconds(nbytes: int, pieces: int) -> float:
-    """Seconds to fill ``nbytes`` of new memory held in ``pieces`` arrays, as cached shards are:
-    the kernel's rate of handing a process memory it has not had before."""
-    held = []
-    started = time.perf_counter()
-    for _ in range(pieces):
-        held.append(np.ones(nbytes // pieces // 8))
-    return time.perf_counter() - started
-
-
 FRESH = {"caching_s": "Sandblaster shard caching",
          "fill_s": "first use of new memory: each worker fills its share (np.ones, held), in parallel"}
 
@@ -161,7 +151,7 @@ def fresh_workers_section(data: ShardedDataset, args) -> dict:
                     cache_shards(client, data, workers)
                     runs[key].append(time.perf_counter() - started)
                 else:
-                    runs[key].append(max(client.gather([client.submit(fresh_fill_seconds, nbytes, pieces,
+                    runs[key].append(max(client.gather([client.submit(new_memory_fill_seconds, nbytes, pieces,
                                                                       workers=[w], pure=False) for w in workers])))
     return {key: float(np.median(v)) for key, v in runs.items()} | {"runs": runs}
 

@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import (
-    OUT, Skipped, add_comparison_arguments, interleaved_runs, machine, peak_rss_mib, publish, pyplot,
-    read_result, report_header, run_fresh, save_figure, worker_peaks,
+    OUT, Skipped, add_comparison_arguments, interleaved_runs, machine, new_memory_fill_seconds, peak_rss_mib, publish,
+    pyplot, read_result, report_header, run_fresh, save_figure, worker_peaks,
 )
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
@@ -111,8 +111,12 @@ def _sandblaster(model, data, spec, load):
                                 standardize=spec["ill"])
         seconds = time.perf_counter() - started
         workers = worker_peaks(client)
+        # what the load is up against: the same workers filling as much memory new to them
+        nbytes, pieces = data.nbytes_in_memory // 2, -(-data.n_shards // 2)
+        fill = max(client.gather([client.submit(new_memory_fill_seconds, nbytes, pieces, workers=[w], pure=False)
+                                  for w in client.scheduler_info(n_workers=-1)["workers"]]))
     return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
-                            "load_seconds": res.timing["load_seconds"], **workers}
+                            "load_seconds": res.timing["load_seconds"], "fill_seconds": fill, **workers}
 
 
 def _sklearn(model, data, spec, load):
@@ -356,8 +360,26 @@ def render(out: dict) -> str:
                          f"{'yes' if reached else 'no'} | "
                          f"{r.get('iterations', '') if r.get('iterations') is not None else ''} | "
                          f"{r.get('evaluations', '')} | {r['peak_rss_mib']:.0f} | {_other_peak(method, r)} |")
-        lines.append("")
+        lines += ["", *_where_sandblaster_time_goes(entry), ""]
     return "\n".join(lines)
+
+
+def _where_sandblaster_time_goes(entry: dict) -> list[str]:
+    """Sandblaster's seconds split into the shard load and the rest (its evaluations and the
+    coordinator), beside the read pass and scipy's seconds per evaluation."""
+    sand, scipy = entry["methods"].get("Sandblaster L-BFGS", {}), entry["methods"].get("scipy L-BFGS-B", {})
+    if "load_seconds" not in sand or "seconds" not in sand:
+        return []
+    rest = sand["seconds"] - sand["load_seconds"]
+    per_eval = rest / sand["evaluations"]
+    fill = (f" (the same workers then took {sand['fill_seconds']:.2f} s just to fill as much memory new to them)"
+            if "fill_seconds" in sand else "")
+    line = (f"Where Sandblaster's median run went: loading the shards {sand['load_seconds']:.2f} s{fill}; "
+            f"the {sand['evaluations']} evaluations and the coordinator {rest:.2f} s, "
+            f"{1e3 * per_eval:.0f} ms per evaluation ({per_eval / entry['read_pass_seconds']:.2f}x the read pass)")
+    if "seconds" in scipy and scipy.get("evaluations"):
+        line += f"; scipy: {1e3 * scipy['seconds'] / scipy['evaluations']:.0f} ms per evaluation"
+    return [line + "."]
 
 
 if __name__ == "__main__":
