@@ -11,6 +11,7 @@ import statistics
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
@@ -118,6 +119,13 @@ def publish(name: str, out: dict[str, Any], render: Callable[[dict[str, Any]], s
     report = render(out)
     write_report(name.replace("_", "-"), report)
     print(report)
+
+
+def cache_shards(client, data, workers: list[str]) -> None:
+    """Sandblaster's shard caching once (ShardCache, what the evaluator's load_seconds times), then drop it."""
+    from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
+
+    ShardCache(client, data, uuid.uuid4().hex[:8], workers).close()
 
 
 def new_memory_fill_seconds(nbytes: int, pieces: int) -> float:

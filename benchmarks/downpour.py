@@ -55,6 +55,53 @@ class Echo:
         return x
 
 
+class TimedShard(ParameterShard):
+    """A parameter shard that notes when each push enters and leaves its handler and how long
+    its update takes (``time.perf_counter``: on Linux the system's monotonic clock, which the
+    replica's process reads too, so the legs between the processes can be told apart)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.times: list[tuple[float, float, float]] = []  # entered, update seconds, left
+        self._update_seconds = 0.0
+
+    def _update(self, *args: Any, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        super()._update(*args, **kwargs)
+        self._update_seconds = time.perf_counter() - started
+
+    async def push(self, *args: Any, **kwargs: Any) -> Any:
+        entered = time.perf_counter()
+        reply = await super().push(*args, **kwargs)
+        self.times.append((entered, self._update_seconds, time.perf_counter()))
+        return reply
+
+    async def take_times(self) -> list[tuple[float, float, float]]:
+        times, self.times = self.times, []
+        return times
+
+
+def remote_push_timeline(timed, bounds, index, n_params, repeats):
+    """A push to the remote shard alone, as a replica's step sends it (the gradient freshly
+    encoded to float32, the updated slice in the reply), timed on both sides: the request's
+    way to the shard's handler, the handler (of which the update), the reply's way back (ms,
+    medians of ``repeats`` after 2 warm-up calls)."""
+    from distributed import secede
+
+    secede()
+    wire, grad = Wire(bounds, "float32"), _gradient(n_params)
+    calls = []
+    for _ in range(repeats + 2):
+        payload = wire.payloads(grad, None)[index]
+        sent = time.perf_counter()
+        timed.push(payload, 0, 0, 1, 0.0, True).result()
+        calls.append((sent, time.perf_counter()))
+    legs = [(entered - sent, update, left - entered, got - left, got - sent)
+            for (sent, got), (entered, update, left) in zip(calls, timed.take_times().result())][2:]
+    names = ("request", "update", "handler", "reply", "total")
+    return {name: 1e3 * float(np.median([leg[k] for leg in legs])) for k, name in enumerate(names)}
+
+
 def fetch_push_seconds(shards, bounds, n_params, repeats, dtype, *, in_process=True):
     """Median time of one replica step's communication, measured inside a replica task with
     the replica's own calls: a push to every shard (remote shards first, the shard on this
@@ -140,6 +187,10 @@ def measure_exchange(client, workers, args) -> dict:
     shards = [client.submit(ParameterShard, i, a, b, np.zeros(b - a), "adagrad", {"learning_rate": 0.1},
                             actor=True, workers=[workers[i]]).result() for i, (a, b) in enumerate(bounds)]
     echo = client.submit(Echo, actor=True, workers=[workers[1]]).result()
+    remote = 1  # the replica tasks run on workers[0]
+    a, b = bounds[remote]
+    timed_shard = client.submit(TimedShard, remote, a, b, np.zeros(b - a), "adagrad", {"learning_rate": 0.1},
+                          actor=True, workers=[workers[remote]]).result()
 
     def in_replica(fn, *fn_args, **kwargs):
         return client.submit(fn, *fn_args, workers=[workers[0]], pure=False, **kwargs).result()
@@ -153,7 +204,9 @@ def measure_exchange(client, workers, args) -> dict:
                  for dtype in ("float64", "float32")}
         timed["float32_all_over_tcp"] = in_replica(fetch_push_seconds, shards, bounds, args.params, args.repeats,
                                                    "float32", in_process=False)
-        rounds.append((timed, in_replica(exchange_parts, shards, echo, bounds, args.params, args.repeats)))
+        parts = in_replica(exchange_parts, shards, echo, bounds, args.params, args.repeats)
+        timeline = in_replica(remote_push_timeline, timed_shard, bounds, remote, args.params, args.repeats)
+        rounds.append((timed, {**parts, **{f"timeline_{k}": v for k, v in timeline.items()}}))
     out = {"params": args.params, "shards": 2, "rounds": EXCHANGE_ROUNDS}
     out.update({key: min(timed[key] for timed, _ in rounds) for key in rounds[0][0]})
     out["parts_ms"] = {key: (min(parts[key] for _, parts in rounds) if isinstance(value, float) else value)
@@ -399,6 +452,12 @@ def render_exchange(fp: dict, args) -> list[str]:
         ("push + fetch to the shard on the replica's worker alone (in process)", p["push_local"]),
         ("push + fetch to the remote shard alone (over TCP)", p["push_remote"]),
     ]
+    timeline = [("the same, timed on both sides: the request's way to the shard's handler", "timeline_request"),
+                ("... in the handler (the update, the reply's conversion, bookkeeping)", "timeline_handler"),
+                ("... of which the update", "timeline_update"),
+                ("... the reply's way back to the replica", "timeline_reply"),
+                ("... in all", "timeline_total")]
+    rows += [(name, p[key]) for name, key in timeline if key in p]
     lines = [
         f"One step's communication for {fp['params']:,} parameters over {fp['shards']} Adagrad shards, from a "
         f"replica task with the replica's calls (push, with the updated slice in the reply; the remote shard "
@@ -412,11 +471,25 @@ def render_exchange(fp: dict, args) -> list[str]:
         f"path is the remote shard's half: its round trip ({p['echo_remote_slice']:.2f} ms) + its update "
         f"({p['update_slice']:.2f} ms) + its reply's conversion ({p['reply_values']:.2f} ms) = "
         f"{remote_floor:.2f} ms (fetch + push = **{step / remote_floor:.2f}x** that floor); the shard on the "
-        "replica's worker updates its half meanwhile.", "",
+        "replica's worker updates its half meanwhile.", *_timeline_sentence(p), "",
         "| part (float32 wire, medians) | ms |", "|---|---:|",
         *(f"| {name} | {ms:.2f} |" for name, ms in rows), "",
     ]
     return lines
+
+
+def _timeline_sentence(p: dict) -> list[str]:
+    """What the remote push is made of as a step sends it (a freshly encoded slice), timed on
+    both sides, beside the floor's pieces, which reuse one slice."""
+    if "timeline_total" not in p:
+        return []
+    return ["", f"Timed on both sides (the shard notes when the push enters and leaves its handler), the remote push "
+                f"alone takes {p['timeline_total']:.2f} ms as a step sends it: {p['timeline_request']:.2f} ms on "
+                f"its way to the shard's handler, {p['timeline_handler']:.2f} ms there (the update "
+                f"{p['timeline_update']:.2f} ms) and {p['timeline_reply']:.2f} ms back; against the floor's "
+                f"pieces, the two ways take {p['timeline_request'] + p['timeline_reply']:.2f} ms where an echo of "
+                f"one slice sent again and again takes {p['echo_remote_slice']:.2f} ms, and the update in the shard "
+                f"{p['timeline_update']:.2f} ms where the same update alone takes {p['update_slice']:.2f} ms."]
 
 
 def render_heavy(h: dict, args) -> list[str]:

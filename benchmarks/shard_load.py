@@ -27,7 +27,6 @@ import pstats
 import shlex
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, codec_name, machine, median_seconds, new_memory_fill_seconds, publish
+from benchmarks._common import HERE, cache_shards, codec_name, machine, median_seconds, new_memory_fill_seconds, publish
 from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data._writer import DEFAULT_CODEC
@@ -43,7 +42,6 @@ from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import AcousticFrames
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import sandblaster_lbfgs
-from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
 from dasklbfgs.solvers.sandblaster.tasks import load_cached_shard
 
 CODECS = {
@@ -88,11 +86,6 @@ def in_process_rates(data: ShardedDataset, repeats: int, threads: int) -> dict:
                                                         repeats)
             out[f"direct_{n}_threads_s"] = median_seconds(lambda: list(pool.map(data.load_shard, shards)), repeats)
     return out
-
-
-def cache_shards(client, data: ShardedDataset, workers: list[str]) -> None:
-    """Sandblaster's shard caching once (ShardCache, what the evaluator's load_seconds times), then drop it."""
-    ShardCache(client, data, uuid.uuid4().hex[:8], workers).close()
 
 
 def caching_seconds(client, data: ShardedDataset, workers: list[str], repeats: int) -> float:
