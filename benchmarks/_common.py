@@ -261,15 +261,16 @@ def interleaved_runs(methods: list[str], repeats: int, repeat_below: float, run:
 
 
 def summarize(runs: list[dict]) -> dict:
-    """The median run's facts (the faster of the middle two when even), with seconds replaced by
-    the median over the runs that finished (and their min, max and count); runs that failed are
-    counted, not dropped."""
+    """The median run's facts (the faster of the middle two when even; its own seconds as
+    ``run_seconds``), with seconds replaced by the median over the runs that finished (and their
+    min, max and count); runs that failed are counted, not dropped."""
     timed = [r for r in runs if "seconds" in r]
     if not timed:
         return runs[0]
     seconds = [r["seconds"] for r in timed]
     failed = [r.get("failed", r.get("skipped")) for r in runs if "seconds" not in r]
     median_run = sorted(timed, key=lambda r: r["seconds"])[(len(timed) - 1) // 2]
-    return {**median_run, "seconds": float(statistics.median(seconds)), "seconds_min": min(seconds),
+    return {**median_run, "run_seconds": median_run["seconds"],  # the facts' own run
+            "seconds": float(statistics.median(seconds)), "seconds_min": min(seconds),
             "seconds_max": max(seconds), "runs": len(seconds), "all_seconds": seconds,
             **({"failed_runs": failed} if failed else {})}

@@ -55,10 +55,14 @@ class Echo:
         return x
 
 
+def _clock() -> float:
+    """The system's monotonic clock (Linux: one clock for every process of the machine)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
 class TimedShard(ParameterShard):
-    """A parameter shard that notes when each push enters and leaves its handler and how long
-    its update takes (``time.perf_counter``: on Linux the system's monotonic clock, which the
-    replica's process reads too, so the legs between the processes can be told apart)."""
+    """A parameter shard that notes when each push enters and leaves its handler, and how long
+    its update takes, on :func:`_clock`, which the replica's process reads too."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -66,14 +70,14 @@ class TimedShard(ParameterShard):
         self._update_seconds = 0.0
 
     def _update(self, *args: Any, **kwargs: Any) -> None:
-        started = time.perf_counter()
+        started = _clock()
         super()._update(*args, **kwargs)
-        self._update_seconds = time.perf_counter() - started
+        self._update_seconds += _clock() - started
 
     async def push(self, *args: Any, **kwargs: Any) -> Any:
-        entered = time.perf_counter()
+        entered, self._update_seconds = _clock(), 0.0
         reply = await super().push(*args, **kwargs)
-        self.times.append((entered, self._update_seconds, time.perf_counter()))
+        self.times.append((entered, self._update_seconds, _clock()))
         return reply
 
     async def take_times(self) -> list[tuple[float, float, float]]:
@@ -83,9 +87,13 @@ class TimedShard(ParameterShard):
 
 def remote_push_timeline(timed, bounds, index, n_params, repeats):
     """A push to the remote shard alone, as a replica's step sends it (the gradient freshly
-    encoded to float32, the updated slice in the reply), timed on both sides: the request's
-    way to the shard's handler, the handler (of which the update), the reply's way back (ms,
-    medians of ``repeats`` after 2 warm-up calls)."""
+    encoded to float32, the updated slice in the reply), timed on both sides (ms, medians of
+    ``repeats`` calls after 2 warm-ups): in all; in the handler, and its update; both ways
+    (in all minus the handler, per call: one process's clock); and, across the processes,
+    the request's way (from the call in the replica's thread, through its event loop, the
+    serialization, TCP and the shard worker's dispatch, to the handler) and the reply's way
+    (from the handler's return, through the reply's serialization and TCP, to the replica's
+    thread)."""
     from distributed import secede
 
     secede()
@@ -93,13 +101,16 @@ def remote_push_timeline(timed, bounds, index, n_params, repeats):
     calls = []
     for _ in range(repeats + 2):
         payload = wire.payloads(grad, None)[index]
-        sent = time.perf_counter()
+        sent = _clock()
         timed.push(payload, 0, 0, 1, 0.0, True).result()
-        calls.append((sent, time.perf_counter()))
-    legs = [(entered - sent, update, left - entered, got - left, got - sent)
-            for (sent, got), (entered, update, left) in zip(calls, timed.take_times().result())][2:]
-    names = ("request", "update", "handler", "reply", "total")
-    return {name: 1e3 * float(np.median([leg[k] for leg in legs])) for k, name in enumerate(names)}
+        calls.append((sent, _clock()))
+    legs = {"total": [], "handler": [], "update": [], "both_ways": [], "request": [], "reply": []}
+    for (sent, got), (entered, update, left) in list(zip(calls, timed.take_times().result()))[2:]:
+        for name, seconds in (("total", got - sent), ("handler", left - entered), ("update", update),
+                              ("both_ways", (got - sent) - (left - entered)), ("request", entered - sent),
+                              ("reply", got - left)):
+            legs[name].append(seconds)
+    return {name: 1e3 * float(np.median(values)) for name, values in legs.items()}
 
 
 def fetch_push_seconds(shards, bounds, n_params, repeats, dtype, *, in_process=True):
@@ -158,7 +169,7 @@ def exchange_parts(shards, echo, bounds, n_params, repeats):
     zero_copy = any(np.shares_memory(np.frombuffer(f, np.uint8), half.view(np.uint8)) for f in frames
                     if memoryview(f).nbytes >= half.nbytes)
     slice_values = np.zeros(b - a)
-    rule, update_slice = adagrad(0.1), grad[a:b].copy()
+    rule, update_slice = adagrad(0.1), wire[a:b].copy()  # float32, as a push brings it
     state = rule.init(slice_values)
     parts = {
         "memcpy": lambda: np.copyto(copy_into, wire),
@@ -198,19 +209,19 @@ def measure_exchange(client, workers, args) -> dict:
     # Rounds of every measurement, interleaved; each figure is its best round (a median of
     # ``repeats``): on a machine shared with other jobs, a round that met their load says
     # more about them than about the exchange, and all figures are taken alike.
-    rounds = []
+    rounds, timelines = [], []
     for _ in range(EXCHANGE_ROUNDS):
         timed = {dtype: in_replica(fetch_push_seconds, shards, bounds, args.params, args.repeats, dtype)
                  for dtype in ("float64", "float32")}
         timed["float32_all_over_tcp"] = in_replica(fetch_push_seconds, shards, bounds, args.params, args.repeats,
                                                    "float32", in_process=False)
-        parts = in_replica(exchange_parts, shards, echo, bounds, args.params, args.repeats)
-        timeline = in_replica(remote_push_timeline, timed_shard, bounds, remote, args.params, args.repeats)
-        rounds.append((timed, {**parts, **{f"timeline_{k}": v for k, v in timeline.items()}}))
+        rounds.append((timed, in_replica(exchange_parts, shards, echo, bounds, args.params, args.repeats)))
+        timelines.append(in_replica(remote_push_timeline, timed_shard, bounds, remote, args.params, args.repeats))
     out = {"params": args.params, "shards": 2, "rounds": EXCHANGE_ROUNDS}
     out.update({key: min(timed[key] for timed, _ in rounds) for key in rounds[0][0]})
     out["parts_ms"] = {key: (min(parts[key] for _, parts in rounds) if isinstance(value, float) else value)
                        for key, value in rounds[0][1].items()}
+    out["remote_push_ms"] = min(timelines, key=lambda t: t["total"])  # one round's, whole
     return out
 
 
@@ -446,18 +457,22 @@ def render_exchange(fp: dict, args) -> list[str]:
          f"({'zero-copy: the array travels as its own frame' if p['serialize_zero_copy'] else 'copies the array'})",
          p["serialize"]),
         ("encode: the float64 gradient to float32 (replica)", p["encode"]),
-        ("Adagrad update of one shard's slice, in place (shard)", p["update_slice"]),
+        ("Adagrad update of one shard's slice, in place (shard; float32 gradient, as a push brings it)",
+         p["update_slice"]),
         ("the updated slice to float32 for the reply (shard)", p["reply_values"]),
         ("decode: fetched float32 into the float64 parameters (replica)", p["decode"]),
         ("push + fetch to the shard on the replica's worker alone (in process)", p["push_local"]),
         ("push + fetch to the remote shard alone (over TCP)", p["push_remote"]),
     ]
-    timeline = [("the same, timed on both sides: the request's way to the shard's handler", "timeline_request"),
-                ("... in the handler (the update, the reply's conversion, bookkeeping)", "timeline_handler"),
-                ("... of which the update", "timeline_update"),
-                ("... the reply's way back to the replica", "timeline_reply"),
-                ("... in all", "timeline_total")]
-    rows += [(name, p[key]) for name, key in timeline if key in p]
+    t = fp.get("remote_push_ms")  # recorded since the push was timed on both sides
+    if t:
+        rows += [("the remote push alone, timed on both sides (one call at a time, the round with the lowest total): "
+                  "in all", t["total"]),
+                 ("... the request's way: replica thread, event loop, serialization, TCP, dispatch, to the handler",
+                  t["request"]),
+                 ("... in the shard's handler (the update, the reply's conversion, bookkeeping)", t["handler"]),
+                 ("... of which the update", t["update"]),
+                 ("... the reply's way: serialization, TCP, back to the replica's thread", t["reply"])]
     lines = [
         f"One step's communication for {fp['params']:,} parameters over {fp['shards']} Adagrad shards, from a "
         f"replica task with the replica's calls (push, with the updated slice in the reply; the remote shard "
@@ -471,25 +486,27 @@ def render_exchange(fp: dict, args) -> list[str]:
         f"path is the remote shard's half: its round trip ({p['echo_remote_slice']:.2f} ms) + its update "
         f"({p['update_slice']:.2f} ms) + its reply's conversion ({p['reply_values']:.2f} ms) = "
         f"{remote_floor:.2f} ms (fetch + push = **{step / remote_floor:.2f}x** that floor); the shard on the "
-        "replica's worker updates its half meanwhile.", *_timeline_sentence(p), "",
+        "replica's worker updates its half meanwhile.", *_timeline_sentence(fp), "",
         "| part (float32 wire, medians) | ms |", "|---|---:|",
         *(f"| {name} | {ms:.2f} |" for name, ms in rows), "",
     ]
     return lines
 
 
-def _timeline_sentence(p: dict) -> list[str]:
+def _timeline_sentence(fp: dict) -> list[str]:
     """What the remote push is made of as a step sends it (a freshly encoded slice), timed on
-    both sides, beside the floor's pieces, which reuse one slice."""
-    if "timeline_total" not in p:
+    both sides, beside the floor's pieces."""
+    t, p = fp.get("remote_push_ms"), fp["parts_ms"]
+    if not t:
         return []
-    return ["", f"Timed on both sides (the shard notes when the push enters and leaves its handler), the remote push "
-                f"alone takes {p['timeline_total']:.2f} ms as a step sends it: {p['timeline_request']:.2f} ms on "
-                f"its way to the shard's handler, {p['timeline_handler']:.2f} ms there (the update "
-                f"{p['timeline_update']:.2f} ms) and {p['timeline_reply']:.2f} ms back; against the floor's "
-                f"pieces, the two ways take {p['timeline_request'] + p['timeline_reply']:.2f} ms where an echo of "
-                f"one slice sent again and again takes {p['echo_remote_slice']:.2f} ms, and the update in the shard "
-                f"{p['timeline_update']:.2f} ms where the same update alone takes {p['update_slice']:.2f} ms."]
+    return ["", f"Timed on both sides (the shard notes when each push enters and leaves its handler; one monotonic "
+                f"clock for the machine's processes), the remote push alone takes {t['total']:.2f} ms as a step "
+                f"sends it: {t['request']:.2f} ms on its way to the shard's handler, {t['handler']:.2f} ms there "
+                f"(the update {t['update']:.2f} ms), {t['reply']:.2f} ms back. Both ways together "
+                f"({t['both_ways']:.2f} ms, in all minus the handler, per call) cost "
+                f"{t['both_ways'] / p['echo_remote_slice']:.2f}x the floor's echo of one slice sent again and "
+                f"again ({p['echo_remote_slice']:.2f} ms), and the update in the shard "
+                f"{t['update'] / p['update_slice']:.2f}x the same update alone ({p['update_slice']:.2f} ms)."]
 
 
 def render_heavy(h: dict, args) -> list[str]:

@@ -32,13 +32,14 @@ Out of core (``cache=False``, chosen by ``sandblaster_lbfgs(cache="auto")`` when
 do not fit the workers' memory limits), nothing is cached: every evaluation has one task
 per shard that reads and decodes its rows from Zarr, unpinned, so Dask hands the next
 shard to whichever worker is free (dynamic load balancing by the scheduler itself). Only
-the last portions in flight can then straggle: once a worker sits idle and they have been
-out ``backup_slack`` times longer than a portion takes, backups read them again on the
-idle workers.
+the last portions in flight can then straggle: once a worker sits idle with none left in
+the scheduler's queue, and ``backup_slack`` times as long as a portion takes has passed since,
+backups read them again on the idle workers.
 """
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 import uuid
@@ -73,9 +74,12 @@ GATHER_TIMEOUT_SECONDS = 5.0
 INLINE_PARAMS_BYTES = 64 * 1024
 POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
 RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
-#: Dask sends a worker up to ceil(worker-saturation x threads) tasks at once (1.1 by default),
-#: so a straggler can hold two streamed portions while another worker sits idle.
+#: Streaming: with more portions outstanding than this many per thread, some still wait in the
+#: scheduler's queue (Dask sends a worker at most ceil(worker-saturation x threads) queued tasks,
+#: 1.1 by default), so no worker can be idle for long; below it, the scheduler is asked. A
+#: straggler may hold two portions (one running, one sent) while another worker sits idle.
 TASKS_SENT_PER_THREAD = 2
+STREAMING_CHECK_SECONDS = 0.03  # streaming: how often to look for an idle worker when no portion finished
 #: The parameters a client sends per evaluation by direct calls (one copy per worker asked):
 #: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
 #: parameters once and let the workers copy them from each other, off the client's link.
@@ -479,7 +483,7 @@ class _Collection:
                                               if w in self.owned and done_by[w] == self.owned[w]}
         self.ran_on: dict[int, str] = {}  # backed-up portions: where the backup runs
         self.rescued: set[int] = set()
-        self.tail: dict[str, float] = {}  # streaming: when the queue drained, seconds per portion
+        self.tail: dict[str, float] = {}  # streaming: when a worker first sat idle, seconds per portion
         self.next_rescue_check = started + RESCUE_CHECK_SECONDS
 
     def n_done(self) -> int:
@@ -576,30 +580,36 @@ class _Collection:
         return [p for p in self.unclaimed() if self.pinned[p.index] in slow], idle
 
     def _streaming_stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
-        """Streaming (see the module docstring): once a worker has none of this evaluation's
-        portions while none waits in the scheduler's queue, and the last portions have been out
-        ``backup_slack`` times longer than a portion takes (worker-seconds per finished portion
-        when a worker first sat idle), those portions, last first, and the idle workers."""
+        """Streaming (see the module docstring): once a running worker has none of this
+        evaluation's portions while none waits in the scheduler's queue, and ``backup_slack``
+        times as long as a portion takes (thread-seconds per finished portion at that moment) has
+        passed since, the outstanding portions, last first, and the idle workers. (Idle means
+        the whole worker: a worker with free threads and a portion running is busy.)"""
         evaluator, tail, n_done = self.evaluator, self.tail, self.n_done()
         outstanding = self.unclaimed()
         if not outstanding or n_done == 0:
             return [], []
-        if "since" in tail and now - tail["since"] < evaluator.backup_slack * tail["portion_seconds"]:
-            return [], []
+        if "since" in tail:
+            if now - tail["since"] < evaluator.backup_slack * tail["portion_seconds"]:
+                return [], []
+        elif tail.get("checked_at") == n_done and now < tail["next_check"]:
+            return [], []  # a worker goes idle when a portion finishes (or a cancelled copy stops)
+        tail.update(checked_at=n_done, next_check=now + STREAMING_CHECK_SECONDS)
         workers = evaluator._workers()
         threads = sum(info.get("nthreads", 1) for info in workers.values())
-        if len(outstanding) > TASKS_SENT_PER_THREAD * threads:  # most still wait in the scheduler's queue
+        if len(outstanding) > TASKS_SENT_PER_THREAD * threads:
             return [], []
-        mine = f"-{evaluator.token}-{self.e}-"
-        running = {w: {portion_index(str(k)) for k in keys if mine in str(k)}
-                   for w, keys in evaluator.client.processing().items()}
-        if {p.index for p in outstanding} - set().union(*running.values()):  # queued: a free worker takes it
+        key = re.compile(rf"sandblaster-(?:gradient|backup|rescue)-{evaluator.token}-{self.e}-(\d+)")
+        held = {w: {int(m.group(1)) for m in map(key.fullmatch, map(str, keys)) if m}
+                for w, keys in evaluator.client.processing().items()}
+        if {p.index for p in outstanding} - set().union(*held.values()):  # queued: a free worker takes it
             return [], []
-        idle = sorted(w for w in workers if not running.get(w))
+        idle = sorted(w for w, info in workers.items()
+                      if w in held and not held[w] and info.get("status", "running") == "running")
         if not idle:
             return [], []
         if "since" not in tail:
-            tail.update(since=now, portion_seconds=(now - self.started) * len(workers) / n_done)
+            tail.update(since=now, portion_seconds=(now - self.started) * threads / n_done)
             return [], []
         return outstanding, idle
 
