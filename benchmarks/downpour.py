@@ -31,6 +31,7 @@ from benchmarks._common import (
     acoustic_splits,
     machine,
     median_seconds,
+    read_result,
     report_header,
     time_to,
     write_report,
@@ -201,7 +202,7 @@ def measure_exchange(client, workers, args) -> dict:
     remote = 1  # the replica tasks run on workers[0]
     a, b = bounds[remote]
     timed_shard = client.submit(TimedShard, remote, a, b, np.zeros(b - a), "adagrad", {"learning_rate": 0.1},
-                          actor=True, workers=[workers[remote]]).result()
+                                actor=True, workers=[workers[remote]]).result()
 
     def in_replica(fn, *fn_args, **kwargs):
         return client.submit(fn, *fn_args, workers=[workers[0]], pure=False, **kwargs).result()
@@ -373,9 +374,17 @@ def main(argv=None) -> None:
     parser.add_argument("--heavy-repeats", type=int, default=3)
     parser.add_argument("--heavy-overlap-runs", type=int, default=1,
                         help="MLP runs of 1 and 2 replicas with overlap=True, after the others")
+    parser.add_argument("--from-results", action="store_true",
+                        help="only redraw the report from results/downpour.json (with the options it was run with)")
     parser.add_argument("--exchange-only", action="store_true",
                         help="measure and print the fetch + push section only (nothing is recorded)")
     args = parser.parse_args(argv)
+    if args.from_results:
+        out = read_result("downpour")
+        report = render(out, parser.parse_args(shlex.split(out["command"])[3:]))
+        write_report("downpour", report)
+        print(report)
+        return
     command = " ".join(["python -m benchmarks.downpour",
                         *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict = {"command": command, "machine": machine()}
@@ -485,8 +494,11 @@ def render_exchange(fp: dict, args) -> list[str]:
         f"to the other worker {p['echo_all']:.2f} ms (**{step / p['echo_all']:.2f}x**). The step's critical "
         f"path is the remote shard's half: its round trip ({p['echo_remote_slice']:.2f} ms) + its update "
         f"({p['update_slice']:.2f} ms) + its reply's conversion ({p['reply_values']:.2f} ms) = "
-        f"{remote_floor:.2f} ms (fetch + push = **{step / remote_floor:.2f}x** that floor); the shard on the "
-        "replica's worker updates its half meanwhile.", *_timeline_sentence(fp), "",
+        f"{remote_floor:.2f} ms (fetch + push = **{step / remote_floor:.2f}x** that floor), if the shard on the "
+        "replica's worker, called in process after the remote one, updated its half meanwhile. Measured, the two "
+        f"halves did not overlap: fetch + push took {step / (p['push_remote'] + p['push_local']):.2f}x the two "
+        f"pushes alone one after the other ({p['push_remote']:.2f} ms over TCP + {p['push_local']:.2f} ms in "
+        "process).", *_timeline_sentence(fp), "",
         "| part (float32 wire, medians) | ms |", "|---|---:|",
         *(f"| {name} | {ms:.2f} |" for name, ms in rows), "",
     ]
