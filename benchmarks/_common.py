@@ -17,7 +17,6 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psutil
 
 HERE = Path(__file__).resolve().parent
@@ -126,16 +125,6 @@ def cache_shards(client, data, workers: list[str]) -> None:
     from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
 
     ShardCache(client, data, uuid.uuid4().hex[:8], workers).close()
-
-
-def new_memory_fill_seconds(nbytes: int, pieces: int) -> float:
-    """Seconds to fill ``nbytes`` of new memory held in ``pieces`` arrays, as cached shards are:
-    the kernel's rate of handing a process memory it has not had before."""
-    held = []
-    started = time.perf_counter()
-    for _ in range(pieces):
-        held.append(np.ones(nbytes // pieces // 8))
-    return time.perf_counter() - started
 
 
 def read_result(name: str) -> dict[str, Any]:

@@ -34,7 +34,7 @@ import numpy as np
 import zarr
 from threadpoolctl import threadpool_limits
 
-from benchmarks._common import HERE, cache_shards, codec_name, machine, median_seconds, new_memory_fill_seconds, publish
+from benchmarks._common import HERE, cache_shards, codec_name, machine, median_seconds, publish
 from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data._writer import DEFAULT_CODEC
@@ -122,6 +122,16 @@ def profiled_loads(data: ShardedDataset, indices: list[int]) -> dict:
             if function == name or function.endswith(f".{name}>"):
                 spent[name] += own if name == "decompress" else cumulative
     return {"total_s": total, **{f"{k}_s": v for k, v in spent.items()}}
+
+
+def new_memory_fill_seconds(nbytes: int, pieces: int) -> float:
+    """Seconds to fill ``nbytes`` of new memory held in ``pieces`` arrays, as cached shards are:
+    the kernel's rate of handing a process memory it has not had before."""
+    held = []
+    started = time.perf_counter()
+    for _ in range(pieces):
+        held.append(np.ones(nbytes // pieces // 8))
+    return time.perf_counter() - started
 
 
 FRESH = {"caching_s": "Sandblaster shard caching",
