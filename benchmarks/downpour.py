@@ -31,11 +31,10 @@ from benchmarks._common import (
     acoustic_splits,
     machine,
     median_seconds,
+    publish,
     read_result,
     report_header,
     time_to,
-    write_report,
-    write_result,
 )
 from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.data.synthetic import SyntheticProblem
@@ -381,9 +380,8 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.from_results:
         out = read_result("downpour")
-        report = render(out, parser.parse_args(shlex.split(out["command"])[3:]))
-        write_report("downpour", report)
-        print(report)
+        recorded_args = parser.parse_args(shlex.split(out["command"])[3:])
+        publish("downpour", out, lambda o: render(o, recorded_args), record=False)
         return
     command = " ".join(["python -m benchmarks.downpour",
                         *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
@@ -406,10 +404,7 @@ def main(argv=None) -> None:
         if args.heavy_repeats:
             out["heavy"] = compute_heavy(client, args)
 
-    write_result("downpour", out)
-    report = render(out, args)
-    write_report("downpour", report)
-    print(report)
+    publish("downpour", out, lambda o: render(o, args))
 
 
 def _dataset(path, blocks):
