@@ -265,7 +265,15 @@ def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client)
     released.result()
     directory.publish([released], 0)
     client.cancel([released], force=True)  # forgotten on the scheduler; the directory still names it
+    _wait_until_forgotten(client, released.key)  # (cancel returns before the scheduler has done it)
     _lookup_finds_the_replacement(client, directory)
+
+
+def _wait_until_forgotten(client, key, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while client.run_on_scheduler(lambda dask_scheduler: key in dask_scheduler.tasks):
+        assert time.monotonic() < deadline, f"{key} is still on the scheduler after {timeout:.0f} s"
+        time.sleep(0.02)
 
 
 
