@@ -107,8 +107,8 @@ def _sandblaster(state: str):
             seconds = time.perf_counter() - started
             workers = worker_peaks(client)
         return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
-                                "load_seconds": res.timing["load_seconds"],
-                                "eval_seconds_median": res.timing["eval_seconds_median"], "message": res.message,
+                                "load_seconds": res.stats["load_seconds"],
+                                "eval_seconds_median": res.stats["eval_seconds_median"], "message": res.message,
                                 **workers}
     return run
 

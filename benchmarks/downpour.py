@@ -269,9 +269,9 @@ def compute_heavy(client, args) -> dict:
                               epochs=args.heavy_epochs, eval_data=test, eval_every=args.heavy_eval_every,
                               defer_eval=True, poll_interval=0.01, wire_dtype="float32", overlap=overlap)
         s = result.stats
-        print(f"MLP, {replicas} replica(s){', overlap' if overlap else ''}: {result.final['eval_accuracy']:.3f} "
+        print(f"MLP, {replicas} replica(s){', overlap' if overlap else ''}: {result.history[-1]['eval_accuracy']:.3f} "
               f"in {s['wall_seconds']:.1f} s", flush=True)
-        return {"curve": accuracy_curve(result.history), "final": result.final["eval_accuracy"],
+        return {"curve": accuracy_curve(result.history), "final": result.history[-1]["eval_accuracy"],
                 "seconds": s["wall_seconds"], "steps": result.nit, "updates_per_second": s["updates_per_second"],
                 **{key: s[key] for key in STEP_PARTS}, "staleness": s["staleness"]}
 
@@ -326,7 +326,7 @@ def softmax_runs(client, args) -> dict:
     best_accuracy = evaluate_model(model, best.x, test)["accuracy"]
     target = best_accuracy - 0.02
     target_info = {"sandblaster_accuracy": best_accuracy, "target_accuracy": target,
-                   "sandblaster_seconds": best.timing["total_seconds"]}
+                   "sandblaster_seconds": best.stats["total_seconds"]}
     runs = {}
     for replicas in (1, 2):
         result = downpour_sgd(model, train, client=client, n_replicas=replicas, n_param_shards=2,
@@ -335,7 +335,7 @@ def softmax_runs(client, args) -> dict:
                               poll_interval=0.01)
         seconds, step = time_to_target(result, target)
         runs[replicas] = {"seconds_to_target": seconds, "steps_to_target": step,
-                          "final_accuracy": result.final["eval_accuracy"],
+                          "final_accuracy": result.history[-1]["eval_accuracy"],
                           "updates_per_second": result.stats["updates_per_second"],
                           "examples_per_second": result.stats["examples_per_second"],
                           "staleness": result.stats["staleness"]}

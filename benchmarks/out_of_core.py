@@ -79,10 +79,10 @@ def main(argv=None) -> None:
         out["raw_read_seconds"] = raw_read_seconds(client, data, args.repeats)
         result = sandblaster_lbfgs(Logistic(data.n_features, l2=1e-4), data, client=client, maxiter=args.maxiter,
                                    cache="auto")
-        out["cached"] = result.timing["cached"]
+        out["cached"] = result.stats["cached"]
         out["evaluations"] = result.nfev
-        out["eval_seconds_median"] = result.timing["eval_seconds_median"]
-        out["eval_seconds"] = result.timing.get("eval_seconds")
+        out["eval_seconds_median"] = result.stats["eval_seconds_median"]
+        out["eval_seconds"] = result.stats.get("eval_seconds")
         out["objective"] = result.fun
         out["worker_memory_after"] = max(client.run(lambda dask_worker: dask_worker.monitor.get_process_memory()).values())
     write_result("out_of_core", out)

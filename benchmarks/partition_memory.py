@@ -68,7 +68,7 @@ def attempt(k: int, data: Any, memory_limit: str, epochs: int, batch_size: int) 
             return {"refused": str(exc), "seconds": time.perf_counter() - started}
         seconds = time.perf_counter() - started
         peaks = client.run(peak_rss_mib)
-        losses = [h["train_loss"] for h in result.history if "train_loss" in h]
+        losses = [h["loss"] for h in result.history if "loss" in h]
         planned = result.stats["planned_memory_bytes"]
         return {"seconds": seconds, "steps": int(result.nit), "message": result.message,
                 "first_loss": losses[0], "last_loss": losses[-1],

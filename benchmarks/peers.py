@@ -87,7 +87,7 @@ def comparison(client, args, model, train, test) -> dict:
                 result = run_method(name, replicas, model, train, test, x0, args, client)
                 stats = result.stats
                 repeats.append({
-                    "curve": accuracy_curve(result.history), "final": result.final["eval_accuracy"],
+                    "curve": accuracy_curve(result.history), "final": result.history[-1]["eval_accuracy"],
                     "seconds": stats["wall_seconds"], "steps": result.nit,
                     "ms_per_step": 1e3 * stats["seconds_per_step"],
                     "ms_computing": 1e3 * stats["seconds_computing_per_step"],

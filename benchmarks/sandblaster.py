@@ -128,16 +128,16 @@ def main(argv=None) -> None:
             "scipy": {"seconds": scipy_s, "fun": ref.fun, "nit": int(ref.nit), "nfev": int(ref.nfev)},
             "sandblaster": {"seconds": ours_s, "fun": ours.fun, "nit": ours.nit, "nfev": ours.nfev,
                             "fun_minus_scipy": ours.fun - ref.fun,
-                            "shard_load_s": ours.timing["load_seconds"]},
+                            "shard_load_s": ours.stats["load_seconds"]},
             "scipy_over_sandblaster": scipy_s / ours_s,
-            "scipy_over_sandblaster_cached": scipy_s / (ours_s - ours.timing["load_seconds"]),
+            "scipy_over_sandblaster_cached": scipy_s / (ours_s - ours.stats["load_seconds"]),
         }
         if not args.skip_dask_glm:
             glm = out["to_optimum"]["dask_glm"] = run_dask_glm(client, data, args.l2, ours.fun)
             if "seconds" in glm:
                 out["to_optimum"]["dask_glm_over_sandblaster"] = glm["seconds"] / ours_s
                 out["to_optimum"]["dask_glm_over_sandblaster_cached"] = (
-                    glm["seconds"] / (ours_s - ours.timing["load_seconds"]))
+                    glm["seconds"] / (ours_s - ours.stats["load_seconds"]))
 
     # 4. Standardisation on badly scaled features (a smaller problem: plain L-BFGS is slow there).
     ill_rows = min(args.rows, 100_000)

@@ -216,7 +216,7 @@ def one_codec(client, path: Path, name: str, spec: tuple, repeats: int) -> dict:
     total_s = time.perf_counter() - t0
     return {"stored_bytes": data.nbytes_stored(), "in_memory_bytes": data.nbytes_in_memory, "write_s": write_s,
             "decode_s": decode_s, "decode_gb_s": data.nbytes_in_memory / decode_s / 1e9,
-            "to_optimum_s": total_s, "load_s": result.timing["load_seconds"], "nit": result.nit, "fun": result.fun}
+            "to_optimum_s": total_s, "load_s": result.stats["load_seconds"], "nit": result.nit, "fun": result.fun}
 
 
 def codec_section(client, args) -> dict:

@@ -68,7 +68,7 @@ def run_one(width: int, mode: str, iterations: int, data_dir: Path, address: str
            "seconds_per_iteration": seconds / max(result.nit, 1),
            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     if mode == "sharded":
-        out["bytes_per_evaluation"] = result.timing["coordinator_bytes_received"] / result.nfev
+        out["bytes_per_evaluation"] = result.stats["coordinator_bytes_received"] / result.nfev
     return out
 
 

@@ -101,7 +101,7 @@ def run_state(args, state: str, sums: str) -> dict:
         worker_peaks = client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return {"state": state, "sums": sums, "iterations": result.nit, "evaluations": result.nfev,
             "seconds_per_evaluation": seconds / max(result.nfev, 1),
-            "portion_seconds_median": result.timing["eval_seconds_median"],
+            "portion_seconds_median": result.stats["eval_seconds_median"],
             "coordinator_peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "worker_peak_rss_mib": max(worker_peaks.values())}
 

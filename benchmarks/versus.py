@@ -116,8 +116,8 @@ def _sandblaster(model, data, spec, load):
         cache_shards(client, data, sorted(client.scheduler_info(n_workers=-1)["workers"]))
         reload = time.perf_counter() - started
     return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
-                            "load_seconds": res.timing["load_seconds"], "reload_seconds": reload,
-                            "eval_seconds": res.timing["eval_seconds_total"], **workers}
+                            "load_seconds": res.stats["load_seconds"], "reload_seconds": reload,
+                            "eval_seconds": res.stats["eval_seconds_total"], **workers}
 
 
 def _sklearn(model, data, spec, load):

@@ -92,18 +92,20 @@ class _ShardedEstimator(BaseEstimator):
     def _options(self, model: Model, data: ShardedDataset) -> Options:
         """The chosen solver's options from this estimator's parameters."""
         solver = get_solver(self.solver)
-        defaults: dict[str, Any] = {}  # the estimators' own choices, which solver_options may change
-        if solver.iterative:
-            mapped = {"maxiter": self.max_iter, "gtol": self.tol, "standardize": getattr(self, "standardize", False)}
-            # ftol as scikit-learn's lbfgs solvers set it, so tol alone decides convergence.
-            defaults["ftol"] = 64 * np.finfo(float).eps
-        else:
-            n_replicas = 1 if data.n_samples < 2 * self.batch_size else self.n_replicas
-            mapped = {"epochs": self.max_iter, "learning_rate": self._learning_rate(),
+        declared = solver.options.fields()
+        n_replicas = 1 if data.n_samples < 2 * self.batch_size else self.n_replicas
+        # scikit-learn's names in the solvers' vocabulary: each solver takes those its options declare
+        translated = {"maxiter": self.max_iter, "epochs": self.max_iter, "gtol": self.tol,
+                      "standardize": getattr(self, "standardize", False), "learning_rate": self._learning_rate(),
                       "batch_size": min(self.batch_size, data.n_samples), "n_replicas": n_replicas,
                       "seed": self.random_state if self.random_state is not None else 0}
-            if "n_param_shards" in solver.options.fields():
-                defaults["n_param_shards"] = min(solver.options.default("n_param_shards"), model.n_params)
+        mapped = {name: value for name, value in translated.items() if name in declared}
+        # the estimators' own choices, which solver_options may change: ftol as scikit-learn's
+        # lbfgs solvers set it, so tol alone decides convergence; no more shards than parameters
+        defaults: dict[str, Any] = {"ftol": 64 * np.finfo(float).eps}
+        if "n_param_shards" in declared and solver.options.default("n_param_shards") is not None:
+            defaults["n_param_shards"] = min(solver.options.default("n_param_shards"), model.n_params)
+        defaults = {name: value for name, value in defaults.items() if name in declared}
         extra = solver.options.canonical(self.solver_options or {})
         clash = sorted(set(extra) & set(mapped))
         if clash:
@@ -137,9 +139,8 @@ class _ShardedEstimator(BaseEstimator):
 
     def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
         result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
-        solver = get_solver(self.solver)
-        self.n_iter_ = np.array([result.nit if solver.iterative else self.max_iter], dtype=np.int32)
-        self.loss_curve_ = [h[solver.loss_key] for h in result.history if solver.loss_key in h]
+        self.n_iter_ = np.array([result.stats.iterations(result.nit)], dtype=np.int32)
+        self.loss_curve_ = [h["loss"] for h in result.history if "loss" in h]
         if not result.success:
             if result.status == Status.LINE_SEARCH_FAILED:
                 advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
@@ -226,7 +227,7 @@ class _ShardedEstimator(BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # the replica methods' asynchrony makes runs differ; Sandblaster repeats bitwise
-        tags.non_deterministic = self.solver not in solver_names() or not get_solver(self.solver).iterative
+        tags.non_deterministic = self.solver not in solver_names() or not get_solver(self.solver).deterministic
         tags.input_tags.sparse = self._accepts_sparse
         return tags
 

@@ -20,13 +20,13 @@ import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
-__all__ = ["Kind", "KINDS", "OptionSpec", "Options", "option", "override", "describe_default", "parse_ints",
+__all__ = ["Kind", "KINDS", "OptionSpec", "Options", "PlannedWork", "option", "override", "describe_default", "parse_ints",
            "parse_mapping"]
 
 _BAD = object()  # what a kind's normaliser returns for a value of the wrong type
@@ -190,6 +190,16 @@ def describe_default(value: Any, spec: OptionSpec) -> str:
 T = TypeVar("T", bound="Options")
 
 
+class PlannedWork(NamedTuple):
+    """What a progress display counts towards: ``total`` steps (None: unknown), the steps of
+    one epoch (None: no epochs), and whether ``total`` is only a limit (L-BFGS's
+    ``maxiter``: runs usually stop earlier) rather than the plan (epochs of mini-batches)."""
+
+    total: int | None
+    per_epoch: int | None
+    total_is_limit: bool
+
+
 @dataclass(frozen=True, kw_only=True)
 class Options:
     """Base of every solver's options: checked at construction, immutable.
@@ -208,6 +218,11 @@ class Options:
 
     def check_together(self) -> None:
         """Checks that involve more than one option (none by default)."""
+
+    def planned_work(self, n_samples: int) -> PlannedWork:
+        """The steps a run with these options plans on ``n_samples`` rows, for progress
+        displays (unknown by default)."""
+        return PlannedWork(None, None, True)
 
     # -- the vocabulary, for front ends ------------------------------------------------------
 

@@ -82,7 +82,7 @@ def test_mutual_tls_cluster_refuses_clients_without_credentials(tmp_path) -> Non
             X = rng.normal(size=(400, 3))
             data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=100)
             result = sandblaster_lbfgs(Logistic(3, l2=1e-2), data, client=trusted, maxiter=5)
-            assert result.timing["evaluations_direct"] == result.timing["evaluations"] > 0
+            assert result.stats["evaluations_direct"] == result.stats["evaluations"] > 0
         cluster = client.cluster
     finally:
         client.close()

@@ -154,7 +154,7 @@ def test_python_api_and_environment_variable(deployment, monkeypatch) -> None:
         result = sandblaster_lbfgs(Logistic(5, l2=1e-3), splits["train"], client=client)
         assert result.success
         # the evaluations asked the `dask worker` processes directly (their plugin came through the scheduler)
-        assert result.timing["evaluations_direct"] == result.timing["evaluations"]
+        assert result.stats["evaluations_direct"] == result.stats["evaluations"]
         # Same iterates as on an embedded cluster: the deployment does not change the math.
     with connect(n_workers=1, dashboard_address=None) as embedded:
         local = sandblaster_lbfgs(Logistic(5, l2=1e-3), splits["train"], client=embedded)

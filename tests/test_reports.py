@@ -39,9 +39,9 @@ def test_axis_ranges_keep_small_wiggles_small() -> None:
 
 
 def test_learning_curves_say_what_they_are(tmp_path) -> None:
-    history = [{"step": 10 * i, "time": 0.1 * i, "train_loss": 2.0 / i} for i in range(1, 40)]
+    history = [{"step": 10 * i, "time": 0.1 * i, "loss": 2.0 / i} for i in range(1, 40)]
     history[5].update(eval_objective=0.9, eval_accuracy=0.7)
-    history.append({"step": 400, "time": 4.0, "train_loss": float("nan"), "eval_objective": 0.8,
+    history.append({"step": 400, "time": 4.0, "loss": float("nan"), "eval_objective": 0.8,
                     "eval_accuracy": 0.75})  # a final entry without a finite training loss
     curves = learning_curves(history, "downpour")
     assert (curves["x"], curves["train"], curves["heldout_metric"]) == ("global step", "mini-batch loss", "accuracy")

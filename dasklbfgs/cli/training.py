@@ -10,23 +10,10 @@ from scipy.optimize import OptimizeResult
 from dasklbfgs.cli.interrupt import Interrupt
 from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options
-from dasklbfgs.solvers._replicas.batches import global_steps_per_epoch
 from dasklbfgs.solvers.common_options import without_held_out
-from dasklbfgs.solvers.registry import Solver, get_solver, minimize
+from dasklbfgs.solvers.registry import get_solver, minimize
 
-__all__ = ["planned_work", "train_with_progress"]
-
-
-def planned_work(chosen: Solver, options: Options, data: Any) -> tuple[int | None, int | None]:
-    """``(total, per_epoch)`` of the progress line: Sandblaster's budget (``maxiter``, a
-    limit); for the replica methods the global steps their epochs take (or ``max_steps``,
-    if fewer) and the global steps of one epoch."""
-    budget = getattr(options, chosen.budget)
-    if chosen.iterative:
-        return budget, None
-    per_epoch = global_steps_per_epoch(data.n_samples, options.n_replicas, options.batch_size)
-    planned = options.epochs * per_epoch
-    return (planned if budget is None else min(budget, planned)), per_epoch
+__all__ = ["train_with_progress"]
 
 
 def train_with_progress(client: Client, model: Model, data: Any, solver: str, options: Options, *,
@@ -37,17 +24,18 @@ def train_with_progress(client: Client, model: Model, data: Any, solver: str, op
     from dasklbfgs.monitor.progress import Progress
 
     chosen = get_solver(solver)
-    total, per_epoch = planned_work(chosen, options, data)
-    progress = Progress(total, solver, per_epoch=per_epoch, total_is_limit=chosen.iterative,
+    planned = options.planned_work(data.n_samples)
+    progress = Progress(planned.total, solver, per_epoch=planned.per_epoch, total_is_limit=planned.total_is_limit,
                         enabled=False if quiet else None)
-    # label -> history key; the replica methods' loss is of recent mini-batches, not the objective
-    shown = {"objective" if chosen.iterative else "batch_loss": chosen.loss_key, "eval_accuracy": "eval_accuracy"}
+    # label -> history key; the loss is what the solver's statistics call it (the objective, or
+    # the mean loss of recent mini-batches)
+    shown = {chosen.stats.loss_name.replace(" ", "_").replace("-", "_"): "loss", "eval_accuracy": "eval_accuracy"}
 
     def show(entry: OptimizeResult) -> None:
         if interrupt is not None:
             interrupt.check()
         fields = {label: entry[key] for label, key in shown.items() if key in entry}
-        progress.update(entry[chosen.count_key], **fields)
+        progress.update(entry["step"], **fields)
 
     options = without_held_out(options, eval_data)
     try:

@@ -188,7 +188,7 @@ class TrainingPage:
 
     def _draw_replica_panel(self, run: RunView) -> None:
         """Downpour's pushes per shard and staleness, the replica methods' updates/s."""
-        self.replica_panel.visible = not run.iterative
+        self.replica_panel.visible = run.has_replicas
         pushes = next((e["pushes_per_shard"] for e in reversed(run.steps) if "pushes_per_shard" in e), None)
         self.shard_plot.visible = pushes is not None
         if pushes is not None:

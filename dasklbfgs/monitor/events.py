@@ -13,23 +13,21 @@ a dict with int keys, and the event would be lost: a failure to send is a
 :class:`~dasklbfgs.errors.MetricsWarning`.
 
 Kinds: ``"start"`` (once: what the run's steps count, ``unit``: "iteration" or "global
-step"; the model, its number of parameters, the resolved options, the dataset's path and
+step", what its ``loss`` is, ``loss_name``, whether it reports per-replica progress,
+``has_replicas``; the model, its number of parameters, the resolved options, the dataset's path and
 shape, the number of workers and the wall-clock start ``started_at``), ``"step"`` (per
 iteration or progress poll; the replica methods' last one has ``finished=True``) and
 ``"end"`` (once: ``status``, the solver's status name, ``success`` and ``message``; a run
-whose solver raised has ``status="FAILED"`` and the ``error`` type). :func:`recorded_run`,
-around every solver run in :func:`dasklbfgs.minimize`, sends the start and end events.
+whose solver raised has ``status="FAILED"`` and the ``error`` type). The run context
+:func:`dasklbfgs.minimize` owns (:class:`~dasklbfgs.solvers.context.RunContext`) sends the
+start and end events, the end while the run's cluster is still up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
 import uuid
 import warnings
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -37,7 +35,7 @@ from distributed import Client
 
 from dasklbfgs.errors import MetricsWarning
 
-__all__ = ["TOPIC", "MetricsStream", "plain_event", "recorded_run", "RunRecord"]
+__all__ = ["TOPIC", "MetricsStream", "plain_event", "start_facts"]
 
 TOPIC = "dasklbfgs.training"
 _PLAIN = (str, bool, int, float, type(None))
@@ -64,20 +62,13 @@ def plain_event(value: Any, where: str = "event") -> Any:
 
 
 class MetricsStream:
-    """Sends one run's metrics to the scheduler (about 0.4 ms per event).
-
-    The first stream a solver opens inside :func:`recorded_run` is that run's: it sends the
-    start event as it opens, and the end event goes through it."""
+    """Sends one run's metrics to the scheduler (about 0.4 ms per event). The run that owns
+    it (:class:`~dasklbfgs.solvers.context.RunContext`) sends its start and end events."""
 
     def __init__(self, client: Client, solver: str) -> None:
         self.client = client
         self.solver = solver
         self.run = f"{solver}-{uuid.uuid4().hex[:8]}"
-        record = _ACTIVE_RUN.get()
-        if record is not None and record.stream is None:
-            record.stream = self
-            workers = len(client.scheduler_info(n_workers=-1)["workers"])
-            self.send(kind="start", **record.facts, n_workers=workers, started_at=time.time())
 
     def send(self, kind: str = "step", **metrics: Any) -> None:
         """Send one event of ``kind`` (checked against the schema here, where it is built)."""
@@ -89,48 +80,10 @@ class MetricsStream:
                           f"will miss it): {type(exc).__name__}: {exc}", MetricsWarning, stacklevel=2)
 
 
-class RunRecord:
-    """One solver run as :func:`recorded_run` sees it: the facts of its start event and,
-    once the solver has opened it, the run's :class:`MetricsStream`."""
-
-    def __init__(self, facts: dict[str, Any]) -> None:
-        self.facts = facts
-        self.stream: MetricsStream | None = None
-
-    def end(self, **outcome: Any) -> None:
-        """Send the end event, if the solver opened a stream and its cluster is still up: an
-        embedded cluster closes with the run, and its scheduler's events with it."""
-        if self.stream is not None and self.stream.client.status == "running":
-            self.stream.send(kind="end", **outcome)
-
-    def finished(self, result: Any) -> None:
-        """The end event of a run that returned ``result``."""
-        status = getattr(result.status, "name", result.status)
-        self.end(status=status, success=bool(result.success), message=str(result.message))
-
-
 def start_facts(solver: Any, model: Any, dataset: Any, options: Any) -> dict[str, Any]:
-    """What the start event says of a run before it has a client (:func:`recorded_run`)."""
-    return plain_event({"unit": solver.unit, "model": repr(model), "n_params": model.n_params,
+    """What the start event says of a run of ``solver`` (a registered
+    :class:`~dasklbfgs.solvers.registry.Solver`), but for its cluster."""
+    return plain_event({"unit": solver.stats.unit, "loss_name": solver.stats.loss_name,
+                        "has_replicas": solver.stats.has_replicas, "model": repr(model), "n_params": model.n_params,
                         "options": options.to_dict(), "dataset": {"path": dataset.path, "n_samples": dataset.n_samples,
                                     "n_features": dataset.n_features}}, f"{solver.name} start event")
-
-
-_ACTIVE_RUN: ContextVar[RunRecord | None] = ContextVar("dasklbfgs_active_run", default=None)
-
-
-@contextlib.contextmanager
-def recorded_run(solver: Any, model: Any, dataset: Any, options: Any) -> Iterator[RunRecord]:
-    """Around one run of ``solver`` (a registered :class:`~dasklbfgs.solvers.registry.Solver`):
-    the stream the solver opens sends the start event, and the end event is sent here, a
-    failed one (error type and message) if the solver raises. Call
-    :meth:`RunRecord.finished` with the result on a normal end."""
-    record = RunRecord(start_facts(solver, model, dataset, options))
-    token = _ACTIVE_RUN.set(record)
-    try:
-        yield record
-    except BaseException as exc:  # Ctrl-C too: the page must not show the run as running forever
-        record.end(status="FAILED", success=False, error=type(exc).__name__, message=str(exc))
-        raise
-    finally:
-        _ACTIVE_RUN.reset(token)

@@ -31,16 +31,19 @@ class RunView:
     end: dict[str, Any] | None = None
 
     @property
-    def iterative(self) -> bool:
-        """True for a run counting iterations of one optimizer (Sandblaster), False for
-        global steps of replicas (Downpour and the peer methods)."""
-        if self.start is not None:
-            return self.start["unit"] == "iteration"
-        return any("nit" in e for e in self.steps[:1])
+    def x_label(self) -> str:
+        """What the run's steps count (its start event's ``unit``)."""
+        return self.start["unit"] if self.start is not None else "step"
 
     @property
-    def x_label(self) -> str:
-        return "iteration" if self.iterative else "global step"
+    def loss_label(self) -> str:
+        """What the run's ``loss`` is (its start event's ``loss_name``)."""
+        return self.start["loss_name"] if self.start is not None else "training loss"
+
+    @property
+    def has_replicas(self) -> bool:
+        """Whether the run's events carry per-replica progress (its start event says)."""
+        return bool(self.start is not None and self.start["has_replicas"])
 
     @property
     def state(self) -> str:
@@ -53,7 +56,7 @@ class RunView:
         """One line of HTML: the run, its solver and state, with the solver's message or the error."""
         head = f"<b>{self.run}</b> ({self.solver})"
         last = self.steps[-1] if self.steps else {}
-        progress = f"{self.x_label} {last.get('nit', last.get('step', 0))}, {last.get('time', 0.0):.1f} s"
+        progress = f"{self.x_label} {last.get('step', 0)}, {last.get('time', 0.0):.1f} s"
         if self.state == "running":
             return f"{head}: <b>running</b>, {progress}"
         if self.state == "failed":
@@ -82,7 +85,7 @@ class RunView:
         key = curve.key(self)
         if key is None:
             return {"x": [], "y": []}
-        xs = [e["time"] if x == "time" else e.get("nit", e.get("step")) for e in self.steps]
+        xs = [e["time"] if x == "time" else e.get("step") for e in self.steps]
         ys = curve.values(self.steps, key)
         pairs = [(a, b) for a, b in zip(xs, ys) if _finite(a) and _finite(b) and (not curve.log or b > 0)]
         return {"x": [a for a, _ in pairs], "y": [b for _, b in pairs]}
@@ -103,6 +106,8 @@ class Curve:
         key = self.key(run)
         if key is None:
             return ""
+        if key == "loss":
+            return run.loss_label
         return CURVE_LABELS.get(key) or HELD_OUT_NAMES.get(key.removeprefix("eval_"), key)
 
     def values(self, steps: list[dict[str, Any]], key: str) -> list[float]:
@@ -114,11 +119,10 @@ class Curve:
                              for a, b, t0, t1 in zip(ys, ys[1:], times, times[1:])]
 
 
-CURVE_LABELS = {"fun": "objective (full batch)", "train_loss": "mini-batch loss (noisy)",
-                "gnorm": "gradient max-norm", "eval_objective": "held-out loss",
-                "pushes": "updates/s (pushes to the shards)", "step": "updates/s (replica steps)"}
+CURVE_LABELS = {"gnorm": "gradient max-norm", "eval_objective": "held-out loss",
+                "pushes": "updates/s (pushes to the shards)", "step": "updates/s (steps)"}
 #: the page's line plots
-CURVES = {"loss": Curve(("fun", "train_loss")), "gnorm": Curve(("gnorm",), log=True),
+CURVES = {"loss": Curve(("loss",)), "gnorm": Curve(("gnorm",), log=True),
           "heldout_loss": Curve(("eval_objective",)),
           "heldout_metric": Curve(tuple(f"eval_{name}" for name in SCORES)),
           "rate": Curve(("pushes", "step"), rate=True)}

@@ -89,7 +89,7 @@ def lbfgs_minimize(
     *,
     callback: Callable[[OptimizeResult], Any] | None = None,
     state: LBFGSState | None = None,
-    on_iteration: Callable[[LBFGSState], None] | None = None,
+    on_iteration: Callable[[LBFGSState], str | None] | None = None,
     space: Any = None,
 ) -> tuple[OptimizeResult, LBFGSState]:
     """Minimise ``f`` from ``x0`` (or continue from ``state``) with L-BFGS.
@@ -108,7 +108,8 @@ def lbfgs_minimize(
     state
         A state from an earlier run to continue from.
     on_iteration
-        Called with the state after each completed iteration (for checkpoints).
+        Called with the state after each completed iteration (for checkpoints and reports);
+        a str it returns stops the run with status 99 and that message.
     space
         Where the vectors live, when not in this process (``evaluate`` and ``x0`` are
         then unused): an object like :class:`LocalSpace` whose ``start()`` evaluates the
@@ -119,7 +120,8 @@ def lbfgs_minimize(
     -------
     (OptimizeResult, LBFGSState)
         The result has scipy's fields ``x, fun, jac, nit, nfev, njev, status, success,
-        message`` plus ``history``, one dict per iteration.
+        message`` plus ``history``, one dict per iteration (``step``, ``loss``, ``gnorm``,
+        ``step_length``, ``nfev``, ``time``).
 
     Notes
     -----
@@ -142,7 +144,7 @@ def lbfgs_minimize(
 def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
                    iterate: Callable[[Any, LBFGSState, LBFGSOptions], tuple[Status, str] | None], *,
                    callback: Callable[[OptimizeResult], Any] | None = None,
-                   on_iteration: Callable[[LBFGSState], None] | None = None,
+                   on_iteration: Callable[[LBFGSState], str | None] | None = None,
                    started: float | None = None) -> tuple[OptimizeResult, LBFGSState]:
     """The loop every quasi-Newton method here shares: ``iterate`` until it or the stopping
     rules say stop, with the history, callbacks and the scipy-style result.
@@ -159,11 +161,12 @@ def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
         if outcome is not None:
             status, message = outcome
             break
-        state.history.append({"nit": state.nit, "fun": state.f, "gnorm": space.gmax(),
+        state.history.append({"step": state.nit, "loss": state.f, "gnorm": space.gmax(),
                               "step_length": state.last_step, "nfev": state.nfev,
                               "time": time.perf_counter() - started})
-        if on_iteration is not None:
-            on_iteration(state)
+        if on_iteration is not None and (reason := on_iteration(state)) is not None:
+            status, message = Status.CALLBACK_STOP, reason
+            break
         if callback is not None:
             try:
                 callback(OptimizeResult(x=space.x(), fun=state.f, nit=state.nit))

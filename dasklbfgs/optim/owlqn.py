@@ -149,7 +149,7 @@ def owlqn_minimize(
     penalised: Any = None,
     callback: Callable[[OptimizeResult], Any] | None = None,
     state: LBFGSState | None = None,
-    on_iteration: Callable[[LBFGSState], None] | None = None,
+    on_iteration: Callable[[LBFGSState], str | None] | None = None,
     space: Any = None,
 ) -> tuple[OptimizeResult, LBFGSState]:
     """Minimise ``f(x) + sum_j w_j |x_j|`` from ``x0`` (or continue from ``state``) with OWL-QN.

@@ -32,16 +32,14 @@ def learning_curves(history: list[dict[str, Any]], solver: str) -> dict[str, Any
     ``heldout_objective``, ``heldout`` the entry has; non-finite values left out)."""
     chosen = get_solver(solver)
     metric = next((name for entry in history if (name := score_name(entry, "eval_"))), None)
-    sources = {"train": chosen.loss_key, "gnorm": "gnorm", "heldout_objective": "eval_objective",
-               "heldout": f"eval_{metric}"}
+    sources = {"train": "loss", "gnorm": "gnorm", "heldout_objective": "eval_objective", "heldout": f"eval_{metric}"}
     points = []
     for entry in history:
-        point = {"iteration": entry[chosen.count_key], "time": entry["time"]}
+        point = {"iteration": entry["step"], "time": entry["time"]}
         point.update({key: float(entry[source]) for key, source in sources.items()
                       if isinstance(entry.get(source), (int, float)) and math.isfinite(entry[source])})
         points.append(point)
-    return {"solver": solver, "x": "iteration" if chosen.iterative else "global step",
-            "train": "objective" if chosen.iterative else "mini-batch loss", "heldout_metric": metric,
+    return {"solver": solver, "x": chosen.stats.unit, "train": chosen.stats.loss_name, "heldout_metric": metric,
             "points": points}
 
 

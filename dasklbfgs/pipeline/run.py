@@ -29,7 +29,7 @@ from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
 from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
-from dasklbfgs.solvers import get_solver, minimize
+from dasklbfgs.solvers import minimize
 from dasklbfgs.solvers.common_options import without_held_out
 
 __all__ = ["run_pipeline", "open_datasets", "PreparedData", "DURATIONS"]
@@ -107,7 +107,6 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         if test is not None:
             scores["test"] = evaluate_model(model, result.x, test)
         evaluated = time.perf_counter()
-        chosen = get_solver(solver)
         metrics: dict[str, Any] = {
             "pipeline": name, "run_id": result.run_id, "solver": solver, "model": repr(model),
             "success": bool(result.success), "message": result.message, **scores,
@@ -115,8 +114,7 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
             "datasets": {split: str(d.path) for split, d in (("train", train), ("test", test)) if d is not None},
             "cluster": {"scheduler": client.scheduler.address,
                         "workers": len(client.scheduler_info(n_workers=-1)["workers"])},
-            "solver_stats": ({"iterations": result.nit, "evaluations": result.nfev, **result.timing}
-                             if chosen.iterative else {"steps": result.nit, **result.stats}),
+            "solver_stats": {**result.stats, **result.stats.summary(result.nit)},
             "versions": versions(), "started_at": started_at,
             "durations": {"data_seconds": prepared.seconds + (data_ready - checking),
                           "train_seconds": trained - data_ready,

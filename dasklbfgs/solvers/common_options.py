@@ -13,7 +13,8 @@ from typing import Any
 from dasklbfgs._typing import PathLike
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.updates import RULES
-from dasklbfgs.options import Options, option
+from dasklbfgs.options import Options, PlannedWork, option
+from dasklbfgs.solvers._replicas.batches import global_steps_per_epoch
 
 __all__ = ["CheckpointOptions", "HeldOutOptions", "ModelPartitionOptions", "ParamShardOptions", "ReplicaOptions",
            "without_held_out"]
@@ -92,6 +93,12 @@ class ReplicaOptions(HeldOutOptions):
                               "training (scoring then takes no CPU from the replicas)", "bool")
     poll_interval: float = option(0.05, "seconds between the coordinator's progress polls", "float",
                                   positive=True)
+
+    def planned_work(self, n_samples: int) -> PlannedWork:
+        """The global steps the epochs take (or ``max_steps``, if fewer), and one epoch's."""
+        per_epoch = global_steps_per_epoch(n_samples, self.n_replicas, self.batch_size)
+        planned = self.epochs * per_epoch
+        return PlannedWork(planned if self.max_steps is None else min(self.max_steps, planned), per_epoch, False)
 
     def check_together(self) -> None:
         super().check_together()

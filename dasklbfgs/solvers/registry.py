@@ -1,10 +1,14 @@
 """The solver interface: one registered :class:`Solver` per method, one entry point.
 
-A solver is a name, an options class (:mod:`dasklbfgs.options`) and a ``run`` function::
+A solver is a name, an options class (:mod:`dasklbfgs.options`), a statistics class
+(:class:`~dasklbfgs.solvers.result.RunStats`) and a ``plan`` function::
 
-    run(model, data, options, *, client, x0, callback, eval_data) -> OptimizeResult
+    plan(context: RunContext) -> SolverRun      # the solver's own checks, no cluster yet
+    SolverRun.run() -> Result                   # on context.client, reporting through context
 
-Adding a solver is one module that defines those and calls :func:`register`. The generic
+:func:`minimize` owns the run (:class:`~dasklbfgs.solvers.context.RunContext`: the checked
+inputs, the client, the metrics stream with its start and end events, the cadences and the
+callback). Adding a solver is one module that defines those and calls :func:`register`. The generic
 entry point :func:`minimize`, the named functions (``sandblaster_lbfgs``, ...), the CLI,
 the YAML pipelines, the estimators and the docs' options tables all find solvers here:
 solver names are written nowhere else.
@@ -15,35 +19,48 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.monitor.events import recorded_run
-from dasklbfgs.options import Options, describe_default
 from dasklbfgs.models.base import Model
+from dasklbfgs.options import Options, describe_default
+from dasklbfgs.solvers.context import RunContext
+from dasklbfgs.solvers.result import Result, RunStats
 
-__all__ = ["Solver", "register", "get_solver", "solver_names", "minimize", "solver_function", "options_table"]
+__all__ = ["Solver", "SolverRun", "register", "get_solver", "solver_names", "minimize", "solver_function",
+           "options_table"]
+
+
+class SolverRun(Protocol):
+    """A planned run of a solver: its inputs checked, its cluster not yet used."""
+
+    def run(self) -> Result:
+        """Train on ``context.client`` and return the result."""
+        ...
 
 
 @dataclass(frozen=True)
 class Solver:
     """A registered solver.
 
-    ``unit`` says what ``result.nit`` counts (``"iteration"`` or ``"global step"``);
-    ``takes_l1`` whether it minimises a model's L1 term (:meth:`Model.l1_weights`) whatever
-    its options, ``l1_optimizers`` the values of its ``optimizer`` option with which it does
-    (:meth:`minimises_l1`); other runs of a model with l1 are refused. The properties below
-    are what front ends need to know about it.
+    ``plan(context)`` checks what only this solver asks of its inputs and returns the
+    :class:`SolverRun` that :func:`minimize` runs once connected; ``stats`` is the
+    :class:`~dasklbfgs.solvers.result.RunStats` class of its results (what ``nit`` and a
+    history entry's ``loss`` are, and how its statistics render); ``deterministic``, whether
+    a run repeats bitwise. ``takes_l1`` says whether it minimises a model's L1 term
+    (:meth:`Model.l1_weights`) whatever its options, ``l1_optimizers`` the values of its
+    ``optimizer`` option with which it does (:meth:`minimises_l1`); other runs of a model
+    with l1 are refused.
     """
 
     name: str
     options: type[Options]
-    run: Callable[..., OptimizeResult]
+    plan: Callable[[RunContext], SolverRun]
     summary: str
-    unit: str = "iteration"
+    stats: type[RunStats]
+    deterministic: bool = False
     takes_l1: bool = False
     l1_optimizers: tuple[str, ...] = ()
 
@@ -59,24 +76,9 @@ class Solver:
         return [f"{self.name!r} with optimizer={opt!r}" for opt in self.l1_optimizers]
 
     @property
-    def iterative(self) -> bool:
-        """True when ``nit`` counts iterations of one optimizer, False for global steps."""
-        return self.unit == "iteration"
-
-    @property
-    def count_key(self) -> str:
-        """The key of a history entry's iteration or global step."""
-        return "nit" if self.iterative else "step"
-
-    @property
-    def loss_key(self) -> str:
-        """The key of a history entry's training objective (some step entries lack it)."""
-        return "fun" if self.iterative else "train_loss"
-
-    @property
-    def budget(self) -> str:
-        """The option that bounds ``nit``."""
-        return "maxiter" if self.iterative else "max_steps"
+    def unit(self) -> str:
+        """What ``result.nit`` and a history entry's ``step`` count."""
+        return self.stats.unit
 
 
 _SOLVERS: dict[str, Solver] = {}
@@ -129,7 +131,7 @@ def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None,
 
 def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Options | Mapping[str, Any] | None = None,
              *, client: Any = None, x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
-             eval_data: Any = None, **values: Any) -> OptimizeResult:
+             eval_data: Any = None, **values: Any) -> Result:
     """Train ``model`` (a :mod:`dasklbfgs.models` model) on ``data`` (a ShardedDataset or
     its path) with the registered solver ``solver`` (see :func:`solver_names`).
 
@@ -138,20 +140,21 @@ def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Opti
     default the active client, else an embedded ``LocalCluster`` closed on return. ``x0``:
     starting parameters (default: the model's initialisation). ``callback`` is called with
     each iteration's or history entry's ``OptimizeResult``; raising ``StopIteration`` stops
-    the run cleanly (``StopIteration("why")`` makes ``"why"`` the result's message). ``eval_data``: a held-out dataset scored every ``eval_every``
-    iterations or steps. Returns a :class:`~dasklbfgs.solvers.result.Result` (a scipy
-    ``OptimizeResult``; its docstring lists the fields).
+    the run cleanly (``StopIteration("why")`` makes ``"why"`` the result's message); it
+    receives the history entry and ``x``. ``eval_data``: a held-out dataset scored every
+    ``eval_every`` iterations or steps and at the end. Returns a
+    :class:`~dasklbfgs.solvers.result.Result` (a scipy ``OptimizeResult`` of one shape for
+    every solver; its docstring lists the fields).
     """
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)
-    if callback is not None and not callable(callback):
-        raise ConfigurationError(f"callback must be callable, got {callback!r}")
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
         _refuse_l1(chosen, resolved, model)
-    dataset = as_dataset(data)
-    with recorded_run(chosen, model, dataset, resolved) as record:  # the start and end events
-        result = chosen.run(model, dataset, resolved, client=client, x0=x0, callback=callback, eval_data=eval_data)
-        record.finished(result)
+    context = RunContext.checked(chosen, model, data, resolved, x0=x0, callback=callback, eval_data=eval_data)
+    planned = chosen.plan(context)  # bad input fails here, before a cluster starts
+    with context.connected(client):
+        result = planned.run()
+        context.finish(result)
     return result
 
 

@@ -1,35 +1,141 @@
-"""The one result type every solver returns."""
+"""The one result type every solver returns, and each solver family's statistics."""
 
 from __future__ import annotations
 
+import math
+from typing import Any, ClassVar
+
 from scipy.optimize import OptimizeResult
 
-__all__ = ["Result"]
+from dasklbfgs._format import human_bytes
+
+__all__ = ["DownpourStats", "PeerStats", "Result", "RunStats", "SandblasterStats"]
 
 
 class Result(OptimizeResult):
-    """A scipy ``OptimizeResult`` (a dict with attribute access) with these fields.
+    """A scipy ``OptimizeResult`` (a dict with attribute access) of one shape for every solver.
 
-    Every solver
-        ``x`` (final parameters), ``nit`` (iterations for Sandblaster, global steps for the
-        replica methods), ``status`` (a :class:`~dasklbfgs.optim.lbfgs.Status`),
-        ``success`` (``status == Status.CONVERGED``), ``message``, ``history`` (one dict
-        per iteration or progress poll), ``solver`` (its registered name), ``run_id`` (the
-        id of its metrics events on the dashboard).
-    Sandblaster
-        ``fun``, ``jac``, ``nfev``, ``njev`` as scipy's; ``timing`` (total and
-        per-evaluation seconds, backups launched and won, whether shards were cached,
-        bytes the coordinator received in sharded mode); ``n_portions``. History entries:
-        ``nit, fun, gnorm, step_length, nfev, time`` and ``eval_*`` when scored.
-    Downpour and the peer methods
-        ``stats`` (updates/s, examples/s, steps per replica, bytes moved; Downpour:
-        staleness, pushes per shard, recoveries; peers: messages between replicas, the
-        chosen replica), ``final`` (the last history entry: time, step, held-out scores);
-        the peers also ``replicas`` (each replica's parameters, steps and scores).
-        History entries: ``step, time``, ``train_loss`` (mean mini-batch loss since the
-        previous entry) and ``eval_*`` when scored.
-    Sandblaster and Downpour with ``model_partitions`` > 1
+    Fields
+        ``x`` (final parameters), ``fun`` (Sandblaster: the objective at ``x``; the replica
+        methods: the mean mini-batch loss of the last progress poll, ``nan`` if none was
+        reported), ``nit`` (what ``stats.unit`` says: iterations or global steps),
+        ``status`` (a :class:`~dasklbfgs.optim.lbfgs.Status`), ``success`` (``status ==
+        Status.CONVERGED``), ``message``, ``history`` (one dict per iteration or progress
+        poll, every entry with ``step`` and ``time``, with ``loss`` (the quantity
+        ``stats.loss_name`` names) where one was measured and ``eval_*`` where held-out data
+        was scored), ``solver`` (its registered name), ``run_id`` (the id of its metrics
+        events on the dashboard) and ``stats``: the solver family's :class:`RunStats`, a
+        dict that summarises (:meth:`RunStats.summary`) and renders (:meth:`RunStats.lines`)
+        itself.
+    Sandblaster also
+        ``jac``, ``nfev``, ``njev`` as scipy's; history entries also have ``gnorm``,
+        ``step_length`` and ``nfev``.
+    The peer methods also
+        ``replicas`` (each replica's parameters, steps and scores).
+    Runs with ``model_partitions`` > 1 also
         ``partitions``: each partition's worker, bytes and messages sent to its peers, and the
         re-creations after a lost partition, in the one shape
         :func:`~dasklbfgs.parallel.replica.partitions_report` documents.
     """
+
+
+class RunStats(dict[str, Any]):
+    """One run's statistics, as plain JSON-ready facts, and what the family's numbers mean.
+
+    ``unit`` is what ``result.nit`` and a history entry's ``step`` count, ``loss_name`` what
+    a history entry's ``loss`` is. A family's subclass says how to summarise
+    (:meth:`summary`: the figures a report keeps) and render (:meth:`lines`) itself, so no
+    front end needs to know which solver ran.
+    """
+
+    unit: ClassVar[str]
+    loss_name: ClassVar[str]
+    #: the dashboard's Training page shows a panel of per-replica progress
+    has_replicas: ClassVar[bool] = False
+
+    def summary(self, nit: int) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def lines(self, nit: int) -> list[str]:
+        """The report's lines about the work done, each starting with a 10-wide label."""
+        raise NotImplementedError
+
+    def iterations(self, nit: int) -> int:
+        """Passes of the optimizer as scikit-learn's ``n_iter_`` counts them."""
+        raise NotImplementedError
+
+
+class SandblasterStats(RunStats):
+    """Total and per-evaluation seconds, evaluations, backups launched and won, whether the
+    shards were cached, portions, and the bytes the coordinator received in sharded mode."""
+
+    unit = "iteration"
+    loss_name = "objective"
+
+    def summary(self, nit: int) -> dict[str, Any]:
+        return {"iterations": nit, "evaluations": self["evaluations"], "seconds": self["total_seconds"],
+                "seconds_per_evaluation": self["eval_seconds_median"],
+                "backup_tasks": {"launched": self["backups_launched"], "won": self["backups_won"]}}
+
+    def lines(self, nit: int) -> list[str]:
+        per_evaluation = self["eval_seconds_median"] or math.nan
+        return [f"work       {nit} iterations, {self['evaluations']} evaluations, {self['total_seconds']:.2f} s "
+                f"({1e3 * per_evaluation:.1f} ms per evaluation)",
+                f"backups    {self['backups_launched']} launched, {self['backups_won']} won"]
+
+    def iterations(self, nit: int) -> int:
+        return nit
+
+
+class _ReplicaStats(RunStats):
+    """Updates/s, examples/s, steps per replica, per-step timing and ``epochs`` (global
+    steps over the global steps of one epoch)."""
+
+    unit = "global step"
+    loss_name = "mini-batch loss"
+    has_replicas = True
+
+    def summary(self, nit: int) -> dict[str, Any]:
+        return {"steps": nit, "seconds": self["wall_seconds"], "updates_per_second": self["updates_per_second"],
+                "examples_per_second": self["examples_per_second"], "steps_per_replica": self["steps_per_replica"]}
+
+    def lines(self, nit: int) -> list[str]:
+        return [f"work       {nit} steps over replicas {self['steps_per_replica']} in {self['wall_seconds']:.2f} s "
+                f"({self['updates_per_second']:.0f} updates/s, {self['examples_per_second']:.0f} examples/s)"]
+
+    def iterations(self, nit: int) -> int:
+        return max(1, math.ceil(self["epochs"]))
+
+
+class DownpourStats(_ReplicaStats):
+    """Also staleness, pushes and bytes per shard, recoveries and hand-overs of shards."""
+
+    def summary(self, nit: int) -> dict[str, Any]:
+        return {**super().summary(nit), "staleness": self["staleness"]}
+
+    def lines(self, nit: int) -> list[str]:
+        return [*super().lines(nit),
+                f"staleness  {self['staleness']} (pushes by how many updates they lagged)"]
+
+
+class PeerStats(_ReplicaStats):
+    """Also messages and bytes between replicas, center exchanges (EASGD), restarts and the
+    chosen replica (neighbours)."""
+
+    def summary(self, nit: int) -> dict[str, Any]:
+        summary = {**super().summary(nit),
+                   "between_replicas": {"messages": self["messages_between_replicas"],
+                                        "bytes": self["bytes_between_replicas"],
+                                        "center_exchanges": self["center_exchanges"]}}
+        if self["chosen_replica"] is not None:
+            summary["chosen_replica"] = self["chosen_replica"]
+        return summary
+
+    def lines(self, nit: int) -> list[str]:
+        lines = [*super().lines(nit),
+                 f"exchange   {self['messages_between_replicas']} messages, "
+                 f"{human_bytes(self['bytes_between_replicas'])} between replicas; "
+                 f"{self['center_exchanges']} center exchanges"]
+        if self["chosen_replica"] is not None:
+            lines.append(f"returned   replica {self['chosen_replica']} (best held-out objective, else recent loss)")
+        return lines

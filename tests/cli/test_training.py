@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from dasklbfgs.cli.training import planned_work
 from dasklbfgs.models import Softmax
 from dasklbfgs.solvers import get_solver, minimize
 
@@ -14,14 +13,14 @@ def test_the_planned_global_steps_are_the_steps_the_run_takes(client, datasets, 
     data = datasets["multinomial"]  # 6000 rows: 2000 per replica, 7 batches of 300 (the last short)
     chosen = get_solver(solver)
     options = chosen.options(n_replicas=3, batch_size=300, epochs=2)
-    total, per_epoch = planned_work(chosen, options, data)
-    assert (total, per_epoch) == (42, 21)
+    total, per_epoch, is_limit = options.planned_work(data.n_samples)
+    assert (total, per_epoch, is_limit) == (42, 21, False)
     result = minimize(Softmax(data.n_features, 3), data, solver, options, client=client)
     assert result.nit == total
     capped = options.replace(max_steps=30)
-    assert planned_work(chosen, capped, data) == (30, 21)
+    assert capped.planned_work(data.n_samples) == (30, 21, False)
 
 
 def test_sandblaster_plans_its_iteration_limit(datasets) -> None:
     chosen = get_solver("sandblaster")
-    assert planned_work(chosen, chosen.options(maxiter=70), datasets["multinomial"]) == (70, None)
+    assert chosen.options(maxiter=70).planned_work(datasets["multinomial"].n_samples) == (70, None, True)

@@ -55,7 +55,7 @@ def test_training_page_in_headless_chromium(datasets, tmp_path) -> None:
             finally:
                 browser.close()
     assert drawn[sb.run_id]["points"] == sb.nit > 5  # one point per iteration, drawn in the browser
-    assert drawn[dp.run_id]["points"] == len([h for h in dp.history if "train_loss" in h]) > 5
+    assert drawn[dp.run_id]["points"] == len([h for h in dp.history if "loss" in h]) > 5
     for shown in drawn.values():
         assert shown["picker"] == [dp.run_id, sb.run_id]  # newest first
         assert shown["navbar"] and shown["title"] == "dasklbfgs: Training"

@@ -20,8 +20,8 @@ def _events(client, run_id, kind="step"):
 def test_sandblaster_logs_every_iteration(client, datasets) -> None:
     result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client)
     events = _events(client, result.run_id)
-    assert [e["nit"] for e in events] == list(range(1, result.nit + 1))
-    assert events[-1]["fun"] == result.fun
+    assert [e["step"] for e in events] == list(range(1, result.nit + 1))
+    assert events[-1]["loss"] == result.fun
     assert {"gnorm", "step_length", "nfev", "time", "n_portions"} <= set(events[0])
 
 
@@ -41,11 +41,12 @@ def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> No
     options = {"maxiter": 5} if solver == "sandblaster" else {"epochs": 2, "batch_size": 20, "poll_interval": 0.01}
     result = minimize(Softmax(8, 3), datasets["multinomial"], solver, client=client, **options)
     events = _events(client, result.run_id)
-    extra = 0 if get_solver(solver).iterative else 1  # the finished event
+    extra = 1 if get_solver(solver).stats.has_replicas else 0  # the replica methods' finished event
     assert len(result.history) >= 3 and len(events) == len(result.history) + extra
     # One start event with the run's settings as plain data, one end event with the outcome.
     [start] = _events(client, result.run_id, "start")
     assert start["unit"] == get_solver(solver).unit and start["n_params"] == Softmax(8, 3).n_params
+    assert start["loss_name"] == get_solver(solver).stats.loss_name
     assert start["n_workers"] == 2
     assert set(start["options"]) == {name for name, _, _ in get_solver(solver).options.items()}
     assert all(start["options"][name] == value for name, value in options.items() if name != "poll_interval")
@@ -76,3 +77,31 @@ def test_an_event_that_cannot_be_sent_is_a_visible_warning(client) -> None:
     with pytest.warns(MetricsWarning, match=rf"a training event of run '{stream.run}' did not reach the scheduler "
                                             r"\(the dashboard will miss it\)"):
         stream.send(step=1)
+
+
+EMBEDDED_RUN = """
+from distributed import default_client
+from dasklbfgs import Logistic, ShardedDataset, minimize
+from dasklbfgs.monitor.events import TOPIC
+
+if __name__ == "__main__":
+    schedulers = []
+    result = minimize(Logistic(8, l2=1e-3), ShardedDataset.open({path!r}), "sandblaster", maxiter=2,
+                      callback=lambda intermediate: schedulers.append(default_client().cluster.scheduler))
+    print(schedulers[0].status.name, *[m["kind"] for _, m in schedulers[0].get_events(TOPIC)
+                                      if m["run"] == result.run_id])
+"""
+
+
+def test_a_run_on_an_embedded_cluster_sends_its_end_event_before_the_cluster_closes(datasets, tmp_path) -> None:
+    """minimize owns the run: with no client (in a process without one) it starts an embedded
+    cluster, and the end event reaches that cluster's scheduler before the cluster closes
+    (the scheduler runs in the calling process, so its events stay readable after it closed)."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "embedded_run.py"
+    script.write_text(EMBEDDED_RUN.format(path=str(datasets["logistic"].path)))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["closed", "start", "step", "step", "end"]

@@ -6,13 +6,13 @@ import math
 
 from dasklbfgs.monitor.runs import CURVES, runs_newest_first
 
-START = {"kind": "start", "unit": "global step", "model": "Autoencoder(...)", "n_params": 10, "options": {},
+START = {"kind": "start", "unit": "global step", "loss_name": "mini-batch loss", "has_replicas": True, "model": "Autoencoder(...)", "n_params": 10, "options": {},
          "dataset": {"path": "/d", "n_samples": 100, "n_features": 4}, "n_workers": 2, "started_at": 0.0}
 
 
 def _peer_run(run: str) -> list[dict]:
     """Events as a peer method sends them: start, progress polls, the finished poll, end."""
-    steps = [{"step": 10 * i, "time": 0.5 * i, "train_loss": 1.0 / i, "eval_reconstruction_mse": 0.1 / i,
+    steps = [{"step": 10 * i, "time": 0.5 * i, "loss": 1.0 / i, "eval_reconstruction_mse": 0.1 / i,
               "eval_objective": 2.0 / i} for i in range(1, 5)]
     return [{"run": run, "solver": "sync", **START},
             *({"run": run, "solver": "sync", "kind": "step", **e} for e in steps),
@@ -35,7 +35,7 @@ def test_runs_are_listed_newest_first_with_their_state() -> None:
 
 def test_curves_are_named_by_their_keys_and_hold_finite_points() -> None:
     [run] = runs_newest_first(_peer_run("a"))
-    assert CURVES["loss"].label(run) == "mini-batch loss (noisy)"
+    assert CURVES["loss"].label(run) == "mini-batch loss"
     assert CURVES["heldout_metric"].label(run) == "held-out reconstruction error (MSE)"
     assert CURVES["heldout_loss"].label(run) == "held-out loss" and CURVES["gnorm"].label(run) == ""
     # The finished poll has no loss: it is not drawn (no nan point).
@@ -46,8 +46,10 @@ def test_curves_are_named_by_their_keys_and_hold_finite_points() -> None:
 
 
 def test_a_log_axis_drops_points_that_are_zero_or_nan() -> None:
-    events = [{"run": "s", "solver": "sandblaster", "kind": "step", "nit": i, "time": float(i), "fun": 1.0,
-               "gnorm": g} for i, g in enumerate([1e-2, 0.0, math.nan, 1e-4], start=1)]
+    start = {**START, "unit": "iteration", "loss_name": "objective", "has_replicas": False}
+    events = [{"run": "s", "solver": "sandblaster", **start}]
+    events += [{"run": "s", "solver": "sandblaster", "kind": "step", "step": i, "time": float(i), "loss": 1.0,
+                "gnorm": g} for i, g in enumerate([1e-2, 0.0, math.nan, 1e-4], start=1)]
     [run] = runs_newest_first(events)
-    assert run.iterative and run.x_label == "iteration"
+    assert run.x_label == "iteration" and not run.has_replicas and CURVES["loss"].label(run) == "objective"
     assert run.points(CURVES["gnorm"], "step") == {"x": [1, 4], "y": [1e-2, 1e-4]}

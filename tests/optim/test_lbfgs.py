@@ -30,8 +30,8 @@ def test_result_fields_and_history() -> None:
     for field in ("x", "fun", "jac", "nit", "nfev", "njev", "status", "success", "message"):
         assert field in res
     assert len(res.history) == res.nit == state.nit
-    assert [h["nit"] for h in res.history] == list(range(1, res.nit + 1))
-    assert all(a["fun"] >= b["fun"] for a, b in zip(res.history, res.history[1:]))
+    assert [h["step"] for h in res.history] == list(range(1, res.nit + 1))
+    assert all(a["loss"] >= b["loss"] for a, b in zip(res.history, res.history[1:]))
     np.testing.assert_array_equal(res.jac, rosen_der(res.x))
 
 

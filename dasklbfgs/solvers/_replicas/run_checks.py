@@ -2,48 +2,36 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from dasklbfgs.data.sharded import as_dataset
-from dasklbfgs.solvers._replicas.batches import replica_rows
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.base import Model
+from dasklbfgs.solvers._replicas.batches import replica_rows
+from dasklbfgs.solvers.common_options import ReplicaOptions
+from dasklbfgs.solvers.context import RunContext
 
-__all__ = ["ReplicaRun", "check_param_shards", "check_replica_run"]
-
-
-@dataclass(frozen=True)
-class ReplicaRun:
-    dataset: Any
-    rows: list[tuple[int, int]]   # each replica's contiguous block of rows
-    eval_set: Any
+__all__ = ["check_param_shards", "checked_rows"]
 
 
-def check_replica_run(model: Model, data: Any, options: Any, eval_data: Any) -> ReplicaRun:
-    """The dataset and each replica's rows for ``options`` (a
-    :class:`~dasklbfgs.solvers.common_options.ReplicaOptions`); a clear error when they do
-    not fit the data."""
-    dataset = as_dataset(data)
-    model.check_data(dataset)
-    if options.n_replicas > dataset.n_samples:
+def checked_rows(context: RunContext) -> list[tuple[int, int]]:
+    """Each replica's contiguous block of the dataset's rows, for ``context.options`` (a
+    :class:`~dasklbfgs.solvers.common_options.ReplicaOptions`); a clear error when the
+    replicas or their batches do not fit the data, or ``eval_every`` has nothing to score."""
+    options, n_samples = context.options, context.dataset.n_samples
+    assert isinstance(options, ReplicaOptions)
+    if options.n_replicas > n_samples:
         raise ConfigurationError(
-            f"n_replicas ({options.n_replicas}) is larger than the dataset's {dataset.n_samples} rows: "
+            f"n_replicas ({options.n_replicas}) is larger than the dataset's {n_samples} rows: "
             "each replica trains on rows of its own"
         )
-    rows = replica_rows(dataset.n_samples, options.n_replicas)
+    rows = replica_rows(n_samples, options.n_replicas)
     smallest = min(b - a for a, b in rows)
     if options.batch_size > smallest:
         raise ConfigurationError(
             f"batch_size ({options.batch_size}) is larger than a replica's data ({smallest} rows with "
-            f"{options.n_replicas} replicas over {dataset.n_samples} rows)"
+            f"{options.n_replicas} replicas over {n_samples} rows)"
         )
-    if options.eval_every is not None and eval_data is None:
+    if options.eval_every is not None and context.eval_set is None:
         raise ConfigurationError("eval_every needs eval_data")
-    eval_set = as_dataset(eval_data) if eval_data is not None else None
-    if eval_set is not None:
-        model.check_data(eval_set)
-    return ReplicaRun(dataset, rows, eval_set)
+    return rows
 
 
 def check_param_shards(model: Model, n_param_shards: int) -> int:

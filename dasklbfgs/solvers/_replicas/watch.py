@@ -15,24 +15,21 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import dask
 import numpy as np
 from dask.utils import parse_bytes
-from distributed import Client, Future
-from scipy.optimize import OptimizeResult
+from distributed import Future
 
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.metrics import held_out_metrics
-from dasklbfgs.monitor.events import MetricsStream
-from dasklbfgs.optim.lbfgs import MSG_CALLBACK, Status
+from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.solvers._replicas.batches import is_non_finite
-from dasklbfgs.solvers._replicas.run_checks import ReplicaRun
 from dasklbfgs.solvers.common_options import ReplicaOptions
-from dasklbfgs.solvers.result import Result
+from dasklbfgs.solvers.context import RunContext
+from dasklbfgs.solvers.result import Result, RunStats
 
-__all__ = ["Coordinator", "Progress", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE", "DIVERGENCE_FACTOR"]
+__all__ = ["Coordinator", "Progress", "WatchedRun", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE", "DIVERGENCE_FACTOR"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
 # A run whose loss reaches this multiple of its starting loss has diverged. Mini-batch noise
@@ -56,25 +53,50 @@ class Progress:
     event: dict[str, Any] = field(default_factory=dict)  # extra fields for the metrics event
 
 
-def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int, checkpoint_every: int | None,
-          callback: Callable[[OptimizeResult], Any] | None) -> tuple[list[dict[str, Any]], Status, str]:
+class WatchedRun(Protocol):
+    """What :func:`watch` asks of a replica method's run (a :class:`Coordinator` subclass)."""
+
+    context: RunContext
+    start_loss: float
+
+    def poll(self) -> Progress:
+        """The replicas' progress now; restarts and recoveries happen here."""
+        ...
+
+    def current_params(self) -> np.ndarray:
+        """The parameters the run would return now."""
+        ...
+
+    def checkpoint(self, steps: int) -> None:
+        """Write the run's checkpoint at global step ``steps``."""
+        ...
+
+    def stop(self, reason: str) -> None:
+        """Ask every replica to stop."""
+        ...
+
+
+def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Status, str]:
     """Poll ``run`` until its replicas finish; return ``(history, status, message)``.
 
+    Each poll with news becomes a history entry, reported through the run's context
+    (:class:`~dasklbfgs.solvers.context.RunContext`: held-out scores and checkpoints on
+    their cadences from ``start_steps``, the metrics event, the callback and stop rules).
     Status ``CONVERGED``: epochs done or ``max_steps`` reached; ``NON_FINITE``: a replica's
     loss became non-finite; ``DIVERGED``: the mini-batch loss average or the held-out loss
     exceeded ``DIVERGENCE_FACTOR`` times the loss at the start (:func:`diverged`), and the
-    run was stopped; ``CALLBACK_STOP``: the callback raised ``StopIteration``. With
-    ``options.defer_eval``, the parameters due for
-    held-out scoring are kept and scored once the replicas have finished, so that scoring
-    does not take CPU from them (the entries keep the times the parameters were taken at).
+    run was stopped; ``CALLBACK_STOP``: the callback raised ``StopIteration`` (or a stop
+    rule stopped the run). With ``options.defer_eval``, the parameters due for held-out
+    scoring are kept and scored once the replicas have finished, so that scoring does not
+    take CPU from them (the entries keep the times the parameters were taken at).
     """
-    eval_every, defer_eval = options.eval_every, options.defer_eval
+    context = run.context
+    options = context.options
+    assert isinstance(options, ReplicaOptions)
+    context.start_cadences(start_steps)
     history: list[dict[str, Any]] = []
     status, message = Status.CONVERGED, DONE_MESSAGE
     last_loss = (0.0, 0)
-    next_eval = None if eval_every is None else start_steps + eval_every
-    next_checkpoint = None if checkpoint_every is None else start_steps + checkpoint_every
-    stopped_by_callback = False
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
     while True:
         time.sleep(options.poll_interval)
@@ -84,48 +106,38 @@ def watch(run: Any, options: ReplicaOptions, *, started: float, start_steps: int
         if loss_count < 0:  # the counting actor was restored from a checkpoint
             loss_sum, loss_count = 0.0, 0
         last_loss = (progress.loss_sum, progress.loss_count)
-        entry: dict[str, Any] = {"time": time.perf_counter() - started, "step": steps}
+        entry: dict[str, Any] = {"step": steps, "time": time.perf_counter() - context.started}
         if loss_count:
-            entry["train_loss"] = loss_sum / loss_count
-        if next_eval is not None and (steps >= next_eval or progress.finished):
-            if defer_eval:
-                deferred.append((entry, run.current_params()))
-            else:
-                entry.update(held_out_metrics(run.model, run.current_params(), run.eval_set))
-            while next_eval <= steps:
-                next_eval += eval_every  # type: ignore[operator]
-        if next_checkpoint is not None and steps >= next_checkpoint:
-            run.checkpoint(steps)
-            while next_checkpoint <= steps:
-                next_checkpoint += checkpoint_every  # type: ignore[operator]
+            entry["loss"] = loss_sum / loss_count
+        scored = context.evaluation_due(steps)
+        if scored and options.defer_eval:
+            deferred.append((entry, run.current_params()))
+        elif scored:
+            entry.update(context.score(run.current_params()))
+        context.checkpoint_if_due(steps, run.checkpoint)
         if status != Status.DIVERGED and (message_diverged := diverged(entry, run.start_loss)):
             status, message = Status.DIVERGED, message_diverged
             run.stop(message)
-        if loss_count or len(entry) > 2 or (deferred and deferred[-1][0] is entry):
+        if loss_count or scored:
             history.append(entry)
-            run.metrics.send(**entry, **progress.event)
-            if callback is not None and not stopped_by_callback:
-                try:
-                    callback(OptimizeResult(**entry))
-                except StopIteration as stop:
-                    stopped_by_callback = True
-                    status, message = Status.CALLBACK_STOP, str(stop) or MSG_CALLBACK
-                    run.stop(message)
+            if (reason := context.report(entry, run.current_params, **progress.event)) is not None:
+                status, message = Status.CALLBACK_STOP, reason
+                run.stop(message)
         reason = progress.stop_reason
         if is_non_finite(reason):
             status, message = Status.NON_FINITE, reason
-        elif reason and reason.startswith("max_steps") and not stopped_by_callback and status != Status.DIVERGED:
+        elif reason and reason.startswith("max_steps") and status not in (Status.CALLBACK_STOP, Status.DIVERGED):
             status, message = Status.CONVERGED, reason
         if progress.finished:
             for due, params in deferred:
-                due.update(held_out_metrics(run.model, params, run.eval_set))
+                due.update(context.score(params))
             return history, status, message
 
 
 def diverged(entry: dict[str, Any], start: float) -> str | None:
     """Why the run has diverged, if a loss in this history ``entry`` exceeds
     ``DIVERGENCE_FACTOR`` times the loss at the start (a start loss of 0 or less: never)."""
-    losses = [(entry[key], name) for key, name in (("eval_objective", "held-out"), ("train_loss", "mini-batch"))
+    losses = [(entry[key], name) for key, name in (("eval_objective", "held-out"), ("loss", "mini-batch"))
               if key in entry]
     if not losses:
         return None
@@ -180,19 +192,22 @@ SCHEDULER_EVENTS = "all"  # the scheduler's event topic with the outcomes of ret
 
 
 class Coordinator:
-    """One run's client, checked data, replica tasks and metrics stream. A subclass holds the
-    actors and supplies ``request_stop(reason)`` and what :func:`watch` asks."""
+    """One run's replica tasks over its context's client, data and metrics stream. A
+    subclass holds the actors and supplies ``request_stop(reason)`` and what :func:`watch`
+    asks (:class:`WatchedRun`)."""
 
-    def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: Any) -> None:
-        self.client, self.model, self.options, self.method = client, model, options, options.solver
-        self.data, self.rows, self.eval_set = checked.dataset, checked.rows, checked.eval_set
-        self.max_steps = options.max_steps
+    def __init__(self, context: RunContext, rows: list[tuple[int, int]]) -> None:
+        assert context.client is not None and context.metrics is not None, "a planned run runs connected"
+        self.context, self.client, self.metrics = context, context.client, context.metrics
+        self.model, self.options, self.method = context.model, context.options, context.solver.name
+        self.data, self.rows, self.eval_set = context.dataset, rows, context.eval_set
+        self.x_start = context.x_start()
+        self.max_steps = self.options.max_steps
         self.token = uuid.uuid4().hex[:8]
-        self.metrics = MetricsStream(client, self.method)
         self.replica_futures: dict[Any, Future] = {}  # by replica, or (replica, partition)
         self.stop_reason: str | None = None
         # retirements refused from now on (scheduler times): the run moves its actors off those workers
-        self.events_seen = max((stamp for stamp, _ in client.get_events(SCHEDULER_EVENTS)), default=0.0)
+        self.events_seen = max((stamp for stamp, _ in self.client.get_events(SCHEDULER_EVENTS)), default=0.0)
         self.next_retire_check = 0.0
 
     def release(self, futures: Any) -> None:
@@ -336,17 +351,19 @@ class Coordinator:
     def running(self) -> int:
         return sum(not f.done() for f in self.replica_futures.values())
 
-    def result(self, x: np.ndarray, steps: int, wall: float, watched: tuple[list[dict[str, Any]], Status, str],
-               stats: dict[str, Any], event: dict[str, Any] | None = None, **extra: Any) -> Result:
+    def result(self, x: np.ndarray, steps: int, watched: tuple[list[dict[str, Any]], Status, str],
+               stats: RunStats, event: dict[str, Any] | None = None, **extra: Any) -> Result:
         """The run's :class:`Result`. Its final entry (with eval data: held-out metrics of
         ``x``, also appended to the history) is streamed as the finished event."""
         history, status, message = watched
-        final: dict[str, Any] = {"time": wall, "step": steps}
+        final: dict[str, Any] = {"step": steps, "time": stats["wall_seconds"]}
         if self.eval_set is not None:
-            final.update(held_out_metrics(self.model, x, self.eval_set))
+            final.update(self.context.score(x))
             history.append(final)
         self.metrics.send(**final, **(event or {}), finished=True)
+        losses = [entry["loss"] for entry in history if "loss" in entry]
         return Result(
-            x=x, nit=steps, status=status, success=status == Status.CONVERGED, message=message, history=history,
-            stats=stats, final=final, run_id=self.metrics.run, solver=self.method, **extra,
+            x=x, fun=losses[-1] if losses else math.nan, nit=steps, status=status,
+            success=status == Status.CONVERGED, message=message, history=history, stats=stats,
+            run_id=self.metrics.run, solver=self.method, **extra,
         )

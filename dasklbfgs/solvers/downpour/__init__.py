@@ -1,10 +1,11 @@
 """Downpour SGD: parameter-shard actors and asynchronous replicas (docs/algorithms.md §3)."""
 
-from dasklbfgs.solvers.downpour.coordinator import run_downpour
+from dasklbfgs.solvers.downpour.coordinator import plan_downpour
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers.registry import Solver, register, solver_function
+from dasklbfgs.solvers.result import DownpourStats
 
 __all__ = ["DownpourOptions", "ParameterShard", "downpour_sgd", "param_bounds"]
 
@@ -17,11 +18,11 @@ SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
     mini-batch gradient and push every ``n_push`` steps, never waiting for each other. A
     lost parameter shard is re-created from the latest checkpoint. With
     ``model_partitions=K`` each replica is K partition tasks on K workers, in lockstep,
-    each fetching and pushing only its own shards (docs/algorithms.md §4). Returns an
-    ``OptimizeResult`` (``x``, ``nit`` = global steps, ``status``, ``success``, ``message``,
-    ``history``, ``stats``: updates/s, examples/s, staleness, bytes moved, pushes per shard,
-    steps per replica)."""
+    each fetching and pushing only its own shards (docs/algorithms.md §4). Returns a
+    :class:`~dasklbfgs.solvers.result.Result` (``x``, ``fun``, ``nit`` = global steps,
+    ``status``, ``success``, ``message``, ``history``, ``stats``: updates/s, examples/s,
+    staleness, bytes moved, pushes per shard, steps per replica)."""
 
-SOLVER = register(Solver("downpour", DownpourOptions, run_downpour, SUMMARY, unit="global step",
+SOLVER = register(Solver("downpour", DownpourOptions, plan_downpour, SUMMARY, DownpourStats,
                          l1_optimizers=("ftrl",)))
 downpour_sgd = solver_function("downpour_sgd", "downpour", DownpourOptions, SUMMARY)

@@ -14,26 +14,25 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, wait
-from scipy.optimize import OptimizeResult
+from distributed import Future, wait
 
-from dasklbfgs.cluster import resolve_client
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
-from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.optim.updates import UpdateRule, make_rule
 from dasklbfgs.parallel import PARTITIONERS, PartitionedModel, partition
 from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, partitions_report, sent_per_partition, worker_groups
 from dasklbfgs.solvers._replicas.local_actors import ActorRef
-from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
+from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
 from dasklbfgs.solvers.downpour.directory import ShardDirectory
 from dasklbfgs.solvers.downpour.memory import Placement, check_memory, plan_loads, shard_vectors
+from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard import ParameterShard
@@ -42,8 +41,9 @@ from dasklbfgs.solvers.downpour.partitions import (EXCHANGE_TIMEOUT_SECONDS, dec
                                                    run_partition)
 from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
+from dasklbfgs.solvers.result import DownpourStats, Result
 
-__all__ = ["run_downpour"]
+__all__ = ["DownpourPlan", "plan_downpour"]
 
 MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
@@ -55,29 +55,46 @@ HANDOVER_GRACE_SECONDS = 2.0
 ADAPTIVE_RULES = ("adagrad", "ftrl")
 
 
-def run_downpour(model: Model, data: Any, options: DownpourOptions, *, client: Client | None = None,
-                 x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
-                 eval_data: Any = None) -> OptimizeResult:
-    """Train ``model`` on ``data`` with Downpour SGD (the registered ``run``)."""
-    checked = check_replica_run(model, data, options, eval_data)
+@dataclass(frozen=True)
+class DownpourPlan:
+    """A Downpour run's checked layout: each replica's rows, the update rule, the row table
+    of row-sparse exchanges, the partitions, each parameter shard's bounds and the shards'
+    states to resume from. :meth:`run` trains on the context's cluster."""
+
+    context: RunContext
+    rows: list[tuple[int, int]]
+    rule: UpdateRule
+    table: Any
+    partitioned: PartitionedModel | None
+    bounds: list[tuple[int, int]]
+    decay: dict[str, float]
+    states: list[dict[str, Any]] | None
+
+    def run(self) -> Result:
+        run = _DownpourRun(self)
+        try:
+            return run.train()
+        finally:
+            run.close()
+
+
+def plan_downpour(context: RunContext) -> DownpourPlan:
+    """Downpour's own checks and layout (the registered ``plan``)."""
+    model, options = context.model, context.options
+    assert isinstance(options, DownpourOptions)
+    rows = checked_rows(context)
     check_param_shards(model, options.n_param_shards)
     rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
-    x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
-    table = _row_table(model, checked.dataset, options, rule)
+    table = _row_table(model, context.dataset, options, rule)
     partitioned = None if options.model_partitions == 1 else partition(model, options.model_partitions)
     decay: dict[str, float] = {}
     if partitioned is None:
-        bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table_for(checked.dataset))
+        bounds = param_bounds(model.n_params, options.n_param_shards, model.row_table_for(context.dataset))
     else:  # the shards hold the partitioned vector, each shard within one partition
         bounds, _ = partition_bounds(partitioned, options.n_param_shards)
         decay = decay_by_array(model)  # refuses a penalty the partitions cannot split
     states = _resume_states(options, model, rule, bounds)
-    with resolve_client(client) as active:
-        run = _DownpourRun(active, model, checked, options, bounds, rule, x_start, states, table, partitioned, decay)
-        try:
-            return run.train(callback)
-        finally:
-            run.close()
+    return DownpourPlan(context, rows, rule, table, partitioned, bounds, decay, states)
 
 
 def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> Any:
@@ -136,22 +153,21 @@ class _DownpourRun(Coordinator):
     the partitioned vector, and parameters leave the run in the model's layout.
     """
 
-    def __init__(self, client: Client, model: Model, checked: ReplicaRun, options: DownpourOptions,
-                 bounds: list[tuple[int, int]], rule: Any, x_start: np.ndarray, states: list[dict[str, Any]] | None,
-                 table: Any, partitioned: PartitionedModel | None = None, decay: dict[str, float] | None = None
-                 ) -> None:
-        super().__init__(client, model, checked, options)
-        self.partitioned, self.decay = partitioned, decay or {}
-        if partitioned is not None:
-            self.groups = worker_groups(client, partitioned.k)  # refuses more partitions than workers
-            self.owners = partition_bounds(partitioned, options.n_param_shards)[1]
+    def __init__(self, plan: DownpourPlan) -> None:
+        super().__init__(plan.context, plan.rows)
+        client, model, options, states = self.client, self.model, self.options, plan.states
+        bounds = plan.bounds
+        self.partitioned, self.decay = plan.partitioned, plan.decay
+        if self.partitioned is not None:
+            self.groups = worker_groups(client, self.partitioned.k)  # refuses more partitions than workers
+            self.owners = partition_bounds(self.partitioned, options.n_param_shards)[1]
         self.mailboxes_of: dict[int, list[Future]] = {}  # each partitioned replica's mailboxes, by partition
         self.partition_generation: dict[int, int] = {}
         self.partition_restarts: list[dict[str, Any]] = []
-        self.started = time.perf_counter()  # the run's clock (history entries' "time"), reset by train()
-        self.bounds, self.rule, self.table, self.x_start = bounds, rule, table, x_start
+        self.started = self.context.started  # the run's clock (history entries' "time")
+        self.bounds, self.rule, self.table = bounds, plan.rule, plan.table
         self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
-        self.shard_start = self.in_shard_layout(x_start)
+        self.shard_start = self.in_shard_layout(self.x_start)
         self.workers: list[str | None] = self.live_workers() or [None]
         self.check_memory()
         self.shard_futures: list[Future] = [self._new_shard(i, self.shard_home(i)) for i in range(len(bounds))]
@@ -429,8 +445,8 @@ class _DownpourRun(Coordinator):
         return ReplicaConfig(opts.batch_size, opts.n_fetch, opts.n_push, opts.epochs, float(local_rate), opts.seed,
                              opts.wire_dtype, self.table, opts.overlap)
 
-    def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
-        started = self.started = time.perf_counter()
+    def train(self) -> Result:
+        started = self.started
         opts, self.config = self.options, self.replica_config()
         self.partition_workers: dict[int, list[str]] = {}  # where each partitioned replica's partitions run
         self.first_epoch = self.start_steps // sum(math.ceil((b - a) / opts.batch_size) for a, b in self.rows)
@@ -441,8 +457,7 @@ class _DownpourRun(Coordinator):
         self.released = opts.warmstart_steps == 0 or len(self.rows) == 1
         self.measure_start_loss()
         self.launch_replicas(range(len(self.rows)) if self.released else range(1))
-        history, status, message = watch(self, opts, started=started, start_steps=self.start_steps,
-                                         checkpoint_every=opts.checkpoint_every, callback=callback)
+        history, status, message = watch(self, self.start_steps)
 
         replica_stats = self.replica_tallies()
         shard_stats = self.shard_calls("stats")
@@ -458,7 +473,7 @@ class _DownpourRun(Coordinator):
             extra["partitions"] = partitions = self.partitions_report(replica_stats)
             event["partition_bytes"] = sent_per_partition([[p["bytes_sent"] for p in r]
                                                            for r in partitions["replicas"]])
-        return self.result(x, steps, wall, (history, status, message), stats, event, **extra)
+        return self.result(x, steps, (history, status, message), stats, event, **extra)
 
     def measure_start_loss(self) -> None:
         """With model_partitions no worker holds the whole model, so the loss the run is judged
@@ -481,7 +496,7 @@ class _DownpourRun(Coordinator):
         return [{**done[r, 0], "partitions": [done[r, p] for p in range(self.partitioned.k)]} for r in replicas]
 
     def _stats(self, replica_stats: list[dict[str, Any]], shard_stats: list[dict[str, Any]], wall: float,
-               steps: int) -> dict[str, Any]:
+               steps: int) -> DownpourStats:
         """The run's counters: rates, staleness, bytes moved, per shard and per replica."""
         staleness: Counter[int] = Counter()
         where = self._shard_workers()
@@ -489,9 +504,10 @@ class _DownpourRun(Coordinator):
             staleness.update({int(k): v for k, v in s["staleness"].items()})
         pushes = sum(s["version"] for s in shard_stats)
         examples = sum(r["examples"] for r in replica_stats)
-        return {
+        return DownpourStats({
             "wall_seconds": wall,
             "global_steps": steps,
+            "epochs": steps / sum(math.ceil((b - a) / self.options.batch_size) for a, b in self.rows),
             "steps_this_run": steps - self.start_steps,
             "updates_per_second": pushes / wall,
             "examples_per_second": examples / wall,
@@ -510,7 +526,7 @@ class _DownpourRun(Coordinator):
             "shard_recoveries": self.recoveries,
             "shard_handovers": self.handovers,
             **step_timing(replica_stats),
-        }
+        })
 
     def partitions_report(self, replica_stats: list[dict[str, Any]]) -> dict[str, Any]:
         """``result.partitions`` (:func:`~dasklbfgs.parallel.replica.partitions_report`): per

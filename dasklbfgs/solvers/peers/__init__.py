@@ -7,9 +7,10 @@ watch loop (:mod:`dasklbfgs.solvers._replicas`). Each replica owns a ``PeerMailb
 on its worker; messages between replicas go through mailboxes, never through the client.
 """
 
-from dasklbfgs.solvers.peers.coordinator import run_peers
+from dasklbfgs.solvers.peers.coordinator import plan_peers
 from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
 from dasklbfgs.solvers.registry import Solver, register, solver_function
+from dasklbfgs.solvers.result import PeerStats
 
 __all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "SyncOptions", "easgd", "gossip_sgd",
            "neighbour_sgd", "sync_sgd"]
@@ -17,8 +18,9 @@ __all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "SyncOptions", "
 _RESULT = """
 
     Replica r trains on the r-th contiguous block of rows with the same seeded mini-batches
-    as a Downpour replica. Returns an ``OptimizeResult`` like Downpour's: ``x``, ``nit``
-    (global steps), ``status``, ``message``, ``history``, ``stats`` (updates/s, examples/s,
+    as a Downpour replica. Returns a :class:`~dasklbfgs.solvers.result.Result` like
+    Downpour's: ``x``, ``fun``, ``nit`` (global steps), ``status``, ``message``,
+    ``history``, ``stats`` (updates/s, examples/s,
     messages and bytes between replicas, steps per replica, ``replica_restarts``) and
     ``replicas``: each replica's final parameters, steps and, with ``eval_data``, held-out
     metrics.
@@ -36,7 +38,7 @@ SYNC_SUMMARY = """Synchronous all-reduce SGD (Jin et al.; docs/algorithms.md §6
     equals single-process SGD on batches of ``n_replicas * batch_size`` rows. Replicas
     with fewer rows add empty batches once theirs run out. A replica that waits longer
     than ``wait_timeout`` seconds for a peer raises :class:`WorkerLostError`.""" + _RESULT
-register(Solver('sync', SyncOptions, run_peers, SYNC_SUMMARY, unit="global step"))
+register(Solver('sync', SyncOptions, plan_peers, SYNC_SUMMARY, PeerStats))
 sync_sgd = solver_function('sync_sgd', 'sync', SyncOptions, SYNC_SUMMARY)
 
 EASGD_SUMMARY = """Elastic averaging SGD, asynchronous form (Zhang et al.; docs/algorithms.md §6).
@@ -48,7 +50,7 @@ EASGD_SUMMARY = """Elastic averaging SGD, asynchronous form (Zhang et al.; docs/
     center in one atomic call, and the replica subtracts ``d``. ``alpha`` is the moving
     rate; give it, or the elastic coupling ``rho`` (``alpha = learning_rate * rho``), or
     neither for the paper's choice ``alpha = 0.9 / n_replicas``. The center is returned.""" + _RESULT
-register(Solver('easgd', EASGDOptions, run_peers, EASGD_SUMMARY, unit="global step"))
+register(Solver('easgd', EASGDOptions, plan_peers, EASGD_SUMMARY, PeerStats))
 easgd = solver_function('easgd', 'easgd', EASGDOptions, EASGD_SUMMARY)
 
 GOSSIP_SUMMARY = """Gossiping SGD (Jin et al.; docs/algorithms.md §6): no central state.
@@ -60,7 +62,7 @@ GOSSIP_SUMMARY = """Gossiping SGD (Jin et al.; docs/algorithms.md §6): no centr
     step of the rule), adds the shares it received, keeps half of both and sends the other
     half to a random peer. Mixing never changes the totals, so the weighted average stays
     unbiased. The replicas' average is returned.""" + _RESULT
-register(Solver('gossip', GossipOptions, run_peers, GOSSIP_SUMMARY, unit="global step"))
+register(Solver('gossip', GossipOptions, plan_peers, GOSSIP_SUMMARY, PeerStats))
 gossip_sgd = solver_function('gossip_sgd', 'gossip', GossipOptions, GOSSIP_SUMMARY)
 
 NEIGHBOURS_SUMMARY = """Nearest-neighbour gradient exchange (Viviani et al.; docs/algorithms.md §7).
@@ -76,5 +78,5 @@ NEIGHBOURS_SUMMARY = """Nearest-neighbour gradient exchange (Viviani et al.; doc
     replicas are not kept equal. The replica with the lowest held-out
     objective is returned (without ``eval_data``: the lowest recent training loss), and
     all replicas are reported in ``replicas``.""" + _RESULT
-register(Solver('neighbours', NeighbourOptions, run_peers, NEIGHBOURS_SUMMARY, unit="global step"))
+register(Solver('neighbours', NeighbourOptions, plan_peers, NEIGHBOURS_SUMMARY, PeerStats))
 neighbour_sgd = solver_function('neighbour_sgd', 'neighbours', NeighbourOptions, NEIGHBOURS_SUMMARY)

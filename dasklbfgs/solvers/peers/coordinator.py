@@ -9,28 +9,27 @@ import contextlib
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import distributed
 import numpy as np
-from distributed import Client, Future
-from scipy.optimize import OptimizeResult
+from distributed import Future
 
-from dasklbfgs.cluster import resolve_client
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.models.base import Model
-from dasklbfgs.models.metrics import held_out_metrics
-from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.optim.updates import UpdateRule, make_rule
 from dasklbfgs.solvers._replicas.local_actors import ActorRef, wait_all
-from dasklbfgs.solvers._replicas.run_checks import ReplicaRun, check_param_shards, check_replica_run
+from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
 from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
 from dasklbfgs.solvers.downpour.shard import ParameterShard
 from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
+from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.peers.options import EASGDOptions, PeerOptions
 from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, run_peer_replica
+from dasklbfgs.solvers.result import PeerStats, Result
 
-__all__ = ["peer_config", "run_peers"]
+__all__ = ["PeerPlan", "peer_config", "plan_peers"]
 
 RESTART_WAIT = 30.0  # seconds for the surviving replicas to stop and hand over their states
 CLOSE_WAIT = 5.0     # seconds for the mailboxes to take the abort at the end of a run
@@ -38,31 +37,44 @@ CLOSE_WAIT = 5.0     # seconds for the mailboxes to take the abort at the end of
 WORKER_WAIT = 60.0  # seconds to wait for a first worker on a cluster that has none yet
 
 
-def run_peers(model: Model, data: Any, options: PeerOptions, *, client: Client | None = None, x0: Any = None,
-              callback: Callable[[OptimizeResult], Any] | None = None, eval_data: Any = None) -> OptimizeResult:
-    """Train ``model`` with the peer method ``options.solver`` (the registered ``run``)."""
-    checked = check_replica_run(model, data, options, eval_data)
-    rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
-    x_start = model.init_params(None) if x0 is None else model.check_params(x0, "x0")
-    config = peer_config(options, checked, rule)
-    n_center_shards = 0
-    if isinstance(options, EASGDOptions):  # the center lives on parameter shards
-        n_center_shards = check_param_shards(model, options.n_param_shards)
-    with resolve_client(client) as active:
-        run = _PeerRun(active, model, checked, config, x_start, n_center_shards, options)
+@dataclass(frozen=True)
+class PeerPlan:
+    """A peer method's checked run: each replica's rows, what every replica task needs to
+    know, and the center's parameter shards (EASGD; 0 for the others). :meth:`run` trains
+    on the context's cluster."""
+
+    context: RunContext
+    rows: list[tuple[int, int]]
+    config: PeerConfig
+    n_center_shards: int
+
+    def run(self) -> Result:
+        run = _PeerRun(self)
         try:
-            return run.train(callback)
+            return run.train()
         finally:
             run.close()
 
 
-def peer_config(options: PeerOptions, checked: ReplicaRun, rule: Any) -> PeerConfig:
+def plan_peers(context: RunContext) -> PeerPlan:
+    """The peer method's own checks and replica configuration (the registered ``plan``)."""
+    options = context.options
+    assert isinstance(options, PeerOptions)
+    rows = checked_rows(context)
+    rule = make_rule(options.optimizer, learning_rate=options.learning_rate, **(options.optimizer_options or {}))
+    n_center_shards = 0
+    if isinstance(options, EASGDOptions):  # the center lives on parameter shards
+        n_center_shards = check_param_shards(context.model, options.n_param_shards)
+    return PeerPlan(context, rows, peer_config(options, rows, rule), n_center_shards)
+
+
+def peer_config(options: PeerOptions, rows: list[tuple[int, int]], rule: UpdateRule) -> PeerConfig:
     """What every replica task of the run needs to know, from the checked options."""
-    n_replicas, batch_size = len(checked.rows), options.batch_size
+    n_replicas, batch_size = len(rows), options.batch_size
     return PeerConfig(
         method=options.solver, n_replicas=n_replicas, batch_size=batch_size, epochs=options.epochs,
         seed=options.seed, rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
-        total_steps=options.epochs * max(math.ceil((b - a) / batch_size) for a, b in checked.rows),
+        total_steps=options.epochs * max(math.ceil((b - a) / batch_size) for a, b in rows),
         step_cap=None if options.max_steps is None else math.ceil(options.max_steps / n_replicas),
         **options.replica_fields(n_replicas),
     )
@@ -72,10 +84,11 @@ class _PeerRun(Coordinator):
     """The mailboxes, the center (EASGD) and the replica tasks of one run, and the restarts
     that replace them when a worker holding some of them is lost (:meth:`restart`)."""
 
-    def __init__(self, client: Client, model: Model, checked: ReplicaRun, config: PeerConfig, x_start: np.ndarray,
-                 n_center_shards: int, options: PeerOptions) -> None:
-        super().__init__(client, model, checked, options)
-        self.config, self.x_start, self.max_restarts = config, x_start, options.max_restarts
+    def __init__(self, plan: PeerPlan) -> None:
+        super().__init__(plan.context, plan.rows)
+        client, model, config, n_center_shards = self.client, self.model, plan.config, plan.n_center_shards
+        x_start = self.x_start
+        self.config, self.max_restarts = config, self.options.max_restarts
         self.generation = 0                     # restarts so far: part of every new key
         self.restarts: list[dict[str, Any]] = []
         self.traffic_before = {"messages": 0, "bytes": 0}  # through the mailboxes of earlier generations
@@ -268,11 +281,11 @@ class _PeerRun(Coordinator):
 
     # -- the run ----------------------------------------------------------------------------
 
-    def train(self, callback: Callable[[OptimizeResult], Any] | None) -> OptimizeResult:
-        started = time.perf_counter()
+    def train(self) -> Result:
+        started = self.context.started
         self.measure_start_loss()
         self.start_replicas()
-        watched = watch(self, self.options, started=started, start_steps=0, checkpoint_every=None, callback=callback)
+        watched = watch(self, 0)
         tallies = wait_all(list(self.replica_futures.values()))
         mailbox_stats = self.mailbox_stats()
         wall = time.perf_counter() - started
@@ -282,14 +295,15 @@ class _PeerRun(Coordinator):
             if self.config.push_sum:
                 entry["weight"] = t["weight"]
             if self.eval_set is not None:
-                entry.update(held_out_metrics(self.model, entry["x"], self.eval_set))
+                entry.update(self.context.score(entry["x"]))
         x, chosen = REPLICAS[self.method].returned(self, replicas)
         steps = sum(t["steps"] for t in tallies)
         center_stats = wait_all([sh.stats() for sh in self.center])
-        stats = {
+        stats = PeerStats({
             "method": self.method,
             "wall_seconds": wall,
             "global_steps": steps,
+            "epochs": steps / sum(math.ceil((b - a) / self.config.batch_size) for a, b in self.rows),
             "updates_per_second": steps / wall,
             "examples_per_second": sum(t["examples"] for t in tallies) / wall,
             "steps_per_replica": [t["steps"] for t in tallies],
@@ -307,8 +321,8 @@ class _PeerRun(Coordinator):
             "chosen_replica": chosen,
             "replica_restarts": self.restarts,
             **step_timing(tallies),
-        }
-        return self.result(x, steps, wall, watched, stats, replicas=replicas)
+        })
+        return self.result(x, steps, watched, stats, replicas=replicas)
 
     def close(self) -> None:
         """Wake replicas still waiting for a peer, cancel them and drop the actors."""

@@ -2,7 +2,8 @@
 (docs/algorithms.md §1, §2)."""
 
 from dasklbfgs.solvers.registry import Solver, register, solver_function
-from dasklbfgs.solvers.sandblaster.coordinator import run_sandblaster
+from dasklbfgs.solvers.result import SandblasterStats
+from dasklbfgs.solvers.sandblaster.coordinator import plan_sandblaster
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 
@@ -14,9 +15,9 @@ SUMMARY = """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFG
     workers' cached shards and are summed in portion order (bitwise the same iterates with
     any number of workers); a coordinator in this process runs L-BFGS with a strong Wolfe
     line search and scipy's stopping rules (OWL-QN when the model has an ``l1`` term).
-    Returns an ``OptimizeResult`` (``x, fun, jac, nit, nfev, njev, status, success,
-    message, history, timing, run_id``)."""
+    Returns a :class:`~dasklbfgs.solvers.result.Result` (``x, fun, jac, nit, nfev, njev,
+    status, success, message, history, stats, run_id``)."""
 
-SOLVER = register(Solver("sandblaster", SandblasterOptions, run_sandblaster, SUMMARY, unit="iteration",
-                         takes_l1=True))
+SOLVER = register(Solver("sandblaster", SandblasterOptions, plan_sandblaster, SUMMARY, SandblasterStats,
+                         deterministic=True, takes_l1=True))
 sandblaster_lbfgs = solver_function("sandblaster_lbfgs", "sandblaster", SandblasterOptions, SUMMARY)

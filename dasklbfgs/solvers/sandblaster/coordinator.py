@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,18 +18,14 @@ from distributed import Client
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs._format import human_bytes
-from dasklbfgs.cluster import resolve_client
-from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
-from dasklbfgs.models.base import Model
 from dasklbfgs.models.linear import LinearModel
-from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.models.persist import model_config
-from dasklbfgs.monitor.events import MetricsStream
 from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.parallel import partition
 from dasklbfgs.parallel.replica import PartitionedReplicas
-from dasklbfgs.solvers.result import Result
+from dasklbfgs.solvers.context import RunContext
+from dasklbfgs.solvers.result import Result, SandblasterStats
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     load_sharded_state, load_state, save_sharded_state, save_state,
@@ -40,27 +35,25 @@ from dasklbfgs.solvers.sandblaster.portions import shards_fit
 from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
 from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
 
-__all__ = ["SandblasterRun", "run_sandblaster"]
+__all__ = ["SandblasterRun", "plan_sandblaster"]
 
 logger = logging.getLogger(__name__)
 
 
-def run_sandblaster(model: Model, data: Any, options: SandblasterOptions, *, client: Client | None = None,
-                    x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
-                    eval_data: Any = None) -> OptimizeResult:
-    """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFGS (the registered ``run``)."""
-    run = SandblasterRun(model, data, options, x0=x0, callback=callback, eval_data=eval_data)
-    with resolve_client(client) as active:
-        return run.run(active)
+def plan_sandblaster(context: RunContext) -> SandblasterRun:
+    """A Sandblaster run of ``context``'s checked inputs (the registered ``plan``)."""
+    return SandblasterRun(context)
 
 
 class SandblasterRun:
-    """One Sandblaster run: checked inputs, then the evaluator, optional standardisation
-    and sharded vector space, the L-BFGS loop, and the result."""
+    """One Sandblaster run: its own checks, then the evaluator, optional standardisation and
+    sharded vector space, the L-BFGS loop, and the result."""
 
-    def __init__(self, model: Model, data: Any, options: SandblasterOptions, *, x0: Any,
-                 callback: Callable[[OptimizeResult], Any] | None, eval_data: Any) -> None:
-        self.model, self.options, self.callback = model, options, callback
+    def __init__(self, context: RunContext) -> None:
+        self.context = context
+        model, options = context.model, context.options
+        assert isinstance(options, SandblasterOptions)
+        self.model, self.options, self.dataset, self.eval_set = model, options, context.dataset, context.eval_set
         if options.state == "sharded" and options.param_shards > model.n_params:
             raise ConfigurationError(
                 f"n_param_shards ({options.param_shards}) is larger than the model's {model.n_params} parameters"
@@ -75,22 +68,17 @@ class SandblasterRun:
         self.replicas: PartitionedReplicas | None = None
         self.l1 = model.l1_weights()
         self.l1_theta = self.l1  # the weights in the optimizer's coordinates (set by _minimize)
-        self.dataset = as_dataset(data)
-        model.check_data(self.dataset)
-        self.eval_set = as_dataset(eval_data) if eval_data is not None else None
-        if self.eval_set is not None:
-            model.check_data(self.eval_set)
         # sharded state, a linear model and no x0: the vector shards make its zeros, so no
         # d-length vector is formed here (the neural models start from random weights)
-        shards_start_at_zero = x0 is None and options.state == "sharded" and isinstance(model, LinearModel)
-        self.x_start = (None if shards_start_at_zero
-                        else model.init_params(None) if x0 is None else model.check_params(x0, "x0"))
+        shards_start_at_zero = context.x0 is None and options.state == "sharded" and isinstance(model, LinearModel)
+        self.x_start = None if shards_start_at_zero else context.x_start()
         self.config = model_config(model)
         self.settings: dict[str, Any] = {"standardize": options.standardize, "history_size": options.history,
                                          "n_samples": self.dataset.n_samples}
         if options.state == "sharded":
             self.settings["n_param_shards"] = options.param_shards
         self.saved = self._load_checkpoint()
+        self.saved_nit: int | None = None  # the iteration the run last checkpointed
         self.space: ShardedSpace | None = None
         self.transform: Standardizer | None = None
 
@@ -105,6 +93,7 @@ class SandblasterRun:
         return load_state(path, model_config=self.config, settings=self.settings)
 
     def _save(self, state: LBFGSState) -> None:
+        self.saved_nit = state.nit
         path, config, settings = self.options.checkpoint_path, self.config, self.settings
         if self.space is not None:
             save_sharded_state(path, state, self.space, model_config=config, settings=settings)
@@ -113,9 +102,12 @@ class SandblasterRun:
 
     # -- the run --------------------------------------------------------------------------
 
-    def run(self, client: Client) -> OptimizeResult:
-        started = time.perf_counter()
+    def run(self) -> Result:
+        client = self.context.client
+        assert client is not None, "a planned run runs connected"
+        started = self.context.started
         opts = self.options
+        self.context.start_cadences(0 if self.saved is None else self.saved.nit)
         if self.partitioned is not None:
             self.replicas = PartitionedReplicas(client, self.partitioned, started)
         self.evaluator = MegaBatchEvaluator(client, self.model, self.dataset, portion_rows=opts.portion_rows,
@@ -124,7 +116,6 @@ class SandblasterRun:
                                             portion_model=self.replicas.portion_model if self.replicas else None)
         if self.replicas is not None:
             self.evaluator.on_restart = self._recover_replicas
-        self.metrics = MetricsStream(client, "sandblaster")
         try:
             result = self._minimize(client)
             bytes_received = self.space.bytes_received if self.space is not None else None
@@ -176,11 +167,11 @@ class SandblasterRun:
             result, final = self._optimize(theta0)
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
-        if opts.checkpoint_path is not None and not self._due(final.nit, opts.checkpoint_every):
+        if opts.checkpoint_path is not None and self.saved_nit != final.nit:
             self._save(final)  # the last iterations since a checkpoint: the state the run ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
             # held-out scores at the end too, whatever eval_every (None: only here)
-            result.history[-1].update(held_out_metrics(self.model, self._params(result.x), self.eval_set))
+            result.history[-1].update(self.context.score(self._params(result.x)))
         if self.transform is not None:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)
@@ -188,11 +179,10 @@ class SandblasterRun:
 
     def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
         """L-BFGS, or OWL-QN with the model's l1 weights (in ``theta``'s coordinates)."""
-        callback = self._user_callback if self.callback else None
         if self.l1 is None:
-            return lbfgs_minimize(self._evaluate, theta0, self.options, callback=callback, state=self.saved,
+            return lbfgs_minimize(self._evaluate, theta0, self.options, state=self.saved,
                                   on_iteration=self._on_iteration, space=self.space)
-        return owlqn_minimize(self._evaluate, theta0, self.l1_theta, self.options, callback=callback, state=self.saved,
+        return owlqn_minimize(self._evaluate, theta0, self.l1_theta, self.options, state=self.saved,
                               on_iteration=self._on_iteration, space=self.space)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -206,40 +196,31 @@ class SandblasterRun:
         """The model's parameters for optimizer coordinates ``theta``."""
         return theta if self.transform is None else self.transform.to_params(theta)
 
-    def _user_callback(self, intermediate: OptimizeResult) -> Any:
-        intermediate.x = self._params(intermediate.x)  # the model's coordinates
-        return self.callback(intermediate)  # type: ignore[misc]
+    def _current_params(self, state: LBFGSState) -> np.ndarray:
+        """The parameters of ``state`` in the model's coordinates (gathered from the vector
+        shards in sharded mode)."""
+        return self._params(self.space.x() if self.space is not None else state.x)
 
-    def _on_iteration(self, state: LBFGSState) -> None:
-        """Held-out scores, the metrics event and the checkpoint after each iteration."""
-        opts, entry = self.options, state.history[-1]
-        if self.eval_set is not None and self._due(state.nit, opts.eval_every):
-            theta = self.space.x() if self.space is not None else state.x
-            entry.update(held_out_metrics(self.model, self._params(theta), self.eval_set))
+    def _on_iteration(self, state: LBFGSState) -> str | None:
+        """Held-out scores, the checkpoint and the report after each iteration; the reason to
+        stop, if the callback or a stop rule gave one."""
+        context, entry = self.context, state.history[-1]
+        if context.evaluation_due(state.nit):
+            entry.update(context.score(self._current_params(state)))
+        if self.options.checkpoint_path is not None:
+            context.checkpoint_if_due(state.nit, lambda _: self._save(state))
         partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
-        self.metrics.send(**entry, n_portions=len(self.evaluator.portions),
-                          backups_won=self.evaluator.stats.backups_won,
-                          rows_per_worker=self.evaluator.rows_per_worker(), **partitions)
-        if opts.checkpoint_path is not None and self._due(state.nit, opts.checkpoint_every):
-            self._save(state)
-
-    @staticmethod
-    def _due(nit: int, every: int | None) -> bool:
-        """Whether iteration ``nit`` is one of every ``every`` (None: none is)."""
-        return every is not None and nit % every == 0
+        return context.report(entry, lambda: self._current_params(state), n_portions=len(self.evaluator.portions),
+                              backups_won=self.evaluator.stats.backups_won,
+                              rows_per_worker=self.evaluator.rows_per_worker(), **partitions)
 
     def _finish(self, optimized: OptimizeResult, started: float, bytes_received: int | None) -> Result:
         result = Result(optimized)
-        result.timing = {
-            "total_seconds": time.perf_counter() - started,
-            **self.evaluator.stats.as_dict(),
-            "cached": self.evaluator.cache,
-        }
+        stats = SandblasterStats(total_seconds=time.perf_counter() - started, **self.evaluator.stats.as_dict(),
+                                 cached=self.evaluator.cache, n_portions=len(self.evaluator.portions))
         if bytes_received is not None:
-            result.timing["coordinator_bytes_received"] = bytes_received
-        result.n_portions = len(self.evaluator.portions)
-        result.run_id = self.metrics.run
-        result.solver = "sandblaster"
+            stats["coordinator_bytes_received"] = bytes_received
+        result.stats, result.run_id, result.solver = stats, self.context.run_id, self.context.solver.name
         if not result.success:
             logger.info("Sandblaster L-BFGS stopped early: %s", result.message)
         return result

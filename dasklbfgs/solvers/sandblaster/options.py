@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.lbfgs import LBFGSOptions
-from dasklbfgs.options import option, override
+from dasklbfgs.options import PlannedWork, option, override
 from dasklbfgs.solvers.common_options import (
     CheckpointOptions, HeldOutOptions, ModelPartitionOptions, ParamShardOptions,
 )
@@ -52,6 +52,10 @@ class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOpt
                 f"sandblaster option n_param_shards applies to state='sharded' (L-BFGS vectors on parameter-shard "
                 f"actors), got n_param_shards={self.n_param_shards} with state='local'"
             )
+
+    def planned_work(self, n_samples: int) -> PlannedWork:
+        """``maxiter``: a limit, which a converging run stops short of."""
+        return PlannedWork(self.maxiter, None, True)
 
     @property
     def param_shards(self) -> int:

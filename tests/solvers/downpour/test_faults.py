@@ -72,7 +72,7 @@ def test_a_killed_replica_is_restarted_and_resumes(cluster, data) -> None:
     assert first > 0 and second == 0  # replica 0 resumed at the steps its applied pushes covered
     planned = 2 * 3 * 80  # 2 replicas x 3 epochs x 4000 / 50 batches
     assert planned - 2 * 50 <= result.nit <= planned  # at most the steps in flight at the kill are lost
-    assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
+    assert result.history[-1]["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
 
 
 def test_a_killed_shard_is_restored_from_the_latest_checkpoint(cluster, data, tmp_path) -> None:
@@ -88,7 +88,7 @@ def test_a_killed_shard_is_restored_from_the_latest_checkpoint(cluster, data, tm
     assert recovery["seconds"] < 10
     assert sum(result.stats["replica_reconnects"]) >= 1
     assert result.stats["replica_first_steps"] == [0, 0]  # the replicas themselves survived
-    assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
+    assert result.history[-1]["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
 
 
 def test_without_a_checkpoint_a_lost_shard_is_a_clear_error(cluster, data) -> None:
@@ -252,7 +252,7 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
     assert result.stats["shard_recoveries"] == [] and sum(result.stats["replica_reconnects"]) == 0
     assert result.nit == 2 * 8 * 80  # every step counted: pushes refused by the old shard went to the new one
     assert len(set(result.stats["pushes_per_shard"])) == 1
-    assert result.final["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
+    assert result.history[-1]["eval_accuracy"] >= undisturbed_accuracy(cluster, data) - 0.03
 
 
 def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client) -> None:

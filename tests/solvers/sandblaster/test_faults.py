@@ -199,4 +199,4 @@ def test_a_run_uses_a_worker_added_midway_and_keeps_its_bits(tmp_path) -> None:
         grown = sandblaster_lbfgs(model, data, client=client, maxiter=10, callback=add_a_worker_at_iteration_2)
     assert grown.nit == undisturbed.nit
     np.testing.assert_array_equal(grown.x, undisturbed.x)
-    assert grown.timing["shards_moved"] >= 2
+    assert grown.stats["shards_moved"] >= 2

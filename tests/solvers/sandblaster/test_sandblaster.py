@@ -193,15 +193,15 @@ def test_backup_tasks_beat_a_straggler_with_identical_results(client, datasets) 
     slow_model = SlowOnOneWorker(data.n_features, slow, 0.25, l2=1e-3)
     reference = sandblaster_lbfgs(fast_model, data, client=client, maxiter=6)
     with_backups = sandblaster_lbfgs(slow_model, data, client=client, maxiter=6)
-    assert with_backups.timing["backups_won"] > 0
+    assert with_backups.stats["backups_won"] > 0
     np.testing.assert_array_equal(with_backups.x, reference.x)
     without = sandblaster_lbfgs(slow_model, data, client=client, maxiter=3, backup_tasks=False)
-    assert without.timing["backups_launched"] == 0
-    per_eval_with = with_backups.timing["eval_seconds_median"]
+    assert without.stats["backups_launched"] == 0
+    per_eval_with = with_backups.stats["eval_seconds_median"]
     # Without backups every evaluation waits for the 0.25 s portion; with them it does not
     # (compared with each other, not with a clock: the machine may be busy).
-    assert without.timing["eval_seconds_median"] > 0.25
-    assert per_eval_with < without.timing["eval_seconds_median"]
+    assert without.stats["eval_seconds_median"] > 0.25
+    assert per_eval_with < without.stats["eval_seconds_median"]
     wait_until_quiet(client)
 
 
@@ -272,8 +272,8 @@ def test_streaming_out_of_core_reaches_the_cached_result(client, datasets) -> No
     model = Logistic(data.n_features, l2=1e-3)
     cached = sandblaster_lbfgs(model, data, client=client, cache=True, standardize=True)
     streamed = sandblaster_lbfgs(model, data, client=client, cache=False, standardize=True)
-    assert cached.timing["cached"] and not streamed.timing["cached"]
-    assert streamed.n_portions == data.n_shards and streamed.timing["load_seconds"] == 0
+    assert cached.stats["cached"] and not streamed.stats["cached"]
+    assert streamed.n_portions == data.n_shards and streamed.stats["load_seconds"] == 0
     np.testing.assert_allclose(streamed.x, cached.x, rtol=1e-8, atol=1e-10)
     assert streamed.nit == cached.nit
     held = client.run_on_scheduler(lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-shard" in str(k)])
@@ -303,7 +303,7 @@ def test_callback_and_limits(client, datasets) -> None:
     assert (stopped.nit, stopped.status, stopped.success) == (2, 99, False)
     limited = sandblaster_lbfgs(model, data, client=client, maxiter=1)
     assert not limited.success and "ITERATIONS REACHED LIMIT" in limited.message
-    assert limited.history[0]["nit"] == 1 and "time" in limited.history[0]
+    assert limited.history[0]["step"] == 1 and "time" in limited.history[0]
 
 
 def test_accepts_a_path_and_x0(client, datasets) -> None:
@@ -399,7 +399,7 @@ def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_e
     model = Logistic(8, l2=1e-3)
     held_out = datasets["logistic-ill"]  # other rows of the same shape
     result = sandblaster_lbfgs(model, datasets["logistic"], client=client, eval_data=held_out, eval_every=eval_every)
-    scored = [h["nit"] for h in result.history if "eval_objective" in h]
+    scored = [h["step"] for h in result.history if "eval_objective" in h]
     expected = [] if eval_every is None else list(range(eval_every, result.nit + 1, eval_every))
     assert scored == sorted(set(expected) | {result.nit})
     from dasklbfgs.models.metrics import evaluate_model

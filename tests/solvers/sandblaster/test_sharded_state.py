@@ -32,7 +32,7 @@ def test_same_iterates_as_the_local_mode(client, datasets, name) -> None:
     np.testing.assert_allclose(sharded.jac, local.jac, rtol=1e-8, atol=1e-12)
     assert sharded.fun == pytest.approx(local.fun, rel=1e-12)
     for a, b in zip(sharded.history, local.history):
-        assert a["fun"] == pytest.approx(b["fun"], rel=1e-12) and a["step_length"] == pytest.approx(b["step_length"], rel=1e-8)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-12) and a["step_length"] == pytest.approx(b["step_length"], rel=1e-8)
 
 
 @pytest.mark.parametrize("name", ["logistic-very-ill", "multinomial-ill"])
@@ -89,7 +89,7 @@ def test_bytes_reaching_the_coordinator_do_not_grow_with_the_parameters(client, 
         model = Softmax(20, classes, l2=1e-2)
         result = sandblaster_lbfgs(model, data, client=client, maxiter=6, state="sharded", n_param_shards=2)
         assert result.nit == 6
-        received[model.n_params] = result.timing["coordinator_bytes_received"] / result.nfev
+        received[model.n_params] = result.stats["coordinator_bytes_received"] / result.nfev
     small, large = sorted(received)
     assert large >= 20 * small // 2
     assert received[large] <= received[small] * 1.05  # scalars only: no growth with d
@@ -128,7 +128,7 @@ def test_sharded_checkpoint_resumes_to_the_same_iterates(client, datasets, tmp_p
     resumed = sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=path, resume=True, **sharded)
     assert resumed.nit == straight.nit and resumed.nfev == straight.nfev
     np.testing.assert_array_equal(resumed.x, straight.x)
-    assert [h["fun"] for h in resumed.history] == [h["fun"] for h in straight.history]
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in straight.history]
 
     if standardize:  # the checkpoint's coordinates are standardized: refused without standardize
         with pytest.raises(ModelDataMismatchError, match=r"was written with standardize=True, not False"):

@@ -1,0 +1,195 @@
+"""One run of a solver as :func:`~dasklbfgs.solvers.registry.minimize` owns it.
+
+``minimize`` checks the inputs once (:meth:`RunContext.checked`: the datasets against the
+model, ``x0``, the callback), lets the solver plan
+its run without a cluster (so that bad input fails before one starts), then connects
+(:meth:`RunContext.connected`: the client, the metrics stream and its start event) and
+runs the plan. Every solver reports its iterations or progress polls through the same
+three calls, in this order: :meth:`RunContext.evaluation_due` (held-out metrics every
+``eval_every``), :meth:`RunContext.checkpoint_if_due` (every ``checkpoint_every``) and
+:meth:`RunContext.report` (the step event, the user's callback and the stopping hooks),
+so the cadences and the callback contract are written here only. The end event is sent
+while the run's cluster is still up, also when the solver raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from distributed import Client
+from scipy.optimize import OptimizeResult
+
+from dasklbfgs.cluster import resolve_client
+from dasklbfgs.data.sharded import as_dataset
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.base import Model
+from dasklbfgs.models.metrics import held_out_metrics
+from dasklbfgs.monitor.events import MetricsStream, start_facts
+from dasklbfgs.optim.lbfgs import MSG_CALLBACK
+from dasklbfgs.options import Options
+
+if TYPE_CHECKING:
+    from dasklbfgs.solvers.registry import Solver
+
+__all__ = ["Cadence", "IntermediateResult", "RunContext", "StopRule"]
+
+#: A stopping hook: given a history entry, the reason to stop the run there, or None to go on.
+StopRule = Callable[[dict[str, Any]], "str | None"]
+
+
+class Cadence:
+    """Every ``every`` steps (None: never): due once a step reaches the next multiple of
+    ``every`` after ``start``. Steps may jump (a poll sees many global steps at once): one
+    due step covers every multiple it passed."""
+
+    def __init__(self, every: int | None, start: int = 0) -> None:
+        self.every = every
+        self.next = None if every is None else (start // every + 1) * every
+
+    def due(self, step: int) -> bool:
+        if self.next is None or self.every is None or step < self.next:
+            return False
+        while self.next <= step:
+            self.next += self.every
+        return True
+
+
+class IntermediateResult(OptimizeResult):
+    """What a callback receives after each iteration or progress poll (scipy's
+    ``intermediate_result``): the history entry's fields (``step``, ``time``, ``loss``,
+    ``eval_*``, ...), ``fun`` (the entry's loss, when it has one) and ``x``, the current
+    parameters, fetched from the cluster only if the callback reads it."""
+
+    def __init__(self, entry: dict[str, Any], params: Callable[[], np.ndarray]) -> None:
+        super().__init__(entry)
+        if "loss" in entry:
+            self["fun"] = entry["loss"]
+        self._params = params
+
+    def __missing__(self, key: str) -> Any:
+        if key != "x":
+            raise KeyError(key)
+        self["x"] = x = self._params()
+        return x
+
+
+class RunContext:
+    """One run's checked inputs, cluster, metrics stream, cadences and stopping hooks.
+
+    Attributes a solver reads: ``solver`` (its :class:`~dasklbfgs.solvers.registry.Solver`),
+    ``model``, ``dataset``, ``eval_set`` (None without held-out data), ``options``, ``x0``
+    (checked, or None: the model's initialisation, :meth:`x_start`), and once connected,
+    ``client``, ``metrics`` and ``started`` (the run's clock, ``time.perf_counter()``).
+    ``stop_rules`` are asked after every reported entry, after the user's callback: the
+    place for early stopping on held-out loss.
+    """
+
+    def __init__(self, solver: Solver, model: Model, dataset: Any, options: Options, *, x0: np.ndarray | None,
+                 callback: Callable[[OptimizeResult], Any] | None, eval_set: Any) -> None:
+        self.solver, self.model, self.dataset, self.options = solver, model, dataset, options
+        self.x0, self.callback, self.eval_set = x0, callback, eval_set
+        self.stop_rules: list[StopRule] = []
+        self.stopped: str | None = None  # the first reason a callback or stop rule gave
+        self.client: Client | None = None
+        self.metrics: MetricsStream | None = None
+        self.started = time.perf_counter()
+        self.evaluations = Cadence(None)
+        self.checkpoints = Cadence(None)
+
+    @classmethod
+    def checked(cls, solver: Solver, model: Model, data: Any, options: Options, *, x0: Any = None,
+                callback: Callable[[OptimizeResult], Any] | None = None, eval_data: Any = None) -> RunContext:
+        """The run's inputs, checked once for every solver: the datasets fit the model and
+        ``x0`` is a parameter vector of it."""
+        if callback is not None and not callable(callback):
+            raise ConfigurationError(f"callback must be callable, got {callback!r}")
+        dataset = as_dataset(data)
+        model.check_data(dataset)
+        eval_set = None if eval_data is None else as_dataset(eval_data)
+        if eval_set is not None:
+            model.check_data(eval_set)
+        checked_x0 = None if x0 is None else model.check_params(x0, "x0")
+        return cls(solver, model, dataset, options, x0=checked_x0, callback=callback, eval_set=eval_set)
+
+    def x_start(self) -> np.ndarray:
+        """The starting parameters: ``x0``, else the model's initialisation."""
+        return self.model.init_params(None) if self.x0 is None else self.x0
+
+    @property
+    def run_id(self) -> str:
+        """The id of the run's metrics events (``result.run_id``)."""
+        if self.metrics is None:
+            raise RuntimeError("the run has no metrics stream before it is connected")
+        return self.metrics.run
+
+    # -- the cluster and the start and end events -------------------------------------------
+
+    @contextlib.contextmanager
+    def connected(self, client: Client | None) -> Iterator[Client]:
+        """The run's client (``client``, the default one, or an embedded cluster closed at the
+        end) with the start event sent; the end event of a run that raises is sent here,
+        before an embedded cluster closes. Call :meth:`finish` with the result."""
+        with resolve_client(client) as active:
+            self.client, self.metrics = active, MetricsStream(active, self.solver.name)
+            self.started = time.perf_counter()
+            workers = len(active.scheduler_info(n_workers=-1)["workers"])
+            self.metrics.send(kind="start", **start_facts(self.solver, self.model, self.dataset, self.options),
+                              n_workers=workers, started_at=time.time())
+            try:
+                yield active
+            except BaseException as exc:  # Ctrl-C too: the page must not show the run as running forever
+                self.metrics.send(kind="end", status="FAILED", success=False, error=type(exc).__name__,
+                                  message=str(exc))
+                raise
+
+    def finish(self, result: OptimizeResult) -> None:
+        """The end event of a run that returned ``result``."""
+        assert self.metrics is not None, "finish() belongs inside connected()"
+        status = getattr(result.status, "name", result.status)
+        self.metrics.send(kind="end", status=status, success=bool(result.success), message=str(result.message))
+
+    # -- each iteration or progress poll ----------------------------------------------------
+
+    def start_cadences(self, step: int = 0) -> None:
+        """Held-out scoring and checkpoints due every ``eval_every`` / ``checkpoint_every``
+        steps from ``step`` (a resumed run's count) on."""
+        every = getattr(self.options, "eval_every", None) if self.eval_set is not None else None
+        self.evaluations = Cadence(every, step)
+        self.checkpoints = Cadence(getattr(self.options, "checkpoint_every", None), step)
+
+    def score(self, params: np.ndarray) -> dict[str, float]:
+        """Held-out metrics of ``params`` (``eval_*`` keys)."""
+        return held_out_metrics(self.model, params, self.eval_set)
+
+    def evaluation_due(self, step: int) -> bool:
+        """Whether held-out scoring is due at ``step`` (every ``eval_every``)."""
+        return self.eval_set is not None and self.evaluations.due(step)
+
+    def checkpoint_if_due(self, step: int, write: Callable[[int], None]) -> None:
+        """``write(step)`` when a checkpoint is due at ``step``."""
+        if self.checkpoints.due(step):
+            write(step)
+
+    def report(self, entry: dict[str, Any], params: Callable[[], np.ndarray], **event: Any) -> str | None:
+        """Stream ``entry`` (with the solver's extra ``event`` fields), call the callback with
+        an :class:`IntermediateResult` and ask the stop rules; the reason to stop, if the
+        callback raised ``StopIteration`` or a stop rule gave one (only the first time)."""
+        assert self.metrics is not None, "report() belongs inside connected()"
+        self.metrics.send(**entry, **event)
+        if self.stopped is not None:
+            return None
+        if self.callback is not None:
+            try:
+                self.callback(IntermediateResult(entry, params))
+            except StopIteration as stop:
+                self.stopped = str(stop) or MSG_CALLBACK
+                return self.stopped
+        for rule in self.stop_rules:
+            if (reason := rule(entry)) is not None:
+                self.stopped = reason
+                return reason
+        return None
