@@ -63,7 +63,8 @@ def run(names: list[str], quick: bool, out: Path) -> dict[str, dict]:
         proc = subprocess.run(command, cwd=HERE.parent, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - started
         outcome[name] = {"returncode": proc.returncode, "seconds": seconds,
-                         "error": proc.stderr.strip().splitlines()[-1] if proc.returncode and proc.stderr.strip() else ""}
+                         "error": (proc.stderr.strip().splitlines()[-1]
+                                   if proc.returncode and proc.stderr.strip() else "")}
         print(f"   {'ok' if proc.returncode == 0 else 'FAILED'} in {seconds:.0f} s "
               f"{outcome[name]['error']}", flush=True)
     (out / "results").mkdir(parents=True, exist_ok=True)

@@ -161,8 +161,8 @@ def one_run(solver: str, model: Any, data: Any, options: dict[str, Any], args: A
         out: dict[str, Any] = {"events": chaos.done, "scheduled": len(events)}
         try:
             result = minimize(model, data, solver, client=client, **options)
-            out.update(completed=True, success=bool(result.success), message=result.message, x=result.x, nit=int(result.nit),
-                       recoveries=_recoveries(result))
+            out.update(completed=True, success=bool(result.success), message=result.message, x=result.x,
+                       nit=int(result.nit), recoveries=_recoveries(result))
         except Exception as exc:  # noqa: BLE001 - a crash is what the benchmark counts
             out.update(completed=False, message=f"{type(exc).__name__}: {exc}", error=traceback.format_exc(limit=3))
         out["seconds"] = time.perf_counter() - started
@@ -244,7 +244,8 @@ def _public(run: dict[str, Any], i: int) -> dict[str, Any]:
     kept = {k: v for k, v in run.items() if k not in ("x",)}
     kept["run"] = i
     events = ", ".join(f"{e['event']}@{e['at']}s" + (" (skipped)" if "skipped" in e else "") for e in run["events"])
-    kept["summary"] = (f"{'completed' if run['completed'] else 'FAILED'}; {'as undisturbed' if run.get('as_undisturbed') else 'differs'};"
+    kept["summary"] = (f"{'completed' if run['completed'] else 'FAILED'}; "
+                       f"{'as undisturbed' if run.get('as_undisturbed') else 'differs'};"
                        f" {run['seconds']:.1f} s; leftovers {run['leftovers']}; events: {events or '-'}")
     return kept
 
@@ -302,7 +303,8 @@ def main(argv: list[str] | None = None) -> None:
                           shard_rows=2000, seed=4, overwrite=True)
     for solver in args.solvers:
         if solver == "downpour":
-            out["parts"][solver] = replicas(args, splits, solver, args.runs, {"n_param_shards": 2, "checkpoint_every": 40})
+            out["parts"][solver] = replicas(args, splits, solver, args.runs,
+                                            {"n_param_shards": 2, "checkpoint_every": 40})
         elif solver in PEERS:
             out["parts"][solver] = replicas(args, splits, solver, args.peer_runs, {})
     for part in out["parts"].values():
@@ -323,7 +325,8 @@ def render(out: dict[str, Any], args: Any) -> str:
                        out["machine"]),
         f"Each run: a fresh embedded cluster of {args.workers} single-thread workers (under nannies: a killed "
         "worker comes back as a new one); 1-3 seeded events (kill, retire, scale-down, scale-up) at random times "
-        "within the first 80% of the undisturbed run's duration; never below 2 workers. Sandblaster: logistic 24,000 x 20 in 8 "
+        "within the first 80% of the undisturbed run's duration; never below 2 workers. "
+        "Sandblaster: logistic 24,000 x 20 in 8 "
         f"shards, {args.maxiter} iterations, 25 ms per portion. Replica methods: softmax 8,000 x 10, 3 classes, 2 "
         "replicas, 3 epochs, 3 ms per mini-batch; Downpour with 2 parameter shards and a checkpoint every 40 steps.",
         "",
@@ -335,7 +338,8 @@ def render(out: dict[str, Any], args: Any) -> str:
         t, ref = part["totals"], part["reference"]
         ref_seconds = ref["seconds"] if isinstance(ref["seconds"], float) else float(np.median(ref["seconds"]))
         lines.append(f"| {name} | {t['runs']} | **{t['completed']}** | **{t['as_undisturbed']}** | {part['criterion']} "
-                     f"| {t['with_leftovers']} | {t['events']} ({t['skipped_events']}, {t['not_due']}) | {t['median_seconds']:.1f} "
+                     f"| {t['with_leftovers']} | {t['events']} ({t['skipped_events']}, {t['not_due']}) "
+                     f"| {t['median_seconds']:.1f} "
                      f"| {ref_seconds:.1f} | {_recoveries_cell(t)} | {t['moves']} |")
     lines += ["", "Skipped: departures the benchmark refused because only 2 workers were left, or whose worker "
               "was already leaving. Not due: events scheduled after the run had already finished. Recoveries: "

@@ -52,8 +52,19 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import (
-    OUT, Skipped, add_comparison_arguments, interleaved_runs, machine, peak_rss_mib, publish, pyplot,
-    read_result, report_header, run_fresh, save_figure, worker_peaks,
+    OUT,
+    Skipped,
+    add_comparison_arguments,
+    interleaved_runs,
+    machine,
+    peak_rss_mib,
+    publish,
+    pyplot,
+    read_result,
+    report_header,
+    run_fresh,
+    save_figure,
+    worker_peaks,
 )
 
 L2 = 1e-4
@@ -315,8 +326,8 @@ def main(argv=None) -> None:
     parser.add_argument("--features", type=int, default=2**22)
     add_comparison_arguments(parser, METHODS, timeout=1200.0, repeats=2, repeat_below=60.0)
     parser.add_argument("--wide-features", type=int, default=WIDE_FEATURES,
-                        help="features of the sharded-state memory run (on %d rows, %d iterations)"
-                        % (WIDE_ROWS, WIDE_ITERATIONS))
+                        help=f"features of the sharded-state memory run (on {WIDE_ROWS} rows, "
+                        f"{WIDE_ITERATIONS} iterations)")
     parser.add_argument("--no-wide", action="store_true", help="skip the sharded-state memory run")
     parser.add_argument("--wide-only", action="store_true",
                         help="only the sharded-state memory run, into the recorded results")

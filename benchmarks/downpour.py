@@ -37,15 +37,15 @@ from benchmarks._common import (
     time_to,
 )
 from dasklbfgs import ShardedDataset, connect
+from dasklbfgs._actors import OnWorkerLoop, bind_local, remote_first, wait_all
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.solvers._replicas.batches import epoch_order
-from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local, remote_first, wait_all
-from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.models import MLP, Softmax
 from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import adagrad
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.solvers._replicas.batches import epoch_order
+from dasklbfgs.solvers._replicas.wire import Wire
 
 
 class Echo:
@@ -425,14 +425,16 @@ def render(out, args) -> str:
         *render_exchange(fp, args),
         f"Time to {t['target_accuracy']:.3f} held-out accuracy (Sandblaster's optimum {t['sandblaster_accuracy']:.3f} "
         f"minus 0.02) on softmax {args.rows:,} x {args.features}, {args.classes} classes; batch {args.batch_size}, "
-        f"Adagrad rate {args.learning_rate}, held-out scored every {args.eval_every} global steps (after each run, `defer_eval=True`, so scoring takes no "
+        f"Adagrad rate {args.learning_rate}, held-out scored every {args.eval_every} global steps "
+        "(after each run, `defer_eval=True`, so scoring takes no "
         "CPU from the workers):", "",
         "| run | seconds to target | steps to target | final accuracy | updates/s | staleness (lag: pushes) |",
         "|---|---:|---:|---:|---:|---|",
     ]
     for name, label in (("1", "Downpour, 1 replica"), ("2", "Downpour, 2 replicas")):
         x = r[name]
-        lines.append(f"| {label} | {secs(x['seconds_to_target'])} | {x['steps_to_target']} | {x['final_accuracy']:.3f} | "
+        lines.append(f"| {label} | {secs(x['seconds_to_target'])} | {x['steps_to_target']} | "
+                     f"{x['final_accuracy']:.3f} | "
                      f"{x['updates_per_second']:.0f} | {x['staleness']} |")
     x = r["in_process"]
     lines.append(f"| one process, one thread, same loop | {secs(x['seconds_to_target'])} | {x['steps_to_target']} | "

@@ -108,7 +108,8 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
             "one_task_ms": _median_ms(lambda: client.submit(_one, pure=False).result(), repeats),
             "task_per_worker_ms": _median_ms(lambda: client.gather([client.submit(_one, workers=[w], pure=False)
                                                                      for w in workers]), repeats),
-            "actor_call_per_worker_ms": _median_ms(lambda: [c.result() for c in [a.ping() for a in actors]], repeats),
+            "actor_call_per_worker_ms": _median_ms(
+                lambda actors=actors: [c.result() for c in [a.ping() for a in actors]], repeats),
         }
     finally:
         evaluator.close()
@@ -122,7 +123,8 @@ def render(e: dict[str, Any], read_pass_s: float) -> list[str]:
     computes = ", ".join(f"{s * 1e3:.1f}" for s in b["worker_compute_s"])
     return [
         "",
-        "Where an evaluation's time goes (cached shards, means per evaluation; the workers' compute as they report it for "
+        "Where an evaluation's time goes (cached shards, means per evaluation; "
+        "the workers' compute as they report it for "
         "their direct calls, and from Dask's task stream for tasks):",
         "",
         "| part | ms | of one read pass |",

@@ -86,7 +86,8 @@ def methods(spec: dict[str, Any], client: Any) -> dict[str, Any]:
                 C=C, l1_ratio=1.0, solver="liblinear", tol=1e-8, max_iter=1000, intercept_scaling=1000.0)
         return found
     alpha, ratio = spec["strength"], spec["l1_ratio"]
-    return {"Sandblaster OWL-QN": lambda: ours.ElasticNet(alpha, l1_ratio=ratio, tol=1e-9, max_iter=2000, client=client),
+    return {"Sandblaster OWL-QN": lambda: ours.ElasticNet(alpha, l1_ratio=ratio, tol=1e-9, max_iter=2000,
+                                                          client=client),
             "scikit-learn ElasticNet (cd)": lambda: sk.ElasticNet(alpha, l1_ratio=ratio, tol=1e-12, max_iter=100_000)}
 
 
@@ -162,9 +163,10 @@ def render(out: dict[str, Any]) -> str:
             lines.append(f"| {method} | {r['seconds']:.2f} | {r['relative_to_best']:.1e} | "
                          f"{'yes' if r['same_support'] else 'no'} | {r['nonzeros']} | {r['exact_zeros']} |")
         lines.append("")
-    lines += ["Spark's least-squares elastic net (`LinearRegression`, `elasticNetParam`, `standardization=False`) stops "
-              "above f* on this objective, at its tightest tolerance; it fits a rescaled problem internally, and we did "
-              "not find parameters that make it minimise scikit-learn's objective exactly. Its logistic fits reach f*.", ""]
+    lines += ["Spark's least-squares elastic net (`LinearRegression`, `elasticNetParam`, `standardization=False`) "
+              "stops above f* on this objective, at its tightest tolerance; it fits a rescaled problem internally, "
+              "and we did not find parameters that make it minimise scikit-learn's objective exactly. "
+              "Its logistic fits reach f*.", ""]
     return "\n".join(lines)
 
 

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import machine, publish, pyplot, read_result, report_header, save_figure, OUT
+from benchmarks._common import OUT, machine, publish, pyplot, read_result, report_header, save_figure
 
 MODELS = ("speech", "small", "local", "dense")
 BATCH = {"speech": 128, "small": 256, "local": 256, "dense": 256}

@@ -79,7 +79,8 @@ def kernel_throughput(rows: int, repeats: int) -> list[dict]:
     out = []
     for label, model, X, y, flops, dtype in cases:
         params = model.init_params(0)
-        seconds = median_seconds(lambda: model.loss_grad_sum(params, X, y), repeats)
+        seconds = median_seconds(lambda model=model, params=params, X=X, y=y: model.loss_grad_sum(params, X, y),
+                                 repeats)
         rate = rows / seconds
         out.append({"model": label, "params": model.n_params, "examples_per_second": rate,
                     "flops_per_example": flops, "gflops": rate * flops / 1e9,
@@ -232,7 +233,8 @@ def render(out, args) -> str:
         "(pushes + fetches, all shards):", "",
         "| transfer | bytes/step | as whole slices | updates/s |", "|---|---:|---:|---:|",
         f"| dense | {d['bytes_per_step']:,.0f} | {d['dense_bytes_per_step']:,.0f} | {d['updates_per_second']:.0f} |",
-        f"| row-sparse | {s['bytes_per_step']:,.0f} | {s['dense_bytes_per_step']:,.0f} | {s['updates_per_second']:.0f} |",
+        f"| row-sparse | {s['bytes_per_step']:,.0f} | {s['dense_bytes_per_step']:,.0f} | "
+        f"{s['updates_per_second']:.0f} |",
         "", f"Row-sparse transfer moves **{s['bytes_per_step'] / d['bytes_per_step']:.2f}x** the bytes of dense "
         "transfer. The output softmax over the vocabulary is dense, so the saving is bounded by the table's share "
         "of the parameters.", "",

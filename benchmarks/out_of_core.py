@@ -84,7 +84,8 @@ def main(argv=None) -> None:
         out["eval_seconds_median"] = result.stats["eval_seconds_median"]
         out["eval_seconds"] = result.stats.get("eval_seconds")
         out["objective"] = result.fun
-        out["worker_memory_after"] = max(client.run(lambda dask_worker: dask_worker.monitor.get_process_memory()).values())
+        out["worker_memory_after"] = max(
+            client.run(lambda dask_worker: dask_worker.monitor.get_process_memory()).values())
     write_result("out_of_core", out)
     report = render(out)
     write_report("out-of-core", report)

@@ -46,9 +46,9 @@ from benchmarks._common import (
     write_result,
 )
 from dasklbfgs import connect, downpour_sgd, easgd, gossip_sgd, neighbour_sgd, sync_sgd
-from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 from dasklbfgs.models import MLP
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 
 METHODS = ("sync SGD", "Downpour + Adagrad", "EASGD", "gossip", "neighbours")
 PROJECT_TO = (16, 32, 64, 128, 256)
@@ -249,7 +249,8 @@ def render(out, args) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}; "
         + ", ".join(f"{a} {b}" for a, b in m["versions"].items()), "",
         "**What 2 cores can and cannot show.** The embedded cluster has 2 single-thread workers on 2 cores, and "
-        "the coordinator shares them (held-out scoring is deferred to after each run, `defer_eval=True`). 2 replicas use the machine; 4 replicas oversubscribe it "
+        "the coordinator shares them (held-out scoring is deferred to after each run, `defer_eval=True`). "
+        "2 replicas use the machine; 4 replicas oversubscribe it "
         "(two per worker, time-sliced), so 4-replica runs measure each method's statistical behaviour with more, "
         "staler or smaller-share replicas, not a speed-up. Messages travel over loopback TCP between processes, "
         "far cheaper in latency than a network, and there is no network contention. The cost model below is the "

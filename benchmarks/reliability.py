@@ -165,7 +165,8 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.reliability", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -m benchmarks.reliability",
+                        *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict = {"command": command, "machine": machine()}
     path = args.data_dir / f"logistic-{args.rows}x{args.features}-shards50k"
     try:

@@ -29,7 +29,6 @@ from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 
-
 PLAIN_MAXITER = 3000
 
 
@@ -71,9 +70,11 @@ def main(argv=None) -> None:
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     parser.add_argument("--skip-dask-glm", action="store_true")
     args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.sandblaster", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -m benchmarks.sandblaster",
+                        *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
 
-    data = dataset(args.data_dir / f"logistic-{args.rows}x{args.features}", args.rows, args.features, args.shard_rows, False)
+    data = dataset(args.data_dir / f"logistic-{args.rows}x{args.features}", args.rows, args.features, args.shard_rows,
+                   False)
     X, y = data.load_rows(0, data.n_samples)
     y = y.astype(np.float64)
     d = X.shape[1]
@@ -199,8 +200,10 @@ def render(out: dict) -> str:
         "| measurement | seconds | ratio |",
         "|---|---:|---:|",
         f"| one read pass `X @ v` (1 thread) | {k['read_pass_s']:.4f} | 1.00 |",
-        f"| blocked loss+gradient kernel (1 thread) | {k['blocked_eval_s']:.4f} | {k['blocked_over_read']:.2f}x read pass |",
-        f"| naive numpy loss+gradient (1 thread) | {k['naive_eval_1thread_s']:.4f} | {k['naive_over_read']:.2f}x read pass |",
+        f"| blocked loss+gradient kernel (1 thread) | {k['blocked_eval_s']:.4f} | "
+        f"{k['blocked_over_read']:.2f}x read pass |",
+        f"| naive numpy loss+gradient (1 thread) | {k['naive_eval_1thread_s']:.4f} | "
+        f"{k['naive_over_read']:.2f}x read pass |",
         f"| naive numpy loss+gradient (all threads) | {k['naive_eval_all_threads_s']:.4f} | |",
         f"| Sandblaster evaluation ({e['portions']} portions, shards cached) | {e['sandblaster_eval_s']:.4f} | "
         f"{e['sandblaster_eval_s'] / k['read_pass_s']:.2f}x read pass, {e['over_naive_1thread']:.2f}x naive 1 thread |",
@@ -229,11 +232,13 @@ def render(out: dict) -> str:
         f"shard load from Zarr, **{o['scipy_over_sandblaster_cached']:.2f}** with shards already cached "
         "(scipy's data is in RAM before its clock starts)."
         + (f" dask-glm time / Sandblaster time: **{o['dask_glm_over_sandblaster']:.1f}** including the load, "
-           f"**{o['dask_glm_over_sandblaster_cached']:.1f}** cached (dask-glm's data was persisted before its clock started)."
+           f"**{o['dask_glm_over_sandblaster_cached']:.1f}** cached "
+           "(dask-glm's data was persisted before its clock started)."
            if "dask_glm_over_sandblaster" in o else ""),
         "",
         f"Standardisation on features scaled over four decades ({s['rows']:,} rows, with intercept): "
-        f"{s['plain_nit']}{' (iteration limit hit)' if s['plain_hit_limit'] else ''} iterations plain, {s['standardized_nit']} standardised "
+        f"{s['plain_nit']}{' (iteration limit hit)' if s['plain_hit_limit'] else ''} iterations plain, "
+        f"{s['standardized_nit']} standardised "
         f"(**{s['iteration_ratio']:.1f}x** fewer); objectives {s['plain_fun']:.10f} vs {s['standardized_fun']:.10f}.",
         "",
     ]

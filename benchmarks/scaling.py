@@ -12,7 +12,8 @@ the unit an L-BFGS iteration spends ~1.1 of) for logistic data of 1e5, 1e6 and 1
 ``a`` the fixed cost of an evaluation (scatter, scheduling, reduction) and ``b`` the time
 per row, both from the one-worker points; ``c`` what each extra worker adds (more tasks and
 messages), from the two-worker points. On this machine two workers also share one memory
-bus, which the model charges to ``c``. The fit then projects the time per evaluation and the speed-up over one worker to 8-1024 workers
+bus, which the model charges to ``c``. The fit then projects the time per evaluation and the
+speed-up over one worker to 8-1024 workers
 for a fixed dataset (the paper's Fig. 3/5 style). It is a projection from a 2-core machine:
 it knows nothing of network bandwidth, stragglers at scale or the scheduler's limits.
 

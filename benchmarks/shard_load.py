@@ -247,14 +247,15 @@ def main(argv=None) -> None:
     parser.add_argument("--skip-codecs", action="store_true")
     parser.add_argument("--data-dir", type=Path, default=HERE / "out")
     args = parser.parse_args(argv)
-    command = " ".join(["python -m benchmarks.shard_load", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -m benchmarks.shard_load",
+                        *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out: dict = {"command": command, "machine": machine(), "rows": args.rows, "features": args.features,
                  "workers": args.workers, "repeats": args.repeats, "threads": args.threads}
 
     data = dataset(args.data_dir / f"logistic-{args.rows}x{args.features}", args.rows, args.features, args.shard_rows)
     X, _ = data.load_rows(0, data.n_samples)
     with threadpool_limits(1):
-        out["read_pass_s"] = median_seconds(lambda: X @ np.ones(X.shape[1]), args.repeats)
+        out["read_pass_s"] = median_seconds(lambda X=X: X @ np.ones(X.shape[1]), args.repeats)
     del X
     out["fresh_workers"] = fresh_workers_section(data, args)
     with connect(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as client:
@@ -274,14 +275,17 @@ def render(out: dict) -> str:
     rows = [("zarr, 1 thread, shard by shard", load["in_process"]["zarr_1_threads_s"]),
             (f"zarr, {out['threads']} threads", load["in_process"][f"zarr_{out['threads']}_threads_s"]),
             ("direct chunk decode, 1 thread", load["in_process"]["direct_1_threads_s"]),
-            (f"direct chunk decode, {out['threads']} threads", load["in_process"][f"direct_{out['threads']}_threads_s"]),
+            (f"direct chunk decode, {out['threads']} threads",
+             load["in_process"][f"direct_{out['threads']}_threads_s"]),
             (f"**Sandblaster shard caching** ({out['workers']} workers x 1 thread)", load["caching_s"]),
             ("the same tasks reading through zarr (the loading before)", load["zarr_tasks_s"])]
     lines = report_header("Shard loading and dataset codecs", out["command"], out["machine"]) + [
         f"Data: logistic {out['rows']:,} x {out['features']} float64, {load['shards']} shards, codec "
-        f"`{load['codec']}` (the writer's default): {nbytes / gb:.2f} GB in memory, {load['nbytes_stored'] / gb:.2f} GB "
+        f"`{load['codec']}` (the writer's default): {nbytes / gb:.2f} GB in memory, "
+        f"{load['nbytes_stored'] / gb:.2f} GB "
         f"stored. One read pass `X @ v` (1 thread) over X: {out['read_pass_s']:.4f} s "
-        f"({out['rows'] * out['features'] * 8 / out['read_pass_s'] / gb:.1f} GB/s). Medians of {out['repeats']} repeats.",
+        f"({out['rows'] * out['features'] * 8 / out['read_pass_s'] / gb:.1f} GB/s). "
+        f"Medians of {out['repeats']} repeats.",
         "", "| read every shard | seconds | GB/s |", "|---|---:|---:|",
         *[f"| {name} | {s:.3f} | {rate(s)} |" for name, s in rows], "",
         f"Caching runs at **{load['caching_over_raw']:.2f}x** the best raw read + decode rate measured in this "
@@ -320,13 +324,15 @@ def limit_lines(out: dict) -> list[str]:
     slowest = max(p["total_s"] for p in load["profile"].values())
     reading = sum(p["_read_file_s"] + p["decompress_s"] for p in load["profile"].values())
     own = sum(p["total_s"] for p in load["profile"].values())
-    lines = [f"In this process {threads} threads decoded at {rates['direct_1_threads_s'] / rates[f'direct_{threads}_threads_s']:.2f}x "
+    lines = [f"In this process {threads} threads decoded at "
+             f"{rates['direct_1_threads_s'] / rates[f'direct_{threads}_threads_s']:.2f}x "
              f"the rate of one (what the machine's other work left of its cores). Reading the chunk files and decoding "
              f"them are {reading / own:.0%} of the profiled load tasks' time; opening the Zarr group, reading y and "
              "allocating are the rest."]
     if load["caching_over_raw"] < 0.7:
-        lines.append(f"The caching's limit in this run is the cores it got: on free cores its wall time would approach the "
-                     f"slower worker's profiled {slowest:.3f} s ({load['raw_best_s'] / slowest:.2f}x the best raw rate).")
+        lines.append(f"The caching's limit in this run is the cores it got: on free cores its wall time would "
+                     f"approach the slower worker's profiled {slowest:.3f} s "
+                     f"({load['raw_best_s'] / slowest:.2f}x the best raw rate).")
     return lines
 
 

@@ -42,7 +42,6 @@ def run_one(width: int, mode: str, iterations: int, data_dir: Path, address: str
     from dasklbfgs import ShardedDataset, connect
     from dasklbfgs.data.synthetic import SyntheticProblem
     from dasklbfgs.models import Softmax
-
     from dasklbfgs.sandblaster import sandblaster_lbfgs
 
     features = min(width // 10, 1000) or 1

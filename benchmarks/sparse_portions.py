@@ -56,8 +56,8 @@ def portion_costs(args) -> dict:
     model = Logistic(data.n_features, l2=1e-4)
     X, y = data.load_rows(0, args.portion_rows)
     x = np.random.default_rng(0).normal(scale=0.01, size=model.n_params)
-    out = {"train_rows": data.n_samples, "n_params": model.n_params, "portion_rows": args.portion_rows, "portion_nnz": int(X.nnz),
-           "portion_columns": int(len(np.unique(X.indices)))}
+    out = {"train_rows": data.n_samples, "n_params": model.n_params, "portion_rows": args.portion_rows,
+           "portion_nnz": int(X.nnz), "portion_columns": int(len(np.unique(X.indices)))}
     for kind, call in (("dense", model.loss_grad_sum), ("compact", model.portion_loss_grad_sum)):
         peaks, seconds = [], []
         for _ in range(args.repeats):
@@ -118,7 +118,8 @@ def render(out: dict) -> str:
         "| portion result | bytes sent | peak traced allocation (MiB) | seconds |",
         "|---|---|---|---|",
         f"| dense sum (`loss_grad_sum`) | {d['result_bytes']:,} | {d['peak_traced_mib']:.1f} | {d['seconds']:.3f} |",
-        f"| compact sum (`portion_loss_grad_sum`) | {c['result_bytes']:,} | {c['peak_traced_mib']:.1f} | {c['seconds']:.3f} |",
+        f"| compact sum (`portion_loss_grad_sum`) | {c['result_bytes']:,} | {c['peak_traced_mib']:.1f} | "
+        f"{c['seconds']:.3f} |",
         "",
         f"Ratio dense / compact: bytes sent {d['result_bytes'] / c['result_bytes']:.1f}x, "
         f"peak allocation {d['peak_traced_mib'] / c['peak_traced_mib']:.1f}x.",
@@ -128,7 +129,8 @@ def render(out: dict) -> str:
         f"{out['machine']['cores']} cores; on a shared machine the seconds vary from run to run, "
         "the bytes and memory peaks much less):",
         "",
-        "| state | portion sums | evaluations | wall seconds per evaluation | portions' median seconds | coordinator peak RSS (MiB) | largest worker peak RSS (MiB) |",
+        "| state | portion sums | evaluations | wall seconds per evaluation | portions' median seconds "
+        "| coordinator peak RSS (MiB) | largest worker peak RSS (MiB) |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in out["runs"]:

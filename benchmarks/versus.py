@@ -19,7 +19,8 @@ Each method runs to its own tight tolerance; every solution is scored with the s
 objective in numpy, and a run counts as reaching the optimum when its objective is within
 1e-6 (relative) of f*, scipy's optimum or the best objective any method found when that is
 lower. Each (workload, method) runs in a fresh process, so its peak memory (VmHWM of
-that process: the driver, not Dask's workers or Spark's JVM) is its own. A peer that is missing or fails is reported as such.
+that process: the driver, not Dask's workers or Spark's JVM) is its own.
+A peer that is missing or fails is reported as such.
 
 Repeats are interleaved (every method once, then every method again), so drift in the
 machine's load falls on all methods alike; a method is repeated while its runs take less
@@ -43,8 +44,20 @@ from typing import Any
 import numpy as np
 
 from benchmarks._common import (
-    OUT, Skipped, add_comparison_arguments, cache_shards, interleaved_runs, machine, peak_rss_mib, publish, pyplot,
-    read_result, report_header, run_fresh, save_figure, worker_peaks,
+    OUT,
+    Skipped,
+    add_comparison_arguments,
+    cache_shards,
+    interleaved_runs,
+    machine,
+    peak_rss_mib,
+    publish,
+    pyplot,
+    read_result,
+    report_header,
+    run_fresh,
+    save_figure,
+    worker_peaks,
 )
 
 METHODS = ("scipy L-BFGS-B", "Sandblaster L-BFGS", "scikit-learn", "dask-glm lbfgs", "Spark MLlib")
@@ -137,7 +150,8 @@ def _sklearn(model, data, spec, load):
 def _dask_glm(model, data, spec, load):
     try:
         from dask_glm.algorithms import lbfgs
-        from dask_glm.families import Logistic as GLMLogistic, Normal
+        from dask_glm.families import Logistic as GLMLogistic
+        from dask_glm.families import Normal
     except ImportError:
         raise Skipped("dask-glm is not installed (pip install -e '.[bench]')") from None
     if model.task == "classification" and getattr(model, "n_classes", 2) > 2:
@@ -257,9 +271,10 @@ def main(argv=None) -> None:
     for name, spec in workloads(args).items():
         data = open_data(spec, args.data_dir)
         entry: dict = {"spec": spec, "read_pass_seconds": read_pass_seconds(data, 5), "methods": {}}
-        entry["methods"] = interleaved_runs(args.methods, args.repeats, args.repeat_below,
-                                            lambda method: run_one(method, spec, args.data_dir, args.timeout),
-                                            label=f"{name}: ")
+        entry["methods"] = interleaved_runs(
+            args.methods, args.repeats, args.repeat_below,
+            lambda method, spec=spec: run_one(method, spec, args.data_dir, args.timeout),
+            label=f"{name}: ")
         out["workloads"][name] = entry
     finish(out)
 
@@ -326,7 +341,8 @@ def render(out: dict) -> str:
         "in-process methods and building the DataFrame for Spark; Sandblaster's include loading its shards from "
         "Zarr. Peak memory is each process's VmHWM: the driver's before loading X to score the solution (for the "
         "in-process methods it holds the data), and the other processes' at the end of the fit: the largest of the "
-        "2 Dask workers' for Sandblaster and dask-glm, Spark's JVM (driver and executors in local mode) for Spark. Plot: [versus-seconds.png](versus-seconds.png).", "",
+        "2 Dask workers' for Sandblaster and dask-glm, Spark's JVM (driver and executors in local mode) for Spark. "
+        "Plot: [versus-seconds.png](versus-seconds.png).", "",
     ]
     if "repeats" in out:
         lines += [f"Up to {out['repeats']} runs per method, interleaved (every method once, then again); a method "
@@ -339,7 +355,8 @@ def render(out: dict) -> str:
         ref = min(found) if found else None
         scipy_fun = methods.get("scipy L-BFGS-B", {}).get("fun")
         sand = methods.get("Sandblaster L-BFGS", {}).get("seconds")
-        shape = f"{spec['rows']:,} x {spec['features']}" + (f", {spec['classes']} classes" if spec["kind"] == "multinomial" else "")
+        shape = f"{spec['rows']:,} x {spec['features']}" + (
+            f", {spec['classes']} classes" if spec["kind"] == "multinomial" else "")
         scipy_note = ("" if scipy_fun is None or ref is None or abs(scipy_fun - ref) <= 1e-6 * max(1.0, abs(ref))
                       else f" scipy stopped {scipy_fun - ref:.2e} above the best objective found, f*.")
         lines += [f"## {name} ({shape})", "",

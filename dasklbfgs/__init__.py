@@ -6,13 +6,27 @@ the Dask distributed scheduler, an embedded ``LocalCluster`` by default (:func:`
 """
 
 from dasklbfgs import errors
+from dasklbfgs._version import __version__ as __version__
 from dasklbfgs.cluster import connect
 from dasklbfgs.data import ShardedDataset, make_dataset
 from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, LocalAutoencoder, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.optim import Status
 from dasklbfgs.solvers import (
-    DownpourOptions, EASGDOptions, GossipOptions, Result, NeighbourOptions, SandblasterOptions, SyncOptions, downpour_sgd,
-    easgd, gossip_sgd, minimize, neighbour_sgd, sandblaster_lbfgs, solver_names, sync_sgd,
+    DownpourOptions,
+    EASGDOptions,
+    GossipOptions,
+    NeighbourOptions,
+    Result,
+    SandblasterOptions,
+    SyncOptions,
+    downpour_sgd,
+    easgd,
+    gossip_sgd,
+    minimize,
+    neighbour_sgd,
+    sandblaster_lbfgs,
+    solver_names,
+    sync_sgd,
 )
 
 __all__ = [
@@ -24,4 +38,3 @@ __all__ = [
     "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM",
     "ShardedDataset", "make_dataset", "connect", "errors",
 ]
-__version__ = "0.1.0"

@@ -1,8 +1,61 @@
-"""Type aliases used across dasklbfgs."""
+"""Type aliases and the data contract used across dasklbfgs."""
 
 from __future__ import annotations
 
 import os
-from typing import Union
+from typing import Any, Protocol, Union
+
+import numpy as np
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class Dataset(Protocol):
+    """What models and solvers read of a dataset (:class:`~dasklbfgs.data.ShardedDataset`
+    is the one implementation): its shape and schema, and rows, shard by shard or by range.
+
+    Rows come as ``(X, y)``: ``X`` a dense array or CSR matrix of ``n_features`` columns,
+    ``y`` of shape ``(rows, *y_shape)``; weights as an array, or None when unweighted.
+    """
+
+    @property
+    def path(self) -> os.PathLike[str]: ...
+
+    @property
+    def n_samples(self) -> int: ...
+
+    @property
+    def n_features(self) -> int: ...
+
+    @property
+    def n_shards(self) -> int: ...
+
+    @property
+    def y_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def attrs(self) -> dict[str, Any]: ...
+
+    @property
+    def is_weighted(self) -> bool: ...
+
+    @property
+    def total_weight(self) -> float: ...
+
+    @property
+    def nbytes_in_memory(self) -> int: ...
+
+    @property
+    def shard_bounds(self) -> list[tuple[int, int]]: ...
+
+    def load_shard(self, index: int) -> tuple[Any, np.ndarray]: ...
+
+    def load_shard_weights(self, index: int) -> np.ndarray | None: ...
+
+    def load_rows(self, start: int, stop: int) -> tuple[Any, np.ndarray]: ...
+
+    def load_weights(self, start: int, stop: int) -> np.ndarray | None: ...
+
+
+#: a dataset, or the path of one (:func:`~dasklbfgs.data.sharded.as_dataset` opens it)
+DatasetLike = Union[Dataset, PathLike]  # noqa: UP007 - a runtime alias: X | Y needs the names defined

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from dasklbfgs._checks import check_int
@@ -212,7 +212,8 @@ class _ShardedEstimator(BaseEstimator):
         """A classifier needs two classes or more (checked before any data is written)."""
         if classes is not None and len(classes) < 2:
             raise InvalidDataError(
-                f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: {classes.tolist()}"
+                f"{type(self).__name__} needs samples of at least 2 classes, but y holds only one class: "
+                f"{classes.tolist()}"
             )
 
     def _checked(self, X: Any) -> np.ndarray:
@@ -330,8 +331,9 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
     """
 
     def __init__(self, penalty: Any = "deprecated", *, C: float = 1.0, class_weight: Any = None,
-                 l1_ratio: float | None = 0.0, fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4, warm_start: bool = False,
-                 solver: str = "sandblaster", standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
+                 l1_ratio: float | None = 0.0, fit_intercept: bool = True, max_iter: int = 100, tol: float = 1e-4,
+                 warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
+                 learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
                  random_state: int | None = None, client: Any = None) -> None:

@@ -26,8 +26,8 @@ import numpy as np
 
 from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
-__all__ = ["Kind", "KINDS", "OptionSpec", "Options", "PlannedWork", "option", "override", "describe_default", "parse_ints",
-           "parse_mapping"]
+__all__ = ["Kind", "KINDS", "OptionSpec", "Options", "PlannedWork", "option", "override", "describe_default",
+           "parse_ints", "parse_mapping"]
 
 _BAD = object()  # what a kind's normaliser returns for a value of the wrong type
 
@@ -51,7 +51,7 @@ def _ints(value: Any) -> Any:
 
 
 def _parse_bool_or_auto(text: str) -> bool | str:
-    choices = {"true": True, "false": False, "auto": "auto"}
+    choices: dict[str, bool | str] = {"true": True, "false": False, "auto": "auto"}
     if text.lower() not in choices:
         raise argparse.ArgumentTypeError(f"must be true, false or auto, got {text!r}")
     return choices[text.lower()]

@@ -14,7 +14,7 @@ def kill_at_iteration(client: Any, iteration: int, victim: int) -> tuple[Callabl
     killed: dict[str, Any] = {}
 
     def callback(intermediate: Any) -> None:
-        if intermediate.nit == iteration and not killed:
+        if intermediate.step == iteration and not killed:
             address = sorted(client.scheduler_info()["workers"])[victim]
             killed["pid"], killed["worker"] = client.run(os.getpid, workers=[address])[address], address
             os.kill(killed["pid"], signal.SIGKILL)

@@ -27,7 +27,8 @@ def test_embedded_cluster_is_closed_with_the_client() -> None:
 
 
 def test_address_scheduler_file_and_environment(tmp_path, monkeypatch) -> None:
-    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=None, host="127.0.0.1") as cluster:
+    with LocalCluster(n_workers=1, processes=False, protocol="tcp", dashboard_address=None,
+                      host="127.0.0.1") as cluster:
         with connect(cluster.scheduler_address) as c:
             assert c.scheduler.address == cluster.scheduler_address
             assert c.direct_to_workers is True

@@ -165,7 +165,8 @@ def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
     from dasklbfgs.errors import ClusterConnectionError
 
     started = time.monotonic()
-    with pytest.raises(ClusterConnectionError, match=r"could not reach the Dask scheduler at 'tcp://127.0.0.1:9' within 3 s"):
+    with pytest.raises(ClusterConnectionError,
+                       match=r"could not reach the Dask scheduler at 'tcp://127.0.0.1:9' within 3 s"):
         connect("tcp://127.0.0.1:9", timeout=3)
     assert time.monotonic() - started < 15
     train = make_dataset("logistic", tmp_path / "d", rows=100, features=2, shard_rows=50)["train"]  # opened first

@@ -22,9 +22,15 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
-from dasklbfgs.estimators import ElasticNet, Lasso, LinearRegression, LogisticRegression, MLPClassifier, _logistic_penalty
+from dasklbfgs.estimators import (
+    ElasticNet,
+    Lasso,
+    LinearRegression,
+    LogisticRegression,
+    MLPClassifier,
+    _logistic_penalty,
+)
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
-
 
 # Lasso is ElasticNet with l1_ratio fixed at 1 (one method): its checks would repeat ElasticNet's.
 # The checks' data are tiny: one shard each (many shards are tested with the solvers).
@@ -200,7 +206,9 @@ def test_not_converging_warns(client) -> None:
 @pytest.mark.parametrize(
     ("estimator", "match"),
     [
-        (LogisticRegression(solver="lbfgs"), r"solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'lbfgs'"),
+        (LogisticRegression(solver="lbfgs"),
+         r"solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), "
+         r"got 'lbfgs'"),
         (LogisticRegression(C=0), r"C must be a positive number, got 0"),
         (LogisticRegression(max_iter=0), r"max_iter must be an integer >= 1, got 0"),
         (LinearRegression(alpha=-1), r"alpha must be a number >= 0, got -1"),
@@ -216,8 +224,9 @@ def test_not_converging_warns(client) -> None:
         (LogisticRegression(warm_start="yes"), r"warm_start must be True or False, got 'yes'"),
         (ElasticNet(l1_ratio=-0.1), r"l1_ratio must be a number in \[0, 1\] .* got -0.1"),
         (Lasso(alpha=-1), r"alpha must be a number >= 0, got -1"),
-        (ElasticNet(solver="sync"), r"solver 'sync' does not minimise an l1 penalty, .* train it with another solver or "
-                                      r"set l1=0 \(l1 is minimised by solver 'sandblaster' or 'downpour' with optimizer='ftrl'\)"),
+        (ElasticNet(solver="sync"), r"solver 'sync' does not minimise an l1 penalty, .* train it with another "
+                                      r"solver or set l1=0 \(l1 is minimised by solver 'sandblaster' or 'downpour' "
+                                      r"with optimizer='ftrl'\)"),
         (LogisticRegression(l1_ratio=0.5, solver="easgd"), r"solver 'easgd' does not minimise an l1 penalty"),
         (LogisticRegression(class_weight="even"), r"class_weight must be None, 'balanced' or a dict \{label: weight\}, "
                                                   r"got 'even'"),
@@ -238,7 +247,8 @@ def test_weighted_fits_match_scikit_learn_s(client, class_weight) -> None:
     w = np.random.default_rng(2).uniform(0.0, 3.0, len(y))
     for labels, weights in ((y, class_weight), (y > 0, {0: 3.0} if isinstance(class_weight, dict) else class_weight)):
         ours = LogisticRegression(C=0.2, class_weight=weights, tol=1e-9).fit(X, labels, sample_weight=w)
-        ref = SkLogisticRegression(C=0.2, class_weight=weights, tol=1e-12, max_iter=10000).fit(X, labels, sample_weight=w)
+        ref = SkLogisticRegression(C=0.2, class_weight=weights, tol=1e-12, max_iter=10000).fit(X, labels,
+                                                                                               sample_weight=w)
         np.testing.assert_allclose(_params_of(ours), _params_of(ref), atol=1e-6)
     if class_weight is None:
         target = X[:, 0] - 2 * X[:, 1] + 0.1 * y
@@ -361,7 +371,8 @@ def test_penalty_is_read_and_warned_about_as_scikit_learn_does(penalty, C, l1_ra
 def test_deprecated_penalty_fits_what_l1_ratio_fits(client) -> None:
     X, score = _sparse_truth_problem(seed=3)
     y = score + np.random.default_rng(4).normal(size=score.size) > 1.5
-    with pytest.warns(FutureWarning, match=r"'penalty' was deprecated in version 1.8 .* l1_ratio=1 instead of penalty='l1'"):
+    with pytest.warns(FutureWarning,
+                      match=r"'penalty' was deprecated in version 1.8 .* l1_ratio=1 instead of penalty='l1'"):
         old = LogisticRegression(penalty="l1", C=0.05, l1_ratio=1.0, tol=1e-8).fit(X, y)
     new = LogisticRegression(C=0.05, l1_ratio=1.0, tol=1e-8).fit(X, y)
     np.testing.assert_array_equal(old.coef_, new.coef_)
@@ -400,7 +411,8 @@ def test_warm_start_reuses_the_fit(client) -> None:
     assert lasso.n_iter_[0] < min(first_iterations, fresh.n_iter_[0])
     np.testing.assert_allclose(lasso.coef_, fresh.coef_, atol=1e-6)
     with pytest.raises(ConfigurationError, match=r"warm_start=True starts from the fitted coef_, of shape \(13,\), "
-                                                 r"but this data needs 5 features x 1 output\(s\); fit with warm_start=False"):
+                                                 r"but this data needs 5 features x 1 output\(s\); "
+                                                 r"fit with warm_start=False"):
         lasso.fit(X[:, :5], target)
 
 
@@ -413,7 +425,8 @@ def test_pandas_feature_names_round_trip(client, tmp_path) -> None:
     assert list(fitted.feature_names_in_) == list(X.columns) and fitted.n_features_in_ == 6
     with pytest.raises(ValueError, match=r"The feature names should match those that were passed during fit"):
         fitted.predict(X[X.columns[::-1]])
-    with pytest.warns(UserWarning, match=r"X does not have valid feature names, but LogisticRegression was fitted with"):
+    with pytest.warns(UserWarning,
+                      match=r"X does not have valid feature names, but LogisticRegression was fitted with"):
         from_array = fitted.predict(values)
     np.testing.assert_array_equal(from_array, fitted.predict(X))
     regression = ElasticNet(0.01).fit(X, target)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from dasklbfgs import MLP, EmbeddingLM, ShardedDataset, connect, downpour_sgd, sandblaster_lbfgs
-from dasklbfgs.errors import CheckpointError
 from dasklbfgs.data import make_dataset
 from dasklbfgs.errors import (
+    CheckpointError,
     ClusterConnectionError,
     ConfigurationError,
     CorruptDatasetError,
@@ -233,7 +233,8 @@ CASES = [
     (overwrite_a_plain_folder, DatasetExistsError, r"docs"),
     (negative_shard_rows, ConfigurationError, r"shard_rows must be a positive integer, got -5"),
     (unknown_config_key, ConfigurationError, r"job.yaml: unknown key\(s\) \['data.rowz'\]"),
-    (config_wrong_type, ConfigurationError, r"job.yaml: train: sandblaster option maxiter must be an integer >= 1, got 'lots'"),
+    (config_wrong_type, ConfigurationError,
+     r"job.yaml: train: sandblaster option maxiter must be an integer >= 1, got 'lots'"),
     (scheduler_not_there, ClusterConnectionError, r"tcp://127.0.0.1:9"),
     (checkpoint_of_another_model, ModelDataMismatchError, r"ckpt"),
     (corrupted_checkpoint, CheckpointError, r"ckpt"),

@@ -78,7 +78,8 @@ def test_reports_are_never_silently_replaced(client, tmp_path, caplog) -> None:
     assert third["report"] == first["report"] and third["started_at"] == prepared.started_at
     durations = third["durations"]
     assert durations["data_seconds"] >= prepared.seconds
-    assert durations["total_seconds"] >= sum(durations[k] for k in ("data_seconds", "train_seconds", "evaluate_seconds"))
+    assert durations["total_seconds"] >= sum(durations[k]
+                                             for k in ("data_seconds", "train_seconds", "evaluate_seconds"))
     assert json.loads((tmp_path / "digits-softmax" / "metrics.json").read_text())["run_id"] == third["run_id"]
     broken = load_config(ROOT / "pipelines" / "digits-softmax.yaml", [f"data.path={tmp_path / 'digits-softmax'}"])
     with pytest.raises(DatasetExistsError, match=r"data.path .*digits-softmax' already exists and does not hold"):
@@ -103,7 +104,8 @@ def test_cli_run_with_overrides(tmp_path) -> None:
     assert metrics["message"] == "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT"
     bad = subprocess.run([*command, "run", str(ROOT / "pipelines" / "digits-softmax.yaml"),
                           "--set", "train.maxiterr=5"], capture_output=True, text=True, timeout=120)
-    assert bad.returncode == 2 and "train: sandblaster does not take option 'maxiterr' (did you mean 'maxiter'?)" in bad.stderr
+    assert bad.returncode == 2
+    assert "train: sandblaster does not take option 'maxiterr' (did you mean 'maxiter'?)" in bad.stderr
 
 
 BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name": "softmax"}}
@@ -119,7 +121,9 @@ BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name":
         ({"train": {"maxiter": True}}, r"train: sandblaster option maxiter must be an integer >= 1, got True"),
         ({"model": {}}, r"model.name is required"),
         ({"data": {"recipe": "wine", "train": "x"}}, r"exactly one of data.recipe .* or data.train"),
-        ({"train": {"solver": "adam"}}, r"train.solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'adam'"),
+        ({"train": {"solver": "adam"}},
+         r"train.solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), "
+         r"got 'adam'"),
         ({"model": [1]}, r"section 'model' must be a mapping, got list"),
         ({"data": {"train": "x", "path": "y"}}, r"data.path is where a recipe's datasets are written; it needs"),
     ],

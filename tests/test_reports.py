@@ -46,9 +46,9 @@ def test_learning_curves_say_what_they_are(tmp_path) -> None:
     curves = learning_curves(history, "downpour")
     assert (curves["x"], curves["train"], curves["heldout_metric"]) == ("global step", "mini-batch loss", "accuracy")
     assert "train" not in curves["points"][-1] and curves["points"][-1]["heldout"] == 0.75
-    assert curves["points"][5] == {"iteration": 60, "time": pytest.approx(0.6), "train": pytest.approx(1 / 3),
+    assert curves["points"][5] == {"step": 60, "time": pytest.approx(0.6), "train": pytest.approx(1 / 3),
                                    "heldout_objective": 0.9, "heldout": 0.7}
-    exact = learning_curves([{"nit": 1, "time": 0.1, "fun": 1.0, "gnorm": 0.5}], "sandblaster")
+    exact = learning_curves([{"step": 1, "time": 0.1, "loss": 1.0, "gnorm": 0.5}], "sandblaster")
     assert (exact["x"], exact["train"], exact["heldout_metric"]) == ("iteration", "objective", None)
     for curve in (curves, exact):
         png = plot_curves(curve, tmp_path / f"{curve['solver']}.png", title="t")

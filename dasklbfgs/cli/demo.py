@@ -13,8 +13,7 @@ from typing import Any
 from distributed import Client
 
 from dasklbfgs.cli.cluster_args import closing, dashboard_line, dashboard_link
-from dasklbfgs.cli.interrupt import (EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line,
-                                     shielded_start)
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line, shielded_start
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.training import train_with_progress
 

@@ -17,7 +17,8 @@ def format_description(info: dict[str, Any]) -> str:
         + (f", sparse (CSR): {info['nnz']} non-zeros, density {info['density']:.3g}, "
            f"{info['nnz'] / info['n_samples']:.1f} per row" if info.get("sparse") else ""),
         f"y         shape ({y_shape}), range [{info['y_min']:g}, {info['y_max']:g}]",
-        *([f"weights   sample weights, total {info['total_weight']:.6g} (mean {info['total_weight'] / info['n_samples']:.4g})"]
+        *([f"weights   sample weights, total {info['total_weight']:.6g} "
+            f"(mean {info['total_weight'] / info['n_samples']:.4g})"]
           if info.get("weighted") else []),
         f"shards    {info['n_shards']} of up to {info['shard_rows']} rows",
         f"size      {human_bytes(info['nbytes_stored'])} on disk, "

@@ -16,7 +16,7 @@ COMMANDS = (info, data, train, demo, run)
 
 
 def build_parser() -> Parser:
-    from dasklbfgs import __version__
+    from dasklbfgs._version import __version__
 
     parser = Parser(
         prog="dasklbfgs",

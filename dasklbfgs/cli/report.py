@@ -7,13 +7,14 @@ from typing import Any
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs._format import human_bytes
+from dasklbfgs._typing import Dataset
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import SCORES, evaluate_model, score_name
 
 __all__ = ["format_report", "interrupted_report", "train_report"]
 
 
-def train_report(model: Model, result: OptimizeResult, data: Any, test: Any) -> dict[str, Any]:
+def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Dataset | None) -> dict[str, Any]:
     """The run's facts as plain data (the JSON of ``--json`` and the ``.npz`` report): the
     model, the outcome, the train (and test) scores, the solver family's summary
     (:meth:`~dasklbfgs.solvers.result.RunStats.summary`) and its rendered ``work`` lines."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from distributed import Client
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._typing import Dataset
 from dasklbfgs.cli.interrupt import Interrupt
 from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options
@@ -16,8 +15,8 @@ from dasklbfgs.solvers.registry import get_solver, minimize
 __all__ = ["train_with_progress"]
 
 
-def train_with_progress(client: Client, model: Model, data: Any, solver: str, options: Options, *,
-                        eval_data: Any = None, quiet: bool = False, interrupt: Interrupt | None = None
+def train_with_progress(client: Client, model: Model, data: Dataset, solver: str, options: Options, *,
+                        eval_data: Dataset | None = None, quiet: bool = False, interrupt: Interrupt | None = None
                         ) -> OptimizeResult:
     """``minimize`` with a one-line progress display on a terminal (none when ``quiet``),
     stopped at the next iteration or step once ``interrupt`` has seen Ctrl-C."""

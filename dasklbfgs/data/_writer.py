@@ -22,8 +22,14 @@ import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data._sparse import as_csr, check_csr, is_sparse, row_of_value, vstack_csr, write_csr_shard
-from dasklbfgs.data._validate import (check_block_shapes, check_cast, check_finite, check_numeric,
-                                     check_weight_values, check_weights_shape)
+from dasklbfgs.data._validate import (
+    check_block_shapes,
+    check_cast,
+    check_finite,
+    check_numeric,
+    check_weight_values,
+    check_weights_shape,
+)
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
 FORMAT_VERSION = 1

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from dasklbfgs._version import __version__
 from dasklbfgs.data.recipes import make_dataset, recipe_record
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.errors import DaskLBFGSError, DatasetExistsError
@@ -36,8 +37,6 @@ def data_home() -> Path:
 def recipe_folder(recipe: str, options: dict[str, Any]) -> Path:
     """Where :func:`recipe_datasets` keeps ``recipe`` built with ``options`` by default: the
     digest covers the options and the package version (a new release may write other data)."""
-    from dasklbfgs import __version__
-
     described = json.dumps({"recipe": recipe_record(recipe, **options), "version": __version__},
                            sort_keys=True, default=str)
     return data_home() / f"{recipe}-{hashlib.sha256(described.encode()).hexdigest()[:12]}"

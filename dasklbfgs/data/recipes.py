@@ -21,12 +21,17 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.data._validate import check_fraction, check_shard_rows
 from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
-from dasklbfgs.data.text_hashed import DEFAULT_TEXT_FEATURES, HashedDocstrings
-from dasklbfgs.data.text_hashed import N_CLASSES as N_TEXT_CLASSES
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
+from dasklbfgs.data.text_hashed import DEFAULT_TEXT_FEATURES, HashedDocstrings
+from dasklbfgs.data.text_hashed import N_CLASSES as N_TEXT_CLASSES
 from dasklbfgs.data.workloads import (
-    BANDS, FRAMES, PATCH_SOURCES, AcousticFrames, DocstringCorpus, ImagePatches,
+    BANDS,
+    FRAMES,
+    PATCH_SOURCES,
+    AcousticFrames,
+    DocstringCorpus,
+    ImagePatches,
 )
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.options import Options, option

@@ -30,7 +30,12 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import block_rows
 from dasklbfgs.models._layers import (
-    ACTIVATIONS, Layout, affine, init_weights, seeded_zeros, weight_decay,
+    ACTIVATIONS,
+    Layout,
+    affine,
+    init_weights,
+    seeded_zeros,
+    weight_decay,
 )
 from dasklbfgs.models.base import Model, check_l2
 
@@ -123,7 +128,8 @@ class SparseAutoencoder(Model):
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         return weight_decay(self.layout, params, self.l2, ("W1", "W2"))
 
-    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
+    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int
+                            ) -> tuple[float, np.ndarray]:
         """Mean reconstruction loss + weight decay + the KL penalty at ``rho_hat`` of all n rows."""
         f, g = super().objective_from_sums(params, loss_sum, sums, n)
         if self.beta == 0.0:

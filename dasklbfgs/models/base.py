@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import softmax_rows
 
@@ -100,7 +101,7 @@ class Model:
         """Predictions for the rows of ``X`` (labels, values or reconstructions, by ``task``)."""
         raise NotImplementedError
 
-    def row_table_for(self, data: Any) -> Any:
+    def row_table_for(self, data: Dataset) -> Any:
         """The row table whose rows a batch of ``data`` touches sparsely (None: none): the
         model's :attr:`row_table`, or one that only some data makes sparse."""
         return self.row_table
@@ -109,7 +110,8 @@ class Model:
         """Rows of the row table (:meth:`row_table_for`) that the rows of ``X`` read."""
         raise NotImplementedError(f"{type(self).__name__} has no row table")
 
-    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int) -> tuple[float, np.ndarray]:
+    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int
+                            ) -> tuple[float, np.ndarray]:
         """Mean objective over ``n`` rows and its gradient, from row sums added over any split."""
         penalty, penalty_grad = self.penalty(params)
         grad = sums[: self.n_params] / n
@@ -139,7 +141,7 @@ class Model:
 
     # -- data checks ----------------------------------------------------------------------
 
-    def check_data(self, data: Any) -> None:
+    def check_data(self, data: Dataset) -> None:
         """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
         if getattr(data, "is_sparse", False) and not self.accepts_sparse:
             raise ModelDataMismatchError(
@@ -162,10 +164,10 @@ class Model:
             )
         self._check_labels(data)
 
-    def _check_labels(self, data: Any) -> None:
+    def _check_labels(self, data: Dataset) -> None:
         return None
 
-    def _check_class_labels(self, data: Any, n_classes: int) -> None:
+    def _check_class_labels(self, data: Dataset, n_classes: int) -> None:
         low, high = data.label_range
         integral = data.schema.get("y_integral", data.label_counts is not None)
         if not integral or low < 0 or high > n_classes - 1:
@@ -206,5 +208,5 @@ class SoftmaxOutput:
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return np.argmax(self.decision_function(params, X), axis=1)
 
-    def _check_labels(self, data: Any) -> None:
+    def _check_labels(self, data: Dataset) -> None:
         self._check_class_labels(data, self.n_classes)

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dasklbfgs._checks import check_int
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ModelDataMismatchError
 from dasklbfgs.models._kernels import softmax_link
 from dasklbfgs.models._layers import Layout, affine, init_weights, seeded_zeros, weight_decay
@@ -145,7 +146,7 @@ class EmbeddingLM(SoftmaxOutput, Model):
         _, h = self._hidden(views, self._ids(X))
         return affine(h, views["W2"], views["b2"])
 
-    def check_data(self, data: Any) -> None:
+    def check_data(self, data: Dataset) -> None:
         super().check_data(data)
         vocab = data.attrs.get("vocab_size")
         if vocab is not None and int(vocab) > self.vocab_size:

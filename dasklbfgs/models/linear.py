@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dasklbfgs._checks import check_int
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
@@ -125,7 +126,8 @@ class LinearModel(Model):
             Xb = X[start : start + step]
             z = Xb @ W
             z += b if self.n_outputs > 1 else b[0]
-            block_loss, dz = type(self)._link(z, y[start : start + step], None if w is None else w[start : start + step])
+            block_w = None if w is None else w[start : start + step]
+            block_loss, dz = type(self)._link(z, y[start : start + step], block_w)
             loss += block_loss
             gW += dz @ Xb if self.n_outputs == 1 else Xb.T @ dz
             gb += dz.sum(axis=0)
@@ -178,7 +180,7 @@ class LinearModel(Model):
             values = np.concatenate([values, gb])
         return loss, SparseSum(self.n_params, index.astype(index_dtype(self.n_params)), values)
 
-    def row_table_for(self, data: Any) -> Any:
+    def row_table_for(self, data: Dataset) -> Any:
         """On sparse data without a penalty, the rows of W (one per feature, ``n_outputs``
         wide): a batch's gradient is zero in the rows of the features it has no value for,
         so Downpour pushes and fetches only the others. An l2 penalty makes every row's
@@ -257,7 +259,7 @@ class Logistic(LinearModel):
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return (self.decision_function(params, X) > 0).astype(np.int64)
 
-    def _check_labels(self, data: Any) -> None:
+    def _check_labels(self, data: Dataset) -> None:
         self._check_class_labels(data, 2)
 
     def _config(self) -> dict[str, Any]:

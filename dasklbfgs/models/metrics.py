@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
+    from dasklbfgs._typing import Dataset
     from dasklbfgs.models.base import Model
 
 #: the held-out score of each task, as :func:`evaluate_model` names it, and how reports show it
@@ -18,7 +19,7 @@ SCORE_LABELS = {"accuracy": "accuracy", "rmse": "RMSE", "reconstruction_mse": "r
 assert set(SCORE_LABELS) == set(SCORES), "label every score the models report"
 
 
-def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, float]:
+def evaluate_model(model: Model, params: np.ndarray, data: Dataset) -> dict[str, float]:
     """Objective and, by the model's task, accuracy (classification), RMSE and R^2
     (regression) or the mean squared reconstruction error (reconstruction) on ``data``.
 
@@ -60,7 +61,7 @@ def evaluate_model(model: Model, params: np.ndarray, data: Any) -> dict[str, flo
     return metrics
 
 
-def held_out_metrics(model: Model, params: np.ndarray, data: Any) -> dict[str, float]:
+def held_out_metrics(model: Model, params: np.ndarray, data: Dataset) -> dict[str, float]:
     """:func:`evaluate_model` with keys prefixed ``eval_`` (history entries, metrics events)."""
     metrics = evaluate_model(model, params, data)
     return {f"eval_{k}": v for k, v in metrics.items() if k != "n_samples"}

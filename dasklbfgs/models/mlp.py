@@ -21,7 +21,13 @@ from dasklbfgs._checks import check_int
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import block_rows, softmax_link
 from dasklbfgs.models._layers import (
-    ACTIVATIONS, Layout, affine, check_activation, init_weights, seeded_zeros, weight_decay,
+    ACTIVATIONS,
+    Layout,
+    affine,
+    check_activation,
+    init_weights,
+    seeded_zeros,
+    weight_decay,
 )
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 

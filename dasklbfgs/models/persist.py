@@ -30,7 +30,8 @@ def model_from_config(config: dict[str, Any]) -> Model:
         raise ConfigurationError(f"bad configuration for model {name!r}: {exc}") from None
 
 
-def save_params(path: os.PathLike[str] | str, model: Model, params: np.ndarray, info: dict[str, Any] | None = None) -> Path:
+def save_params(path: os.PathLike[str] | str, model: Model, params: np.ndarray, info: dict[str, Any] | None = None
+                ) -> Path:
     """Write ``params`` and the model configuration to ``path`` (``.npz``); atomic rename."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._layers import ACTIVATIONS
 from dasklbfgs.models.autoencoder import SparseAutoencoder
@@ -65,7 +66,7 @@ def model_options(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in ModelOptions.fields() and v is not None}
 
 
-def _n_classes(data: Any) -> int:
+def _n_classes(data: Dataset) -> int:
     n_classes = data.attrs.get("n_classes")
     return int(data.label_range[1]) + 1 if n_classes is None else int(n_classes)
 
@@ -75,7 +76,7 @@ MODEL_FOR_TASK = {"binary": "logistic", "multiclass": "softmax", "regression": "
                   "unsupervised": "sparse_autoencoder"}
 
 
-def default_model(data: Any) -> str:
+def default_model(data: Dataset) -> str:
     """The model ``data``'s recorded task implies: ``binary`` -> logistic, ``multiclass`` ->
     softmax (a dataset with a vocabulary: embedding_lm), ``regression`` -> least_squares,
     ``unsupervised`` -> sparse_autoencoder; ``classification`` by its ``n_classes``."""
@@ -91,7 +92,7 @@ def default_model(data: Any) -> str:
     return MODEL_FOR_TASK[task]
 
 
-def _image_side(data: Any) -> int:
+def _image_side(data: Dataset) -> int:
     """The side of the square images ``data``'s rows are (``patches`` with ``patch_size``)."""
     side = math.isqrt(data.n_features)
     if side * side != data.n_features:
@@ -100,7 +101,7 @@ def _image_side(data: Any) -> int:
     return side
 
 
-def balanced_class_weight(data: Any, n_classes: int) -> list[float]:
+def balanced_class_weight(data: Dataset, n_classes: int) -> list[float]:
     """scikit-learn's ``class_weight="balanced"`` from the totals ``data`` recorded when written:
     ``N / (K N_k)`` with ``N_k`` the total (sample) weight of class ``k``'s rows."""
     totals = data.label_weights if data.is_weighted else data.label_counts
@@ -115,7 +116,7 @@ def balanced_class_weight(data: Any, n_classes: int) -> list[float]:
     return [total / (n_classes * totals[k]) for k in range(n_classes)]
 
 
-def model_for_dataset(name: str, data: Any, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
+def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
                       class_weight: str | None = None, **options: Any) -> Model:
     """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).
 

@@ -15,9 +15,12 @@ every sum here starts from ``+0.0``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-__all__ = ["SparseSum", "add_sum_parts", "as_dense", "renumber"]
+__all__ = ["REDUCE_GROUP", "SparseSum", "add_sum_parts", "add_sums", "add_sums_dense", "as_dense", "reduce_in_groups",
+           "renumber"]
 
 #: A compact sum costs an index (4 bytes) and a value (8) per coordinate, a dense one 8:
 #: adding turns compact into dense past this fraction of the coordinates.
@@ -113,3 +116,36 @@ def add_sum_parts(parts: list[np.ndarray | SparseSum], *, dense_result: bool = F
             total += part
     return total
 
+
+REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
+
+
+def add_sums(*parts: tuple[float, Any]) -> tuple[float, Any]:
+    """Add ``(loss, sums)`` pairs in the order given; the sums may be compact
+    (:func:`add_sum_parts`: the bits of adding them dense)."""
+    return _add(parts, dense_result=False)
+
+
+def add_sums_dense(*parts: tuple[float, Any]) -> tuple[float, np.ndarray]:
+    """:func:`add_sums` with the sums always dense (the same bits): for a reduction whose
+    total stays in the process that adds, where a compact union would cost more than it saves."""
+    return _add(parts, dense_result=True)
+
+
+def _add(parts: tuple[tuple[float, Any], ...], dense_result: bool) -> tuple[float, Any]:
+    loss = 0.0
+    for part_loss, _ in parts:
+        loss += part_loss
+    return loss, add_sum_parts([part_sums for _, part_sums in parts], dense_result=dense_result)
+
+
+def reduce_in_groups(parts: list[Any], add: Any) -> Any:
+    """Add ``parts`` in a tree of groups of :data:`REDUCE_GROUP`, in portion order.
+
+    The client (``add=add_sums``) and a reduction on the workers (``add`` submitting
+    :func:`add_sums` tasks) associate the additions identically, so both give the same bits.
+    """
+    parts = list(parts)
+    while len(parts) > 1:
+        parts = [add(*parts[i : i + REDUCE_GROUP]) for i in range(0, len(parts), REDUCE_GROUP)]
+    return parts[0]

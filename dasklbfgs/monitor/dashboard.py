@@ -87,7 +87,7 @@ class TrainingPage:
                            sizing_mode="stretch_width")
 
     def _line_plot(self, name: str) -> Any:
-        from bokeh.models import LogTickFormatter, LogTicker
+        from bokeh.models import LogTicker, LogTickFormatter
         from bokeh.plotting import figure
 
         log = CURVES[name].log

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import math
 import time
-from functools import partial
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import partial
 from typing import Any, ClassVar
 
 import numpy as np
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs.errors import NonFiniteObjectiveError
-from dasklbfgs.options import Options, option
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
+from dasklbfgs.options import Options, option
 
 __all__ = ["LBFGSOptions", "LBFGSState", "lbfgs_minimize", "Status"]
 
@@ -104,7 +104,8 @@ def lbfgs_minimize(
         :class:`LBFGSOptions`.
     callback
         Called after each iteration with an ``OptimizeResult`` holding ``x`` and ``fun``
-        (scipy's ``intermediate_result``); raising ``StopIteration`` stops with status 99 (its argument, if any, is the message).
+        (scipy's ``intermediate_result``); raising ``StopIteration`` stops with status 99 (its
+        argument, if any, is the message).
     state
         A state from an earlier run to continue from.
     on_iteration
@@ -205,7 +206,23 @@ def start_run(evaluate: Evaluate, x0: np.ndarray, opts: LBFGSOptions, state: LBF
     return space, state
 
 
-class LocalSpace:
+class LocalVectors:
+    """A space whose state's vectors are in this process: ``_x`` and ``_g`` are never None."""
+
+    state: LBFGSState
+
+    @property
+    def _x(self) -> np.ndarray:
+        assert self.state.x is not None, "a local space holds its state's vectors"
+        return self.state.x
+
+    @property
+    def _g(self) -> np.ndarray:
+        assert self.state.g is not None, "a local space holds its state's vectors"
+        return self.state.g
+
+
+class LocalSpace(LocalVectors):
     """The L-BFGS vectors in this process: ``state.x``, ``state.g`` and ``state.basis``.
 
     The iteration (:func:`_iterate`) only asks a space for the Gram matrix, to point the
@@ -226,7 +243,7 @@ class LocalSpace:
         self._trials = {}
 
     def trial(self, alpha: float) -> tuple[float, float]:
-        x_trial = self.state.x + alpha * self._p
+        x_trial = self._x + alpha * self._p
         f_trial, g_trial = self.evaluate(x_trial)
         self._trials[alpha] = (x_trial, f_trial, g_trial)
         return float(f_trial), float(g_trial @ self._p)
@@ -234,21 +251,21 @@ class LocalSpace:
     def accept(self, alpha: float) -> float:
         """Move to the trial point at ``alpha``; store the pair when its curvature is positive."""
         x_new, f_new, g_new = self._trials[alpha]
-        s, y = x_new - self.state.x, g_new - self.state.g
-        if keep_pair(float(s @ y), -float(self.state.g @ s)):
+        s, y = x_new - self._x, g_new - self._g
+        if keep_pair(float(s @ y), -float(self._g @ s)):
             self.basis.push_pair(s, y)
         self.basis.set_gradient(g_new)
         self.state.x, self.state.g = x_new, g_new
         return float(f_new)
 
     def gmax(self) -> float:
-        return float(np.max(np.abs(self.state.g)))
+        return float(np.max(np.abs(self._g)))
 
     def x(self) -> np.ndarray:
-        return self.state.x.copy()
+        return self._x.copy()
 
     def g(self) -> np.ndarray:
-        return self.state.g.copy()
+        return self._g.copy()
 
 
 def _check_gradient(space: Any, opts: LBFGSOptions):

@@ -29,7 +29,14 @@ from scipy.optimize import OptimizeResult
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.basis import LocalBasis, keep_pair
 from dasklbfgs.optim.lbfgs import (
-    Evaluate, LBFGSOptions, LBFGSState, evaluate_start, lbfgs_minimize, quasi_newton_iteration, run_iterations,
+    Evaluate,
+    LBFGSOptions,
+    LBFGSState,
+    LocalVectors,
+    evaluate_start,
+    lbfgs_minimize,
+    quasi_newton_iteration,
+    run_iterations,
     start_run,
 )
 from dasklbfgs.optim.linesearch import backtracking_armijo
@@ -84,7 +91,7 @@ def project_to_orthant(x: np.ndarray, orthant: np.ndarray, penalised: np.ndarray
     x[penalised & (np.sign(x) != orthant)] = 0.0
 
 
-class OrthantSpace:
+class OrthantSpace(LocalVectors):
     """The OWL-QN vectors in this process, with the questions :func:`run_iterations` asks.
 
     ``state.g`` is the smooth gradient; the basis holds the pseudo-gradient as its
@@ -95,7 +102,7 @@ class OrthantSpace:
         self.evaluate, self.state, self.weights = evaluate, state, weights
         self.basis: LocalBasis = state.basis  # type: ignore[assignment]
         self.penalised = weights > 0
-        self.pg = pseudo_gradient(state.x, state.g, weights)
+        self.pg = pseudo_gradient(self._x, self._g, weights)
         self._p = np.zeros(0)
         self._orthant = np.zeros(0)
         self._trials: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
@@ -105,23 +112,23 @@ class OrthantSpace:
         p = self.basis.combine(delta)
         align_direction(p, self.pg, self.penalised)
         self._p = p
-        self._orthant = orthant_of(self.state.x, self.pg)
+        self._orthant = orthant_of(self._x, self.pg)
         self._trials = {}
         return float(self.pg @ p)
 
     def trial(self, alpha: float) -> tuple[float, float]:
         """The full objective at the projected trial point and ``v . (x_trial - x)``."""
-        x_trial = self.state.x + alpha * self._p
+        x_trial = self._x + alpha * self._p
         project_to_orthant(x_trial, self._orthant, self.penalised)
         f_trial, g_trial = self.evaluate(x_trial)
         objective = float(f_trial) + l1_term(x_trial, self.weights)
         self._trials[alpha] = (x_trial, objective, g_trial)
-        return objective, float(self.pg @ (x_trial - self.state.x))
+        return objective, float(self.pg @ (x_trial - self._x))
 
     def accept(self, alpha: float) -> float:
         """Move to the trial point at ``alpha``; the pair uses the smooth gradients."""
         x_new, objective, g_new = self._trials[alpha]
-        s, y = x_new - self.state.x, g_new - self.state.g
+        s, y = x_new - self._x, g_new - self._g
         if keep_pair(float(s @ y), -float(self.pg @ s)):
             self.basis.push_pair(s, y)
         self.pg = pseudo_gradient(x_new, g_new, self.weights)
@@ -133,7 +140,7 @@ class OrthantSpace:
         return float(np.max(np.abs(self.pg), initial=0.0))
 
     def x(self) -> np.ndarray:
-        return self.state.x.copy()
+        return self._x.copy()
 
     def g(self) -> np.ndarray:
         """The pseudo-gradient (zero at a minimum, where the smooth gradient is not)."""
@@ -192,7 +199,8 @@ def owlqn_minimize(
     :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize` itself, so the iterates are the same bits.
     """
     opts = options or LBFGSOptions()
-    n = space.size if space is not None else (state.x if state is not None else np.asarray(x0)).size
+    n = space.size if space is not None else (state.x if state is not None and state.x is not None
+                                              else np.asarray(x0)).size
     weights = l1_weights(l1, n, penalised)
     if not np.any(weights > 0):
         return lbfgs_minimize(evaluate, x0, opts, callback=callback, state=state, on_iteration=on_iteration,

@@ -4,7 +4,8 @@
 caller applies ``params += delta``. Rules that can also have ``rule.apply(grad, state,
 params)``: the same step in place, block by block (a block's arithmetic stays in cache, the
 parameters and state are read and written once, and nothing as long as the parameters is
-allocated: what a parameter shard does on every push), with the same bits as ``update``. States are dicts of numpy arrays, so they pickle,
+allocated: what a parameter shard does on every push), with the same bits as ``update``.
+States are dicts of numpy arrays, so they pickle,
 checkpoint to Zarr and move between processes unchanged. The same functions run in a
 unit test and inside a Downpour parameter shard (docs/algorithms.md §3).
 """
@@ -220,9 +221,10 @@ def ftrl(learning_rate: float, beta: float = 1.0, l1: Any = 0.0, l2: float = 0.0
         raise ConfigurationError(f"beta must be a positive number, got {beta!r}") from None
     if not (beta > 0 and math.isfinite(beta)):  # beta = 0 divides by zero before the first gradient
         raise ConfigurationError(f"beta must be a positive number, got {beta!r}")
-    l1, l2 = _check_penalty(l1, "l1"), _check_penalty(l2, "l2")
-    if np.ndim(l2):
+    l1, l2_checked = _check_penalty(l1, "l1"), _check_penalty(l2, "l2")
+    if np.ndim(l2_checked):
         raise ConfigurationError(f"l2 must be a non-negative number, got an array of shape {np.shape(l2)}")
+    l2 = float(l2_checked)
     hyper = {"learning_rate": alpha, "beta": beta, "l1": l1, "l2": l2}
 
     def init(params: np.ndarray) -> State:

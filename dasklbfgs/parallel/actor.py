@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.errors import PartitionLostError
-from dasklbfgs.parallel.exchanges import Exchange, advance, payload_bytes
 from dasklbfgs._recent import RecentIds
 from dasklbfgs._wire import aligned, free_answered_calls
+from dasklbfgs.errors import PartitionLostError
+from dasklbfgs.parallel.exchanges import Exchange, advance, payload_bytes
 
 __all__ = ["PartitionActor", "EXCHANGE_TIMEOUT_SECONDS"]
 
@@ -138,7 +138,7 @@ class PartitionActor:
         expected = exchange.receive_from
         try:
             await asyncio.wait_for(self._arrival(job, inbox, expected), self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             missing = sorted(set(expected) - set(inbox.arrays))
             raise PartitionLostError(
                 f"partition {self.index} waited {self.timeout:.0f} s for step {exchange.key!r} from "

@@ -66,7 +66,8 @@ def _deliver(exchanges: Sequence[Exchange], key: str) -> list[dict[int, np.ndarr
     for p, exchange in enumerate(exchanges):
         senders = sorted(q for q, e in enumerate(exchanges) if p in e.send)
         if sorted(exchange.receive_from) != senders:
-            raise PartitionError(f"under key {key!r} partition {p} expects arrays from {sorted(exchange.receive_from)}, "
+            raise PartitionError(f"under key {key!r} partition {p} expects arrays from "
+                                 f"{sorted(exchange.receive_from)}, "
                                  f"but {senders} sent to it")
         inboxes.append({q: np.array(exchanges[q].send[p], copy=True) for q in senders})
     return inboxes

@@ -34,7 +34,8 @@ def partitionable() -> list[str]:
 
 def partition(model: Model, k: Any) -> PartitionedModel:
     """``model`` split into ``k`` partitions (each owning a contiguous block of every layer's
-    units: of the MLP's units, of the local autoencoder's hidden-grid and pixel rows); :class:`~dasklbfgs.errors.PartitionError` when the model has no partition program,
+    units: of the MLP's units, of the local autoencoder's hidden-grid and pixel rows);
+    :class:`~dasklbfgs.errors.PartitionError` when the model has no partition program,
     ``k`` is not an integer >= 1, or a layer has fewer units than ``k``."""
     partitioner = PARTITIONERS.get(type(model))
     if partitioner is None:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dasklbfgs._actors import ActorRef
 from dasklbfgs._wire import free_answered_calls
 from dasklbfgs.errors import PartitionError, PartitionLostError
 from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS, PartitionActor
-from dasklbfgs.solvers._replicas.local_actors import ActorRef
 
 if TYPE_CHECKING:
     from distributed import Client

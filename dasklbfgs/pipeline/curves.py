@@ -28,14 +28,14 @@ _MIN_DECADES = 1.0
 
 def learning_curves(history: list[dict[str, Any]], solver: str) -> dict[str, Any]:
     """``curves.json``: what the training curve is, the held-out metric's name, and one
-    point per history entry (``iteration``, ``time`` and whichever of ``train``, ``gnorm``,
+    point per history entry (``step``: an iteration or a global step, ``time`` and whichever of ``train``, ``gnorm``,
     ``heldout_objective``, ``heldout`` the entry has; non-finite values left out)."""
     chosen = get_solver(solver)
     metric = next((name for entry in history if (name := score_name(entry, "eval_"))), None)
     sources = {"train": "loss", "gnorm": "gnorm", "heldout_objective": "eval_objective", "heldout": f"eval_{metric}"}
     points = []
     for entry in history:
-        point = {"iteration": entry["step"], "time": entry["time"]}
+        point = {"step": entry["step"], "time": entry["time"]}
         point.update({key: float(entry[source]) for key, source in sources.items()
                       if isinstance(entry.get(source), (int, float)) and math.isfinite(entry[source])})
         points.append(point)
@@ -64,7 +64,7 @@ def _panels(curves: dict[str, Any]) -> list[dict[str, Any]]:
 
     def series(key: str) -> tuple[list[float], list[float]]:
         chosen = [p for p in points if key in p]
-        return [p["iteration"] for p in chosen], [p[key] for p in chosen]
+        return [p["step"] for p in chosen], [p[key] for p in chosen]
 
     train_label = "training objective (full batch)" if exact else "mini-batch loss (noisy)"
     loss = {"title": "Loss", "ylabel": "loss", "lines": [(train_label, *series("train"), not exact)]}
@@ -170,4 +170,4 @@ def _x_label(curves: dict[str, Any]) -> str:
     points = curves["points"]
     if not points:
         return curves["x"]
-    return f"{curves['x']} ({points[-1]['iteration']} in {points[-1]['time']:.3g} s of wall time)"
+    return f"{curves['x']} ({points[-1]['step']} in {points[-1]['time']:.3g} s of wall time)"

@@ -49,7 +49,7 @@ def resolved_config(config: dict[str, Any]) -> dict[str, Any]:
 
 def utc_now() -> str:
     """The time now, ISO 8601 in UTC to the second."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 @contextlib.contextmanager
@@ -62,7 +62,8 @@ def staged_report(output: os.PathLike[str] | str, name: str, *, overwrite: bool)
         parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
     except OSError as exc:
-        raise ConfigurationError(f"the report folder {str(parent)!r} cannot be written: {exc.strerror or exc}") from None
+        raise ConfigurationError(
+            f"the report folder {str(parent)!r} cannot be written: {exc.strerror or exc}") from None
     folders = {"staging": staging}
     try:
         yield folders

@@ -7,17 +7,17 @@ and checks, another default).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from dasklbfgs._typing import PathLike
+from dasklbfgs._typing import DatasetLike, PathLike
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.updates import RULES
 from dasklbfgs.options import Options, PlannedWork, option
-from dasklbfgs.solvers._replicas.batches import global_steps_per_epoch
 
 __all__ = ["CheckpointOptions", "HeldOutOptions", "ModelPartitionOptions", "ParamShardOptions", "ReplicaOptions",
-           "without_held_out"]
+           "global_steps_per_epoch", "replica_rows", "without_held_out"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,7 +28,7 @@ class HeldOutOptions(Options):
         none_means="only at the end")
 
 
-def without_held_out(options: Options, eval_data: Any) -> Options:
+def without_held_out(options: Options, eval_data: DatasetLike | None) -> Options:
     """``options`` with ``eval_every`` unset when there is no held-out data: what the CLI and
     pipelines do with a config that sets it for runs with and without a test set (the API
     itself refuses eval_every without eval_data)."""
@@ -69,6 +69,18 @@ class CheckpointOptions(Options):
             raise ConfigurationError(f"{self.solver}: resume=True needs checkpoint_path")
 
 
+def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
+    """Contiguous, nearly equal row ranges, one per replica (its training subset)."""
+    edges = [n_samples * r // n_replicas for r in range(n_replicas + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def global_steps_per_epoch(n_samples: int, n_replicas: int, batch_size: int) -> int:
+    """Mini-batch steps summed over the replicas (the global step's unit) in one epoch."""
+    return sum(math.ceil((b - a) / batch_size) for a, b in replica_rows(n_samples, n_replicas))
+
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReplicaOptions(HeldOutOptions):
     """Downpour's and the peer methods' shared options: replicas, batches, the update rule."""
@@ -102,7 +114,7 @@ class ReplicaOptions(HeldOutOptions):
 
     def check_together(self) -> None:
         super().check_together()
-        if self.optimizer == "ftrl" and "l1" in (self.optimizer_options or {}):
+        if self.optimizer == "ftrl" and self.optimizer_options is not None and "l1" in self.optimizer_options:
             raise ConfigurationError(
                 f"{self.solver}: FTRL takes its l1 from the model, where it is the objective's and spares the "
                 f"intercepts: give l1 to the model (e.g. Logistic(..., l1={self.optimizer_options['l1']!r})) instead "

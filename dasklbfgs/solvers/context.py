@@ -23,6 +23,7 @@ import numpy as np
 from distributed import Client
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._typing import Dataset, DatasetLike
 from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError
@@ -62,19 +63,27 @@ class IntermediateResult(OptimizeResult):
     """What a callback receives after each iteration or progress poll (scipy's
     ``intermediate_result``): the history entry's fields (``step``, ``time``, ``loss``,
     ``eval_*``, ...), ``fun`` (the entry's loss, when it has one) and ``x``, the current
-    parameters, fetched from the cluster only if the callback reads it."""
+    parameters, fetched from the cluster only if the callback reads it, while it runs (the
+    parameters move on after it returns: a ``x`` read then is kept, one not read is gone)."""
 
     def __init__(self, entry: dict[str, Any], params: Callable[[], np.ndarray]) -> None:
         super().__init__(entry)
         if "loss" in entry:
             self["fun"] = entry["loss"]
-        self._params = params
+        self._params: Callable[[], np.ndarray] | None = params
 
     def __missing__(self, key: str) -> Any:
         if key != "x":
             raise KeyError(key)
+        if self._params is None:
+            raise RuntimeError(f"the parameters of step {self.get('step')} are read while the callback runs: "
+                               "read intermediate_result.x in the callback to keep them")
         self["x"] = x = self._params()
         return x
+
+    def settle(self) -> None:
+        """The callback has returned: ``x``, if not read, is no longer to be had."""
+        self._params = None
 
 
 class RunContext:
@@ -88,8 +97,8 @@ class RunContext:
     place for early stopping on held-out loss.
     """
 
-    def __init__(self, solver: Solver, model: Model, dataset: Any, options: Options, *, x0: np.ndarray | None,
-                 callback: Callable[[OptimizeResult], Any] | None, eval_set: Any) -> None:
+    def __init__(self, solver: Solver, model: Model, dataset: Dataset, options: Options, *, x0: np.ndarray | None,
+                 callback: Callable[[OptimizeResult], Any] | None, eval_set: Dataset | None) -> None:
         self.solver, self.model, self.dataset, self.options = solver, model, dataset, options
         self.x0, self.callback, self.eval_set = x0, callback, eval_set
         self.stop_rules: list[StopRule] = []
@@ -101,8 +110,9 @@ class RunContext:
         self.checkpoints = Cadence(None)
 
     @classmethod
-    def checked(cls, solver: Solver, model: Model, data: Any, options: Options, *, x0: Any = None,
-                callback: Callable[[OptimizeResult], Any] | None = None, eval_data: Any = None) -> RunContext:
+    def checked(cls, solver: Solver, model: Model, data: DatasetLike, options: Options, *, x0: Any = None,
+                callback: Callable[[OptimizeResult], Any] | None = None, eval_data: DatasetLike | None = None
+                ) -> RunContext:
         """The run's inputs, checked once for every solver: the datasets fit the model and
         ``x0`` is a parameter vector of it."""
         if callback is not None and not callable(callback):
@@ -163,6 +173,7 @@ class RunContext:
 
     def score(self, params: np.ndarray) -> dict[str, float]:
         """Held-out metrics of ``params`` (``eval_*`` keys)."""
+        assert self.eval_set is not None, "scored only with held-out data"
         return held_out_metrics(self.model, params, self.eval_set)
 
     def evaluation_due(self, step: int) -> bool:
@@ -183,11 +194,14 @@ class RunContext:
         if self.stopped is not None:
             return None
         if self.callback is not None:
+            intermediate = IntermediateResult(entry, params)
             try:
-                self.callback(IntermediateResult(entry, params))
+                self.callback(intermediate)
             except StopIteration as stop:
                 self.stopped = str(stop) or MSG_CALLBACK
                 return self.stopped
+            finally:
+                intermediate.settle()
         for rule in self.stop_rules:
             if (reason := rule(entry)) is not None:
                 self.stopped = reason

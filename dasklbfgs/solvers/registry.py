@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from scipy.optimize import OptimizeResult
 
+from dasklbfgs._typing import DatasetLike
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options, describe_default
@@ -129,9 +130,10 @@ def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None,
                                         **solver.options.canonical(values)})
 
 
-def minimize(model: Model, data: Any, solver: str = "sandblaster", options: Options | Mapping[str, Any] | None = None,
+def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
+             options: Options | Mapping[str, Any] | None = None,
              *, client: Any = None, x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
-             eval_data: Any = None, **values: Any) -> Result:
+             eval_data: DatasetLike | None = None, **values: Any) -> Result:
     """Train ``model`` (a :mod:`dasklbfgs.models` model) on ``data`` (a ShardedDataset or
     its path) with the registered solver ``solver`` (see :func:`solver_names`).
 
@@ -180,7 +182,7 @@ def solver_function(function_name: str, name: str, options: type[Options], summa
     and help text stay written once; it calls :func:`minimize`.
     """
 
-    def solve(model: Model, data: Any, **kwargs: Any) -> OptimizeResult:
+    def solve(model: Model, data: DatasetLike, **kwargs: Any) -> OptimizeResult:
         inputs = {key: kwargs.pop(key, None) for key in _RUN_INPUTS}
         return minimize(model, data, name, None, **inputs, **kwargs)
 

@@ -192,7 +192,8 @@ def test_sandblaster_sharded_state_checkpoint_and_resume_from_the_command_line(t
     first = json.loads(stopped.stdout)
     assert stopped.returncode == 1 and first["iterations"] == 4 and not first["success"]  # 1: not converged
     assert (ckpt / "shards" / "2" / "zarr.json").exists()  # each vector shard wrote its slices
-    resumed = json.loads(run(*common, "--checkpoint", str(ckpt), "--resume", "--output", str(tmp_path / "c.npz")).stdout)
+    resumed = json.loads(run(*common, "--checkpoint", str(ckpt), "--resume",
+                             "--output", str(tmp_path / "c.npz")).stdout)
     assert resumed["success"] and resumed["iterations"] == straight["iterations"]
     assert resumed["objective"] == pytest.approx(straight["objective"], rel=1e-12)
     _, a, _ = load_params(tmp_path / "a.npz")

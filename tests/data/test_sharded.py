@@ -153,7 +153,8 @@ def test_a_damaged_chunk_is_named_not_decoded_as_garbage(tmp_path, Xy, codec) ->
     chunk.write_bytes(chunk.read_bytes()[:-9])  # truncated
     np.testing.assert_array_equal(ds.load_shard(0)[0], X[:25])  # the other shards still read
     with pytest.raises(CorruptDatasetError, match=r"cannot decode X of the dataset at .* in shard\(s\) \[1\] "
-                                                  r"\(rows \[25, 50\)\): .*a chunk file is damaged, rewrite the dataset"):
+                                                  r"\(rows \[25, 50\)\): .*a chunk file is damaged, "
+                                                  r"rewrite the dataset"):
         ds.load_shard(1)
 
 
@@ -224,12 +225,17 @@ def test_overwrite_replaces_only_after_success(tmp_path, Xy) -> None:
         (np.array([["a", "b"]] * 3), np.ones(3), {}, InvalidDataError, r"X must hold real numbers, got dtype <U1"),
         (np.ones((3, 2)), np.array(["x", "y", "z"]), {}, InvalidDataError, r"y must hold real numbers"),
         (np.ones((0, 2)), np.ones(0), {}, InvalidDataError, r"the dataset is empty \(shape \(0, 2\)\)"),
-        (np.ones((4, 2)), np.array([0, 1, np.inf, 0]), {}, InvalidDataError, r"y holds a non-finite value \(inf\) in shard 1 at row 2"),
-        (np.ones((4, 2)), np.ones(4), {"shard_rows": 0}, ConfigurationError, r"shard_rows must be a positive integer, got 0"),
-        (np.ones((4, 2)), np.ones(4), {"shard_rows": 2.5}, ConfigurationError, r"shard_rows must be a positive integer, got 2.5"),
-        (np.ones((4, 2)), np.ones(4), {"feature_names": ["a"]}, InvalidDataError, r"feature_names has 1 names but X has 2"),
+        (np.ones((4, 2)), np.array([0, 1, np.inf, 0]), {}, InvalidDataError,
+         r"y holds a non-finite value \(inf\) in shard 1 at row 2"),
+        (np.ones((4, 2)), np.ones(4), {"shard_rows": 0}, ConfigurationError,
+         r"shard_rows must be a positive integer, got 0"),
+        (np.ones((4, 2)), np.ones(4), {"shard_rows": 2.5}, ConfigurationError,
+         r"shard_rows must be a positive integer, got 2.5"),
+        (np.ones((4, 2)), np.ones(4), {"feature_names": ["a"]}, InvalidDataError,
+         r"feature_names has 1 names but X has 2"),
         (np.ones((4, 2)), np.ones(4), {"attrs": {"dasklbfgs": 1}}, ConfigurationError, r"reserved"),
-        (np.ones((4, 2)), np.ones(4), {"dtype": "bool"}, ConfigurationError, r"dtype must be a floating or integer dtype, got bool"),
+        (np.ones((4, 2)), np.ones(4), {"dtype": "bool"}, ConfigurationError,
+         r"dtype must be a floating or integer dtype, got bool"),
         (np.ones((4, 2)), np.ones((4, 1, 1)), {}, InvalidDataError, r"y must be 1-D or 2-D, got 3-D"),
     ],
 )
@@ -296,7 +302,8 @@ def test_row_range_errors(tmp_path, Xy) -> None:
 def test_values_that_do_not_survive_the_stored_dtype_are_refused(tmp_path) -> None:
     X = np.ones((4, 2))
     X[3, 1] = 1e39
-    with pytest.raises(InvalidDataError, match=r"X value 1e\+39 in shard 1 at row 3, column 1 does not fit the stored dtype float32"):
+    with pytest.raises(InvalidDataError,
+                       match=r"X value 1e\+39 in shard 1 at row 3, column 1 does not fit the stored dtype float32"):
         ShardedDataset.create(tmp_path / "a", X, np.zeros(4), shard_rows=2, dtype="float32")
     blocks = [(np.ones((2, 2)), np.array([0, 1])), (np.ones((2, 2)), np.array([0.5, 2.0]))]
     with pytest.raises(InvalidDataError, match=r"y value 0.5 in shard 1 at row 2 does not fit the stored dtype int64"):

@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 from dask.sizeof import sizeof
 
-from dasklbfgs import LeastSquares, Logistic, MLP, ShardedDataset, Softmax, sandblaster_lbfgs
+from dasklbfgs import MLP, LeastSquares, Logistic, ShardedDataset, Softmax, sandblaster_lbfgs
 from dasklbfgs.cli.format import format_description
 from dasklbfgs.errors import ConfigurationError, CorruptDatasetError, InvalidDataError, ModelDataMismatchError
 from dasklbfgs.models.compact_rows import CompactColumns
@@ -111,7 +111,8 @@ def _broken(change: str) -> sp.csr_array:
     ("column", r"X has the column index 10 in shard 1 at row 35, outside \[0, 10\) \(the dataset has 10 features\)"),
     ("indptr", r"X is a malformed CSR block in shard 0 starting at row 0: indptr must hold rows \+ 1 = 41 "
                r"non-decreasing offsets"),
-    ("lengths", r"X has \d+ column indices for \d+ values in the CSR block starting at row 0 \(shard 0\); they must match"),
+    ("lengths", r"X has \d+ column indices for \d+ values in the CSR block starting at row 0 \(shard 0\); "
+                r"they must match"),
 ])
 def test_bad_sparse_input_names_shard_row_column_and_leaves_nothing(tmp_path, change, match) -> None:
     with pytest.raises(InvalidDataError, match=match):
@@ -121,10 +122,12 @@ def test_bad_sparse_input_names_shard_row_column_and_leaves_nothing(tmp_path, ch
 
 def test_mixing_sparse_and_dense_blocks_is_refused(tmp_path) -> None:
     X = sparse_X(n=20)
-    with pytest.raises(InvalidDataError, match="X is dense in the block starting at row 10 but the first block was sparse"):
+    with pytest.raises(InvalidDataError,
+                       match="X is dense in the block starting at row 10 but the first block was sparse"):
         ShardedDataset.from_blocks(tmp_path / "m", [(X[:10], np.zeros(10)), (X[10:].toarray(), np.zeros(10))],
                                    shard_rows=5)
-    with pytest.raises(InvalidDataError, match="X is sparse in the block starting at row 10 but the first block was dense"):
+    with pytest.raises(InvalidDataError,
+                       match="X is sparse in the block starting at row 10 but the first block was dense"):
         ShardedDataset.from_blocks(tmp_path / "m", [(X[:10].toarray(), np.zeros(10)), (X[10:], np.zeros(10))],
                                    shard_rows=5)
     assert leftovers(tmp_path) == []
@@ -143,8 +146,8 @@ def test_describe_info_and_what_sparse_data_cannot_do(tmp_path) -> None:
     with pytest.raises(ModelDataMismatchError, match=r"MLP takes dense data, but X at .* is sparse; the linear models"):
         MLP(D, (4,), 2).check_data(ds)
     (tmp_path / "s" / "X" / "1" / "indices" / "c" / "0").unlink()  # a damaged store is named, not read as zeros
-    with pytest.raises(CorruptDatasetError, match=r"cannot read sparse shard 1 of X of the dataset at .*\(rows 500-1000\): "
-                       r"the chunk file X/1/indices/c/0 is missing; rewrite the dataset"):
+    with pytest.raises(CorruptDatasetError, match=r"cannot read sparse shard 1 of X of the dataset at .*"
+                       r"\(rows 500-1000\): the chunk file X/1/indices/c/0 is missing; rewrite the dataset"):
         ds.load_shard(1)
     assert ds.load_shard(0)[0].nnz == ds.schema["nnz"][0]
     import zarr
@@ -188,8 +191,7 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
     """A portion of sparse rows sends only the coefficients of its columns and the
     intercepts; those numbers, and their sums in the fixed reduction order, are the dense
     path's bits, for empty portions and portions of rows without values too."""
-    from dasklbfgs.models.sums import SparseSum, as_dense
-    from dasklbfgs.solvers.sandblaster.tasks import add_sums, add_sums_dense, reduce_in_groups
+    from dasklbfgs.models.sums import SparseSum, add_sums, add_sums_dense, as_dense, reduce_in_groups
 
     rng = np.random.default_rng(5)
     X = _with_empty_rows(sparse_X(0.01, seed=2), 400, 520)
@@ -206,7 +208,8 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
         compact_parts.append(model.portion_loss_grad_sum(params, X[a:b], y[a:b], rows_w))
         (loss, grad), (compact_loss, compact) = dense_parts[-1], compact_parts[-1]
         assert isinstance(compact, SparseSum) and compact_loss == loss
-        assert np.array_equal(as_dense(compact), grad) and np.array_equal(np.signbit(as_dense(compact)), np.signbit(grad))
+        assert np.array_equal(as_dense(compact), grad) and np.array_equal(np.signbit(as_dense(compact)),
+                                                                           np.signbit(grad))
         assert len(compact.index) == len(np.unique(X[a:b].indices)) * model.n_outputs + model.n_params - model.n_coef
         shard_loss, on_shard_columns = model.portion_loss_grad_sum(params, cached[a:b], y[a:b], rows_w)
         assert shard_loss == loss and np.array_equal(as_dense(on_shard_columns), grad)
@@ -237,8 +240,10 @@ def test_compact_sums_turn_dense_once_they_would_be_larger() -> None:
     few = [SparseSum(10, np.array([1, 4], dtype=np.int32), np.array([1.0, 2.0])),
            SparseSum(10, np.array([4, 9], dtype=np.int32), np.array([0.5, -1.0]))]
     added = add_sum_parts(few)
-    assert isinstance(added, SparseSum) and added.index.tolist() == [1, 4, 9] and added.values.tolist() == [1.0, 2.5, -1.0]
-    many = [*few, SparseSum(10, np.arange(0, 10, 2, dtype=np.int32), np.ones(5))]  # 8 of 10 coordinates: dense is smaller
+    assert (isinstance(added, SparseSum) and added.index.tolist() == [1, 4, 9]
+            and added.values.tolist() == [1.0, 2.5, -1.0])
+    # 8 of 10 coordinates: dense is smaller
+    many = [*few, SparseSum(10, np.arange(0, 10, 2, dtype=np.int32), np.ones(5))]
     assert add_sum_parts(many).tolist() == [1.0, 1.0, 1.0, 0.0, 3.5, 0.0, 1.0, 0.0, 1.0, -1.0]
 
 
@@ -250,7 +255,8 @@ def test_sandblaster_on_sparse_shards_takes_the_dense_iterates(client, tmp_path,
     sparse = ShardedDataset.create(tmp_path / "s", X, y, shard_rows=300)
     dense = ShardedDataset.create(tmp_path / "d", X.toarray(), y, shard_rows=300)
     model = Logistic(D, l2=1e-3)
-    options = dict(client=client, standardize=standardize, state=state, n_param_shards=3 if state == "sharded" else None)
+    options = dict(client=client, standardize=standardize, state=state,
+                   n_param_shards=3 if state == "sharded" else None)
     on_sparse = sandblaster_lbfgs(model, sparse, **options)
     on_dense = sandblaster_lbfgs(model, dense, **options)
     assert on_sparse.success and on_sparse.nit == on_dense.nit

@@ -198,7 +198,8 @@ def test_model_data_mismatch(tmp_path) -> None:
     data = ShardedDataset.create(tmp_path / "d", X, Y["softmax"], shard_rows=1000)
     with pytest.raises(ModelDataMismatchError, match=r"expects 5 features but the dataset at .* has 6"):
         Logistic(5).check_data(data)
-    with pytest.raises(ModelDataMismatchError, match=r"Logistic needs integer labels in 0..1, but y at .* ranges over \[0, 3\]"):
+    with pytest.raises(ModelDataMismatchError,
+                       match=r"Logistic needs integer labels in 0..1, but y at .* ranges over \[0, 3\]"):
         Logistic(D).check_data(data)
     with pytest.raises(ModelDataMismatchError, match=r"Softmax needs integer labels in 0..2"):
         Softmax(D, 3).check_data(data)

@@ -66,7 +66,8 @@ def test_row_sums_add_over_any_split() -> None:
 
 @pytest.mark.parametrize(("args", "match"), [
     ((4, 5, 1), r"window=5 is larger than the image \(side=4\); use window <= 4"),
-    ((7, 4, 2), r"stride=2 .* \(side=7: side - window = 3 must be a multiple of the stride\); strides that fit: \[1, 3\]"),
+    ((7, 4, 2), r"stride=2 .* \(side=7: side - window = 3 must be a multiple of the stride\); "
+                r"strides that fit: \[1, 3\]"),
     ((6, 2, 0), r"stride must be an integer >= 1, got 0"),
     ((0, 2, 1), r"side must be an integer >= 1, got 0"),
 ])

@@ -51,7 +51,7 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert page.run == result.run_id
         loss = _points(page, "loss")
         assert list(loss["x"]) == list(range(1, result.nit + 1)) and loss["y"][-1] == result.fun
-        assert page.plots["loss"].yaxis.axis_label == "objective (full batch)"
+        assert page.plots["loss"].yaxis.axis_label == "objective"
         assert page.plots["loss"].xaxis.axis_label == "iteration"
         assert np.all(np.asarray(_points(page, "gnorm")["y"]) > 0) and page.plots["gnorm"].visible
         # Held-out curve of a Sandblaster run: scored at every iteration, at that iterate.

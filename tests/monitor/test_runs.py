@@ -6,7 +6,8 @@ import math
 
 from dasklbfgs.monitor.runs import CURVES, runs_newest_first
 
-START = {"kind": "start", "unit": "global step", "loss_name": "mini-batch loss", "has_replicas": True, "model": "Autoencoder(...)", "n_params": 10, "options": {},
+START = {"kind": "start", "unit": "global step", "loss_name": "mini-batch loss", "has_replicas": True,
+         "model": "Autoencoder(...)", "n_params": 10, "options": {},
          "dataset": {"path": "/d", "n_samples": 100, "n_features": 4}, "n_workers": 2, "started_at": 0.0}
 
 

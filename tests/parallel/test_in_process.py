@@ -76,8 +76,7 @@ def test_payload_bytes() -> None:
 
 def _yielding(*exchanges):
     def program():
-        for exchange in exchanges:
-            yield exchange
+        yield from exchanges
     return program()
 
 

@@ -14,7 +14,12 @@ from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 from dasklbfgs.options import OptionSpec
 from dasklbfgs.pipeline.config import validate_train
 from dasklbfgs.solvers import (
-    DownpourOptions, EASGDOptions, NeighbourOptions, SandblasterOptions, SyncOptions, get_solver,
+    DownpourOptions,
+    EASGDOptions,
+    NeighbourOptions,
+    SandblasterOptions,
+    SyncOptions,
+    get_solver,
 )
 from dasklbfgs.solvers.reference import options_reference
 
@@ -104,9 +109,11 @@ def test_older_spellings_still_work() -> None:
 
 
 @pytest.mark.parametrize("make, error, match", [
-    (lambda: SandblasterOptions(history=0), ConfigurationError, r"sandblaster option history must be an integer >= 1, got 0"),
+    (lambda: SandblasterOptions(history=0), ConfigurationError,
+     r"sandblaster option history must be an integer >= 1, got 0"),
     (lambda: SandblasterOptions(gtol=float("nan")), ConfigurationError, r"gtol must be a non-negative number, got nan"),
-    (lambda: SandblasterOptions(standardize="yes"), ConfigurationError, r"standardize must be True or False, got 'yes'"),
+    (lambda: SandblasterOptions(standardize="yes"), ConfigurationError,
+     r"standardize must be True or False, got 'yes'"),
     (lambda: DownpourOptions(optimizer="adam"), ConfigurationError,
      r"optimizer must be one of \('sgd', 'momentum', 'adagrad', 'ftrl'\), got 'adam'"),
     (lambda: DownpourOptions(wire_dtype="float16"), ConfigurationError, r"wire_dtype must be one of"),
@@ -114,8 +121,10 @@ def test_older_spellings_still_work() -> None:
     (lambda: DownpourOptions(checkpoint_every=5), ConfigurationError, r"checkpoint_every needs checkpoint_path"),
     (lambda: EASGDOptions(alpha=0.5, rho=1.0), ConfigurationError, r"give alpha \(0.5\) or rho \(1.0\), not both"),
     (lambda: EASGDOptions(rho=20.0), ConfigurationError, r"alpha = 2.0, which must be below 1"),
-    (lambda: NeighbourOptions(torus_shape=(2, 2)), ConfigurationError, r"torus_shape \(2, 2\) is only for topology='torus'"),
-    (lambda: NeighbourOptions(torus_shape=(2, 2, 2), topology="torus"), ConfigurationError, r"torus_shape must be 2 integers"),
+    (lambda: NeighbourOptions(torus_shape=(2, 2)), ConfigurationError,
+     r"torus_shape \(2, 2\) is only for topology='torus'"),
+    (lambda: NeighbourOptions(torus_shape=(2, 2, 2), topology="torus"), ConfigurationError,
+     r"torus_shape must be 2 integers"),
     (lambda: SyncOptions(optimizer_options=[1]), ConfigurationError, r"optimizer_options must be a mapping"),
     (lambda: SyncOptions.from_mapping({"taus": 3}), UnknownOptionError, r"sync does not take option 'taus'"),
     (lambda: SandblasterOptions.from_mapping({"maxiters": 3}), UnknownOptionError,
@@ -126,7 +135,8 @@ def test_older_spellings_still_work() -> None:
      r"solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'lbfgs'"),
     (lambda: minimize(None, None, "sync", DownpourOptions()), ConfigurationError,
      r"options for solver 'sync' must be SyncOptions, got DownpourOptions"),
-    (lambda: minimize(None, None, "sync", [1]), ConfigurationError, r"options must be a SyncOptions, a mapping or None"),
+    (lambda: minimize(None, None, "sync", [1]), ConfigurationError,
+     r"options must be a SyncOptions, a mapping or None"),
 ])
 def test_bad_options_name_the_option_the_value_and_what_is_valid(make, error, match) -> None:
     with pytest.raises(error, match=match):
@@ -180,7 +190,8 @@ def test_the_peers_refuse_a_model_with_l1_even_with_ftrl(name) -> None:
     """Checked before any data or cluster is touched; the message names every run that takes l1."""
     from dasklbfgs.models import Logistic
 
-    with pytest.raises(ConfigurationError, match=rf"solver '{name}' does not minimise an l1 penalty, and Logistic\(.*\) "
+    with pytest.raises(ConfigurationError, match=rf"solver '{name}' does not minimise an l1 penalty, and "
+                       r"Logistic\(.*\) "
                        r"has one; train it with another solver or set l1=0 \(l1 is minimised by solver 'sandblaster' "
                        r"or 'downpour' with optimizer='ftrl'\)"):
         minimize(Logistic(3, l1=0.1), "no-data-needed", name, optimizer="ftrl")

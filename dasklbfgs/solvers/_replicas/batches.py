@@ -1,5 +1,6 @@
-"""Each replica's rows and mini-batches, the same for Downpour and the peer methods, and
-what a long-running replica task does on its worker."""
+"""Each replica's mini-batches, the same for Downpour and the peer methods, and what a
+long-running replica task does on its worker (each replica's rows:
+:func:`~dasklbfgs.solvers.common_options.replica_rows`)."""
 
 from __future__ import annotations
 
@@ -10,19 +11,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Batch", "Batches", "ReplicaTask", "epoch_order", "global_steps_per_epoch", "is_non_finite", "leave_task_slot",
-           "non_finite_message", "replica_rows"]
+from dasklbfgs._typing import Dataset
+from dasklbfgs.models.base import Model
 
-
-def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
-    """Contiguous, nearly equal row ranges, one per replica (its training subset)."""
-    edges = [n_samples * r // n_replicas for r in range(n_replicas + 1)]
-    return list(zip(edges[:-1], edges[1:]))
-
-
-def global_steps_per_epoch(n_samples: int, n_replicas: int, batch_size: int) -> int:
-    """Mini-batch steps summed over the replicas (the global step's unit) in one epoch."""
-    return sum(math.ceil((b - a) / batch_size) for a, b in replica_rows(n_samples, n_replicas))
+__all__ = ["Batch", "Batches", "ReplicaTask", "epoch_order", "is_non_finite", "leave_task_slot", "non_finite_message"]
 
 
 def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:
@@ -69,7 +61,7 @@ class ReplicaTask:
     """What every replica task keeps on its worker (Downpour's and the peer methods'): its
     rows and batches, its counts, why it stopped, and its time computing gradients."""
 
-    def __init__(self, replica: int, model: Any, data: Any, rows: tuple[int, int], config: Any) -> None:
+    def __init__(self, replica: int, model: Model, data: Dataset, rows: tuple[int, int], config: Any) -> None:
         self.replica, self.model, self.config = replica, model, config
         self.X, self.y = data.load_rows(*rows)
         weights = data.load_weights(*rows)

@@ -7,7 +7,7 @@ push-sum shares) and read the parameters the replica last published (gossip pull
 held-out scoring). The owning replica runs in the same process and uses the instance
 directly, so publishing, reporting progress and waiting for a message cost no round trip
 and no serialisation; peers on the same worker call it in-process through
-:func:`~dasklbfgs.solvers._replicas.local_actors.bind_local`, like Downpour's shards. A lock
+:func:`~dasklbfgs._actors.bind_local`, like Downpour's shards. A lock
 makes the two sides (the worker's event loop and the replica's thread) safe; the replica is
 the only one that ever waits.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.sums import SparseSum
-from dasklbfgs.solvers.downpour.wire import payload_nbytes
+from dasklbfgs.solvers._replicas.wire import payload_nbytes
 
 __all__ = ["PeerMailbox", "Stopped"]
 

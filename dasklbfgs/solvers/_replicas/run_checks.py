@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.base import Model
-from dasklbfgs.solvers._replicas.batches import replica_rows
-from dasklbfgs.solvers.common_options import ReplicaOptions
+from dasklbfgs.solvers.common_options import ReplicaOptions, replica_rows
 from dasklbfgs.solvers.context import RunContext
 
 __all__ = ["check_param_shards", "checked_rows"]

@@ -22,6 +22,7 @@ import numpy as np
 from dask.utils import parse_bytes
 from distributed import Future
 
+from dasklbfgs._typing import Dataset
 from dasklbfgs.models.base import Model
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.solvers._replicas.batches import is_non_finite
@@ -29,7 +30,8 @@ from dasklbfgs.solvers.common_options import ReplicaOptions
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result, RunStats
 
-__all__ = ["Coordinator", "Progress", "WatchedRun", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE", "DIVERGENCE_FACTOR"]
+__all__ = ["Coordinator", "Progress", "WatchedRun", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE",
+           "DIVERGENCE_FACTOR"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
 # A run whose loss reaches this multiple of its starting loss has diverged. Mini-batch noise
@@ -124,7 +126,7 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
                 status, message = Status.CALLBACK_STOP, reason
                 run.stop(message)
         reason = progress.stop_reason
-        if is_non_finite(reason):
+        if reason is not None and is_non_finite(reason):
             status, message = Status.NON_FINITE, reason
         elif reason and reason.startswith("max_steps") and status not in (Status.CALLBACK_STOP, Status.DIVERGED):
             status, message = Status.CONVERGED, reason
@@ -149,7 +151,7 @@ def diverged(entry: dict[str, Any], start: float) -> str | None:
     return None
 
 
-def _sample_objective(model: Model, data: Any, rows: tuple[int, int], params: np.ndarray) -> float:
+def _sample_objective(model: Model, data: Dataset, rows: tuple[int, int], params: np.ndarray) -> float:
     X, y = data.load_rows(*rows)
     return float(model.objective(params, X, y, data.load_weights(*rows))[0])
 
@@ -199,9 +201,12 @@ class Coordinator:
     def __init__(self, context: RunContext, rows: list[tuple[int, int]]) -> None:
         assert context.client is not None and context.metrics is not None, "a planned run runs connected"
         self.context, self.client, self.metrics = context, context.client, context.metrics
-        self.model, self.options, self.method = context.model, context.options, context.solver.name
+        assert isinstance(context.options, ReplicaOptions)
+        self.model, self.method = context.model, context.solver.name
+        self.options: Any = context.options  # the solver's ReplicaOptions subclass
         self.data, self.rows, self.eval_set = context.dataset, rows, context.eval_set
         self.x_start = context.x_start()
+        self.started = context.started  # the run's clock (history entries' "time")
         self.max_steps = self.options.max_steps
         self.token = uuid.uuid4().hex[:8]
         self.replica_futures: dict[Any, Future] = {}  # by replica, or (replica, partition)
@@ -300,7 +305,7 @@ class Coordinator:
         except (ValueError, KeyError, OSError):  # the worker left in the meantime: any worker
             return self.client.scatter(value, hash=False)
 
-    def workers_of(self, actors: list[Future], asked: list[str]) -> list[str]:
+    def workers_of(self, actors: list[Future], asked: list[str | None]) -> list[str | None]:
         """The worker each started actor lives on (the one ``asked`` for it, if it has already
         gone again: its loss is noticed like any other)."""
         where = self.client.who_has(actors)

@@ -1,9 +1,9 @@
 """Downpour SGD: parameter-shard actors and asynchronous replicas (docs/algorithms.md §3)."""
 
+from dasklbfgs.solvers._replicas.parameter_shard import ParameterShard
+from dasklbfgs.solvers._replicas.wire import param_bounds
 from dasklbfgs.solvers.downpour.coordinator import plan_downpour
 from dasklbfgs.solvers.downpour.options import DownpourOptions
-from dasklbfgs.solvers.downpour.shard import ParameterShard
-from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers.registry import Solver, register, solver_function
 from dasklbfgs.solvers.result import DownpourStats
 

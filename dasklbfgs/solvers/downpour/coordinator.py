@@ -10,7 +10,6 @@ shards when to stop.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from collections import Counter
@@ -20,6 +19,8 @@ from typing import Any
 import numpy as np
 from distributed import Future, wait
 
+from dasklbfgs._actors import ActorRef
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.persist import model_config
@@ -27,20 +28,24 @@ from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import UpdateRule, make_rule
 from dasklbfgs.parallel import PARTITIONERS, PartitionedModel, partition
 from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, partitions_report, sent_per_partition, worker_groups
-from dasklbfgs.solvers._replicas.local_actors import ActorRef
-from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
-from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
-from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers.downpour.memory import Placement, check_memory, plan_loads, shard_vectors
-from dasklbfgs.solvers.context import RunContext
-from dasklbfgs.solvers.downpour.options import DownpourOptions
-from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
-from dasklbfgs.solvers.downpour.shard import ParameterShard
-from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
-from dasklbfgs.solvers.downpour.partitions import (EXCHANGE_TIMEOUT_SECONDS, decay_by_array, partition_bounds,
-                                                   run_partition)
-from dasklbfgs.solvers.downpour.wire import param_bounds
+from dasklbfgs.solvers._replicas.directory import ShardDirectory
 from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
+from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
+from dasklbfgs.solvers._replicas.shard_group import ParameterShardGroup
+from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
+from dasklbfgs.solvers._replicas.wire import param_bounds
+from dasklbfgs.solvers.common_options import global_steps_per_epoch
+from dasklbfgs.solvers.context import RunContext
+from dasklbfgs.solvers.downpour.memory import Placement, check_memory, plan_loads, shard_vectors
+from dasklbfgs.solvers.downpour.options import DownpourOptions
+from dasklbfgs.solvers.downpour.partitions import (
+    EXCHANGE_TIMEOUT_SECONDS,
+    decay_by_array,
+    partition_bounds,
+    run_partition,
+)
+from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
+from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.solvers.result import DownpourStats, Result
 
 __all__ = ["DownpourPlan", "plan_downpour"]
@@ -48,9 +53,6 @@ __all__ = ["DownpourPlan", "plan_downpour"]
 MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
 MAILBOX_POLL_SECONDS = 2.0  # how long a poll waits for the partitions' mailboxes' counters (a lost one: skipped)
-# How long a handed-over shard stays (refusing calls, which replicas then send to its
-# successor) before it is released: replicas that call it later see a lost shard instead.
-HANDOVER_GRACE_SECONDS = 2.0
 # Rules whose state the replicas do not have: no local step by default (local_learning_rate).
 ADAPTIVE_RULES = ("adagrad", "ftrl")
 
@@ -97,7 +99,7 @@ def plan_downpour(context: RunContext) -> DownpourPlan:
     return DownpourPlan(context, rows, rule, table, partitioned, bounds, decay, states)
 
 
-def _row_table(model: Model, data: Any, options: DownpourOptions, rule: Any) -> Any:
+def _row_table(model: Model, data: Dataset, options: DownpourOptions, rule: Any) -> Any:
     """The model's row table on ``data`` when pushes and fetches are row-sparse, else None."""
     table = model.row_table_for(data)
     sparse = options.sparse
@@ -139,14 +141,15 @@ def _resume_states(options: DownpourOptions, model: Model, rule: Any, bounds: li
 class _DownpourRun(Coordinator):
     """The actors and tasks of one run, and the coordinator's bookkeeping.
 
-    A parameter shard lost with its worker is re-created on a live worker from the latest
-    checkpoint (:meth:`recover_lost_shards`) and published in the run's
-    :class:`ShardDirectory`, where replicas pick it up; Dask itself restarts a replica task
+    The parameter shards are a :class:`ParameterShardGroup`: a shard lost with its worker is
+    re-created on a live worker from the latest checkpoint (:meth:`_restore_shards`) and
+    published in the run's :class:`ShardDirectory`, where replicas pick it up; Dask itself restarts a replica task
     whose worker died, and the replica resumes at the step the shards have counted for it.
 
     Dask refuses to retire a worker holding an actor; the run hears of every refused
     retirement (the scheduler's "retire-workers" events) and hands that worker's shards over
-    to other workers (:meth:`hand_over_shards`), so that the next retirement succeeds.
+    to other workers (:meth:`ParameterShardGroup.hand_over`), so that the next retirement
+    succeeds.
 
     With ``partitioned`` (model_partitions > 1) each replica is K partition tasks, each with a
     mailbox for its peers' activations on its worker (:mod:`.partitions`); the shards hold
@@ -164,28 +167,19 @@ class _DownpourRun(Coordinator):
         self.mailboxes_of: dict[int, list[Future]] = {}  # each partitioned replica's mailboxes, by partition
         self.partition_generation: dict[int, int] = {}
         self.partition_restarts: list[dict[str, Any]] = []
-        self.started = self.context.started  # the run's clock (history entries' "time")
         self.bounds, self.rule, self.table = bounds, plan.rule, plan.table
         self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
         self.shard_start = self.in_shard_layout(self.x_start)
         self.workers: list[str | None] = self.live_workers() or [None]
         self.check_memory()
-        self.shard_futures: list[Future] = [self._new_shard(i, self.shard_home(i)) for i in range(len(bounds))]
-        self.shards = [f.result() for f in self.shard_futures]
-        self.start_steps = 0
-        if states is not None:
-            for shard, state in zip(self.shards, states):
-                shard.set_state(state).result()
-            self.start_steps = int(states[0]["steps"])
-        self.directory = ShardDirectory(f"downpour-{self.token}", len(bounds), client)
-        self.generation = 0
-        self.directory.publish(self.shard_futures, self.generation)
-        self.recoveries: list[dict[str, Any]] = []
         self.checkpoint_path = options.checkpoint_path
         self.model_config = model_config(model)
-        self.handovers: list[dict[str, Any]] = []
-        self.leaving: set[str] = set()          # workers someone tried to retire: no shard goes there
-        self.handed_over: list[tuple[float, Future]] = []  # (when, old shard) waiting for release
+        self.start_steps = 0 if states is None else int(states[0]["steps"])
+        self.directory = ShardDirectory(f"downpour-{self.token}", len(bounds), client)
+        self.shards = ParameterShardGroup(self, "downpour-shard", bounds, self._shard_arguments,
+                                          directory=self.directory, restore=self._restore_shards,
+                                          on_new=self._bring_up_to_date)
+        self.shards.start([self.shard_home(i) for i in range(len(bounds))], states)
 
     def in_shard_layout(self, vector: np.ndarray | None) -> np.ndarray | None:
         """A vector in the model's layout as the shards hold it (partitioned with model_partitions)."""
@@ -234,20 +228,16 @@ class _DownpourRun(Coordinator):
         """The partition whose parameters shard i holds (0 without model_partitions)."""
         return 0 if self.partitioned is None else next(p for p, owned in enumerate(self.owners) if i in owned)
 
-    def _new_shard(self, i: int, worker: str | None, generation: int = 0) -> Future:
+    def _shard_arguments(self, i: int) -> tuple[Any, ...]:
+        """:class:`ParameterShard`'s arguments for shard ``i``: its slice of the start, the
+        rule, the row table of row-sparse exchanges and its slice of the l1 weights."""
         a, b = self.bounds[i]
         l1 = None if self.l1 is None else self.l1[a:b]
-        return self.actor(ParameterShard, i, a, b, self.shard_start[a:b], self.rule.name, self.rule.hyper, self.table,
-                          l1, key=f"downpour-shard-{self.token}-{i}-{generation}", worker=worker)
+        return (i, a, b, self.shard_start[a:b], self.rule.name, self.rule.hyper, self.table, l1)
 
-    # -- shards, with recovery ------------------------------------------------------------
-
-    def recover_lost_shards(self) -> None:
-        """Re-create every shard whose worker died, from the latest checkpoint, on a live worker."""
-        lost = [i for i, f in enumerate(self.shard_futures) if f.status == "error"]
-        if not lost:
-            return
-        started = time.perf_counter()
+    def _restore_shards(self, lost: list[int]) -> tuple[list[dict[str, Any]], int]:
+        """The states to re-create ``lost`` shards from: the latest checkpoint (the start, if
+        none was written yet), and the global step it holds."""
         if self.checkpoint_path is None:
             raise WorkerLostError(
                 f"parameter shard(s) {lost} were lost with their worker and cannot be restored without "
@@ -255,108 +245,26 @@ class _DownpourRun(Coordinator):
             )
         if os.path.exists(self.checkpoint_path):
             states, attrs = read_shard_states(self.checkpoint_path, model_config=self.model_config, rule=self.rule.name)
-            restored_step = int(attrs.get("steps", 0))
-        else:  # no checkpoint written yet: the latest state saved is the start
-            states = [{"start": a, "stop": b, "values": self.shard_start[a:b],
-                       "optimizer_state": self.rule.init(self.shard_start[a:b]), "version": 0,
-                       "steps": self.start_steps} for a, b in self.bounds]
-            restored_step = self.start_steps
-        live = self.live_workers()
-        if not live:
-            raise WorkerLostError(f"parameter shard(s) {lost} were lost and no worker is left to re-create them on")
-        gone = [self.shard_futures[i] for i in lost]
-        self._replace(lost, states, live)
-        self.release(gone)  # after the new generation is published: a lookup never finds a forgotten key
-        self.recoveries.append({"shards": lost, "restored_step": restored_step, "time": started - self.started,
-                                "seconds": time.perf_counter() - started})
+            return states, int(attrs.get("steps", 0))
+        states = [{"start": a, "stop": b, "values": self.shard_start[a:b],
+                   "optimizer_state": self.rule.init(self.shard_start[a:b]), "version": 0,
+                   "steps": self.start_steps} for a, b in self.bounds]
+        return states, self.start_steps
 
-    def _replace(self, indices: list[int], states: list[dict[str, Any]], live: list[str]) -> list[str]:
-        """Re-create shards ``indices`` with ``states`` on live workers (those not leaving, and
-        without a shard if there are such), publish them as the next generation; their workers."""
-        staying = [w for w in live if w not in self.leaving] or live
-        holding = set(self._shard_workers().values())
-        candidates = [w for w in staying if w not in holding] or staying
-        self.generation += 1
-        placed = []
-        for n, i in enumerate(indices):
-            placed.append(candidates[n % len(candidates)])
-            future = self._new_shard(i, placed[-1], self.generation)
-            shard = future.result()
-            shard.set_state(states[i]).result()
-            if self.max_steps is not None:
-                shard.stop_at(self.max_steps).result()
-            if self.stop_reason is not None:
-                shard.request_stop(self.stop_reason).result()
-            self.shard_futures[i], self.shards[i] = future, shard
-        self.directory.publish(self.shard_futures, self.generation)
-        return placed
-
-    def _shard_workers(self) -> dict[int, str]:
-        """Where each shard not lost lives."""
-        alive = [f for f in self.shard_futures if f.status == "finished"]  # who_has refuses cancelled ones
-        where = self.client.who_has(alive) if alive else {}
-        return {i: next(iter(where[f.key])) for i, f in enumerate(self.shard_futures) if where.get(f.key)}
-
-    # -- handing shards over when a worker is retired -------------------------------------
-
-    def hand_over_shards(self) -> None:
-        """Move the shards of workers whose retirement was refused to other live workers, as
-        they are now (no step lost, no checkpoint needed), and release handed-over shards
-        after a grace period so that a repeated retirement succeeds."""
-        now = time.monotonic()
-        due = [(when, f) for when, f in self.handed_over if now - when >= HANDOVER_GRACE_SECONDS]
-        if due:
-            self.release([f for _, f in due])
-            self.handed_over = self.handed_over[len(due):]  # kept in the order they were handed over
-        self.leaving.update(self.refused_retirements())
-        if not self.leaving:
-            return
-        moving = sorted(i for i, w in self._shard_workers().items() if w in self.leaving)
-        live = [w for w in self.live_workers() if w not in self.leaving]
-        if not moving or not live:  # with no worker to move to, the shard stays (and the worker too)
-            return
-        started = time.perf_counter()
-        states: list[dict[str, Any]] = [{}] * len(self.shards)
-        for i in moving:
-            try:
-                states[i] = self.replies(lambda: [self.shards[i].hand_over()],  # noqa: B023
-                                        check=lambda: self._shard_lost([i]))[0]  # noqa: B023
-            except Exception as exc:  # lost on its way out: recover_lost_shards restores it
-                if not self.actor_failed([self.shard_futures[i]], exc):
-                    raise
-        moving = [i for i in moving if states[i]]
-        if not moving:
-            return
-        old = [self.shard_futures[i] for i in moving]
-        placed = self._replace(moving, states, live)
-        self.handed_over += [(time.monotonic(), f) for f in old]
-        self.handovers.append({"shards": moving, "to": placed, "steps": [int(states[i]["steps"]) for i in moving],
-                               "time": started - self.started, "seconds": time.perf_counter() - started})
-
-    def shard_calls(self, method: str, *args: Any) -> list[Any]:
-        """Call ``method`` on every shard in parallel, re-creating lost shards first (and when
-        one is lost while its reply is late)."""
-        for _ in range(3):
-            self.recover_lost_shards()
-            try:
-                return self.replies(lambda: [getattr(s, method)(*args) for s in self.shards], check=self._shard_lost)
-            except Exception as exc:
-                if not self.actor_failed(self.shard_futures, exc):
-                    raise
-        raise WorkerLostError(f"parameter shards kept failing during {method!r}")
-
-    def _shard_lost(self, among: list[int] | None = None) -> None:
-        lost = [i for i in among or range(len(self.shard_futures)) if self.shard_futures[i].status == "error"]
-        if lost:
-            raise WorkerLostError(f"parameter shard(s) {lost} were lost with their worker")
+    def _bring_up_to_date(self, shard: Any) -> None:
+        """A re-created shard takes the run's step limit and a stop already asked."""
+        if self.max_steps is not None:
+            shard.stop_at(self.max_steps).result()
+        if self.stop_reason is not None:
+            shard.request_stop(self.stop_reason).result()
 
     def fetch_params(self) -> np.ndarray:
         """The parameters in the model's layout."""
-        vector = np.concatenate([reply[0] for reply in self.shard_calls("fetch")])
+        vector = self.shards.fetch()
         return vector if self.partitioned is None else self.partitioned.from_partitioned(vector)
 
     def request_stop(self, reason: str) -> None:
-        self.shard_calls("request_stop", reason)
+        self.shards.call("request_stop", reason)
 
     def launch_replicas(self, replicas: range) -> None:
         if self.partitioned is not None:
@@ -449,9 +357,10 @@ class _DownpourRun(Coordinator):
         started = self.started
         opts, self.config = self.options, self.replica_config()
         self.partition_workers: dict[int, list[str]] = {}  # where each partitioned replica's partitions run
-        self.first_epoch = self.start_steps // sum(math.ceil((b - a) / opts.batch_size) for a, b in self.rows)
+        self.first_epoch = self.start_steps // global_steps_per_epoch(self.data.n_samples, len(self.rows),
+                                                                      opts.batch_size)
         if opts.max_steps is not None:
-            self.shard_calls("stop_at", opts.max_steps)
+            self.shards.call("stop_at", opts.max_steps)
             if self.start_steps >= opts.max_steps:
                 self.stop(f"max_steps ({opts.max_steps}) reached")
         self.released = opts.warmstart_steps == 0 or len(self.rows) == 1
@@ -460,7 +369,7 @@ class _DownpourRun(Coordinator):
         history, status, message = watch(self, self.start_steps)
 
         replica_stats = self.replica_tallies()
-        shard_stats = self.shard_calls("stats")
+        shard_stats = self.shards.call("stats")
         x = self.fetch_params()
         wall = time.perf_counter() - started
         steps = max(st["steps"] for st in shard_stats)
@@ -499,7 +408,7 @@ class _DownpourRun(Coordinator):
                steps: int) -> DownpourStats:
         """The run's counters: rates, staleness, bytes moved, per shard and per replica."""
         staleness: Counter[int] = Counter()
-        where = self._shard_workers()
+        where = self.shards.workers()
         for s in shard_stats:
             staleness.update({int(k): v for k, v in s["staleness"].items()})
         pushes = sum(s["version"] for s in shard_stats)
@@ -507,7 +416,7 @@ class _DownpourRun(Coordinator):
         return DownpourStats({
             "wall_seconds": wall,
             "global_steps": steps,
-            "epochs": steps / sum(math.ceil((b - a) / self.options.batch_size) for a, b in self.rows),
+            "epochs": steps / global_steps_per_epoch(self.data.n_samples, len(self.rows), self.options.batch_size),
             "steps_this_run": steps - self.start_steps,
             "updates_per_second": pushes / wall,
             "examples_per_second": examples / wall,
@@ -523,8 +432,8 @@ class _DownpourRun(Coordinator):
             "steps_per_replica": [r["steps"] for r in replica_stats],
             "replica_first_steps": [r["first_step"] for r in replica_stats],
             "replica_reconnects": [r["reconnects"] for r in replica_stats],
-            "shard_recoveries": self.recoveries,
-            "shard_handovers": self.handovers,
+            "shard_recoveries": self.shards.recoveries,
+            "shard_handovers": self.shards.handovers,
             **step_timing(replica_stats),
         })
 
@@ -559,8 +468,8 @@ class _DownpourRun(Coordinator):
         if self.partitioned is not None:
             self.restart_lost_partitions()
         finished = self.replicas_finished()
-        self.hand_over_shards()
-        all_stats = self.shard_calls("stats")
+        self.shards.hand_over()
+        all_stats = self.shards.call("stats")
         stats = all_stats[0]  # every push reaches every shard: shard 0 has the whole count
         if self.start_loss_pending and stats["first_loss"] is not None:
             self.start_loss, self.start_loss_pending = stats["first_loss"], False
@@ -580,7 +489,7 @@ class _DownpourRun(Coordinator):
         return self.fetch_params()
 
     def checkpoint(self, steps: int) -> None:
-        states = self.shard_calls("get_state")
+        states = self.shards.call("get_state")
         partitions = {} if self.partitioned is None else {"model_partitions": self.partitioned.k}  # the layout
         write_shard_states(self.checkpoint_path, states, model_config=self.model_config, rule=self.rule.name,
                            hyper=self.rule.hyper, extra={"steps": int(steps), **partitions})
@@ -589,12 +498,9 @@ class _DownpourRun(Coordinator):
         """Ask replicas still running (a run that failed or was interrupted) to stop, give them
         a moment to leave, then cancel everything of the run."""
         with contextlib.suppress(Exception):  # best effort: a shard may have gone with its worker
-            for call in [s.request_stop("the run has ended") for s in self.shards]:
+            for call in [s.request_stop("the run has ended") for s in self.shards.handles]:
                 call.result(timeout=REPLICA_EXIT_SECONDS)
         self.abort_mailboxes(self.mailbox_futures)  # partitions waiting for a lost peer's message
         with contextlib.suppress(Exception):
             wait(list(self.replica_futures.values()), timeout=REPLICA_EXIT_SECONDS)
-        self.release([*self.replica_futures.values(), *self.shard_futures, *self.mailbox_futures,
-                      *(f for _, f in self.handed_over)])
-        self.shards = []
-        self.directory.delete()
+        self.release([*self.replica_futures.values(), *self.shards.close(), *self.mailbox_futures])

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs._actors import OnWorkerLoop, bind_local
+from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import aligned, free_answered_calls
 from dasklbfgs.errors import PartitionError, WorkerLostError
 from dasklbfgs.models.base import Model
@@ -32,15 +34,15 @@ from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS
 from dasklbfgs.parallel.base import PartitionedModel
 from dasklbfgs.parallel.exchanges import Exchange, advance, all_gather, all_sum, payload_bytes
 from dasklbfgs.solvers._replicas.batches import leave_task_slot
-from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, bind_local
+from dasklbfgs.solvers._replicas.wire import param_bounds
 from dasklbfgs.solvers.downpour.replica import DownpourReplica, ReplicaConfig, _ShardsLost
-from dasklbfgs.solvers.downpour.wire import param_bounds
 
 __all__ = ["EXCHANGE_TIMEOUT_SECONDS", "MailboxExchanges", "PartitionReplica", "PartitionView", "decay_by_array",
            "partition_bounds", "run_partition"]
 
 
-def partition_bounds(partitioned: PartitionedModel, n_param_shards: int) -> tuple[list[tuple[int, int]], list[list[int]]]:
+def partition_bounds(partitioned: PartitionedModel, n_param_shards: int
+                     ) -> tuple[list[tuple[int, int]], list[list[int]]]:
     """The shards' slices of the partitioned vector (:func:`param_bounds` cut also at every
     partition's boundary, so no shard straddles two partitions) and, per partition, the
     indices of the shards that hold its parameters."""
@@ -177,7 +179,7 @@ class PartitionReplica(DownpourReplica):
     indices) only, in lockstep with the replica's other partitions."""
 
     def __init__(self, replica: int, *, partitioned: PartitionedModel, partition: int, shards: list[int],
-                 mailboxes: list[Any], timeout: float, data: Any, rows: tuple[int, int],
+                 mailboxes: list[Any], timeout: float, data: Dataset, rows: tuple[int, int],
                  bounds: list[tuple[int, int]], config: ReplicaConfig, directory: Any,
                  decay: dict[str, float]) -> None:
         self.partition, self.k, self.shard_indices = partition, partitioned.k, shards
@@ -227,7 +229,7 @@ class PartitionReplica(DownpourReplica):
                                messages_sent=self.exchanges.messages_sent, **extra)
 
 
-def run_partition(replica: int, *, model: Model, data: Any, rows: tuple[int, int], bounds: list[tuple[int, int]],
+def run_partition(replica: int, *, model: Model, data: Dataset, rows: tuple[int, int], bounds: list[tuple[int, int]],
                   config: ReplicaConfig, directory: Any, partitioned: PartitionedModel, partition: int,
                   shards: list[int], mailboxes: list[Any], decay: dict[str, float],
                   timeout: float = EXCHANGE_TIMEOUT_SECONDS, first_epoch: int = 0) -> dict[str, Any]:

@@ -5,7 +5,8 @@ compute a mini-batch gradient, accrue it (and optionally take a local step), and
 accrued gradient to the shards every ``n_push`` steps. Fetches and pushes go to all
 shards at once and run in parallel. With ``overlap`` a push (and the fetch riding on its
 reply) stays in flight while the next mini-batch gradient is computed, which hides the
-round trip at the price of one more step of staleness. With a row-sparse wire (:mod:`.wire`), pushes carry
+round trip at the price of one more step of staleness. With a row-sparse wire
+(:mod:`dasklbfgs.solvers._replicas.wire`), pushes carry
 only the table rows touched since the last push, and fetches only the rows the batches
 up to the next fetch will read.
 """
@@ -19,13 +20,14 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs._actors import bind_local, remote_first
+from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import free_answered_calls
-from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
-from dasklbfgs.solvers.downpour.directory import ShardDirectory
-from dasklbfgs.solvers._replicas.local_actors import bind_local, remote_first
-from dasklbfgs.solvers.downpour.shard import ShardMoved
-from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.models.base import Model
+from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
+from dasklbfgs.solvers._replicas.directory import ShardDirectory
+from dasklbfgs.solvers._replicas.parameter_shard import ShardMoved
+from dasklbfgs.solvers._replicas.wire import Wire
 
 __all__ = ["DownpourReplica", "ReplicaConfig", "run_replica"]
 
@@ -75,7 +77,7 @@ class DownpourReplica(ReplicaTask):
     :meth:`run` from there; :func:`run_replica` does both.
     """
 
-    def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int],
+    def __init__(self, replica: int, *, model: Model, data: Dataset, rows: tuple[int, int],
                  bounds: list[tuple[int, int]], config: ReplicaConfig, directory: ShardDirectory) -> None:
         self.directory = directory
         self.generation = -1
@@ -278,7 +280,7 @@ class DownpourReplica(ReplicaTask):
                             seconds_waiting=self.seconds_waiting)
 
 
-def run_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], bounds: list[tuple[int, int]],
+def run_replica(replica: int, *, model: Model, data: Dataset, rows: tuple[int, int], bounds: list[tuple[int, int]],
                 config: ReplicaConfig, directory: ShardDirectory, first_epoch: int = 0) -> dict[str, Any]:
     """Train until the epochs are done or a shard asks to stop; return the replica's tallies.
 

@@ -14,16 +14,17 @@ from typing import Any
 
 import distributed
 import numpy as np
-from distributed import Future
 
+from dasklbfgs._actors import ActorRef, wait_all
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.optim.updates import UpdateRule, make_rule
-from dasklbfgs.solvers._replicas.local_actors import ActorRef, wait_all
-from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
-from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
-from dasklbfgs.solvers.downpour.shard import ParameterShard
-from dasklbfgs.solvers.downpour.wire import param_bounds
 from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
+from dasklbfgs.solvers._replicas.parameter_shard import ParameterShard
+from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
+from dasklbfgs.solvers._replicas.shard_group import ParameterShardGroup
+from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
+from dasklbfgs.solvers._replicas.wire import param_bounds
+from dasklbfgs.solvers.common_options import global_steps_per_epoch
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.peers.options import EASGDOptions, PeerOptions
 from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, run_peer_replica
@@ -98,10 +99,8 @@ class _PeerRun(Coordinator):
         workers = self.live_workers()
         self.place_mailboxes(workers)
         self.bounds = param_bounds(model.n_params, n_center_shards) if n_center_shards else []
-        self.center_workers = [workers[i % len(workers)] for i in range(len(self.bounds))]
-        self.center_futures = [self.center_shard(i, x_start) for i in range(len(self.bounds))]
-        self.center = [f.result() for f in self.center_futures]
-        self.center_workers = self.workers_of(self.center_futures, self.center_workers)
+        self.center = ParameterShardGroup(self, "easgd-center", self.bounds, self._center_of(x_start))
+        self.center.start([workers[i % len(workers)] for i in range(len(self.bounds))])
 
     def place_mailboxes(self, workers: list[str]) -> None:
         """A mailbox per replica, spread over ``workers``; each replica will run where its mailbox lives."""
@@ -111,15 +110,17 @@ class _PeerRun(Coordinator):
         self.mailboxes = [f.result() for f in self.mailbox_futures]
         self.placement = self.workers_of(self.mailbox_futures, self.placement)  # if a worker left meanwhile
 
-    def center_shard(self, i: int, center: np.ndarray) -> Future:
-        """EASGD's center shard ``i`` holding its slice of ``center``, on ``center_workers[i]``."""
-        a, b = self.bounds[i]
-        return self.actor(ParameterShard, i, a, b, center[a:b], "sgd", {"learning_rate": 1.0},
-                          key=self.key("easgd-center", i, self.generation), worker=self.center_workers[i])
+    def _center_of(self, center: np.ndarray) -> Callable[[int], tuple[Any, ...]]:
+        """:class:`ParameterShard`'s arguments for EASGD's center shard ``i`` holding its slice
+        of ``center`` (its rule adds what the replicas send)."""
+        def arguments(i: int) -> tuple[Any, ...]:
+            a, b = self.bounds[i]
+            return (i, a, b, center[a:b], "sgd", {"learning_rate": 1.0})
+        return arguments
 
     def start_replicas(self, resumes: list[dict[str, Any]] | None = None) -> None:
         mailboxes = [ActorRef(PeerMailbox, w, m.key) for m, w in zip(self.mailboxes, self.placement)]
-        center = [ActorRef(ParameterShard, w, sh.key) for sh, w in zip(self.center, self.center_workers)]
+        center = [ActorRef(ParameterShard, w, sh.key) for sh, w in zip(self.center.handles, self.center.placed)]
         for r, worker in enumerate(self.placement):
             # a replica uses its own mailbox in-process: it must run where the mailbox lives
             self.launch(r, run_peer_replica, worker, allow_other_workers=False, generation=self.generation,
@@ -131,7 +132,7 @@ class _PeerRun(Coordinator):
     def lost(self, error: BaseException | None = None) -> None:
         """Restart the replicas if a mailbox or center shard was lost (after ``error`` from a
         call to one, waiting for the scheduler to say so); re-raise any other ``error``."""
-        actors = self.mailbox_futures + self.center_futures
+        actors = self.mailbox_futures + self.center.futures
         if error is not None and not self.actor_failed(actors, error):
             raise error
         if any(f.status == "error" for f in actors):
@@ -146,7 +147,7 @@ class _PeerRun(Coordinator):
         with :class:`WorkerLostError` after ``max_restarts`` restarts or with no worker left."""
         started = time.perf_counter()
         lost = [r for r, f in enumerate(self.mailbox_futures) if f.status == "error"]
-        lost_shards = [i for i, f in enumerate(self.center_futures) if f.status == "error"]
+        lost_shards = [i for i, f in enumerate(self.center.futures) if f.status == "error"]
         what = " and ".join(part for part in (lost and f"the mailboxes of replica(s) {lost}",
                                               lost_shards and f"center shard(s) {lost_shards}") if part)
         losses = sum(1 for entry in self.restarts if entry["replicas"] or entry["center_shards"])
@@ -163,7 +164,7 @@ class _PeerRun(Coordinator):
         entries = self.stop_replicas(lost)
         old = [*self.replica_futures.values(), *self.mailbox_futures]
         self.generation += 1
-        center = self.restore_center(lost_shards, entries, workers, leaving) if self.center else None
+        center = self.restore_center(lost_shards, entries, workers, leaving) if len(self.center) else None
         resumes = REPLICAS[self.method].resumed(entries, center)
         self.place_mailboxes(workers)
         self.release(old)
@@ -200,7 +201,7 @@ class _PeerRun(Coordinator):
         re-created on ``workers`` from the surviving replicas' average (the point the
         replicas and the center are drawn to); shards on workers ``leaving`` move there."""
         kept = [i for i in range(len(self.center)) if i not in lost_shards]
-        fetched = replies_or_none([self.center[i].fetch() for i in kept], RESTART_WAIT)
+        fetched = replies_or_none([self.center.handles[i].fetch() for i in kept], RESTART_WAIT)
         lost_shards = lost_shards + [i for i, reply in zip(kept, fetched) if reply is None]
         center = np.empty_like(self.x_start)
         for i, reply in zip(kept, fetched):
@@ -212,21 +213,15 @@ class _PeerRun(Coordinator):
             for i in lost_shards:
                 a, b = self.bounds[i]
                 center[a:b] = center_of_replicas[a:b]
-        placed_anew = sorted(set(lost_shards) | {i for i in kept if self.center_workers[i] in leaving})
-        old = [self.center_futures[i] for i in placed_anew]
-        for i in placed_anew:
-            self.center_workers[i] = workers[i % len(workers)]
-            self.center_futures[i] = self.center_shard(i, center)
-        self.center = [f.result() for f in self.center_futures]
-        self.center_workers = self.workers_of(self.center_futures, self.center_workers)
-        self.release(old)
+        placed_anew = sorted(set(lost_shards) | {i for i in kept if self.center.placed[i] in leaving})
+        self.center.replace(placed_anew, {i: workers[i % len(workers)] for i in placed_anew}, self._center_of(center))
         return center
 
     # -- what the watch loop asks -----------------------------------------------------------
 
     def poll(self) -> Progress:
         self.lost()
-        leaving = self.refused_retirements() & {*self.placement, *self.center_workers}
+        leaving = self.refused_retirements() & {*self.placement, *self.center.placed}
         if leaving:  # move off, so that the next attempt to retire them succeeds
             self.restart(leaving)
         finished = self.replicas_finished()
@@ -246,7 +241,7 @@ class _PeerRun(Coordinator):
         while True:
             generation = self.generation
             try:
-                return self.replies(make_calls, check=lambda: self._same_actors(generation))
+                return self.replies(make_calls, check=lambda g=generation: self._same_actors(g))
             except _Restarted:
                 continue
             except Exception as exc:  # noqa: BLE001 - a lost actor restarts the replicas, anything else re-raised
@@ -265,10 +260,11 @@ class _PeerRun(Coordinator):
         return self._calls(lambda: [m.stats() for m in self.mailboxes])
 
     def published(self) -> list[np.ndarray]:
-        return [x if x is not None else self.x_start for x, _ in self._calls(lambda: [m.peek() for m in self.mailboxes])]
+        peeked = self._calls(lambda: [m.peek() for m in self.mailboxes])
+        return [x if x is not None else self.x_start for x, _ in peeked]
 
     def center_params(self) -> np.ndarray:
-        return np.concatenate([reply[0] for reply in self._calls(lambda: [sh.fetch() for sh in self.center])])
+        return np.concatenate([reply[0] for reply in self._calls(lambda: [sh.fetch() for sh in self.center.handles])])
 
     def current_params(self) -> np.ndarray:
         return REPLICAS[self.method].returned(self, None)[0]
@@ -298,12 +294,12 @@ class _PeerRun(Coordinator):
                 entry.update(self.context.score(entry["x"]))
         x, chosen = REPLICAS[self.method].returned(self, replicas)
         steps = sum(t["steps"] for t in tallies)
-        center_stats = wait_all([sh.stats() for sh in self.center])
+        center_stats = wait_all([sh.stats() for sh in self.center.handles])
         stats = PeerStats({
             "method": self.method,
             "wall_seconds": wall,
             "global_steps": steps,
-            "epochs": steps / sum(math.ceil((b - a) / self.config.batch_size) for a, b in self.rows),
+            "epochs": steps / global_steps_per_epoch(self.data.n_samples, len(self.rows), self.config.batch_size),
             "updates_per_second": steps / wall,
             "examples_per_second": sum(t["examples"] for t in tallies) / wall,
             "steps_per_replica": [t["steps"] for t in tallies],
@@ -329,8 +325,8 @@ class _PeerRun(Coordinator):
         # a mailbox whose worker died too has nothing waiting on it
         replies_or_none([m.abort() for m, f in zip(self.mailboxes, self.mailbox_futures) if f.status != "error"],
                          CLOSE_WAIT)
-        self.release([*self.replica_futures.values(), *self.mailbox_futures, *self.center_futures])
-        self.mailboxes, self.center = [], []
+        self.release([*self.replica_futures.values(), *self.mailbox_futures, *self.center.close()])
+        self.mailboxes = []
 
 
 class _Restarted(Exception):

@@ -18,19 +18,24 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.optim.collective import (
-    exchange_weights, gossip_peer, gossip_pull, push_sum_split, tree_children, tree_parent,
-)
+from dasklbfgs._actors import ActorRef, OnWorkerLoop, bind_local
+from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import free_answered_calls
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.solvers._replicas.local_actors import ActorRef, OnWorkerLoop, bind_local
-from dasklbfgs.solvers._replicas.mailbox import Stopped
-from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
-from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import DENSE_ABOVE, SparseSum, as_dense, index_dtype
-from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
-from dasklbfgs.solvers.sandblaster.tasks import add_sums
+from dasklbfgs.models.sums import DENSE_ABOVE, SparseSum, add_sums, as_dense, index_dtype
+from dasklbfgs.optim.collective import (
+    exchange_weights,
+    gossip_peer,
+    gossip_pull,
+    push_sum_split,
+    tree_children,
+    tree_parent,
+)
+from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
+from dasklbfgs.solvers._replicas.mailbox import Stopped
+from dasklbfgs.solvers._replicas.wire import ShardLayout, payload_nbytes
 
 __all__ = [
     "EASGDReplica", "GossipReplica", "NeighbourReplica", "PeerConfig", "PeerReplica", "SyncReplica",
@@ -169,7 +174,7 @@ class PeerReplica(ReplicaTask):
     stoppable = True
     publishes = False  # whether the parameters are published after each step (for pulls and scoring)
 
-    def __init__(self, replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
+    def __init__(self, replica: int, *, model: Model, data: Dataset, rows: tuple[int, int], config: PeerConfig,
                  mailboxes: list[Any], x0: np.ndarray, center: list[Any] | None = None,
                  bounds: list[tuple[int, int]] | None = None, resume: dict[str, Any] | None = None) -> None:
         self.peers = _Peers(mailboxes)
@@ -542,7 +547,7 @@ class NeighbourReplica(LocalStepReplica):
 
     publishes = True
 
-    def __init__(self, replica: int, *, data: Any, **kwargs: Any) -> None:
+    def __init__(self, replica: int, *, data: Dataset, **kwargs: Any) -> None:
         super().__init__(replica, data=data, **kwargs)
         config = self.config
         self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
@@ -586,7 +591,7 @@ REPLICAS: dict[str, type[PeerReplica]] = {
 METHODS = tuple(REPLICAS)
 
 
-def run_peer_replica(replica: int, *, model: Model, data: Any, rows: tuple[int, int], config: PeerConfig,
+def run_peer_replica(replica: int, *, model: Model, data: Dataset, rows: tuple[int, int], config: PeerConfig,
                      mailboxes: list[ActorRef], x0: np.ndarray, center: list[ActorRef] | None = None,
                      bounds: list[tuple[int, int]] | None = None,
                      resume: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """The coordinator of Sandblaster L-BFGS (docs/algorithms.md §1, §2).
 
 The coordinator is a :class:`SandblasterRun` in the client process: it runs the pure
-L-BFGS of :mod:`dasklbfgs.optim` (OWL-QN, §8, for a model with an l1 term) and asks a :class:`MegaBatchEvaluator` for each loss and
+L-BFGS of :mod:`dasklbfgs.optim` (OWL-QN, §8, for a model with an l1 term) and asks a
+:class:`MegaBatchEvaluator` for each loss and
 gradient; the evaluator's portions run as Dask futures on the workers next to their
 cached shards. Options: :class:`~dasklbfgs.solvers.sandblaster.options.SandblasterOptions`.
 """
@@ -28,7 +29,10 @@ from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result, SandblasterStats
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
-    load_sharded_state, load_state, save_sharded_state, save_state,
+    load_sharded_state,
+    load_state,
+    save_sharded_state,
+    save_state,
 )
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
@@ -144,7 +148,8 @@ class SandblasterRun:
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
         cache = shards_fit(self.dataset.nbytes_in_memory, limits)
         logger.info("%s the dataset (%s in memory; worker memory limits %s)", "caching" if cache else "streaming",
-                    human_bytes(self.dataset.nbytes_in_memory), ", ".join(human_bytes(n) if n else "none" for n in limits))
+                    human_bytes(self.dataset.nbytes_in_memory),
+                    ", ".join(human_bytes(n) if n else "none" for n in limits))
         return cache
 
     def _minimize(self, client: Client) -> OptimizeResult:
@@ -154,7 +159,9 @@ class SandblasterRun:
             self.transform = Standardizer.from_moments(
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
             )
-        theta0 = self.x_start if self.transform is None or self.x_start is None else self.transform.to_theta(self.x_start)
+        theta0 = self.x_start
+        if self.transform is not None and self.x_start is not None:
+            theta0 = self.transform.to_theta(self.x_start)
         if self.l1 is not None and self.transform is not None:
             self.l1_theta = self.transform.l1_weights_to_theta(self.l1)
         if opts.state == "sharded":

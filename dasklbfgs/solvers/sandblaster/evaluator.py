@@ -21,7 +21,8 @@ order, so the result does not depend on which worker computed what (docs/algorit
 Backup tasks (docs/algorithms.md §1, after MapReduce): once a worker has finished its
 portions, the outstanding portions of any worker progressing ``backup_slack`` times slower
 (by direct calls: a worker that has not answered ``backup_slack`` times later than its rows
-would take at the fastest answer's rate, and is told to stop) are copied to the idle workers, which fetch the shard from its holder; whichever copy
+would take at the fastest answer's rate, and is told to stop) are copied to the idle
+workers, which fetch the shard from its holder; whichever copy
 finishes first is used and the other is cancelled. Both copies compute the same numbers.
 A helper keeps the shard it fetched, and the next evaluations split that shard's portions
 between the two holders, so work drifts away from a persistent straggler (dynamic load
@@ -39,32 +40,30 @@ backups read them again on the idle workers.
 
 from __future__ import annotations
 
-import re
 import statistics
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import CancelledError
 from collections.abc import Callable
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from distributed import Client, Future, wait
 
-from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import as_dense
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import PartitionLostError, WorkerLostError
+from dasklbfgs.models.base import Model
+from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
-from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, call_workers, start_service
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
+from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.tasks import (
-    add_sums_dense,
     column_moments,
     portion_loss_grad,
     portion_loss_grad_from_store,
-    reduce_in_groups,
     shard_column_moments,
 )
 
@@ -150,7 +149,7 @@ class MegaBatchEvaluator:
         self,
         client: Client,
         model: Model,
-        data: Any,
+        data: Dataset,
         *,
         portion_rows: int | None = None,
         backup_tasks: bool = True,
@@ -397,7 +396,7 @@ class MegaBatchEvaluator:
         poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
         while collection.n_done() < len(primaries):
             done, collection.pending = wait_polling(collection.pending, poll,
-                                                    "FIRST_COMPLETED" if collection.ran_on else "ALL_COMPLETED")
+                                                    "FIRST_COMPLETED" if collection.backed_up else "ALL_COMPLETED")
             now = time.perf_counter()
             collection.check_parameters()
             collection.take(done, now)
@@ -461,9 +460,17 @@ class MegaBatchEvaluator:
             self.cached = None
 
 
-def portion_index(key: str) -> int:
-    """Portion index from a task key ``sandblaster-<kind>-<token>-<eval>-<index>``."""
-    return int(key.rsplit("-", 1)[1])
+@dataclass(frozen=True)
+class _Attempt:
+    """One copy of one portion in flight: the portion, the kind of copy (``"gradient"``: the
+    primary, pinned to its shard's holder or, streaming, anywhere; ``"backup"``: a copy on an
+    idle worker; ``"rescue"``: a re-run from Zarr for a lost worker), where it was placed
+    (None: wherever Dask runs it) and its future."""
+
+    portion: int
+    kind: str
+    worker: str | None
+    future: Future
 
 
 class _Collection:
@@ -475,16 +482,34 @@ class _Collection:
         self.evaluator, self.pinned, self.x_future, self.e, self.started = evaluator, pinned, x_future, e, started
         # per portion: its finished copy, _DIRECT if a direct call answered it, None until then
         self.winners: list[Future | str | None] = [_DIRECT if i in direct.sums else None for i in range(len(pinned))]
-        self.pending = {f for f in primaries if f is not None}
+        self.pending: set[Future] = set()
+        #: every copy of a portion this evaluation started, by its task key (the keys the
+        #: scheduler reports are this evaluation's exactly when they are in here)
+        self.attempts: dict[str, _Attempt] = {}
+        self.copied: dict[str, set[int]] = {"gradient": set(), "backup": set(), "rescue": set()}  # portions by kind
+        self._started("gradient", [(i, pinned[i], f) for i, f in enumerate(primaries) if f is not None])
         self.owned = Counter(w for w in pinned if w is not None)  # portions per worker
         done_by = self.done_by()
         # workers whose portions are all done: when (those answering directly, when they answered)
         self.finished_at: dict[str, float] = {w: at for w, at in direct.finished.items()
                                               if w in self.owned and done_by[w] == self.owned[w]}
-        self.ran_on: dict[int, str] = {}  # backed-up portions: where the backup runs
-        self.rescued: set[int] = set()
         self.tail: dict[str, float] = {}  # streaming: when a worker first sat idle, seconds per portion
         self.next_rescue_check = started + RESCUE_CHECK_SECONDS
+
+    def _started(self, kind: str, copies: list[tuple[int, str | None, Future]]) -> None:
+        """Record ``copies`` (portion, worker, future) of ``kind`` as pending attempts."""
+        for i, worker, future in copies:
+            self.attempts[future.key] = _Attempt(i, kind, worker, future)
+            self.copied[kind].add(i)
+            self.pending.add(future)
+
+    def _attempt(self, future: Future) -> _Attempt:
+        return self.attempts[future.key]
+
+    @property
+    def backed_up(self) -> bool:
+        """Whether a backup was launched (then each finished copy is worth a look at once)."""
+        return bool(self.copied["backup"])
 
     def n_done(self) -> int:
         return sum(f is not None for f in self.winners)
@@ -495,8 +520,9 @@ class _Collection:
 
     def unclaimed(self) -> list[Portion]:
         """Portions without a winner, backup or rescue, last queued first (they would finish last)."""
+        claimed = self.copied["backup"] | self.copied["rescue"]
         return [p for p in reversed(self.evaluator.portions)
-                if self.winners[p.index] is None and p.index not in self.ran_on and p.index not in self.rescued]
+                if self.winners[p.index] is None and p.index not in claimed]
 
     def check_parameters(self) -> None:
         """Raise when the task producing the parameters failed or they were lost (parameters
@@ -512,7 +538,8 @@ class _Collection:
         """Record the first finished copy of each portion; cancel the other copies."""
         evaluator = self.evaluator
         for f in done:
-            i = portion_index(f.key)
+            attempt = self._attempt(f)
+            i = attempt.portion
             if self.winners[i] is not None:
                 continue
             if f.status == "error":
@@ -522,11 +549,11 @@ class _Collection:
             if f.status != "finished":  # lost with its worker, or cancelled
                 continue
             self.winners[i] = f
-            if f.key.startswith("sandblaster-backup"):
+            if attempt.kind == "backup":
                 evaluator.stats.backups_won += 1
                 if evaluator.cached is not None:  # streaming keeps nothing
-                    evaluator.cached.keep_copy(evaluator.portions[i].shard, self.ran_on[i])
-            losers = [g for g in self.pending if portion_index(g.key) == i]
+                    evaluator.cached.keep_copy(evaluator.portions[i].shard, attempt.worker)
+            losers = [g for g in self.pending if self._attempt(g).portion == i]
             if losers:
                 evaluator.client.cancel(losers)
                 self.pending.difference_update(losers)
@@ -541,18 +568,19 @@ class _Collection:
 
     def rescue_stranded(self, now: float) -> None:
         """Re-run from Zarr the portions whose worker left or whose copies were all lost."""
-        covered = {portion_index(f.key) for f in self.pending}
+        covered = {self._attempt(f).portion for f in self.pending}
         orphans = [i for i, f in enumerate(self.winners) if f is None and i not in covered]
         if now < self.next_rescue_check and not orphans:
             return
         self.next_rescue_check = now + RESCUE_CHECK_SECONDS
         alive = set(self.evaluator._workers())
+        rescued = self.copied["rescue"]
         stranded = [p for p in self.evaluator.portions
-                    if self.winners[p.index] is None and p.index not in self.rescued
+                    if self.winners[p.index] is None and p.index not in rescued
                     and (p.index not in covered or self.pinned[p.index] not in {*alive, None})]
         if stranded:
-            self.rescued.update(p.index for p in stranded)
-            self.pending.update(self.evaluator._from_store("rescue", stranded, self.x_future, self.e))
+            rescues = self.evaluator._from_store("rescue", stranded, self.x_future, self.e)
+            self._started("rescue", [(p.index, None, f) for p, f in zip(stranded, rescues)])
 
     def back_up_stragglers(self, now: float) -> None:
         """Copy the outstanding portions of straggling workers to idle ones."""
@@ -563,8 +591,8 @@ class _Collection:
         elif evaluator.backup_tasks and self.finished_at:
             late, idle = self._stragglers(now)
         for j, p in enumerate(late):
-            self.ran_on[p.index] = idle[j % len(idle)]
-            self.pending.add(evaluator._backup(p, self.x_future, self.e, self.ran_on[p.index]))
+            worker = idle[j % len(idle)]
+            self._started("backup", [(p.index, worker, evaluator._backup(p, self.x_future, self.e, worker))])
         evaluator.stats.backups_launched += len(late)
 
     def _stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
@@ -599,8 +627,7 @@ class _Collection:
         threads = sum(info.get("nthreads", 1) for info in workers.values())
         if len(outstanding) > TASKS_SENT_PER_THREAD * threads:
             return [], []
-        key = re.compile(rf"sandblaster-(?:gradient|backup|rescue)-{evaluator.token}-{self.e}-(\d+)")
-        held = {w: {int(m.group(1)) for m in map(key.fullmatch, map(str, keys)) if m}
+        held = {w: {self.attempts[key].portion for key in map(str, keys) if key in self.attempts}
                 for w, keys in evaluator.client.processing().items()}
         if {p.index for p in outstanding} - set().union(*held.values()):  # queued: a free worker takes it
             return [], []
@@ -615,13 +642,13 @@ class _Collection:
 
     def _measure_speeds(self, ended: float) -> None:
         """Rows per second each worker delivered in this evaluation (placement uses them)."""
-        backup_won = {i: self.ran_on[i] for i, f in enumerate(self.winners)
-                      if isinstance(f, Future) and f.key.startswith("sandblaster-backup")}
+        won = {i: self._attempt(f) for i, f in enumerate(self.winners) if isinstance(f, Future)}
+        backup_won = {i: attempt.worker for i, attempt in won.items() if attempt.kind == "backup"}
         rows: Counter[str] = Counter({w: 0 for w in self.pinned if w is not None})  # every worker given work
         placement: list[str | None] = []
-        for p, f in zip(self.evaluator.portions, self.winners):
+        for p in self.evaluator.portions:
             worker = backup_won.get(p.index, self.pinned[p.index])
-            rescued = isinstance(f, Future) and f.key.startswith("sandblaster-rescue")
+            rescued = p.index in won and won[p.index].kind == "rescue"
             placement.append(None if rescued else worker)
             if worker is not None:
                 rows[worker] += p.stop - p.start

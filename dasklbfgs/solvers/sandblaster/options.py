@@ -9,7 +9,10 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.lbfgs import LBFGSOptions
 from dasklbfgs.options import PlannedWork, option, override
 from dasklbfgs.solvers.common_options import (
-    CheckpointOptions, HeldOutOptions, ModelPartitionOptions, ParamShardOptions,
+    CheckpointOptions,
+    HeldOutOptions,
+    ModelPartitionOptions,
+    ParamShardOptions,
 )
 from dasklbfgs.solvers.sandblaster.portions import DEFAULT_PORTIONS
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
-
 from distributed import Client, WorkerPlugin
 from distributed.protocol import to_serialize
 

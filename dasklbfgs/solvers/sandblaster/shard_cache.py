@@ -25,6 +25,7 @@ from typing import Any
 
 from distributed import Client, Future, wait
 
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_cached_shard
 
@@ -36,7 +37,7 @@ MAX_ATTEMPTS = 3
 class ShardCache:
     """The cached shards of one run: their futures, backup copies, moves under way."""
 
-    def __init__(self, client: Client, data: Any, token: str, workers: list[str]) -> None:
+    def __init__(self, client: Client, data: Dataset, token: str, workers: list[str]) -> None:
         self.client, self.token = client, token
         n = data.n_shards
         self.shards: list[Future] = [

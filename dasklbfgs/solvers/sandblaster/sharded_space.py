@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
+from dasklbfgs._wire import aligned
 from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
-from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import as_dense
 from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
+from dasklbfgs.models.base import Model
+from dasklbfgs.models.sums import add_sums, as_dense, reduce_in_groups
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.owlqn import align_direction, l1_term, orthant_of, project_to_orthant, pseudo_gradient
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
-from dasklbfgs.solvers.sandblaster.tasks import add_sums, aligned, reduce_in_groups
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
 

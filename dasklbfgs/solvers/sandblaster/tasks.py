@@ -8,10 +8,11 @@ import numpy as np
 import scipy.sparse as sp
 from dask.sizeof import sizeof
 
+from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import aligned
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.compact_rows import CompactColumns
-from dasklbfgs.models.sums import add_sum_parts
+
 
 @sizeof.register(CompactColumns)
 def _bytes_of(rows: CompactColumns) -> int:
@@ -30,12 +31,12 @@ def aligned_shard(shard: Shard) -> Shard:
     return aligned(X), aligned(y), None if w is None else aligned(w)
 
 
-def load_shard(data: Any, index: int) -> Shard:
+def load_shard(data: Dataset, index: int) -> Shard:
     """Read shard ``index`` from Zarr."""
     return (*data.load_shard(index), data.load_shard_weights(index))
 
 
-def load_cached_shard(data: Any, index: int) -> Shard:
+def load_cached_shard(data: Dataset, index: int) -> Shard:
     """Read shard ``index`` from Zarr to stay in the worker's memory (affinity): sparse rows
     renumbered on their columns once for every evaluation to come
     (:class:`~dasklbfgs.models.compact_rows.CompactColumns`)."""
@@ -51,14 +52,15 @@ def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray
                                        None if w is None else aligned(w[local]))
 
 
-def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Any, x: np.ndarray) -> tuple[float, Any]:
+def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Dataset, x: np.ndarray
+                                 ) -> tuple[float, Any]:
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
     worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)
     return model.portion_loss_grad_sum(aligned(x), X, y, data.load_weights(start, stop))
 
 
-def shard_column_moments(data: Any, index: int) -> tuple[int, np.ndarray, np.ndarray]:
+def shard_column_moments(data: Dataset, index: int) -> tuple[int, np.ndarray, np.ndarray]:
     """:func:`column_moments` of shard ``index`` read from Zarr (out-of-core runs)."""
     return column_moments(load_shard(data, index))
 
@@ -86,37 +88,3 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
 def _column_sums(A: Any, w: np.ndarray | None) -> np.ndarray:
     """The column sums of ``A`` (dense or sparse) in float64, weighted by ``w`` if given."""
     return np.asarray(A.sum(axis=0, dtype=np.float64) if w is None else A.T @ w, dtype=np.float64).ravel()
-
-
-REDUCE_GROUP = 8  # partial sums added per step of the reduction tree
-
-
-def add_sums(*parts: tuple[float, Any]) -> tuple[float, Any]:
-    """Add ``(loss, sums)`` pairs in the order given; the sums may be compact
-    (:func:`~dasklbfgs.models.sums.add_sum_parts`: the bits of adding them dense)."""
-    return _add(parts, dense_result=False)
-
-
-def add_sums_dense(*parts: tuple[float, Any]) -> tuple[float, np.ndarray]:
-    """:func:`add_sums` with the sums always dense (the same bits): for a reduction whose
-    total stays in the process that adds, where a compact union would cost more than it saves."""
-    return _add(parts, dense_result=True)
-
-
-def _add(parts: tuple[tuple[float, Any], ...], dense_result: bool) -> tuple[float, Any]:
-    loss = 0.0
-    for part_loss, _ in parts:
-        loss += part_loss
-    return loss, add_sum_parts([part_sums for _, part_sums in parts], dense_result=dense_result)
-
-
-def reduce_in_groups(parts: list[Any], add: Any) -> Any:
-    """Add ``parts`` in a tree of groups of :data:`REDUCE_GROUP`, in portion order.
-
-    The client (``add=add_sums``) and a reduction on the workers (``add`` submitting
-    :func:`add_sums` tasks) associate the additions identically, so both give the same bits.
-    """
-    parts = list(parts)
-    while len(parts) > 1:
-        parts = [add(*parts[i : i + REDUCE_GROUP]) for i in range(0, len(parts), REDUCE_GROUP)]
-    return parts[0]

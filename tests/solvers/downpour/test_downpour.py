@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import os
+import re
 
 import numpy as np
 import pytest
 
 from dasklbfgs import ShardedDataset, make_dataset
+from dasklbfgs._actors import OnWorkerLoop, remote_first
 from dasklbfgs.checkpoint_store import read_checkpoint
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
-from dasklbfgs.solvers._replicas.local_actors import OnWorkerLoop, remote_first
-from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import MLP, Logistic, Softmax
 from dasklbfgs.models.metrics import evaluate_model
@@ -22,8 +20,11 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, owlqn_minimize
 from dasklbfgs.optim.updates import sgd
 from dasklbfgs.sandblaster import sandblaster_lbfgs
-from tests._datasets import load_all
+from dasklbfgs.solvers._replicas.batches import epoch_order
+from dasklbfgs.solvers.common_options import replica_rows
+from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fail_writes, tree_bytes
+from tests._datasets import load_all
 
 
 @pytest.fixture(scope="module")

@@ -100,7 +100,7 @@ def test_without_a_checkpoint_a_lost_shard_is_a_clear_error(cluster, data) -> No
 
 
 def test_a_replica_waiting_for_a_shard_that_never_comes_gets_a_clear_error(client) -> None:
-    from dasklbfgs.solvers.downpour.directory import ShardDirectory
+    from dasklbfgs.solvers._replicas.directory import ShardDirectory
 
     directory = ShardDirectory("downpour-test-directory", 1, client)
     future = client.submit(lambda: 1, pure=False)
@@ -168,7 +168,7 @@ def _lookup_finds_the_replacement(client, directory, replacement_worker=None) ->
 def test_a_replica_looking_up_a_lost_shard_waits_for_its_replacement(cluster) -> None:
     """A replica (re)starting after a shard's worker died, before the coordinator re-created
     it, finds a lost actor in the directory: it waits for the next generation, not crash."""
-    from dasklbfgs.solvers.downpour.directory import ShardDirectory
+    from dasklbfgs.solvers._replicas.directory import ShardDirectory
 
     first, second = sorted(cluster.scheduler_info()["workers"])[:2]
     directory = ShardDirectory("downpour-test-lookup", 1, cluster)
@@ -258,7 +258,7 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
 def test_a_replica_looking_up_a_released_shard_waits_for_its_replacement(client) -> None:
     """The coordinator may release a replaced shard's key while a replica still reads the old
     generation from the directory: the lookup must not wait forever on the forgotten key."""
-    from dasklbfgs.solvers.downpour.directory import ShardDirectory
+    from dasklbfgs.solvers._replicas.directory import ShardDirectory
 
     directory = ShardDirectory("downpour-test-released", 1, client)
     released = client.submit(_Counter, actor=True, pure=False)
@@ -283,7 +283,8 @@ def _partitioned_run(cluster, data, tmp_path, killed):
     from dasklbfgs.models import MLP
 
     return downpour_sgd(MLP(10, (6,), 3), data["train"], client=cluster, model_partitions=2,
-                        checkpoint_path=tmp_path / "ckpt", checkpoint_every=20, callback=kill_at(cluster, 60, 1, killed),
+                        checkpoint_path=tmp_path / "ckpt", checkpoint_every=20,
+                        callback=kill_at(cluster, 60, 1, killed),
                         **{**KW, "n_replicas": 1, "epochs": 2, "eval_every": None})
 
 

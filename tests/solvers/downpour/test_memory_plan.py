@@ -5,8 +5,15 @@ from __future__ import annotations
 import pytest
 
 from dasklbfgs.errors import InsufficientMemoryError
-from dasklbfgs.solvers.downpour.memory import (PARTITION_VECTORS, REPLICA_VECTORS, TRANSFER_VECTORS, Placement,
-                                               check_memory, plan_loads, shard_vectors)
+from dasklbfgs.solvers.downpour.memory import (
+    PARTITION_VECTORS,
+    REPLICA_VECTORS,
+    TRANSFER_VECTORS,
+    Placement,
+    check_memory,
+    plan_loads,
+    shard_vectors,
+)
 
 MIB = 2**20
 
@@ -16,7 +23,8 @@ def test_a_worker_holds_its_shards_its_replicas_and_pushes_from_elsewhere() -> N
     placement = Placement([("a", 100, {"a"}), ("b", 300, {"a"})], [("a", 400)])
     loads = plan_loads(placement, shard_vectors({"accumulator": None}, l1=False, checkpoints=False))
     assert loads["a"].parts == {"parameter shards": 8 * 2 * 100, "replicas": 8 * REPLICA_VECTORS * 400}
-    assert loads["b"].parts == {"parameter shards": 8 * 2 * 300, "pushes from other workers": 8 * TRANSFER_VECTORS * 300}
+    assert loads["b"].parts == {"parameter shards": 8 * 2 * 300,
+                                "pushes from other workers": 8 * TRANSFER_VECTORS * 300}
     partitioned = plan_loads(Placement([("a", 200, {"a"})], [("a", 200), ("b", 200)], partitioned=True), 1)
     assert partitioned["b"].parts == {"partitions of replicas": 8 * PARTITION_VECTORS * 200}
 
@@ -30,8 +38,9 @@ def test_only_workers_past_their_usable_memory_are_refused() -> None:
     workers = {"a": {"memory_limit": 1024 * MIB, "metrics": {"memory": 100 * MIB}}}
     check_memory(loads, workers, what="run", remedies=["more memory"])  # 588 MiB of 819 usable
     workers["a"]["metrics"]["memory"] = 400 * MIB
-    with pytest.raises(InsufficientMemoryError, match=r"run needs about 488 MiB on worker a \(parameter shards 8 MiB, "
-                                                      r"replicas 480 MiB\) besides the 400 MiB it uses now; Dask lets it "
-                                                      r"use 819 MiB \(80% of its 1.00 GiB memory limit\).*: more memory"):
+    with pytest.raises(InsufficientMemoryError,
+                       match=r"run needs about 488 MiB on worker a \(parameter shards 8 MiB, "
+                             r"replicas 480 MiB\) besides the 400 MiB it uses now; Dask lets it "
+                             r"use 819 MiB \(80% of its 1.00 GiB memory limit\).*: more memory"):
         check_memory(loads, workers, what="run", remedies=["more memory"])
     check_memory(loads, {"a": {"memory_limit": 0}}, what="run", remedies=[])  # no limit: not checked

@@ -74,7 +74,8 @@ def test_two_partitions_follow_one_with_adagrad_and_resume(client, datasets, tmp
 @pytest.mark.parametrize(
     "model, kwargs, error, match",
     [
-        (MODEL, {"model_partitions": 3}, PartitionError, r"model_partitions=3 needs 3 distinct workers, the cluster has 2"),
+        (MODEL, {"model_partitions": 3}, PartitionError,
+         r"model_partitions=3 needs 3 distinct workers, the cluster has 2"),
         (Logistic(8), {"model_partitions": 2}, PartitionError, r"Logistic cannot be partitioned"),
         (MODEL, {"model_partitions": 2, "overlap": True}, ConfigurationError,
          r"model_partitions=2 runs each partition's pushes in lockstep .* pass overlap=False"),

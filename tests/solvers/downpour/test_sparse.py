@@ -9,12 +9,12 @@ import pytest
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
-from dasklbfgs.solvers.downpour.wire import Wire
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import EmbeddingLM, Logistic, Softmax
 from dasklbfgs.models.embedding import RowTable
 from dasklbfgs.optim.updates import ftrl_step, make_rule
 from dasklbfgs.solvers._replicas.batches import epoch_order
+from dasklbfgs.solvers._replicas.wire import Wire
 
 TABLE = RowTable(0, 10, 3)  # 30 table entries, then 7 dense ones
 

@@ -12,20 +12,28 @@ import scipy.sparse as sp
 
 from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
+from dasklbfgs.errors import ConfigurationError, WorkerLostError
+from dasklbfgs.models import LeastSquares, Logistic, Softmax
+from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.models.sums import SparseSum, as_dense
+from dasklbfgs.monitor.events import TOPIC
 from dasklbfgs.optim.collective import (
-    elastic_difference, exchange_weights, gossip_peer, gossip_pull, neighbours, push_sum_split, torus_shape, tree_children,
+    elastic_difference,
+    exchange_weights,
+    gossip_peer,
+    gossip_pull,
+    neighbours,
+    push_sum_split,
+    torus_shape,
+    tree_children,
     tree_parent,
 )
-from dasklbfgs.solvers._replicas.batches import epoch_order, replica_rows
-from dasklbfgs.solvers._replicas.mailbox import PeerMailbox, Stopped
-from dasklbfgs.errors import ConfigurationError, WorkerLostError
-from dasklbfgs.monitor.events import TOPIC
-from dasklbfgs.models import LeastSquares, Logistic, Softmax
-from dasklbfgs.models.sums import SparseSum, as_dense
-from dasklbfgs.solvers.downpour.wire import ShardLayout
-from dasklbfgs.solvers.peers.replica import add_tree_sums, touched_part
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.solvers._replicas.batches import epoch_order
+from dasklbfgs.solvers._replicas.mailbox import PeerMailbox, Stopped
+from dasklbfgs.solvers._replicas.wire import ShardLayout
+from dasklbfgs.solvers.common_options import replica_rows
+from dasklbfgs.solvers.peers.replica import add_tree_sums, touched_part
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +108,8 @@ def test_mailbox_waits_wakes_and_times_out() -> None:
     threading.Timer(0.05, box.request_stop_now, args=("max_steps (10) reached",)).start()
     with pytest.raises(Stopped, match=r"max_steps \(10\) reached"):
         box.take(("down", 5), timeout=5)
-    with pytest.raises(WorkerLostError, match=r"waited 0 s for \('down', 5\)"):  # a synchronous step does not stop half-way: it waits on
+    # a synchronous step does not stop half-way: it waits on
+    with pytest.raises(WorkerLostError, match=r"waited 0 s for \('down', 5\)"):
         box.take(("down", 5), timeout=0.05, stoppable=False)
     asyncio.run(box.abort())
     with pytest.raises(Stopped, match=r"max_steps \(10\) reached"):  # ... unless the run is aborted (a peer was lost)
@@ -355,7 +364,8 @@ def test_compact_tree_sums_and_neighbour_gradients_are_the_dense_bits() -> None:
     cuts = [(0, 20), (20, 40), (40, 40), (40, 61)]  # one replica out of rows (the empty part)
     compact, dense = [], []
     for a, b in cuts:
-        loss, sums = model.portion_loss_grad_sum(params, X[a:b], y[a:b]) if b > a else (0.0, SparseSum.zero(model.n_sums))
+        loss, sums = (model.portion_loss_grad_sum(params, X[a:b], y[a:b]) if b > a
+                      else (0.0, SparseSum.zero(model.n_sums)))
         compact.append((loss, sums, b - a))
         dense.append((*model.sums_of(params, X[a:b], y[a:b]), b - a))
     loss, sums, n = add_tree_sums(compact)

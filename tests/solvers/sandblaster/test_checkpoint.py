@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
-from dasklbfgs.errors import CheckpointError
-from dasklbfgs.errors import ConfigurationError, DatasetExistsError, ModelDataMismatchError
+from dasklbfgs.errors import CheckpointError, ConfigurationError, DatasetExistsError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, lbfgs_minimize

@@ -143,7 +143,7 @@ def test_a_dataset_deleted_during_a_streaming_run_is_named(tmp_path) -> None:
     data = _logistic_data(tmp_path / "d", 1200)
 
     def delete_at_iteration_2(intermediate):
-        if intermediate.nit == 2:
+        if intermediate.step == 2:
             shutil.rmtree(tmp_path / "d")
 
     with connect(n_workers=2, dashboard_address=None) as client:
@@ -192,7 +192,7 @@ def test_a_run_uses_a_worker_added_midway_and_keeps_its_bits(tmp_path) -> None:
         undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=10)
 
         def add_a_worker_at_iteration_2(intermediate):
-            if intermediate.nit == 2:
+            if intermediate.step == 2:
                 client.cluster.scale(3)
                 client.wait_for_workers(3)
 

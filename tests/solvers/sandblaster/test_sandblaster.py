@@ -77,7 +77,7 @@ def test_bitwise_identical_with_one_or_two_workers_and_with_backups(client, data
     no_backup = sandblaster_lbfgs(model, data, client=client, backup_tasks=False, **kwargs)
     with connect(n_workers=1, dashboard_address=None) as single:
         one = sandblaster_lbfgs(model, data, client=single, **kwargs)
-    assert two.n_portions == 12  # 6 shards of 1000 rows, two portions each
+    assert two.stats["n_portions"] == 12  # 6 shards of 1000 rows, two portions each
     for other in (no_backup, one):
         assert other.nit == two.nit
         np.testing.assert_array_equal(other.x, two.x)
@@ -260,7 +260,8 @@ def test_shards_load_once_and_never_move(client, datasets) -> None:
                                             for k in t["keys"] if "sandblaster-shard" in str(k)])
     assert moved == {w: [] for w in moved}
     prefixes = client.run_on_scheduler(
-        lambda dask_scheduler: {k: v.states.get("memory", 0) + v.states.get("released", 0) + v.states.get("forgotten", 0)
+        lambda dask_scheduler: {k: v.states.get("memory", 0) + v.states.get("released", 0)
+                                + v.states.get("forgotten", 0)
                                 for k, v in dask_scheduler.task_prefixes.items()})
     assert "sandblaster-gradient" in prefixes and "sandblaster-shard" in prefixes
 
@@ -273,10 +274,11 @@ def test_streaming_out_of_core_reaches_the_cached_result(client, datasets) -> No
     cached = sandblaster_lbfgs(model, data, client=client, cache=True, standardize=True)
     streamed = sandblaster_lbfgs(model, data, client=client, cache=False, standardize=True)
     assert cached.stats["cached"] and not streamed.stats["cached"]
-    assert streamed.n_portions == data.n_shards and streamed.stats["load_seconds"] == 0
+    assert streamed.stats["n_portions"] == data.n_shards and streamed.stats["load_seconds"] == 0
     np.testing.assert_allclose(streamed.x, cached.x, rtol=1e-8, atol=1e-10)
     assert streamed.nit == cached.nit
-    held = client.run_on_scheduler(lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-shard" in str(k)])
+    held = client.run_on_scheduler(
+        lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-shard" in str(k)])
     assert held == []
 
 
@@ -388,10 +390,12 @@ def test_callback_sees_model_coordinates_with_standardize(client, datasets) -> N
     X, y = load_all(data)
     seen = []
     result = sandblaster_lbfgs(model, data, client=client, standardize=True,
-                               callback=lambda intermediate_result: seen.append(intermediate_result))
+                               callback=lambda intermediate_result: seen.append((intermediate_result,
+                                                                                 intermediate_result.x)))
     assert len(seen) == result.nit
-    np.testing.assert_array_equal(seen[-1].x, result.x)
-    assert seen[-1].fun == pytest.approx(model.objective(seen[-1].x, X, y)[0], rel=1e-10)
+    last, x = seen[-1]
+    np.testing.assert_array_equal(x, result.x)
+    assert last.fun == pytest.approx(model.objective(x, X, y)[0], rel=1e-10)
 
 
 @pytest.mark.parametrize("eval_every", [None, 4])
@@ -418,7 +422,7 @@ def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
         with connect(n_workers=n_workers, threads_per_worker=threads, dashboard_address=None) as cluster:
             runs.append(sandblaster_lbfgs(model, data, client=cluster, maxiter=15))
     one, many = runs
-    assert one.n_portions == many.n_portions == 12  # 6000 rows / 8 -> 750; 6 shards of 1000 in 2 each
+    assert one.stats["n_portions"] == many.stats["n_portions"] == 12  # 6000 rows / 8 -> 750; 6 shards of 1000 in 2 each
     assert one.nit == many.nit
     np.testing.assert_array_equal(one.x, many.x)
     assert one.fun == many.fun

@@ -3,7 +3,7 @@
 Each shard stores its slice and the optimizer state for it, and applies the update rule
 itself when a replica pushes an accrued gradient (docs/algorithms.md §3). Shards never talk to
 each other. A shard of a model with a row table also takes row-sparse pushes and fetches
-(:mod:`dasklbfgs.solvers.downpour.wire`) and updates only the rows a push carries, which is
+(:mod:`dasklbfgs.solvers._replicas.wire`) and updates only the rows a push carries, which is
 exact for rules where a zero gradient is a zero step (Adagrad, SGD, FTRL). A shard of a model
 with an l1 term runs FTRL-Proximal with that term as its threshold, growing with the steps
 accrued (docs/algorithms.md §9). There ``z`` and ``n`` and the step count are the truth and
@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.optim.collective import elastic_difference
-from dasklbfgs.solvers.downpour.wire import ShardLayout, payload_nbytes
 from dasklbfgs.optim.updates import ftrl_step, ftrl_weights, make_rule
+from dasklbfgs.solvers._replicas.wire import ShardLayout, payload_nbytes
 
 __all__ = ["ParameterShard", "ShardMoved"]
 
