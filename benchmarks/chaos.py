@@ -173,13 +173,10 @@ def one_run(solver: str, model: Any, data: Any, options: dict[str, Any], args: A
 
 
 def _recoveries(result: Any) -> dict[str, Any]:
-    stats = getattr(result, "stats", None) or {}
-    timing = getattr(result, "timing", None) or {}
-    found = {key: stats[key] for key in ("shard_recoveries", "shard_handovers", "replica_restarts",
-                                         "replica_first_steps") if stats.get(key)}
-    found.update({key: timing[key] for key in ("evaluation_restarts", "shards_moved", "backups_won")
-                  if timing.get(key)})
-    return found
+    stats = result.stats
+    return {key: stats[key] for key in ("shard_recoveries", "shard_handovers", "replica_restarts",
+                                        "replica_first_steps", "evaluation_restarts", "shards_moved", "backups_won")
+            if stats.get(key)}
 
 
 def sandblaster(args: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.linear import LinearModel
-from dasklbfgs.models.registry import balanced_class_weight
+from dasklbfgs.models.schema import balanced_class_weight
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.options import Options
 from dasklbfgs.solvers import DownpourOptions, get_solver, minimize, solver_names
@@ -139,7 +139,8 @@ class _ShardedEstimator(BaseEstimator):
 
     def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
         result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
-        self.n_iter_ = np.array([result.stats.iterations(result.nit)], dtype=np.int32)
+        # passes over the data, at most max_iter (a sync replica with fewer rows steps on empty batches)
+        self.n_iter_ = np.array([min(result.stats.iterations(result.nit), self.max_iter)], dtype=np.int32)
         self.loss_curve_ = [h["loss"] for h in result.history if "loss" in h]
         if not result.success:
             if result.status == Status.LINE_SEARCH_FAILED:

@@ -27,7 +27,7 @@ import numpy as np
 from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
 __all__ = ["Kind", "KINDS", "OptionSpec", "Options", "PlannedWork", "option", "override", "describe_default",
-           "parse_ints", "parse_mapping"]
+           "options_doc", "parse_ints", "parse_mapping"]
 
 _BAD = object()  # what a kind's normaliser returns for a value of the wrong type
 
@@ -298,3 +298,12 @@ class Options:
                 return [plain(v) for v in value]
             return {k: plain(v) for k, v in value.items()} if isinstance(value, Mapping) else value
         return {name: plain(value) for name, value in self.to_dict().items()}
+
+
+def options_doc(options: type[Options], indent: str = "    ") -> str:
+    """Numpydoc-style entries for every option of ``options`` (for generated docstrings)."""
+    lines = []
+    for name, default, spec in options.items():
+        lines.append(f"{indent}{name} : {spec.expected()}, default {describe_default(default, spec)}")
+        lines.append(f"{indent}    {spec.help[0].upper()}{spec.help[1:]}.")
+    return "\n".join(lines)

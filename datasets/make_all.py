@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from dasklbfgs.data import make_dataset
-from dasklbfgs.data.recipes import BUNDLED, SYNTHETIC
+from dasklbfgs.data.recipes import RECIPES
 
 
 def main() -> None:
@@ -16,11 +16,12 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=50)
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args()
-    for kind in SYNTHETIC:
+    for kind in ("logistic", "multinomial", "regression"):  # the synthetic recipes, at any size
+        classes = {"n_classes": 10} if "n_classes" in RECIPES[kind].takes else {}
         make_dataset(kind, args.root / kind, rows=args.rows, features=args.features,
-                     shard_rows=25_000, n_classes=10, overwrite=args.overwrite)
+                     shard_rows=25_000, overwrite=args.overwrite, **classes)
         print(f"wrote {args.root / kind}")
-    for kind in BUNDLED:
+    for kind in ("digits", "breast_cancer", "wine"):  # scikit-learn's bundled data
         make_dataset(kind, args.root / kind, overwrite=args.overwrite)
         print(f"wrote {args.root / kind}")
     workloads = [  # (folder, kind, options)

@@ -91,3 +91,14 @@ def test_the_places_the_architecture_page_names_exist() -> None:
     assert len(named) >= 10
     missing = [p for p in named if not ((PACKAGE / p).exists() or (ROOT / p).exists())]
     assert not missing, f"docs/architecture.md names {missing}, which do not exist"
+
+
+def test_every_model_the_front_ends_build_declares_itself() -> None:
+    """A new model is its module plus its class in ``models/registry.py`` CLASSES: it sizes
+    itself for a dataset, and the shape options it declares are ModelOptions fields."""
+    from dasklbfgs.models.base import Model
+    from dasklbfgs.models.registry import CLASSES, ModelOptions
+
+    for name, cls in CLASSES.items():
+        assert cls.name == name and cls.for_dataset.__func__ is not Model.for_dataset.__func__, name
+        assert set(cls.shape_options) <= set(ModelOptions.fields()), name

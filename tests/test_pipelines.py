@@ -50,7 +50,7 @@ def test_shipped_config_runs_and_reports(client, config, tmp_path, data_home) ->
     assert set(written["durations"]) == set(DURATIONS)
     assert written["config"]["train"]["solver"] == loaded["train"]["solver"]
     curves = json.loads((out / "curves.json").read_text())
-    assert curves["points"] and all("time" in p and "iteration" in p for p in curves["points"])
+    assert curves["points"] and all("time" in p and "step" in p for p in curves["points"])
     assert curves["heldout_metric"] is not None and any("heldout" in p for p in curves["points"])
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "model.npz").exists()

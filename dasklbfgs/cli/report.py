@@ -26,9 +26,9 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
         "message": result.message,
         "train": evaluate_model(model, result.x, data),
     }
-    report["objective"] = report["train"]["objective"]
-    report.update(result.stats.summary(result.nit))
-    report["work"] = result.stats.lines(result.nit)
+    report.update(result.stats.summary(result))
+    report.setdefault("objective", report["train"]["objective"])  # the run's own, else scored on the data
+    report["work"] = result.stats.lines(result)
     partitions = _partitions(result)
     if partitions is not None:
         report["partitions"] = partitions
@@ -60,7 +60,7 @@ def interrupted_report(model: Model, result: OptimizeResult) -> dict[str, Any]:
         "success": False,
         "message": result.message,
         "objective": losses[-1] if losses else None,
-        **result.stats.summary(result.nit),
+        **result.stats.summary(result),
     }
 
 

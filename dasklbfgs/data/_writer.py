@@ -41,7 +41,7 @@ MAX_LABELS_COUNTED = 1000
 #: recipes' dense float data (``python -m benchmarks.shard_load``), every codec saves only 4-17% of
 #: the bytes (the mantissas are close to random), so the decode rate decides: lz4 decodes at
 #: 1.5-2.5x Blosc zstd's rate for 2-6% more bytes, and unlike no codec it still shrinks data
-#: that compress (integer codes, repeated values). README, "Codec and loading".
+#: that compress (integer codes, repeated values). docs/guide.md, "Codec and loading".
 DEFAULT_CODEC = zarr.codecs.BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")
 
 

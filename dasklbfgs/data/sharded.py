@@ -119,7 +119,7 @@ class ShardedDataset:
             Replace an existing dataset at ``path`` (only after the new one is complete).
         compressor
             A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
-            (Blosc lz4 level 5 with byte shuffle, chosen by measurement: README, "Datasets").
+            (Blosc lz4 level 5 with byte shuffle, chosen by measurement: docs/guide.md, "Datasets").
             Whole shards stored with Blosc, Zstd or no codec are decoded straight into
             memory (several times zarr's rate); other codecs are read through zarr.
         dtype

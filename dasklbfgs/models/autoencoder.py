@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs._checks import check_int
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import block_rows
 from dasklbfgs.models._layers import (
@@ -61,7 +62,13 @@ class SparseAutoencoder(Model):
     """
 
     name = "sparse_autoencoder"
+    shape_options = ("n_hidden", "sparsity", "beta")
     task = "reconstruction"
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> SparseAutoencoder:
+        return cls(data.n_features, l2=l2, **shape)
 
     def __init__(self, n_features: int, n_hidden: int = 25, *, sparsity: float = 0.05, beta: float = 3.0,
                  l2: float = 1e-4) -> None:

@@ -55,6 +55,21 @@ class Model:
     #: The parameters' row table (word embeddings) whose rows a batch touches sparsely, or
     #: None. With one, Downpour pushes and fetches only the rows batches touch.
     row_table: Any = None
+    #: What the command line and pipelines may set when they build the model for a dataset
+    #: (:meth:`for_dataset`): its shape options (fields of
+    #: :class:`~dasklbfgs.models.registry.ModelOptions`), and whether it is linear (takes
+    #: ``l1`` and ``fit_intercept``) and takes ``class_weight``.
+    shape_options: ClassVar[tuple[str, ...]] = ()
+    linear: ClassVar[bool] = False
+    takes_class_weight: ClassVar[bool] = False
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> Model:
+        """This model sized for ``data`` (its features, classes or vocabulary, from its
+        schema) with these penalties and ``shape`` options (those :attr:`shape_options` names;
+        :func:`~dasklbfgs.models.registry.model_for_dataset` checks which apply)."""
+        raise NotImplementedError
 
     @property
     def n_sums(self) -> int:

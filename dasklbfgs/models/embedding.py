@@ -23,7 +23,8 @@ import numpy as np
 
 from dasklbfgs._checks import check_int
 from dasklbfgs._typing import Dataset
-from dasklbfgs.errors import ModelDataMismatchError
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.models import schema
 from dasklbfgs.models._kernels import softmax_link
 from dasklbfgs.models._layers import Layout, affine, init_weights, seeded_zeros, weight_decay
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
@@ -66,6 +67,20 @@ class EmbeddingLM(SoftmaxOutput, Model):
     accepts_weights = True
 
     name = "embedding_lm"
+    shape_options = ("embed_dim", "hidden")
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> EmbeddingLM:
+        """Sized by the dataset's vocabulary (or classes) and context width; ``hidden`` is one width."""
+        hidden = shape.get("hidden")
+        if isinstance(hidden, (list, tuple)):
+            if len(hidden) != 1:
+                raise ConfigurationError(
+                    f"embedding_lm has one hidden layer; hidden must be one width, got {hidden!r}")
+            shape["hidden"] = hidden[0]
+        vocab = data.attrs.get("vocab_size") or schema.n_classes(data)
+        return cls(int(vocab), context=data.n_features, l2=l2, **shape)
 
     def __init__(self, vocab_size: int, embed_dim: int = 32, context: int = 3, hidden: int = 64, *,
                  l2: float = 0.0) -> None:

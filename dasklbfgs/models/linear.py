@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from dasklbfgs._checks import check_int
 from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models import schema
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
 from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
 from dasklbfgs.models.compact_rows import CompactColumns
@@ -57,6 +58,7 @@ class LinearModel(Model):
     name: ClassVar[str]
     accepts_sparse: ClassVar[bool] = True
     accepts_weights: ClassVar[bool] = True
+    linear: ClassVar[bool] = True
     _link: ClassVar[Callable[..., tuple[float, np.ndarray]]]
     class_weight: tuple[float, ...] | None = None
 
@@ -235,6 +237,11 @@ class LeastSquares(LinearModel):
     def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
         super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
 
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> LeastSquares:
+        return cls(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)
+
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return self.decision_function(params, X)
 
@@ -243,12 +250,19 @@ class Logistic(LinearModel):
     """Binary logistic regression, labels 0/1: per-sample loss log(1 + e^z) - y z."""
 
     name = "logistic"
+    takes_class_weight = True
     _link = staticmethod(logistic_link)
 
     def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0,
                  class_weight: Sequence[float] | None = None) -> None:
         super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
         self.class_weight = check_class_weight(class_weight, 2)
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> Logistic:
+        weights = None if class_weight is None else schema.balanced_class_weight(data, 2)
+        return cls(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1, class_weight=weights)
 
     def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Columns P(y=0), P(y=1)."""
@@ -270,6 +284,7 @@ class Softmax(SoftmaxOutput, LinearModel):
     """Multinomial logistic regression, labels 0..K-1: per-sample loss -log softmax(z)_y."""
 
     name = "softmax"
+    takes_class_weight = True
     _link = staticmethod(softmax_link)
 
     def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True,
@@ -277,6 +292,13 @@ class Softmax(SoftmaxOutput, LinearModel):
         n_classes = check_int(n_classes, "n_classes", minimum=2)
         super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1)
         self.class_weight = check_class_weight(class_weight, n_classes)
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> Softmax:
+        k = schema.n_classes(data)
+        weights = None if class_weight is None else schema.balanced_class_weight(data, k)
+        return cls(data.n_features, k, l2=l2, fit_intercept=fit_intercept, l1=l1, class_weight=weights)
 
     @property
     def n_classes(self) -> int:

@@ -29,7 +29,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from dasklbfgs._checks import check_int
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models import schema
 from dasklbfgs.models._kernels import block_rows
 from dasklbfgs.models._layers import ACTIVATIONS, Layout, init_weights, seeded_zeros, weight_decay
 from dasklbfgs.models.base import Model, check_l2
@@ -70,8 +72,14 @@ class LocalAutoencoder(Model):
     """
 
     name = "local_autoencoder"
+    shape_options = ("window", "stride", "maps")
     task = "reconstruction"
     accepts_weights = True
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> LocalAutoencoder:
+        return cls(schema.image_side(data, cls.name), l2=l2, **shape)
 
     def __init__(self, side: int, window: int = 4, stride: int = 2, maps: int = 4, *, l2: float = 1e-4) -> None:
         self.side, self.window, self.stride = _check_geometry(side, window, stride)

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs._checks import check_int
+from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models import schema
 from dasklbfgs.models._kernels import block_rows, softmax_link
 from dasklbfgs.models._layers import (
     ACTIVATIONS,
@@ -60,6 +62,12 @@ class MLP(SoftmaxOutput, Model):
     accepts_weights = True
 
     name = "mlp"
+    shape_options = ("hidden", "activation")
+
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    **shape: Any) -> MLP:
+        return cls(data.n_features, n_classes=schema.n_classes(data), l2=l2, **shape)
 
     def __init__(self, n_features: int, hidden: Sequence[int] = (64,), n_classes: int = 2, *,
                  activation: str = "sigmoid", l2: float = 0.0) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dasklbfgs._typing import Dataset
-from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._layers import ACTIVATIONS
 from dasklbfgs.models.autoencoder import SparseAutoencoder
 from dasklbfgs.models.base import Model
@@ -17,18 +16,17 @@ from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.options import Options, option
 
+#: The models the command line and pipelines build by name: each declares its name, its
+#: shape options and what it takes (:class:`~dasklbfgs.models.base.Model`), and sizes itself
+#: for a dataset (:meth:`~dasklbfgs.models.base.Model.for_dataset`). A new model is its
+#: module plus its class here.
 CLASSES: dict[str, type[Model]] = {
     cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP, SparseAutoencoder, LocalAutoencoder, EmbeddingLM)
 }
 MODELS = tuple(CLASSES)
-LINEAR = ("least_squares", "logistic", "softmax")
-#: The shape options (of :class:`ModelOptions`) each neural model takes.
-OPTIONS = {
-    "mlp": ("hidden", "activation"),
-    "sparse_autoencoder": ("n_hidden", "sparsity", "beta"),
-    "local_autoencoder": ("window", "stride", "maps"),
-    "embedding_lm": ("embed_dim", "hidden"),
-}
+LINEAR = tuple(name for name, cls in CLASSES.items() if cls.linear)
+#: The shape options (of :class:`ModelOptions`) each model takes.
+OPTIONS = {name: cls.shape_options for name, cls in CLASSES.items() if cls.shape_options}
 
 
 def _shape(help: str, kind: str, **spec: Any) -> Any:
@@ -66,11 +64,6 @@ def model_options(values: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k in ModelOptions.fields() and v is not None}
 
 
-def _n_classes(data: Dataset) -> int:
-    n_classes = data.attrs.get("n_classes")
-    return int(data.label_range[1]) + 1 if n_classes is None else int(n_classes)
-
-
 #: The model a dataset's recorded ``task`` attribute (written by the recipes) implies.
 MODEL_FOR_TASK = {"binary": "logistic", "multiclass": "softmax", "regression": "least_squares",
                   "unsupervised": "sparse_autoencoder"}
@@ -92,37 +85,15 @@ def default_model(data: Dataset) -> str:
     return MODEL_FOR_TASK[task]
 
 
-def _image_side(data: Dataset) -> int:
-    """The side of the square images ``data``'s rows are (``patches`` with ``patch_size``)."""
-    side = math.isqrt(data.n_features)
-    if side * side != data.n_features:
-        raise ModelDataMismatchError(f"local_autoencoder reads each row as a square image, but the dataset at "
-                                     f"{str(data.path)!r} has {data.n_features} features, not a square number")
-    return side
-
-
-def balanced_class_weight(data: Dataset, n_classes: int) -> list[float]:
-    """scikit-learn's ``class_weight="balanced"`` from the totals ``data`` recorded when written:
-    ``N / (K N_k)`` with ``N_k`` the total (sample) weight of class ``k``'s rows."""
-    totals = data.label_weights if data.is_weighted else data.label_counts
-    if totals is None:
-        raise ConfigurationError(f"class_weight='balanced' needs the class totals, and the dataset at "
-                                 f"{str(data.path)!r} recorded none (its labels are not a few integers)")
-    missing = [k for k in range(n_classes) if not totals.get(k)]
-    if missing:
-        raise ConfigurationError(f"class_weight='balanced' weighs each class by its share, and class(es) {missing} "
-                                 f"have no rows (or no weight) in the dataset at {str(data.path)!r}")
-    total = sum(totals[k] for k in range(n_classes))
-    return [total / (n_classes * totals[k]) for k in range(n_classes)]
-
-
 def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
                       class_weight: str | None = None, **options: Any) -> Model:
     """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).
 
-    ``options`` are the neural models' shape options (:data:`OPTIONS`); ``fit_intercept``
+    ``options`` are the model's shape options (its ``shape_options``); ``fit_intercept``
     and ``l1`` apply to the linear models only (the neural ones always have biases, and
-    OWL-QN's orthants suit convex objectives), ``class_weight`` to logistic and softmax.
+    OWL-QN's orthants suit convex objectives), ``class_weight`` to the models that take it
+    (logistic and softmax). What the model reads of ``data`` is its own
+    (:meth:`~dasklbfgs.models.base.Model.for_dataset`).
     """
     if name not in CLASSES:
         raise ConfigurationError(f"model must be one of {MODELS!r}, got {name!r}")
@@ -132,35 +103,16 @@ def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 
         raise ConfigurationError(
             f"model {name!r} does not take option(s) {unknown}; it takes {list(allowed) or 'none'}"
         )
-    if class_weight is not None and name not in ("logistic", "softmax"):
-        raise ConfigurationError(f"class_weight applies to the classifiers logistic and softmax, not {name!r}")
+    cls = CLASSES[name]
+    if class_weight is not None and not cls.takes_class_weight:
+        takers = " and ".join(n for n, c in CLASSES.items() if c.takes_class_weight)
+        raise ConfigurationError(f"class_weight applies to the classifiers {takers}, not {name!r}")
     if class_weight not in (None, "balanced"):
         raise ConfigurationError(f"class_weight must be 'balanced' or None, got {class_weight!r}")
-    if name in LINEAR:
-        if name == "least_squares":
-            return LeastSquares(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)
-        n_classes = 2 if name == "logistic" else _n_classes(data)
-        weights = None if class_weight is None else balanced_class_weight(data, n_classes)
-        if name == "softmax":
-            return Softmax(data.n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1,
-                           class_weight=weights)
-        return Logistic(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1, class_weight=weights)
-    if not fit_intercept:
+    if not cls.linear and not fit_intercept:
         raise ConfigurationError(f"fit_intercept=False applies to linear models, not {name!r}")
-    if l1:
+    if not cls.linear and l1:
         raise ConfigurationError(
             f"l1={l1!r} applies to the linear models {list(LINEAR)}, not {name!r}; use l2 for {name!r}"
         )
-    if name == "mlp":
-        return MLP(data.n_features, n_classes=_n_classes(data), l2=l2, **options)
-    if name == "sparse_autoencoder":
-        return SparseAutoencoder(data.n_features, l2=l2, **options)
-    if name == "local_autoencoder":
-        return LocalAutoencoder(_image_side(data), l2=l2, **options)
-    hidden = options.get("hidden")
-    if isinstance(hidden, (list, tuple)):
-        if len(hidden) != 1:
-            raise ConfigurationError(f"embedding_lm has one hidden layer; hidden must be one width, got {hidden!r}")
-        options["hidden"] = hidden[0]
-    vocab = data.attrs.get("vocab_size") or _n_classes(data)
-    return EmbeddingLM(int(vocab), context=data.n_features, l2=l2, **options)
+    return cls.for_dataset(data, l2=l2, l1=l1, fit_intercept=fit_intercept, class_weight=class_weight, **options)

@@ -114,7 +114,7 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
             "datasets": {split: str(d.path) for split, d in (("train", train), ("test", test)) if d is not None},
             "cluster": {"scheduler": client.scheduler.address,
                         "workers": len(client.scheduler_info(n_workers=-1)["workers"])},
-            "solver_stats": {**result.stats, **result.stats.summary(result.nit)},
+            "solver_stats": {**result.stats, **result.stats.summary(result)},
             "versions": versions(), "started_at": started_at,
             "durations": {"data_seconds": prepared.seconds + (data_ready - checking),
                           "train_seconds": trained - data_ready,

@@ -70,7 +70,8 @@ class IntermediateResult(OptimizeResult):
         super().__init__(entry)
         if "loss" in entry:
             self["fun"] = entry["loss"]
-        self._params: Callable[[], np.ndarray] | None = params
+        # an attribute, not a key: OptimizeResult stores what is set on it as keys
+        object.__setattr__(self, "_params", params)
 
     def __missing__(self, key: str) -> Any:
         if key != "x":
@@ -83,7 +84,7 @@ class IntermediateResult(OptimizeResult):
 
     def settle(self) -> None:
         """The callback has returned: ``x``, if not read, is no longer to be had."""
-        self._params = None
+        object.__setattr__(self, "_params", None)
 
 
 class RunContext:
@@ -152,8 +153,9 @@ class RunContext:
             try:
                 yield active
             except BaseException as exc:  # Ctrl-C too: the page must not show the run as running forever
-                self.metrics.send(kind="end", status="FAILED", success=False, error=type(exc).__name__,
-                                  message=str(exc))
+                if active.status == "running":  # a client closed under the run has no scheduler to tell
+                    self.metrics.send(kind="end", status="FAILED", success=False, error=type(exc).__name__,
+                                      message=str(exc))
                 raise
 
     def finish(self, result: OptimizeResult) -> None:
@@ -163,6 +165,11 @@ class RunContext:
         self.metrics.send(kind="end", status=status, success=bool(result.success), message=str(result.message))
 
     # -- each iteration or progress poll ----------------------------------------------------
+
+    def restart_clock(self) -> None:
+        """Start the run's clock (history entries' ``time``, rates) now: when training starts,
+        after a solver's setup (actors created, state restored)."""
+        self.started = time.perf_counter()
 
     def start_cadences(self, step: int = 0) -> None:
         """Held-out scoring and checkpoints due every ``eval_every`` / ``checkpoint_every``

@@ -26,7 +26,7 @@ from scipy.optimize import OptimizeResult
 from dasklbfgs._typing import DatasetLike
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.base import Model
-from dasklbfgs.options import Options, describe_default
+from dasklbfgs.options import Options, describe_default, options_doc
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result, RunStats
 
@@ -197,15 +197,6 @@ def solver_function(function_name: str, name: str, options: type[Options], summa
                     f":func:`dasklbfgs.minimize` for ``model``, ``data``, ``client``, ``x0``, ``callback`` " \
                     f"and ``eval_data``.\n\n    Options\n    -------\n{options_doc(options)}"
     return solve
-
-
-def options_doc(options: type[Options], indent: str = "    ") -> str:
-    """Numpydoc-style entries for every option of ``options``."""
-    lines = []
-    for name, default, spec in options.items():
-        lines.append(f"{indent}{name} : {spec.expected()}, default {describe_default(default, spec)}")
-        lines.append(f"{indent}    {spec.help[0].upper()}{spec.help[1:]}.")
-    return "\n".join(lines)
 
 
 def options_table(options: type[Options]) -> str:

@@ -53,10 +53,12 @@ class RunStats(dict[str, Any]):
     #: the dashboard's Training page shows a panel of per-replica progress
     has_replicas: ClassVar[bool] = False
 
-    def summary(self, nit: int) -> dict[str, Any]:
+    def summary(self, result: Result) -> dict[str, Any]:
+        """The figures a report keeps of ``result`` (its ``objective`` where the run measured
+        the full objective; reports score the others on the data)."""
         raise NotImplementedError
 
-    def lines(self, nit: int) -> list[str]:
+    def lines(self, result: Result) -> list[str]:
         """The report's lines about the work done, each starting with a 10-wide label."""
         raise NotImplementedError
 
@@ -72,14 +74,15 @@ class SandblasterStats(RunStats):
     unit = "iteration"
     loss_name = "objective"
 
-    def summary(self, nit: int) -> dict[str, Any]:
-        return {"iterations": nit, "evaluations": self["evaluations"], "seconds": self["total_seconds"],
+    def summary(self, result: Result) -> dict[str, Any]:
+        return {"objective": result.fun, "iterations": result.nit, "evaluations": result.nfev,
+                "seconds": self["total_seconds"],
                 "seconds_per_evaluation": self["eval_seconds_median"],
                 "backup_tasks": {"launched": self["backups_launched"], "won": self["backups_won"]}}
 
-    def lines(self, nit: int) -> list[str]:
+    def lines(self, result: Result) -> list[str]:
         per_evaluation = self["eval_seconds_median"] or math.nan
-        return [f"work       {nit} iterations, {self['evaluations']} evaluations, {self['total_seconds']:.2f} s "
+        return [f"work       {result.nit} iterations, {result.nfev} evaluations, {self['total_seconds']:.2f} s "
                 f"({1e3 * per_evaluation:.1f} ms per evaluation)",
                 f"backups    {self['backups_launched']} launched, {self['backups_won']} won"]
 
@@ -95,12 +98,13 @@ class _ReplicaStats(RunStats):
     loss_name = "mini-batch loss"
     has_replicas = True
 
-    def summary(self, nit: int) -> dict[str, Any]:
-        return {"steps": nit, "seconds": self["wall_seconds"], "updates_per_second": self["updates_per_second"],
+    def summary(self, result: Result) -> dict[str, Any]:
+        return {"steps": result.nit, "seconds": self["wall_seconds"], "updates_per_second": self["updates_per_second"],
                 "examples_per_second": self["examples_per_second"], "steps_per_replica": self["steps_per_replica"]}
 
-    def lines(self, nit: int) -> list[str]:
-        return [f"work       {nit} steps over replicas {self['steps_per_replica']} in {self['wall_seconds']:.2f} s "
+    def lines(self, result: Result) -> list[str]:
+        return [f"work       {result.nit} steps over replicas {self['steps_per_replica']} in "
+                f"{self['wall_seconds']:.2f} s "
                 f"({self['updates_per_second']:.0f} updates/s, {self['examples_per_second']:.0f} examples/s)"]
 
     def iterations(self, nit: int) -> int:
@@ -110,11 +114,11 @@ class _ReplicaStats(RunStats):
 class DownpourStats(_ReplicaStats):
     """Also staleness, pushes and bytes per shard, recoveries and hand-overs of shards."""
 
-    def summary(self, nit: int) -> dict[str, Any]:
-        return {**super().summary(nit), "staleness": self["staleness"]}
+    def summary(self, result: Result) -> dict[str, Any]:
+        return {**super().summary(result), "staleness": self["staleness"]}
 
-    def lines(self, nit: int) -> list[str]:
-        return [*super().lines(nit),
+    def lines(self, result: Result) -> list[str]:
+        return [*super().lines(result),
                 f"staleness  {self['staleness']} (pushes by how many updates they lagged)"]
 
 
@@ -122,8 +126,8 @@ class PeerStats(_ReplicaStats):
     """Also messages and bytes between replicas, center exchanges (EASGD), restarts and the
     chosen replica (neighbours)."""
 
-    def summary(self, nit: int) -> dict[str, Any]:
-        summary = {**super().summary(nit),
+    def summary(self, result: Result) -> dict[str, Any]:
+        summary = {**super().summary(result),
                    "between_replicas": {"messages": self["messages_between_replicas"],
                                         "bytes": self["bytes_between_replicas"],
                                         "center_exchanges": self["center_exchanges"]}}
@@ -131,8 +135,8 @@ class PeerStats(_ReplicaStats):
             summary["chosen_replica"] = self["chosen_replica"]
         return summary
 
-    def lines(self, nit: int) -> list[str]:
-        lines = [*super().lines(nit),
+    def lines(self, result: Result) -> list[str]:
+        lines = [*super().lines(result),
                  f"exchange   {self['messages_between_replicas']} messages, "
                  f"{human_bytes(self['bytes_between_replicas'])} between replicas; "
                  f"{self['center_exchanges']} center exchanges"]

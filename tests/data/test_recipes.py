@@ -69,10 +69,15 @@ def test_opening_the_folder_points_at_its_splits(tmp_path) -> None:
     [
         ("nope", {}, r"dataset kind must be one of .* got 'nope'"),
         ("logistic", {"rows": 10}, r"the 'logistic' recipe needs rows and features"),
-        ("logistic", {"rows": 0, "features": 2}, r"rows must be >= 1, got 0"),
-        ("digits", {"rows": 10}, r"the 'digits' dataset has a fixed size"),
-        ("wine", {"test_fraction": 1.0}, r"test_fraction must be in \[0, 1\), got 1.0"),
-        ("multinomial", {"rows": 10, "features": 2, "n_classes": 1}, r"n_classes must be >= 2, got 1"),
+        ("logistic", {"rows": 0, "features": 2}, r"rows must be an integer >= 1 or None, got 0"),
+        ("digits", {"rows": 10}, r"the 'digits' recipe takes no rows \(scikit-learn's bundled data have a fixed "
+                                 r"size\), got 10"),
+        ("wine", {"test_fraction": 1.0}, r"test_fraction must be a number in \[0, 1\), got 1.0"),
+        ("multinomial", {"rows": 10, "features": 2, "n_classes": 1}, r"n_classes must be an integer >= 2 or None, "
+                                                                     r"got 1"),
+        ("patches", {"rows": 10, "vocab_size": 50}, r"the 'patches' recipe takes no vocab_size \(its options: "
+                                                     r"rows, patch_size, image_source\), got 50"),
+        ("logistic", {"rows": 10, "features": 2, "bogus": 1}, r"make_dataset does not take option 'bogus'"),
     ],
 )
 def test_recipe_errors(tmp_path, kind, kwargs, match) -> None:

@@ -72,6 +72,6 @@ def test_every_solver_returns_one_result_shape(client, datasets, solver) -> None
     assert all({"step", "time"} <= set(entry) for entry in result.history)
     losses = [entry["loss"] for entry in result.history if "loss" in entry]
     assert losses and result.fun == losses[-1]
-    assert result.stats.lines(result.nit)[0].startswith("work ") and result.stats.summary(result.nit)
+    assert result.stats.lines(result)[0].startswith("work ") and result.stats.summary(result)
     assert seen and all(x.shape == (Softmax(8, 3).n_params,) for _, x in seen)
     assert all(intermediate.step == entry["step"] for (intermediate, _), entry in zip(seen, result.history))

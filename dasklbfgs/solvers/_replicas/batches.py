@@ -13,6 +13,7 @@ import numpy as np
 
 from dasklbfgs._typing import Dataset
 from dasklbfgs.models.base import Model
+from dasklbfgs.solvers.common_options import ReplicaOptions
 
 __all__ = ["Batch", "Batches", "ReplicaTask", "epoch_order", "is_non_finite", "leave_task_slot", "non_finite_message"]
 
@@ -25,22 +26,22 @@ def epoch_order(n_rows: int, seed: int, replica: int, epoch: int) -> np.ndarray:
 class Batches:
     """The replica's mini-batches in order, step after step across epochs (with lookahead).
 
-    ``config`` needs ``batch_size``, ``epochs`` and ``seed`` (a Downpour or peer config).
+    ``options``' ``batch_size``, ``epochs`` and ``seed`` decide them.
     """
 
-    def __init__(self, n_rows: int, config: Any, replica: int) -> None:
-        self.n_rows, self.config, self.replica = n_rows, config, replica
-        self.per_epoch = math.ceil(n_rows / config.batch_size)
-        self.total = config.epochs * self.per_epoch
+    def __init__(self, n_rows: int, options: ReplicaOptions, replica: int) -> None:
+        self.n_rows, self.options, self.replica = n_rows, options, replica
+        self.per_epoch = math.ceil(n_rows / options.batch_size)
+        self.total = options.epochs * self.per_epoch
         self._orders: dict[int, np.ndarray] = {}
 
     def __getitem__(self, step: int) -> tuple[int, np.ndarray]:
         epoch = step // self.per_epoch
         if epoch not in self._orders:
             self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
-            self._orders[epoch] = epoch_order(self.n_rows, self.config.seed, self.replica, epoch)
-        start = (step % self.per_epoch) * self.config.batch_size
-        return epoch, np.sort(self._orders[epoch][start : start + self.config.batch_size])
+            self._orders[epoch] = epoch_order(self.n_rows, self.options.seed, self.replica, epoch)
+        start = (step % self.per_epoch) * self.options.batch_size
+        return epoch, np.sort(self._orders[epoch][start : start + self.options.batch_size])
 
 
 class Batch(NamedTuple):
@@ -59,14 +60,16 @@ class Batch(NamedTuple):
 
 class ReplicaTask:
     """What every replica task keeps on its worker (Downpour's and the peer methods'): its
-    rows and batches, its counts, why it stopped, and its time computing gradients."""
+    rows and batches, its counts, why it stopped, and its time computing gradients.
+    ``config`` is the method's replica configuration: its ``options`` (the run's, frozen) and
+    what the coordinator derived from them."""
 
     def __init__(self, replica: int, model: Model, data: Dataset, rows: tuple[int, int], config: Any) -> None:
         self.replica, self.model, self.config = replica, model, config
         self.X, self.y = data.load_rows(*rows)
         weights = data.load_weights(*rows)
         self.w = None if weights is None else weights * (data.n_samples / data.total_weight)
-        self.batches = Batches(self.X.shape[0], config, replica)
+        self.batches = Batches(self.X.shape[0], config.options, replica)
         self.steps = self.examples = 0
         self.stop: str | None = None
         self.seconds_computing = 0.0

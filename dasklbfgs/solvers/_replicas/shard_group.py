@@ -163,7 +163,7 @@ class ParameterShardGroup:
             shard.set_state(states[i]).result()
             if self.on_new is not None:
                 self.on_new(shard)
-            self.futures[i], self.handles[i] = future, shard
+            self.futures[i], self.handles[i], self.placed[i] = future, shard, placed[-1]
         self._publish()
         return placed
 

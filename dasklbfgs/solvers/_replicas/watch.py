@@ -111,7 +111,8 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
         entry: dict[str, Any] = {"step": steps, "time": time.perf_counter() - context.started}
         if loss_count:
             entry["loss"] = loss_sum / loss_count
-        scored = context.evaluation_due(steps)
+        # due on the cadence, and on the last poll too (the final parameters are scored besides)
+        scored = context.evaluation_due(steps) or (progress.finished and options.eval_every is not None)
         if scored and options.defer_eval:
             deferred.append((entry, run.current_params()))
         elif scored:

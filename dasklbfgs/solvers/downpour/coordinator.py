@@ -53,8 +53,6 @@ __all__ = ["DownpourPlan", "plan_downpour"]
 MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
 MAILBOX_POLL_SECONDS = 2.0  # how long a poll waits for the partitions' mailboxes' counters (a lost one: skipped)
-# Rules whose state the replicas do not have: no local step by default (local_learning_rate).
-ADAPTIVE_RULES = ("adagrad", "ftrl")
 
 
 @dataclass(frozen=True)
@@ -345,17 +343,10 @@ class _DownpourRun(Coordinator):
         raise WorkerLostError(f"partition(s) {lost} of replica {r} were lost with their worker and could not be "
                               f"re-created ({len(self.partition_restarts)} restarts so far)")
 
-    def replica_config(self) -> ReplicaConfig:
-        opts = self.options
-        local_rate = opts.local_learning_rate
-        if local_rate is None:
-            local_rate = 0.0 if opts.optimizer in ADAPTIVE_RULES else self.rule.hyper["learning_rate"]
-        return ReplicaConfig(opts.batch_size, opts.n_fetch, opts.n_push, opts.epochs, float(local_rate), opts.seed,
-                             opts.wire_dtype, self.table, opts.overlap)
-
     def train(self) -> Result:
-        started = self.started
-        opts, self.config = self.options, self.replica_config()
+        self.context.restart_clock()  # training starts: the actors are up, their state restored
+        started = self.started = self.context.started
+        opts, self.config = self.options, ReplicaConfig(self.options, self.table)
         self.partition_workers: dict[int, list[str]] = {}  # where each partitioned replica's partitions run
         self.first_epoch = self.start_steps // global_steps_per_epoch(self.data.n_samples, len(self.rows),
                                                                       opts.batch_size)

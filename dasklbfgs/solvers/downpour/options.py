@@ -13,6 +13,10 @@ from dasklbfgs.solvers.common_options import CheckpointOptions, ModelPartitionOp
 __all__ = ["DownpourOptions"]
 
 
+#: Rules whose state the replicas do not have: no local step by default (local_learning_rate).
+ADAPTIVE_RULES = ("adagrad", "ftrl")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions, ModelPartitionOptions):
     solver: ClassVar[str] = "downpour"
@@ -34,6 +38,14 @@ class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions, Mode
         none_means="on when the model has a row table on the data and the update rule allows it exactly")
     overlap: bool = option(False, "keep each push in flight while computing the next gradient (hides the "
                            "round trip, adds one step of staleness; dense transfer only)", "bool")
+
+    def local_rate(self) -> float:
+        """The rate of a replica's local step: ``local_learning_rate``, else ``learning_rate``
+        for sgd and momentum, 0 (no local step) for the adaptive rules, whose state the
+        replicas do not have."""
+        if self.local_learning_rate is not None:
+            return float(self.local_learning_rate)
+        return 0.0 if self.optimizer in ADAPTIVE_RULES else float(self.learning_rate)
 
     def check_together(self) -> None:
         super().check_together()

@@ -28,21 +28,19 @@ from dasklbfgs.solvers._replicas.batches import ReplicaTask, leave_task_slot
 from dasklbfgs.solvers._replicas.directory import ShardDirectory
 from dasklbfgs.solvers._replicas.parameter_shard import ShardMoved
 from dasklbfgs.solvers._replicas.wire import Wire
+from dasklbfgs.solvers.downpour.options import DownpourOptions
 
 __all__ = ["DownpourReplica", "ReplicaConfig", "run_replica"]
 
 
 @dataclass(frozen=True)
 class ReplicaConfig:
-    batch_size: int
-    n_fetch: int
-    n_push: int
-    epochs: int
-    local_learning_rate: float
-    seed: int
-    wire_dtype: str = "float64"
-    table: Any = None  # the row table of row-sparse pushes and fetches; None: dense transfer
-    overlap: bool = False
+    """What every Downpour replica task reads: the run's options as the user gave them (frozen;
+    an option a replica reads is its declaration plus that read), and the row table of
+    row-sparse pushes and fetches the coordinator chose (None: dense transfer)."""
+
+    options: DownpourOptions
+    table: Any = None
 
     @property
     def sparse(self) -> bool:
@@ -83,11 +81,12 @@ class DownpourReplica(ReplicaTask):
         self.generation = -1
         self.take_replacements()
         super().__init__(replica, model, data, rows, config)
-        self.wire = Wire(bounds, config.wire_dtype, config.table, copy=config.overlap)
+        self.wire = Wire(bounds, config.options.wire_dtype, config.table, copy=config.options.overlap)
         # Pushing every step (dense): each gradient is pushed as it is, instead of being added
         # into a zeroed accumulator and the accumulator zeroed again (three passes over the
         # parameters per step saved; 0 + g is g, so the values pushed are the same).
-        self.direct = config.n_push == 1 and not config.sparse
+        self.direct = config.options.n_push == 1 and not config.sparse
+        self.local_rate = config.options.local_rate()  # the step on the replica's own copy between fetches
         self.accrued = np.zeros(model.n_params)
         self.touched = np.zeros(config.table.n_rows, dtype=bool) if config.sparse else None
         self.accrued_steps, self.accrued_loss = 0, 0.0
@@ -152,12 +151,12 @@ class DownpourReplica(ReplicaTask):
         """Table rows the batches from ``step`` up to the next fetch read."""
         if not self.config.sparse:
             return None
-        ahead = range(step, min(step + self.config.n_fetch, self.batches.total))
+        ahead = range(step, min(step + self.config.options.n_fetch, self.batches.total))
         return np.unique(np.concatenate([self.model.touched_rows(self.X[self.batches[t][1]]) for t in ahead]))
 
     def fetch(self, step: int) -> str | None:
         rows = self.wire.split_rows(self.rows_ahead(step))
-        replies = self.replies(self.send(lambda i, s: s.fetch(self.config.wire_dtype, rows[i])))
+        replies = self.replies(self.send(lambda i, s: s.fetch(self.config.options.wire_dtype, rows[i])))
         self.wire.apply_fetched(self.params, [r[0] for r in replies])
         self.versions = [r[1] for r in replies]
         return _stop_reason(replies, 2)
@@ -220,11 +219,11 @@ class DownpourReplica(ReplicaTask):
         loss, grad = computed
         self.accrue(loss, grad, batch.X)
         self.examples += index.size
-        if self.config.local_learning_rate:
-            self.params -= self.config.local_learning_rate * grad
+        if self.local_rate:
+            self.params -= self.local_rate * grad
         self.steps += 1
-        self.need_fetch = self.steps % self.config.n_fetch == 0 and step + 1 < self.batches.total
-        return self.steps % self.config.n_push == 0 and self.push(step)
+        self.need_fetch = self.steps % self.config.options.n_fetch == 0 and step + 1 < self.batches.total
+        return self.steps % self.config.options.n_push == 0 and self.push(step)
 
     def stopping(self, step: int) -> bool:
         """Whether to stop before computing ``step`` (a fetch said why in ``stop``)."""
@@ -232,7 +231,7 @@ class DownpourReplica(ReplicaTask):
 
     def push(self, step: int) -> bool:
         """Push the accrued gradient (the next fetch riding on it when due); True to stop."""
-        if self.config.overlap:  # the previous push's reply, then this push stays in flight
+        if self.config.options.overlap:  # the previous push's reply, then this push stays in flight
             self.stop = self.collect(self.in_flight)
             self.in_flight = None
             if self.stop:

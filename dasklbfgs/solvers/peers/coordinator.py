@@ -70,14 +70,15 @@ def plan_peers(context: RunContext) -> PeerPlan:
 
 
 def peer_config(options: PeerOptions, rows: list[tuple[int, int]], rule: UpdateRule) -> PeerConfig:
-    """What every replica task of the run needs to know, from the checked options."""
-    n_replicas, batch_size = len(rows), options.batch_size
+    """What every replica task of the run reads: the options as given, and what they imply
+    for this run's replicas."""
+    n_replicas = len(rows)
     return PeerConfig(
-        method=options.solver, n_replicas=n_replicas, batch_size=batch_size, epochs=options.epochs,
-        seed=options.seed, rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
-        total_steps=options.epochs * max(math.ceil((b - a) / batch_size) for a, b in rows),
+        options=options, n_replicas=n_replicas, rule=rule.name, hyper=tuple(sorted(rule.hyper.items())),
+        total_steps=options.epochs * max(math.ceil((b - a) / options.batch_size) for a, b in rows),
         step_cap=None if options.max_steps is None else math.ceil(options.max_steps / n_replicas),
-        **options.replica_fields(n_replicas),
+        alpha=options.moving_rate(n_replicas), torus_shape=options.grid(n_replicas),
+        push_sum=options.weighs_replicas,
     )
 
 
@@ -278,7 +279,8 @@ class _PeerRun(Coordinator):
     # -- the run ----------------------------------------------------------------------------
 
     def train(self) -> Result:
-        started = self.context.started
+        self.context.restart_clock()  # training starts: the mailboxes and the center are up
+        started = self.started = self.context.started
         self.measure_start_loss()
         self.start_replicas()
         watched = watch(self, 0)
@@ -299,7 +301,7 @@ class _PeerRun(Coordinator):
             "method": self.method,
             "wall_seconds": wall,
             "global_steps": steps,
-            "epochs": steps / global_steps_per_epoch(self.data.n_samples, len(self.rows), self.config.batch_size),
+            "epochs": steps / global_steps_per_epoch(self.data.n_samples, len(self.rows), self.options.batch_size),
             "updates_per_second": steps / wall,
             "examples_per_second": sum(t["examples"] for t in tallies) / wall,
             "steps_per_replica": [t["steps"] for t in tallies],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.collective import TOPOLOGIES, torus_shape
@@ -19,18 +19,28 @@ class PeerOptions(ReplicaOptions):
 
     max_restarts: int = option(3, "times the replicas are restarted after losing a worker (its mailboxes or "
                                "center shards) before the run fails with WorkerLostError", "int", minimum=0)
+    wait_timeout: float = option(120.0, "seconds a replica waits for a peer (sync: its sums) before the run fails",
+                                 "float", positive=True)
+
+    # What the replicas derive from the options for a run of n_replicas (the defaults: none of it)
+
+    def moving_rate(self, n_replicas: int) -> float:
+        """EASGD's moving rate alpha (0: no elastic exchange)."""
+        return 0.0
+
+    def grid(self, n_replicas: int) -> tuple[int, int] | None:
+        """The neighbours' torus (None: no torus)."""
+        return None
+
+    @property
+    def weighs_replicas(self) -> bool:
+        """Whether each replica carries a weight its parameters are divided by (push-sum)."""
+        return False
 
 
 @dataclass(frozen=True, kw_only=True)
 class SyncOptions(PeerOptions):
     solver: ClassVar[str] = "sync"
-
-    wait_timeout: float = option(120.0, "seconds a replica waits for a peer's sums before the run fails",
-                                 "float", positive=True)
-
-    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
-        """This method's fields of the replicas' ``PeerConfig``."""
-        return {"wait_timeout": self.wait_timeout}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +66,11 @@ class EASGDOptions(PeerOptions, ParamShardOptions):
                 f"alpha = {self.learning_rate * self.rho!r}, which must be below 1: lower rho"
             )
 
-    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
-        # alpha as given, from rho, or the paper's 0.9 / n_replicas
-        alpha = self.alpha if self.alpha is not None else (
-            self.learning_rate * self.rho if self.rho is not None else 0.9 / n_replicas)
-        return {"tau": self.tau, "alpha": alpha}
+    def moving_rate(self, n_replicas: int) -> float:
+        """alpha as given, from rho (``learning_rate * rho``), or the paper's 0.9 / n_replicas."""
+        if self.alpha is not None:
+            return self.alpha
+        return self.learning_rate * self.rho if self.rho is not None else 0.9 / n_replicas
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,8 +80,9 @@ class GossipOptions(PeerOptions):
     push_sum: bool = option(False, "push-sum gossip (send half of numerator and weight to a random peer) "
                             "instead of pulling a peer's parameters", "bool")
 
-    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
-        return {"push_sum": self.push_sum}
+    @property
+    def weighs_replicas(self) -> bool:
+        return self.push_sum
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +102,6 @@ class NeighbourOptions(PeerOptions):
                 f"neighbours: torus_shape {self.torus_shape!r} is only for topology='torus', not {self.topology!r}"
             )
 
-    def replica_fields(self, n_replicas: int) -> dict[str, Any]:
-        shape = torus_shape(n_replicas, self.torus_shape) if self.topology == "torus" else None
-        return {"topology": self.topology, "torus_shape": shape}
+    def grid(self, n_replicas: int) -> tuple[int, int] | None:
+        """The torus's (rows, cols): as given, or the most nearly square grid (None: a ring)."""
+        return torus_shape(n_replicas, self.torus_shape) if self.topology == "torus" else None

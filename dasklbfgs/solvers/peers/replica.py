@@ -36,6 +36,7 @@ from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
 from dasklbfgs.solvers._replicas.mailbox import Stopped
 from dasklbfgs.solvers._replicas.wire import ShardLayout, payload_nbytes
+from dasklbfgs.solvers.peers.options import PeerOptions
 
 __all__ = [
     "EASGDReplica", "GossipReplica", "NeighbourReplica", "PeerConfig", "PeerReplica", "SyncReplica",
@@ -51,21 +52,19 @@ class PeerLost(Exception):
 
 @dataclass(frozen=True)
 class PeerConfig:
-    method: str
+    """What every replica task of a peer run reads: the run's options as the user gave them
+    (frozen; an option a replica reads is its declaration plus that read), and what the
+    coordinator derived from them for this run."""
+
+    options: PeerOptions
     n_replicas: int
-    batch_size: int
-    epochs: int
-    seed: int
     rule: str
     hyper: tuple[tuple[str, Any], ...]
     total_steps: int = 0           # sync: steps every replica takes (the longest replica's)
     step_cap: int | None = None    # at most this many steps per replica (ceil(max_steps / n_replicas))
-    tau: int = 1                   # easgd: steps between elastic exchanges
-    alpha: float = 0.0             # easgd: moving rate
-    push_sum: bool = False         # gossip
-    topology: str = "ring"         # neighbours
-    torus_shape: tuple[int, int] | None = None
-    wait_timeout: float = 120.0
+    alpha: float = 0.0             # easgd: moving rate (PeerOptions.moving_rate)
+    torus_shape: tuple[int, int] | None = None  # neighbours: the torus (PeerOptions.grid)
+    push_sum: bool = False         # gossip: replicas carry weights (PeerOptions.weighs_replicas)
 
 
 class _Peers:
@@ -327,9 +326,9 @@ class PeerReplica(ReplicaTask):
     def wait_for_abort(self) -> None:
         """After a failed call to a peer: wait for the coordinator to abort the run (it then
         restarts the replicas from the states they return) and stop."""
-        if not self.own.wait_aborted(self.config.wait_timeout):
+        if not self.own.wait_aborted(self.config.options.wait_timeout):
             raise WorkerLostError(f"replica {self.replica}: a call to a peer failed and the run was not restarted "
-                                  f"within {self.config.wait_timeout:.0f} s; a peer's worker is probably gone")
+                                  f"within {self.config.options.wait_timeout:.0f} s; a peer's worker is probably gone")
         self.stop = "the run was aborted"
 
     def run(self) -> dict[str, Any]:
@@ -421,12 +420,13 @@ class SyncReplica(PeerReplica):
         """
         own, children = self.own, tree_children(self.replica, self.config.n_replicas)
         parts = [(*self.row_sums(batch), batch.size)]
-        parts += [own.take(("up", step, child), self.config.wait_timeout, stoppable=False) for child in children]
+        wait = self.config.options.wait_timeout
+        parts += [own.take(("up", step, child), wait, stoppable=False) for child in children]
         summed = add_tree_sums(parts)
         parent, objective = tree_parent(self.replica), None
         if parent is not None:
             replies([self.send(parent, "put", ("up", step, self.replica), summed)], own)
-            down = own.take(("down", step), self.config.wait_timeout, stoppable=False)
+            down = own.take(("down", step), self.config.options.wait_timeout, stoppable=False)
         elif own.stop_reason is not None:
             down = own.stop_reason
         else:
@@ -477,7 +477,7 @@ class EASGDReplica(LocalStepReplica):
         return {"params": np.array(center), "rule_state": None, "weight": 1.0}
 
     def update(self, step: int, gradient: np.ndarray, batch: Batch) -> None:
-        if step % self.config.tau == 0 and self.center is not None and self.bounds is not None:
+        if step % self.config.options.tau == 0 and self.center is not None and self.bounds is not None:
             calls = [sh.elastic(self.params[a:b], self.config.alpha) for sh, (a, b) in zip(self.center, self.bounds)]
             self.params -= np.concatenate(replies(calls, self.own))
             self.bytes_sent += self.params.nbytes  # its slices, one to each center shard
@@ -493,7 +493,8 @@ class GossipReplica(LocalStepReplica):
     def __init__(self, replica: int, **kwargs: Any) -> None:
         super().__init__(replica, **kwargs)
         # a restarted replica draws new peers: its stream goes on from the step it resumed at
-        self.rng = np.random.default_rng([self.config.seed, replica, 7919] + ([self.steps] if self.steps else []))
+        self.rng = np.random.default_rng([self.config.options.seed, replica, 7919]
+                                         + ([self.steps] if self.steps else []))
 
     @staticmethod
     def returned(run: Any, replicas: list[dict[str, Any]] | None) -> tuple[np.ndarray, int | None]:
@@ -550,7 +551,8 @@ class NeighbourReplica(LocalStepReplica):
     def __init__(self, replica: int, *, data: Dataset, **kwargs: Any) -> None:
         super().__init__(replica, data=data, **kwargs)
         config = self.config
-        self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.topology, config.torus_shape)
+        self.own_weight, self.near = exchange_weights(replica, config.n_replicas, config.options.topology,
+                                                      config.torus_shape)
         # the rows a batch's gradient can be non-zero in (None: every coordinate), as Downpour's pushes
         table = self.model.row_table_for(data)
         self.layout = None if table is None else ShardLayout(0, self.model.n_params, table)
@@ -595,10 +597,10 @@ def run_peer_replica(replica: int, *, model: Model, data: Dataset, rows: tuple[i
                      mailboxes: list[ActorRef], x0: np.ndarray, center: list[ActorRef] | None = None,
                      bounds: list[tuple[int, int]] | None = None,
                      resume: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train one replica of ``config.method`` (from ``resume`` after a restart); return its
+    """Train one replica of ``config.options.solver`` (from ``resume`` after a restart); return its
     tallies, final parameters and state."""
     leave_task_slot()
-    trainer = REPLICAS[config.method](replica, model=model, data=data, rows=rows, config=config,
+    trainer = REPLICAS[config.options.solver](replica, model=model, data=data, rows=rows, config=config,
                                       mailboxes=[ref.handle() for ref in mailboxes], x0=x0,
                                       center=None if center is None else [ref.handle() for ref in center],
                                       bounds=bounds, resume=resume)

@@ -82,7 +82,7 @@ class SandblasterRun:
         if options.state == "sharded":
             self.settings["n_param_shards"] = options.param_shards
         self.saved = self._load_checkpoint()
-        self.saved_nit: int | None = None  # the iteration the run last checkpointed
+        self.saved_nit = None if self.saved is None else self.saved.nit  # the iteration last checkpointed
         self.space: ShardedSpace | None = None
         self.transform: Standardizer | None = None
 
@@ -217,8 +217,8 @@ class SandblasterRun:
         if self.options.checkpoint_path is not None:
             context.checkpoint_if_due(state.nit, lambda _: self._save(state))
         partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
-        return context.report(entry, lambda: self._current_params(state), n_portions=len(self.evaluator.portions),
-                              backups_won=self.evaluator.stats.backups_won,
+        return context.report(entry, lambda: self._current_params(state).copy(),
+                              n_portions=len(self.evaluator.portions), backups_won=self.evaluator.stats.backups_won,
                               rows_per_worker=self.evaluator.rows_per_worker(), **partitions)
 
     def _finish(self, optimized: OptimizeResult, started: float, bytes_received: int | None) -> Result:
