@@ -128,7 +128,7 @@ def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
         (["info", "/nonexistent/x"], "no dataset at '/nonexistent/x': the path does not exist"),
         (["data", "make", "logistic", "{tmp}/d", "--rows", "10"], "the 'logistic' recipe needs rows and features"),
         (["data", "make", "logistic", "{tmp}/d", "--rows", "10", "--features", "2", "--shard-rows", "0"],
-         "shard_rows must be a positive integer, got 0"),
+         "shard_rows must be an integer >= 1, got 0"),
         (["train", "--data", "/nonexistent/x", "--workers", "1"], "no dataset at '/nonexistent/x'"),
         # an earlier run's output is never replaced unasked (and nothing starts)
         (["train", "--data", "/nonexistent/x", "--output", "{tmp}"],

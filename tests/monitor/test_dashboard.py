@@ -75,7 +75,7 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         page.update()
         assert page.run == dp.run_id
         assert [run for run, _ in page.picker.options] == [dp.run_id, result.run_id]
-        assert page.plots["loss"].yaxis.axis_label == "mini-batch loss (noisy)"
+        assert page.plots["loss"].yaxis.axis_label == "mini-batch loss"
         assert page.plots["loss"].xaxis.axis_label == "global step" and not page.plots["gnorm"].visible
         assert list(page.shards.data["pushes"]) == dp.stats["pushes_per_shard"]
         assert sum(page.staleness.data["pushes"]) > 0 and page.replica_panel.visible

@@ -11,6 +11,7 @@ from dasklbfgs import Logistic, Softmax, minimize, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.monitor.events import TOPIC, plain_event
 from dasklbfgs.solvers.registry import get_solver, solver_names
+from dasklbfgs.solvers.result import RunStats
 
 
 def _events(client, run_id, kind="step"):
@@ -37,9 +38,20 @@ def test_downpour_logs_progress_and_the_end(client, datasets) -> None:
 @pytest.mark.parametrize("solver", solver_names())
 def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> None:
     """One event per history entry (iteration or progress poll), plus the replica methods'
-    final one: none refused by Dask's serialization on the way."""
+    final one: none refused by Dask's serialization on the way. Every solver's result has
+    one shape, and its callback sees each entry with the parameters."""
     options = {"maxiter": 5} if solver == "sandblaster" else {"epochs": 2, "batch_size": 20, "poll_interval": 0.01}
-    result = minimize(Softmax(8, 3), datasets["multinomial"], solver, client=client, **options)
+    seen = []
+    result = minimize(Softmax(8, 3), datasets["multinomial"], solver, client=client,
+                      callback=lambda intermediate: seen.append((intermediate, intermediate.x)), **options)
+    assert {"x", "fun", "nit", "status", "success", "message", "history", "solver", "run_id", "stats"} <= set(result)
+    assert isinstance(result.stats, RunStats) and result.stats.unit == get_solver(solver).unit
+    assert all({"step", "time"} <= set(entry) for entry in result.history)
+    losses = [entry["loss"] for entry in result.history if "loss" in entry]
+    assert losses and result.fun == losses[-1]
+    assert result.stats.lines(result)[0].startswith("work ") and result.stats.summary(result)
+    assert [intermediate.step for intermediate, _ in seen] == [entry["step"] for entry in result.history]
+    assert all(x.shape == (Softmax(8, 3).n_params,) and "_params" not in intermediate for intermediate, x in seen)
     events = _events(client, result.run_id)
     extra = 1 if get_solver(solver).stats.has_replicas else 0  # the replica methods' finished event
     assert len(result.history) >= 3 and len(events) == len(result.history) + extra

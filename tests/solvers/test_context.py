@@ -1,5 +1,5 @@
-"""The run minimize owns: cadences, the callback's intermediate result, stop rules, one
-result shape for every solver."""
+"""The run minimize owns: cadences, the callback's intermediate result, stop rules (one
+result shape for every solver: tests/monitor/test_events.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import pytest
 
 from dasklbfgs import Logistic, Softmax, Status, minimize
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.solvers import get_solver, solver_names
+from dasklbfgs.solvers import get_solver
 from dasklbfgs.solvers.context import Cadence, IntermediateResult, RunContext
-from dasklbfgs.solvers.result import RunStats
 
 
 def test_a_cadence_is_due_at_each_multiple_once_whatever_the_steps_jump() -> None:
@@ -59,19 +58,3 @@ def test_a_stop_rule_ends_the_run_where_it_says(client, datasets, solver) -> Non
     stopped_at = next(entry["step"] for entry in result.history if entry["step"] >= 3)
     assert stopped_at >= 3 and (solver != "sandblaster" or result.nit == 3)
     assert result.nit < (50 if solver == "sandblaster" else options.planned_work(data.n_samples).total)
-
-
-@pytest.mark.parametrize("solver", solver_names())
-def test_every_solver_returns_one_result_shape(client, datasets, solver) -> None:
-    options = {"maxiter": 3} if solver == "sandblaster" else {"epochs": 1, "batch_size": 100, "poll_interval": 0.01}
-    seen = []
-    result = minimize(Softmax(8, 3), datasets["multinomial"], solver, client=client,
-                      callback=lambda intermediate: seen.append((intermediate, intermediate.x)), **options)
-    assert {"x", "fun", "nit", "status", "success", "message", "history", "solver", "run_id", "stats"} <= set(result)
-    assert isinstance(result.stats, RunStats) and result.stats.unit == get_solver(solver).unit
-    assert all({"step", "time"} <= set(entry) for entry in result.history)
-    losses = [entry["loss"] for entry in result.history if "loss" in entry]
-    assert losses and result.fun == losses[-1]
-    assert result.stats.lines(result)[0].startswith("work ") and result.stats.summary(result)
-    assert seen and all(x.shape == (Softmax(8, 3).n_params,) for _, x in seen)
-    assert all(intermediate.step == entry["step"] for (intermediate, _), entry in zip(seen, result.history))
