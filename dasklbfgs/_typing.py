@@ -37,6 +37,9 @@ class Dataset(Protocol):
     def attrs(self) -> dict[str, Any]: ...
 
     @property
+    def schema(self) -> dict[str, Any]: ...
+
+    @property
     def is_weighted(self) -> bool: ...
 
     @property

@@ -79,6 +79,7 @@ def format_report(report: dict[str, Any]) -> str:
     for split in ("train", "test"):
         if split in report:
             m = report[split]
-            score = SCORES[score_name(m)].format(**m)
-            lines.append(f"{split:<10} {m['n_samples']} rows: {score}, objective {m['objective']:.6g}")
+            name = score_name(m)
+            score = "" if name is None else f"{SCORES[name].format(**m)}, "
+            lines.append(f"{split:<10} {m['n_samples']} rows: {score}objective {m['objective']:.6g}")
     return "\n".join(lines)

@@ -53,7 +53,7 @@ def recipe_datasets(recipe: str, options: dict[str, Any], path: os.PathLike[str]
     :func:`make_dataset` writes both splits aside and renames, so a folder that opens is complete.
     """
     chosen = path is not None
-    target = Path(path).expanduser().absolute() if chosen else recipe_folder(recipe, options)
+    target = Path(path).expanduser().absolute() if path is not None else recipe_folder(recipe, options)
     existing = _made_with(target, recipe_record(recipe, **options))
     if existing is not None:
         return existing, True

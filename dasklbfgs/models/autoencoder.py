@@ -135,7 +135,7 @@ class SparseAutoencoder(Model):
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         return weight_decay(self.layout, params, self.l2, ("W1", "W2"))
 
-    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int
+    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: float
                             ) -> tuple[float, np.ndarray]:
         """Mean reconstruction loss + weight decay + the KL penalty at ``rho_hat`` of all n rows."""
         f, g = super().objective_from_sums(params, loss_sum, sums, n)

@@ -125,7 +125,7 @@ class Model:
         """Rows of the row table (:meth:`row_table_for`) that the rows of ``X`` read."""
         raise NotImplementedError(f"{type(self).__name__} has no row table")
 
-    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: int
+    def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: float
                             ) -> tuple[float, np.ndarray]:
         """Mean objective over ``n`` rows and its gradient, from row sums added over any split."""
         penalty, penalty_grad = self.penalty(params)
@@ -203,7 +203,7 @@ class Model:
         return f"{type(self).__name__}({args})"
 
     def __eq__(self, other: object) -> bool:
-        return type(self) is type(other) and self._config() == other._config()  # type: ignore[attr-defined]
+        return type(self) is type(other) and self._config() == other._config()
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, repr(self._config())))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -188,8 +189,7 @@ class ParameterShardGroup:
         states: list[dict[str, Any]] = [{}] * len(self.handles)
         for i in moving:
             try:
-                states[i] = host.replies(lambda i=i: [self.handles[i].hand_over()],
-                                         check=lambda i=i: self.raise_if_lost([i]))[0]
+                states[i] = host.replies(partial(self._hand_over_call, i), check=partial(self.raise_if_lost, [i]))[0]
             except Exception as exc:  # lost on its way out: recover() restores it
                 if not host.actor_failed([self.futures[i]], exc):
                     raise
@@ -201,6 +201,9 @@ class ParameterShardGroup:
         self.handed_over += [(time.monotonic(), f) for f in old]
         self.handovers.append({"shards": moving, "to": placed, "steps": [int(states[i]["steps"]) for i in moving],
                                "time": started - host.started, "seconds": time.perf_counter() - started})
+
+    def _hand_over_call(self, i: int) -> list[Any]:
+        return [self.handles[i].hand_over()]
 
     def close(self) -> list[Future]:
         """The group's futures (current and handed over) for the run to release, and forget them."""
