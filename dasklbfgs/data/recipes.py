@@ -115,7 +115,7 @@ def make_dataset(kind: str, path: os.PathLike[str] | str, *, overwrite: bool = F
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
     splits = recipe.splits(kind, checked)
-    made_with = {"kind": kind, **checked.to_json()}  # what recipe_record(kind, **options) says
+    made_with = _record(kind, checked)
     with written_aside(target, overwrite=overwrite) as staging:
         for name, split in splits.items():
             blocks = split.blocks if on_progress is None else _counted(split.blocks, name, on_progress)
@@ -130,7 +130,11 @@ def recipe_record(kind: str, **options: Any) -> dict[str, Any]:
     """What ``make_dataset(kind, **options)`` records in each split's ``recipe`` attribute:
     the kind and every :class:`RecipeOptions` value (defaults filled in), so a dataset says
     how it was made and a reused one can be checked against what is asked."""
-    return {"kind": kind, **RecipeOptions.from_mapping(RecipeOptions.canonical(options)).to_json()}
+    return _record(kind, RecipeOptions.from_mapping(RecipeOptions.canonical(options)))
+
+
+def _record(kind: str, options: RecipeOptions) -> dict[str, Any]:
+    return {"kind": kind, **options.to_json()}
 
 
 def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callable[[str, int], Any]):

@@ -341,6 +341,20 @@ class Coordinator:
     def request_stop(self, reason: str) -> None:
         raise NotImplementedError
 
+    def train(self) -> Result:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the run's actors and tasks, whether it finished or failed."""
+        raise NotImplementedError
+
+    def run_to_end(self) -> Result:
+        """Train, then close whatever happened (what a replica method's planned run does)."""
+        try:
+            return self.train()
+        finally:
+            self.close()
+
     def lost(self) -> None:
         """Raise if actors the run cannot go on without are gone (none by default)."""
 

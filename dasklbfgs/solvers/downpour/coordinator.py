@@ -71,11 +71,7 @@ class DownpourPlan:
     states: list[dict[str, Any]] | None
 
     def run(self) -> Result:
-        run = _DownpourRun(self)
-        try:
-            return run.train()
-        finally:
-            run.close()
+        return _DownpourRun(self).run_to_end()
 
 
 def plan_downpour(context: RunContext) -> DownpourPlan:

@@ -50,11 +50,7 @@ class PeerPlan:
     n_center_shards: int
 
     def run(self) -> Result:
-        run = _PeerRun(self)
-        try:
-            return run.train()
-        finally:
-            run.close()
+        return _PeerRun(self).run_to_end()
 
 
 def plan_peers(context: RunContext) -> PeerPlan:
