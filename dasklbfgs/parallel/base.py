@@ -22,11 +22,13 @@ from typing import Any
 
 import numpy as np
 
+from dasklbfgs.errors import PartitionError
+from dasklbfgs.models._layers import Layout
 from dasklbfgs.models.base import Model
 from dasklbfgs.parallel.exchanges import Step
 from dasklbfgs.parallel.in_process import run_in_process
 
-__all__ = ["PartitionedModel", "even_bounds"]
+__all__ = ["PartitionedModel", "even_bounds", "layout_of"]
 
 Shapes = dict[str, tuple[int, ...]]
 
@@ -45,6 +47,14 @@ def _rebuilt(cls: type[PartitionedModel], model: Model, k: int) -> PartitionedMo
             _REBUILT.pop(next(iter(_REBUILT)))
         _REBUILT[key] = cls(model, k)
     return _REBUILT[key]
+
+
+def layout_of(model: Model) -> Layout:
+    """The layout of ``model``'s named arrays (every partitionable model has one)."""
+    layout = getattr(model, "layout", None)
+    if not isinstance(layout, Layout):
+        raise PartitionError(f"{model!r} has no layout of named arrays: it cannot be partitioned")
+    return layout
 
 
 def even_bounds(width: int, k: int) -> tuple[int, ...]:
@@ -98,7 +108,7 @@ class PartitionedModel:
     def order(self) -> np.ndarray:
         """Partitioned position -> model position (as long as the parameter vector: built on
         first use)."""
-        positions = self.model.layout.views(np.arange(self.model.n_params))
+        positions = layout_of(self.model).views(np.arange(self.model.n_params))
         order = np.concatenate([block.ravel() for p in range(self.k) for block in self.block_indices(p, positions)])
         return order.astype(np.intp, copy=False)
 
@@ -135,7 +145,7 @@ class PartitionedModel:
         return self.from_partitioned(np.concatenate(parts))
 
     def program(self, p: int, params_p: np.ndarray, X: np.ndarray, y: np.ndarray,
-                w: np.ndarray | None = None) -> Step:
+                w: np.ndarray | None = None) -> Step[tuple[float, np.ndarray]]:
         """Generator computing partition ``p``'s share of the row sums: returns
         ``(loss_sum, grad_p)``, the loss sum identical on every partition and ``grad_p`` the
         gradient sum for partition p's parameters in its partition order."""

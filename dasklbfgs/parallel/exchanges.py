@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,12 +39,13 @@ class Exchange:
     receive_from: tuple[int, ...]
 
 
+T = TypeVar("T")
 #: What a partition program (or a helper) is: it yields exchanges, is resumed with the
-#: arrays received, and returns its result.
-Step = Generator[Exchange, dict[int, np.ndarray], object]
+#: arrays received, and returns its result (of type ``T``: ``Step[float]``).
+Step = Generator[Exchange, dict[int, np.ndarray], T]
 
 
-def advance(program: Step, reply: dict[int, np.ndarray] | None) -> tuple[Exchange | None, object]:
+def advance(program: Step[Any], reply: dict[int, np.ndarray] | None) -> tuple[Exchange | None, Any]:
     """Run ``program`` to its next exchange, resumed with ``reply`` (None: start it):
     ``(the exchange, None)``, or ``(None, its return value)`` once it has finished. Every
     executor steps programs with it (a StopIteration must not cross into asyncio or a thread)."""
@@ -65,7 +67,7 @@ def _others(p: int, k: int) -> tuple[int, ...]:
     return tuple(q for q in range(k) if q != p)
 
 
-def all_gather(key: str, p: int, k: int, block: np.ndarray, axis: int = -1) -> Step:
+def all_gather(key: str, p: int, k: int, block: np.ndarray, axis: int = -1) -> Step[np.ndarray]:
     """Partition ``p``'s ``block`` to every other partition, theirs back: the blocks of all
     ``k`` partitions concatenated along ``axis`` in partition order."""
     others = _others(p, k)
@@ -73,7 +75,7 @@ def all_gather(key: str, p: int, k: int, block: np.ndarray, axis: int = -1) -> S
     return np.concatenate([block if q == p else received[q] for q in range(k)], axis=axis)
 
 
-def reduce_scatter(key: str, p: int, bounds: Sequence[int], partial: np.ndarray) -> Step:
+def reduce_scatter(key: str, p: int, bounds: Sequence[int], partial: np.ndarray) -> Step[np.ndarray]:
     """Sum over partitions of the ``partial`` sums (n x width), of which partition ``p`` receives
     its own columns ``bounds[p]:bounds[p + 1]``: each partition sends every other one the
     columns it owns and adds the parts in partition order 0..K-1 (deterministic)."""
@@ -89,14 +91,14 @@ def reduce_scatter(key: str, p: int, bounds: Sequence[int], partial: np.ndarray)
     return total
 
 
-def halo(key: str, send: dict[int, np.ndarray], receive_from: Sequence[int]) -> Step:
+def halo(key: str, send: dict[int, np.ndarray], receive_from: Sequence[int]) -> Step[dict[int, np.ndarray]]:
     """Arrays to and from the neighbours a partition shares a border with (only those):
     returns what ``receive_from`` sent, by partition."""
     received = yield Exchange(key, {q: np.ascontiguousarray(a) for q, a in send.items()}, tuple(receive_from))
     return received
 
 
-def all_sum(key: str, p: int, k: int, value: float) -> Step:
+def all_sum(key: str, p: int, k: int, value: float) -> Step[float]:
     """A float summed over the ``k`` partitions in partition order: the same bits on every one."""
     values = yield from all_gather(key, p, k, np.array([value], dtype=np.float64))
     total = 0.0

@@ -39,8 +39,8 @@ class InProcessRun:
         return sum(sent.get(key, 0) for sent in self.bytes_sent)
 
 
-def _check_round(exchanges: Sequence[Exchange | None], used: set[str]) -> str:
-    """The round's key, after checking that every partition takes part with that key."""
+def _check_round(exchanges: Sequence[Exchange | None], used: set[str]) -> tuple[str, list[Exchange]]:
+    """The round's key and exchanges, after checking that every partition takes part with that key."""
     finished = [p for p, e in enumerate(exchanges) if e is None]
     keys = {p: e.key for p, e in enumerate(exchanges) if e is not None}
     if finished:
@@ -52,12 +52,13 @@ def _check_round(exchanges: Sequence[Exchange | None], used: set[str]) -> str:
     if key in used:
         raise PartitionError(f"key {key!r} was used twice in one evaluation: keys must be unique")
     k = len(exchanges)
-    for p, exchange in enumerate(exchanges):
+    taking_part = [exchange for exchange in exchanges if exchange is not None]  # all of them: none finished
+    for p, exchange in enumerate(taking_part):
         bad = [q for q in exchange.send if not (isinstance(q, (int, np.integer)) and 0 <= q < k and q != p)]
         if bad:
             raise PartitionError(f"partition {p} sends under key {key!r} to {bad}, which are not other "
                                  f"partitions of 0..{k - 1}")
-    return key
+    return key, taking_part
 
 
 def _deliver(exchanges: Sequence[Exchange], key: str) -> list[dict[int, np.ndarray]]:
@@ -73,7 +74,7 @@ def _deliver(exchanges: Sequence[Exchange], key: str) -> list[dict[int, np.ndarr
     return inboxes
 
 
-def run_in_process(programs: Sequence[Step]) -> InProcessRun:
+def run_in_process(programs: Sequence[Step[Any]]) -> InProcessRun:
     """Run the K partition ``programs`` (generators) to their ends, exchanging in lockstep.
 
     Raises :class:`~dasklbfgs.errors.PartitionError` naming the key and partitions when the
@@ -89,8 +90,8 @@ def run_in_process(programs: Sequence[Step]) -> InProcessRun:
         exchanges = [exchange for exchange, _ in steps]
         if all(exchange is None for exchange in exchanges):
             return InProcessRun([result for _, result in steps], [dict(sent) for sent in bytes_sent])
-        key = _check_round(exchanges, used)
+        key, taking_part = _check_round(exchanges, used)
         used.add(key)
-        for p, exchange in enumerate(exchanges):
+        for p, exchange in enumerate(taking_part):
             bytes_sent[p][key] += payload_bytes(exchange)
-        inboxes = _deliver(exchanges, key)
+        inboxes = list(_deliver(taking_part, key))

@@ -27,6 +27,8 @@ class PartitionedLocalAutoencoder(PartitionedModel):
     """:class:`~dasklbfgs.models.local_autoencoder.LocalAutoencoder` over ``k`` bands of
     hidden-grid rows (``rows``) and of pixel rows (``pixel_rows``)."""
 
+    model: LocalAutoencoder
+
     def __init__(self, model: LocalAutoencoder, k: int) -> None:
         if k > model.grid:
             raise PartitionError(
@@ -64,7 +66,7 @@ class PartitionedLocalAutoencoder(PartitionedModel):
                 pixels[self.pixel_rows[p] : self.pixel_rows[p + 1]]]
 
     def program(self, p: int, params_p: np.ndarray, X: np.ndarray, y: np.ndarray,
-                w: np.ndarray | None = None) -> Step:
+                w: np.ndarray | None = None) -> Step[tuple[float, np.ndarray]]:
         model = self.model
         images = np.asarray(X, dtype=np.float64).reshape(-1, model.side, model.side)
         w = None if w is None else np.asarray(w, dtype=np.float64)

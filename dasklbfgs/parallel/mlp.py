@@ -36,6 +36,8 @@ class PartitionedMLP(PartitionedModel):
     """:class:`~dasklbfgs.models.mlp.MLP` over ``k`` partitions; ``bounds[l]`` are the unit
     blocks of layer l's outputs."""
 
+    model: MLP
+
     def __init__(self, model: MLP, k: int) -> None:
         for l, width in enumerate(model.widths[1:]):
             if k > width:
@@ -60,7 +62,7 @@ class PartitionedMLP(PartitionedModel):
         return [(own[f"W{l}"], own[f"b{l}"]) for l in range(self.model.n_layers)]
 
     def program(self, p: int, params_p: np.ndarray, X: np.ndarray, y: np.ndarray,
-                w: np.ndarray | None = None) -> Step:
+                w: np.ndarray | None = None) -> Step[tuple[float, np.ndarray]]:
         model, k = self.model, self.k
         dtype = X.dtype if X.dtype in (np.float32, np.float64) else np.float64
         X = X.astype(dtype, copy=False)
@@ -83,7 +85,8 @@ class PartitionedMLP(PartitionedModel):
                 delta *= act_grad(own_outputs[l - 1])
         return loss, grad
 
-    def _softmax(self, p: int, logits: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Step:
+    def _softmax(self, p: int, logits: np.ndarray, y: np.ndarray, w: np.ndarray | None
+                 ) -> Step[tuple[float, np.ndarray]]:
         """Loss sum (the same bits on every partition) and this block of d loss / d logits."""
         lo, hi = self.bounds[-1][p], self.bounds[-1][p + 1]
         rows = np.arange(logits.shape[0])

@@ -94,22 +94,20 @@ def worker_groups(client: Client, k: int) -> list[list[str]]:
 
 
 def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any], partitioned: PartitionedModel,
-                params: np.ndarray | None, X: Any, y: np.ndarray, w: np.ndarray | None = None,
-                accrue: bool = False) -> tuple[float, np.ndarray | None]:
-    """Loss and gradient sums over rows ``X, y`` computed by the partition ``actors`` of one
-    replica (placed as ``refs`` say; all called before the first wait), joined into the
-    model's layout. ``params`` None: the partitions' kept parameters; ``accrue``: the
-    partitions keep the gradient sums (the result's gradient is None).
+                params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+    """Loss and gradient sums over rows ``X, y`` at ``params`` computed by the partition
+    ``actors`` of one replica (placed as ``refs`` say; all called before the first wait),
+    joined into the model's layout.
 
     The evaluation ends with :class:`PartitionLostError` when a call fails (a partition gave
     up waiting for a peer) or a partition's worker has left the cluster (checked with the
     scheduler every ``LIVENESS_SECONDS``: a call to a dead worker's actor may never return);
     the other partitions are then told to abandon it, so none waits out its timeout.
     """
-    job = uuid.uuid4().hex
-    parts = [None] * len(actors) if params is None else partitioned.split(np.asarray(params, dtype=np.float64))
+    job = f"evaluation {uuid.uuid4().hex}"
+    parts = partitioned.split(np.asarray(params, dtype=np.float64))
     try:
-        calls = [actor.evaluate(job, part, X, y, w, accrue) for actor, part in zip(actors, parts)]
+        calls = [actor.evaluate(job, part, X, y, w) for actor, part in zip(actors, parts)]
     except RuntimeError as exc:  # Dask refuses calls to an actor it knows is lost
         raise PartitionLostError(f"a partition of a replica of {partitioned.model!r} is lost: {exc}") from exc
     pending = set(range(len(calls)))
@@ -138,7 +136,7 @@ def evaluate_on(client: Client, refs: Sequence[ActorRef], actors: Sequence[Any],
             time.sleep(POLL_SECONDS)
     results = [call.result() for call in calls]
     free_answered_calls()  # the parameters and rows sent
-    return results[0][0], None if accrue else partitioned.join([grad for _, grad in results])
+    return results[0][0], partitioned.join([grad for _, grad in results])
 
 
 def _abandon(actors: Sequence[Any], partitions: set[int], job: str) -> None:
@@ -151,47 +149,33 @@ def _abandon(actors: Sequence[Any], partitions: set[int], job: str) -> None:
 
 
 class PartitionedReplica:
-    """The partition actors of one replica of ``partitioned``, one on each of ``workers``."""
+    """The partition actors of replica ``replica`` of ``partitioned``, one on each of
+    ``workers`` (None: the cluster's first K), connected to each other."""
 
     def __init__(self, client: Client, partitioned: PartitionedModel, workers: Sequence[str] | None = None,
-                 timeout: float = EXCHANGE_TIMEOUT_SECONDS) -> None:
+                 timeout: float = EXCHANGE_TIMEOUT_SECONDS, replica: int = 0) -> None:
         self.client, self.partitioned = client, partitioned
         self.workers = worker_groups(client, partitioned.k)[0] if workers is None else list(workers)
         if len(set(self.workers)) != partitioned.k:
             raise PartitionError(f"{partitioned.k} partitions need {partitioned.k} distinct workers, "
                                  f"got {self.workers}")
-        self._futures = [client.submit(PartitionActor, partitioned, index, timeout, actor=True, workers=[worker],
-                                       allow_other_workers=False, pure=False)
-                         for index, worker in enumerate(self.workers)]
-        self.actors = [f.result() for f in self._futures]
+        self.futures = [client.submit(PartitionActor, partitioned, index, timeout, replica, actor=True,
+                                      workers=[worker], allow_other_workers=False, pure=False)
+                        for index, worker in enumerate(self.workers)]
+        self.actors: list[Any] = [f.result() for f in self.futures]  # Dask's actor handles
         for call in [a.connect(self.actors) for a in self.actors]:
             call.result()
 
     @property
     def refs(self) -> tuple[ActorRef, ...]:
         """What a task needs to call the partitions (not the handles: see :class:`ActorRef`)."""
-        return tuple(ActorRef(PartitionActor, w, f.key) for w, f in zip(self.workers, self._futures))
+        return tuple(ActorRef(PartitionActor, w, str(f.key)) for w, f in zip(self.workers, self.futures))
 
     def loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
                       w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """:meth:`Model.loss_grad_sum <dasklbfgs.models.base.Model.loss_grad_sum>` computed by
         the partitions on their workers."""
         return evaluate_on(self.client, self.refs, self.actors, self.partitioned, params, X, y, w)
-
-    def set_params(self, params: np.ndarray) -> None:
-        """Give each partition its parameters to keep (what a replica's fetch does)."""
-        parts = self.partitioned.split(np.asarray(params, dtype=np.float64))
-        for call in [a.set_params(part) for a, part in zip(self.actors, parts)]:
-            call.result()
-
-    def accrue(self, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> float:
-        """One mini-batch step at the kept parameters: the partitions add their gradient sums
-        to what they keep (nothing but the loss sum comes back)."""
-        return evaluate_on(self.client, self.refs, self.actors, self.partitioned, None, X, y, w, accrue=True)[0]
-
-    def take_accrued(self) -> np.ndarray:
-        """The gradient sums accrued since the last take, in the model's layout."""
-        return self.partitioned.join([c.result() for c in [a.take_accrued() for a in self.actors]])
 
     def stats(self) -> list[dict[str, Any]]:
         """Each partition's counters (bytes and messages it sent, evaluations) and worker, in
@@ -201,7 +185,7 @@ class PartitionedReplica:
 
     def close(self) -> None:
         """Release the actors (their workers drop them once no future refers to them)."""
-        self.actors, self._futures = [], []
+        self.actors, self.futures = [], []
 
     def __enter__(self) -> PartitionedReplica:
         return self

@@ -3,13 +3,15 @@ the unpartitioned model's sums; Sandblaster with model_partitions follows the K 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from dasklbfgs import ShardedDataset, connect
-from dasklbfgs.errors import PartitionError
+from dasklbfgs.errors import PartitionError, PartitionLostError
 from dasklbfgs.models import MLP, LocalAutoencoder, Logistic
-from dasklbfgs.parallel import partition, run_in_process
+from dasklbfgs.parallel import Exchange, partition, run_in_process
 from dasklbfgs.parallel.actor import RECENT_JOBS
 from dasklbfgs.parallel.mlp import PartitionedMLP
 from dasklbfgs.parallel.replica import PartitionedReplica, worker_groups
@@ -39,13 +41,8 @@ def test_a_replica_on_two_workers_gives_the_models_sums(client, name) -> None:
             ref_loss, ref_grad = model.loss_grad_sum(params, X, y, weights)
             assert loss == pytest.approx(ref_loss, rel=1e-12)
             np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-12 * np.abs(ref_grad).max())
-        # a replica's steps: parameters kept on the partitions, gradients accrued there
-        replica.set_params(params)
-        losses = [replica.accrue(X[:120], y[:120]), replica.accrue(X[120:], y[120:])]
-        ref_loss, ref_grad = model.loss_grad_sum(params, X, y)
-        assert sum(losses) == pytest.approx(ref_loss, rel=1e-12)
-        np.testing.assert_allclose(replica.take_accrued(), ref_grad, rtol=1e-10,
-                                   atol=1e-12 * np.abs(ref_grad).max())
+        for rows in (slice(None, 120), slice(120, None)):
+            replica.loss_grad_sum(params, X[rows], y[rows])
         stats = replica.stats()
     # the same messages as the reference executor's: only the partitions' own blocks travel
     def sent(rows: slice) -> list[int]:
@@ -144,3 +141,23 @@ def test_sandblaster_re_creates_a_replica_whose_partition_was_killed(tmp_path) -
     assert lost and all(x == (1, killed["worker"]) for x in lost)  # the victim's partition, on the worker killed
     assert disturbed.nit == undisturbed.nit
     np.testing.assert_allclose(disturbed.x, undisturbed.x, rtol=1e-12, atol=1e-14)
+
+
+def test_a_partition_waiting_for_a_silent_peer_gives_up_naming_it_and_an_abort_ends_the_wait(client) -> None:
+    """The one transport's waits (Sandblaster's evaluations and Downpour's partition tasks
+    both exchange through PartitionActor.exchange) end with PartitionLostError naming the
+    partition, its replica, the message and the silent peer; an abort ends a wait at once."""
+    partitioned = partition(MLP(6, (4,), 3), 2)
+    with PartitionedReplica(client, partitioned, timeout=0.5, replica=3) as replica:
+        waiting = replica.actors[0].exchange("step 7", Exchange("softmax", {}, (1,)))
+        with pytest.raises(PartitionLostError, match=r"partition 0 of replica 3 waited 0 s for 'softmax' of step 7 "
+                                                     r"from partition 1; its worker is probably gone"):
+            waiting.result()
+    with PartitionedReplica(client, partitioned, timeout=60.0) as replica:
+        waiting = replica.actors[1].exchange("step 8", Exchange("softmax", {}, (0,)))
+        started = time.monotonic()
+        replica.actors[1].abort().result()
+        with pytest.raises(PartitionLostError, match=r"partition 1 of replica 0 stopped waiting for 'softmax' of "
+                                                     r"step 8: the replica was torn down"):
+            waiting.result()
+        assert time.monotonic() - started < 10

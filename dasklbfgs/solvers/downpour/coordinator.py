@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from distributed import Future, wait
+from distributed import wait
 
-from dasklbfgs._actors import ActorRef
 from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.models.base import Model
@@ -27,32 +26,25 @@ from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import UpdateRule, make_rule
 from dasklbfgs.parallel import PARTITIONERS, PartitionedModel, partition
-from dasklbfgs.parallel.replica import RECOVERY_TIMEOUT_SECONDS, partitions_report, sent_per_partition, worker_groups
+from dasklbfgs.parallel.replica import sent_per_partition
 from dasklbfgs.solvers._replicas.directory import ShardDirectory
-from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
 from dasklbfgs.solvers._replicas.shard_group import ParameterShardGroup
-from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_none, step_timing, watch
+from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing, watch
 from dasklbfgs.solvers._replicas.wire import param_bounds
 from dasklbfgs.solvers.common_options import global_steps_per_epoch
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.downpour.memory import Placement, check_memory, plan_loads, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
-from dasklbfgs.solvers.downpour.partitions import (
-    EXCHANGE_TIMEOUT_SECONDS,
-    decay_by_array,
-    partition_bounds,
-    run_partition,
-)
+from dasklbfgs.solvers.downpour.partition_tasks import PartitionTasks
+from dasklbfgs.solvers.downpour.partitions import decay_by_array, partition_bounds
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
 from dasklbfgs.solvers.result import DownpourStats, Result
 
 __all__ = ["DownpourPlan", "plan_downpour"]
 
-MAX_PARTITION_RESTARTS = 3  # partitioned replicas re-created after losing a partition, before the run fails
 REPLICA_EXIT_SECONDS = 5.0  # how long closing a run waits for replicas still running to stop
-MAILBOX_POLL_SECONDS = 2.0  # how long a poll waits for the partitions' mailboxes' counters (a lost one: skipped)
 
 
 @dataclass(frozen=True)
@@ -115,7 +107,7 @@ def _resume_states(options: DownpourOptions, model: Model, rule: Any, bounds: li
                    ) -> list[dict[str, Any]] | None:
     """The shards' states to start from when resuming from an existing checkpoint."""
     path = options.checkpoint_path
-    if not (options.resume and os.path.exists(path)):
+    if path is None or not (options.resume and os.path.exists(path)):
         return None
     states, attrs = read_shard_states(path, model_config=model_config(model), rule=rule.name)
     saved_partitions = int(attrs.get("model_partitions", 1))
@@ -145,9 +137,9 @@ class _DownpourRun(Coordinator):
     to other workers (:meth:`ParameterShardGroup.hand_over`), so that the next retirement
     succeeds.
 
-    With ``partitioned`` (model_partitions > 1) each replica is K partition tasks, each with a
-    mailbox for its peers' activations on its worker (:mod:`.partitions`); the shards hold
-    the partitioned vector, and parameters leave the run in the model's layout.
+    With ``partitioned`` (model_partitions > 1) each replica is K partition tasks beside K
+    partition actors (:class:`.partition_tasks.PartitionTasks`); the shards hold the
+    partitioned vector, and parameters leave the run in the model's layout.
     """
 
     def __init__(self, plan: DownpourPlan) -> None:
@@ -155,16 +147,13 @@ class _DownpourRun(Coordinator):
         client, model, options, states = self.client, self.model, self.options, plan.states
         bounds = plan.bounds
         self.partitioned, self.decay = plan.partitioned, plan.decay
-        if self.partitioned is not None:
-            self.groups = worker_groups(client, self.partitioned.k)  # refuses more partitions than workers
-            self.owners = partition_bounds(self.partitioned, options.n_param_shards)[1]
-        self.mailboxes_of: dict[int, list[Future]] = {}  # each partitioned replica's mailboxes, by partition
-        self.partition_generation: dict[int, int] = {}
-        self.partition_restarts: list[dict[str, Any]] = []
+        self.partitions = None if self.partitioned is None else PartitionTasks(self, self.partitioned,
+                                                                               options.n_param_shards)
         self.bounds, self.rule, self.table = bounds, plan.rule, plan.table
-        self.l1 = self.in_shard_layout(model.l1_weights())  # minimize lets it through only with optimizer="ftrl"
+        l1 = model.l1_weights()  # minimize lets it through only with optimizer="ftrl"
+        self.l1 = None if l1 is None else self.in_shard_layout(l1)
         self.shard_start = self.in_shard_layout(self.x_start)
-        self.workers: list[str | None] = self.live_workers() or [None]
+        self.workers: list[str | None] = [*self.live_workers()] or [None]
         self.check_memory()
         self.checkpoint_path = options.checkpoint_path
         self.model_config = model_config(model)
@@ -175,21 +164,22 @@ class _DownpourRun(Coordinator):
                                           on_new=self._bring_up_to_date)
         self.shards.start([self.shard_home(i) for i in range(len(bounds))], states)
 
-    def in_shard_layout(self, vector: np.ndarray | None) -> np.ndarray | None:
+    def in_shard_layout(self, vector: np.ndarray) -> np.ndarray:
         """A vector in the model's layout as the shards hold it (partitioned with model_partitions)."""
-        return vector if vector is None or self.partitioned is None else self.partitioned.to_partitioned(vector)
+        return vector if self.partitioned is None else self.partitioned.to_partitioned(vector)
 
     def replica_home(self, r: int, p: int = 0) -> str | None:
         """Where replica r (its partition p) is launched first."""
-        if self.partitioned is None:
+        if self.partitions is None:
             return self.workers[(len(self.bounds) + r) % len(self.workers)]
-        return self.groups[r % len(self.groups)][p]
+        return self.partitions.home(r, p)
 
     def check_memory(self) -> None:
         """Refuse (:class:`InsufficientMemoryError`) a run whose shards and replicas would not
         fit a worker's memory (:mod:`.memory`); the plan is kept for the stats."""
-        k = 1 if self.partitioned is None else self.partitioned.k
-        sizes = [self.model.n_params] if k == 1 else [s.stop - s.start for s in self.partitioned.param_slices]
+        sizes = ([self.model.n_params] if self.partitioned is None
+                 else [s.stop - s.start for s in self.partitioned.param_slices])
+        k = len(sizes)
         replicas = range(len(self.rows))
         shards = []
         for i, (a, b) in enumerate(self.bounds):
@@ -202,7 +192,7 @@ class _DownpourRun(Coordinator):
         loads = {w: load for w, load in plan_loads(placement, vectors).items() if w is not None}
         self.planned_memory = {w: load.total for w, load in loads.items()}
         remedies = ["workers with more memory"]
-        if len(self.rows) > len(self.groups if k > 1 else self.workers):
+        if len(self.rows) > len(self.workers if self.partitions is None else self.partitions.groups):
             remedies.insert(0, "fewer replicas (n_replicas), so that fewer share a worker")
         if type(self.model) in PARTITIONERS and k < len(self.workers):
             remedies.insert(0, f"model_partitions={k + 1} or more ({type(self.model).__name__} can be partitioned: "
@@ -220,7 +210,7 @@ class _DownpourRun(Coordinator):
 
     def shard_partition(self, i: int) -> int:
         """The partition whose parameters shard i holds (0 without model_partitions)."""
-        return 0 if self.partitioned is None else next(p for p, owned in enumerate(self.owners) if i in owned)
+        return 0 if self.partitions is None else self.partitions.owner_of(i)
 
     def _shard_arguments(self, i: int) -> tuple[Any, ...]:
         """:class:`ParameterShard`'s arguments for shard ``i``: its slice of the start, the
@@ -261,89 +251,21 @@ class _DownpourRun(Coordinator):
         self.shards.call("request_stop", reason)
 
     def launch_replicas(self, replicas: range) -> None:
-        if self.partitioned is not None:
-            self.launch_partitions(replicas)
+        arguments: dict[str, Any] = {"bounds": self.bounds, "config": self.config, "first_epoch": self.first_epoch,
+                     "directory": self.directory}
+        # Shards come from the directory, not as arguments: a task depending on an actor's
+        # future is failed by Dask when that actor's worker dies.
+        if self.partitions is not None:
+            self.partitions.launch(replicas, decay=self.decay, **arguments)
             return
         for r in replicas:
             # After the shards' workers, so that with spare workers replicas and shards do not share.
-            # Shards come from the directory, not as arguments: a task depending on an actor's
-            # future is failed by Dask when that actor's worker dies.
-            self.launch(r, run_replica, self.replica_home(r),
-                        allow_other_workers=True, bounds=self.bounds, config=self.config,
-                        first_epoch=self.first_epoch, directory=self.directory)
-
-    @property
-    def mailbox_futures(self) -> list[Future]:
-        return [f for futures in self.mailboxes_of.values() for f in futures]
-
-    def launch_partitions(self, replicas: range) -> None:
-        """Each replica's K partition tasks, partition p of replica r on worker p of group
-        r (disjoint groups of K workers), each where its mailbox lives (it takes its peers'
-        messages in-process)."""
-        k = self.partitioned.k
-        for r in replicas:
-            generation = self.partition_generation.setdefault(r, 0)
-            group = self.groups[r % len(self.groups)]
-            futures = [self.actor(PeerMailbox, r, key=self.key("downpour-mailbox", r * k + p, generation), worker=w)
-                       for p, w in enumerate(group)]
-            wait(futures)
-            placed = self.workers_of(futures, group)  # (if a worker left meanwhile)
-            self.mailboxes_of[r], self.partition_workers[r] = futures, placed
-            mailboxes = [ActorRef(PeerMailbox, w, f.key) for f, w in zip(futures, placed)]
-            for p, worker in enumerate(placed):
-                self.launch(r, run_partition, worker, allow_other_workers=False, partition=p, generation=generation,
-                            bounds=self.bounds, config=self.config, first_epoch=self.first_epoch,
-                            directory=self.directory, partitioned=self.partitioned, shards=self.owners[p],
-                            mailboxes=mailboxes, decay=self.decay, timeout=EXCHANGE_TIMEOUT_SECONDS)
-
-    def restart_lost_partitions(self) -> None:
-        """Re-create every replica that lost a partition (its mailbox's worker died, or a
-        partition gave up waiting for a peer): abort the survivors' waits, cancel all K
-        tasks and start K new ones on K live workers, which resume at the smallest step their
-        shards counted (:meth:`PartitionReplica.resume_step`). At most ``MAX_PARTITION_RESTARTS``."""
-        for r, mailboxes in list(self.mailboxes_of.items()):
-            tasks = [self.replica_futures[r, p] for p in range(self.partitioned.k)]
-            lost = [p for p, (m, t) in enumerate(zip(mailboxes, tasks)) if m.status == "error" or t.status == "error"]
-            if not lost:
-                continue
-            if len(self.partition_restarts) >= MAX_PARTITION_RESTARTS:
-                self.lost_partition_error(r, lost, tasks)
-            started = time.perf_counter()
-            lost_partitions = [{"replica": r, "partition": p, "worker": self.partition_workers[r][p]} for p in lost]
-            self.abort_mailboxes(mailboxes)
-            with contextlib.suppress(TimeoutError):  # the aborted survivors leave; a lost one's task never will
-                wait([t for t, m in zip(tasks, mailboxes) if m.status == "finished"], timeout=REPLICA_EXIT_SECONDS)
-            self.release([*tasks, *mailboxes])
-            try:
-                self.client.wait_for_workers(self.partitioned.k, timeout=RECOVERY_TIMEOUT_SECONDS)
-            except TimeoutError:
-                self.lost_partition_error(r, lost, tasks)
-            self.groups = worker_groups(self.client, self.partitioned.k)
-            self.partition_generation[r] += 1
-            self.launch_partitions(range(r, r + 1))
-            self.partition_restarts.append({"time": started - self.started, "seconds": time.perf_counter() - started,
-                                            "lost": lost_partitions})
-
-    def abort_mailboxes(self, mailboxes: list[Future]) -> None:
-        """End the waits of the partitions behind ``mailboxes`` at once (best effort: a lost
-        mailbox takes no abort)."""
-        with contextlib.suppress(Exception):
-            for call in [m.result(timeout=REPLICA_EXIT_SECONDS).abort() for m in mailboxes if m.status == "finished"]:
-                call.result(timeout=REPLICA_EXIT_SECONDS)
-
-    def lost_partition_error(self, r: int, lost: list[int], tasks: list[Future]) -> None:
-        """Raise the partition's own error (it names what it waited for), else a WorkerLostError."""
-        for p in lost:
-            if tasks[p].status == "error":
-                tasks[p].result()
-        raise WorkerLostError(f"partition(s) {lost} of replica {r} were lost with their worker and could not be "
-                              f"re-created ({len(self.partition_restarts)} restarts so far)")
+            self.launch(r, run_replica, self.replica_home(r), allow_other_workers=True, **arguments)
 
     def train(self) -> Result:
         self.context.restart_clock()  # training starts: the actors are up, their state restored
         started = self.started = self.context.started
         opts, self.config = self.options, ReplicaConfig(self.options, self.table)
-        self.partition_workers: dict[int, list[str]] = {}  # where each partitioned replica's partitions run
         self.first_epoch = self.start_steps // global_steps_per_epoch(self.data.n_samples, len(self.rows),
                                                                       opts.batch_size)
         if opts.max_steps is not None:
@@ -365,8 +287,8 @@ class _DownpourRun(Coordinator):
         stats = self._stats(replica_stats, shard_stats, wall, steps)
         event: dict[str, Any] = {"pushes_per_shard": stats["pushes_per_shard"]}
         extra: dict[str, Any] = {}
-        if self.partitioned is not None:
-            extra["partitions"] = partitions = self.partitions_report(replica_stats)
+        if self.partitions is not None:
+            extra["partitions"] = partitions = self.partitions.report(replica_stats)
             event["partition_bytes"] = sent_per_partition([[p["bytes_sent"] for p in r]
                                                            for r in partitions["replicas"]])
         return self.result(x, steps, (history, status, message), stats, event, **extra)
@@ -424,36 +346,10 @@ class _DownpourRun(Coordinator):
             **step_timing(replica_stats),
         })
 
-    def partitions_report(self, replica_stats: list[dict[str, Any]]) -> dict[str, Any]:
-        """``result.partitions`` (:func:`~dasklbfgs.parallel.replica.partitions_report`): per
-        replica and partition (since the replica's last start) where it ran, the bytes and
-        messages it sent its peers, its fetches and pushes; the replicas re-created after
-        losing a partition; which shards each partition owns."""
-        keys = ("partition", "bytes_sent", "messages_sent", "fetches", "pushes")
-        replicas = [[{**{key: part[key] for key in keys}, "worker": self.partition_workers[r["replica"]][p]}
-                     for p, part in enumerate(r["partitions"])] for r in replica_stats]
-        return partitions_report(self.partitioned.k, replicas, self.partition_restarts,
-                                 shards_of_partition=self.owners)
-
-    def partition_bytes(self) -> list[int]:
-        """Bytes each partition index has sent its peers so far, summed over the replicas
-        (since each replica's last start), read from the partitions' mailboxes (where the
-        partitions count them). A mailbox lost meanwhile counts nothing: the next poll's
-        recovery re-creates its replica."""
-        k = self.partitioned.k
-        sent = {r: [0] * k for r in self.mailboxes_of}
-        live = [(r, p, f) for r, futures in self.mailboxes_of.items() for p, f in enumerate(futures)
-                if f.status == "finished"]
-        counters = replies_or_none([f.result().stats() for _, _, f in live], MAILBOX_POLL_SECONDS)
-        for (r, p, _), counter in zip(live, counters):
-            if counter is not None:
-                sent[r][p] = counter["bytes_sent"]
-        return sent_per_partition(list(sent.values()))
-
     def poll(self) -> Progress:
         """Replica failures, the shards' counters, and the warm start's release."""
-        if self.partitioned is not None:
-            self.restart_lost_partitions()
+        if self.partitions is not None:
+            self.partitions.restart_lost()
         finished = self.replicas_finished()
         self.shards.hand_over()
         all_stats = self.shards.call("stats")
@@ -468,8 +364,8 @@ class _DownpourRun(Coordinator):
         event = {"pushes": stats["version"], "pushes_per_shard": [st["version"] for st in all_stats],
                  "replicas_running": self.running(),
                  "staleness": {str(k): v for k, v in stats["staleness"].items()}}  # events take str keys
-        if self.partitioned is not None:
-            event["partition_bytes"] = self.partition_bytes()
+        if self.partitions is not None:
+            event["partition_bytes"] = self.partitions.bytes_sent()
         return Progress(steps, stats["loss_sum"], stats["loss_count"], reason, finished, event)
 
     def current_params(self) -> np.ndarray:
@@ -487,7 +383,7 @@ class _DownpourRun(Coordinator):
         with contextlib.suppress(Exception):  # best effort: a shard may have gone with its worker
             for call in [s.request_stop("the run has ended") for s in self.shards.handles]:
                 call.result(timeout=REPLICA_EXIT_SECONDS)
-        self.abort_mailboxes(self.mailbox_futures)  # partitions waiting for a lost peer's message
+        actors = [] if self.partitions is None else self.partitions.close()  # partitions waiting for a lost peer
         with contextlib.suppress(Exception):
             wait(list(self.replica_futures.values()), timeout=REPLICA_EXIT_SECONDS)
-        self.release([*self.replica_futures.values(), *self.shards.close(), *self.mailbox_futures])
+        self.release([*self.replica_futures.values(), *self.shards.close(), *actors])

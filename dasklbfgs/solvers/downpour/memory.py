@@ -61,15 +61,15 @@ class Placement:
     (or partition of one), its worker and its parameter count; ``partitioned``: whether the
     replicas are partitions."""
 
-    shards: list[tuple[str, int, set[str]]]
-    replicas: list[tuple[str, int]]
+    shards: list[tuple[str | None, int, set[str | None]]]  # None: any worker (none had joined)
+    replicas: list[tuple[str | None, int]]
     partitioned: bool = False
 
 
-def plan_loads(placement: Placement, shard_vectors: int) -> dict[str, WorkerLoad]:
+def plan_loads(placement: Placement, shard_vectors: int) -> dict[str | None, WorkerLoad]:
     """What each worker will hold at its peak, by part (float64 values)."""
-    loads: dict[str, WorkerLoad] = {}
-    pushed_from_elsewhere: dict[str, int] = {}  # per worker, its largest shard pushed to from another
+    loads: dict[str | None, WorkerLoad] = {}
+    pushed_from_elsewhere: dict[str | None, int] = {}  # per worker, its largest shard pushed to from another
     for home, size, users in placement.shards:
         loads.setdefault(home, WorkerLoad()).add("parameter shards", 8 * shard_vectors * size)
         if users - {home}:

@@ -18,7 +18,6 @@ import numpy as np
 from dasklbfgs._actors import ActorRef, wait_all
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.optim.updates import UpdateRule, make_rule
-from dasklbfgs.solvers._replicas.mailbox import PeerMailbox
 from dasklbfgs.solvers._replicas.parameter_shard import ParameterShard
 from dasklbfgs.solvers._replicas.run_checks import check_param_shards, checked_rows
 from dasklbfgs.solvers._replicas.shard_group import ParameterShardGroup
@@ -26,6 +25,7 @@ from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, replies_or_
 from dasklbfgs.solvers._replicas.wire import param_bounds
 from dasklbfgs.solvers.common_options import global_steps_per_epoch
 from dasklbfgs.solvers.context import RunContext
+from dasklbfgs.solvers.peers.mailbox import PeerMailbox
 from dasklbfgs.solvers.peers.options import EASGDOptions, PeerOptions
 from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, run_peer_replica
 from dasklbfgs.solvers.result import PeerStats, Result

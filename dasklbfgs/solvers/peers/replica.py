@@ -34,8 +34,8 @@ from dasklbfgs.optim.collective import (
 )
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.solvers._replicas.batches import Batch, ReplicaTask, leave_task_slot, non_finite_message
-from dasklbfgs.solvers._replicas.mailbox import Stopped
 from dasklbfgs.solvers._replicas.wire import ShardLayout, payload_nbytes
+from dasklbfgs.solvers.peers.mailbox import Stopped
 from dasklbfgs.solvers.peers.options import PeerOptions
 
 __all__ = [

@@ -305,10 +305,10 @@ def test_a_replica_that_lost_a_partition_is_re_created_and_resumes(cluster, data
 def test_a_partition_lost_past_the_restarts_ends_the_run_naming_it(cluster, data, tmp_path, monkeypatch) -> None:
     """No restart left: the run ends with WorkerLostError naming the partition, never hangs
     (a partition waiting for a lost peer's message gives up after the exchange timeout)."""
-    from dasklbfgs.solvers.downpour import coordinator
+    from dasklbfgs.solvers.downpour import partition_tasks
 
-    monkeypatch.setattr(coordinator, "EXCHANGE_TIMEOUT_SECONDS", 3.0)
-    monkeypatch.setattr(coordinator, "MAX_PARTITION_RESTARTS", 0)
+    monkeypatch.setattr(partition_tasks, "EXCHANGE_TIMEOUT_SECONDS", 3.0)
+    monkeypatch.setattr(partition_tasks, "MAX_PARTITION_RESTARTS", 0)
     killed: dict = {}
     with pytest.raises(WorkerLostError, match=r"partition\(s\) \[1\] of replica 0 were lost with their worker|"
                                               r"partition 0 of replica 0 .*(step \d+ from|to) partition 1"):

@@ -30,9 +30,9 @@ from dasklbfgs.optim.collective import (
 )
 from dasklbfgs.optim.updates import make_rule
 from dasklbfgs.solvers._replicas.batches import epoch_order
-from dasklbfgs.solvers._replicas.mailbox import PeerMailbox, Stopped
 from dasklbfgs.solvers._replicas.wire import ShardLayout
 from dasklbfgs.solvers.common_options import replica_rows
+from dasklbfgs.solvers.peers.mailbox import PeerMailbox, Stopped
 from dasklbfgs.solvers.peers.replica import add_tree_sums, touched_part
 
 

@@ -1,5 +1,4 @@
-"""``PeerMailbox``: a Dask actor per replica through which the peer methods talk (and the
-partitions of a partitioned Downpour replica: :mod:`dasklbfgs.solvers.downpour.partitions`).
+"""``PeerMailbox``: a Dask actor per replica through which the peer methods talk.
 
 Each replica of synchronous SGD, EASGD, gossip and neighbour exchange owns a mailbox on
 its own worker. Peers write into it with actor calls (tree messages, neighbour gradients,
@@ -27,7 +26,7 @@ from dasklbfgs.solvers._replicas.wire import payload_nbytes
 __all__ = ["PeerMailbox", "Stopped"]
 
 _STATS = ("replica", "steps", "loss_sum", "loss_count", "recent_loss", "messages_in", "bytes_in", "reads", "bytes_out",
-          "bytes_sent", "messages_sent", "stop_reason")
+          "stop_reason")
 
 
 class PeerMailbox:
@@ -51,10 +50,6 @@ class PeerMailbox:
         self.bytes_in = 0
         self.reads = 0            # parameters read by peers (gossip pulls)
         self.bytes_out = 0
-        # what the owner sent its peers, counted by the owner (a partition of a partitioned
-        # Downpour replica), so that the coordinator reads it while the owner runs
-        self.bytes_sent = 0
-        self.messages_sent = 0
         self.stop_reason: str | None = None
         self.aborted = False      # the run is over (a peer was lost): no message will come
         self.finished = False     # the owner took its last step: it takes no more gradients or shares
@@ -155,12 +150,6 @@ class PeerMailbox:
 
     def publish(self, params: np.ndarray, step: int) -> None:
         self.published, self.published_step = params.copy(), step
-
-    def count_sent(self, nbytes: int, messages: int) -> None:
-        """The owner sent ``messages`` messages of ``nbytes`` bytes in all to its peers."""
-        with self._lock:
-            self.bytes_sent += nbytes
-            self.messages_sent += messages
 
     def report(self, steps: int, loss_sum: float, loss_count: int, recent_loss: float) -> None:
         self.steps, self.loss_sum, self.loss_count, self.recent_loss = steps, loss_sum, loss_count, recent_loss
