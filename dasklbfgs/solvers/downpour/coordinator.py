@@ -34,7 +34,7 @@ from dasklbfgs.solvers._replicas.watch import Coordinator, Progress, step_timing
 from dasklbfgs.solvers._replicas.wire import param_bounds
 from dasklbfgs.solvers.common_options import global_steps_per_epoch
 from dasklbfgs.solvers.context import RunContext
-from dasklbfgs.solvers.downpour.memory import Placement, check_memory, plan_loads, shard_vectors
+from dasklbfgs.solvers.downpour.memory import Homes, check_run_memory, shard_vectors
 from dasklbfgs.solvers.downpour.options import DownpourOptions
 from dasklbfgs.solvers.downpour.partition_tasks import PartitionTasks
 from dasklbfgs.solvers.downpour.partitions import decay_by_array, partition_bounds
@@ -154,63 +154,46 @@ class _DownpourRun(Coordinator):
         self.l1 = None if l1 is None else self.in_shard_layout(l1)
         self.shard_start = self.in_shard_layout(self.x_start)
         self.workers: list[str | None] = [*self.live_workers()] or [None]
-        self.check_memory()
+        self.homes = (Homes(self.workers, len(bounds)) if self.partitions is None else
+                      Homes(self.workers, len(bounds), self.partitions.groups, self.partitions.owners))
+        self.planned_memory = self.check_memory()
         self.checkpoint_path = options.checkpoint_path
         self.model_config = model_config(model)
         self.start_steps = 0 if states is None else int(states[0]["steps"])
+        self.config = ReplicaConfig(options, self.table)  # what every replica task reads
+        self.first_epoch = self.start_steps // global_steps_per_epoch(self.data.n_samples, len(self.rows),
+                                                                      options.batch_size)
+        # with warmstart_steps, replica 0 trains alone until the shards have counted them
+        self.released = options.warmstart_steps == 0 or len(self.rows) == 1
+        self.start_loss_pending = False  # with model_partitions: the start loss is read at a poll
         self.directory = ShardDirectory(f"downpour-{self.token}", len(bounds), client)
         self.shards = ParameterShardGroup(self, "downpour-shard", bounds, self._shard_arguments,
                                           directory=self.directory, restore=self._restore_shards,
                                           on_new=self._bring_up_to_date)
-        self.shards.start([self.shard_home(i) for i in range(len(bounds))], states)
+        self.shards.start([self.homes.shard(i) for i in range(len(bounds))], states)
 
     def in_shard_layout(self, vector: np.ndarray) -> np.ndarray:
         """A vector in the model's layout as the shards hold it (partitioned with model_partitions)."""
         return vector if self.partitioned is None else self.partitioned.to_partitioned(vector)
 
-    def replica_home(self, r: int, p: int = 0) -> str | None:
-        """Where replica r (its partition p) is launched first."""
-        if self.partitions is None:
-            return self.workers[(len(self.bounds) + r) % len(self.workers)]
-        return self.partitions.home(r, p)
-
-    def check_memory(self) -> None:
+    def check_memory(self) -> dict[str, int]:
         """Refuse (:class:`InsufficientMemoryError`) a run whose shards and replicas would not
-        fit a worker's memory (:mod:`.memory`); the plan is kept for the stats."""
+        fit a worker's memory (:mod:`.memory`); the bytes planned on each worker (for the stats)."""
         sizes = ([self.model.n_params] if self.partitioned is None
                  else [s.stop - s.start for s in self.partitioned.param_slices])
         k = len(sizes)
-        replicas = range(len(self.rows))
-        shards = []
-        for i, (a, b) in enumerate(self.bounds):
-            pushers = {self.replica_home(r, self.shard_partition(i)) for r in replicas}
-            shards.append((self.shard_home(i), b - a, pushers))
-        homes = [(self.replica_home(r, p), size) for r in replicas for p, size in enumerate(sizes)]
-        placement = Placement(shards, homes, partitioned=k > 1)
+        placement = self.homes.placement(len(self.rows), [b - a for a, b in self.bounds], sizes)
         vectors = shard_vectors(self.rule.init(np.zeros(1)), self.l1 is not None,
                                 self.options.checkpoint_path is not None)
-        loads = {w: load for w, load in plan_loads(placement, vectors).items() if w is not None}
-        self.planned_memory = {w: load.total for w, load in loads.items()}
         remedies = ["workers with more memory"]
         if len(self.rows) > len(self.workers if self.partitions is None else self.partitions.groups):
             remedies.insert(0, "fewer replicas (n_replicas), so that fewer share a worker")
         if type(self.model) in PARTITIONERS and k < len(self.workers):
             remedies.insert(0, f"model_partitions={k + 1} or more ({type(self.model).__name__} can be partitioned: "
                                "each worker then holds its partition's share)")
-        check_memory(loads, self.client.scheduler_info(n_workers=-1)["workers"], remedies=remedies,
-                     what=f"Downpour on {self.model!r} ({self.model.n_params} parameters, model_partitions={k})")
-
-    def shard_home(self, i: int) -> str | None:
-        """Where shard i starts: round-robin over the workers; with model_partitions, on the
-        worker of the partition owning it in the first replica's group (that partition's
-        fetches and pushes stay in its process, and a worker holds its partitions' shards only)."""
-        if self.partitioned is None:
-            return self.workers[i % len(self.workers)]
-        return self.replica_home(0, self.shard_partition(i))
-
-    def shard_partition(self, i: int) -> int:
-        """The partition whose parameters shard i holds (0 without model_partitions)."""
-        return 0 if self.partitions is None else self.partitions.owner_of(i)
+        return check_run_memory(placement, vectors, self.client.scheduler_info(n_workers=-1)["workers"],
+                                remedies=remedies, what=f"Downpour on {self.model!r} ({self.model.n_params} "
+                                                        f"parameters, model_partitions={k})")
 
     def _shard_arguments(self, i: int) -> tuple[Any, ...]:
         """:class:`ParameterShard`'s arguments for shard ``i``: its slice of the start, the
@@ -260,19 +243,16 @@ class _DownpourRun(Coordinator):
             return
         for r in replicas:
             # After the shards' workers, so that with spare workers replicas and shards do not share.
-            self.launch(r, run_replica, self.replica_home(r), allow_other_workers=True, **arguments)
+            self.launch(r, run_replica, self.homes.replica(r), allow_other_workers=True, **arguments)
 
     def train(self) -> Result:
         self.context.restart_clock()  # training starts: the actors are up, their state restored
         started = self.started = self.context.started
-        opts, self.config = self.options, ReplicaConfig(self.options, self.table)
-        self.first_epoch = self.start_steps // global_steps_per_epoch(self.data.n_samples, len(self.rows),
-                                                                      opts.batch_size)
+        opts = self.options
         if opts.max_steps is not None:
             self.shards.call("stop_at", opts.max_steps)
             if self.start_steps >= opts.max_steps:
                 self.stop(f"max_steps ({opts.max_steps}) reached")
-        self.released = opts.warmstart_steps == 0 or len(self.rows) == 1
         self.measure_start_loss()
         self.launch_replicas(range(len(self.rows)) if self.released else range(1))
         history, status, message = watch(self, self.start_steps)

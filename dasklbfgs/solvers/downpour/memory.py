@@ -1,4 +1,5 @@
-"""Whether a Downpour run fits its workers' memory, checked before anything starts.
+"""Where a Downpour run's pieces start (:class:`Homes`), and whether the run fits its
+workers' memory, checked before anything starts (:func:`check_run_memory`).
 
 A model too big for one worker trains with ``model_partitions`` (docs/algorithms.md §4);
 without it, a replica holds the whole parameter vector several times over and Dask's nanny
@@ -18,8 +19,8 @@ import numpy as np
 
 from dasklbfgs.errors import InsufficientMemoryError
 
-__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "TRANSFER_VECTORS", "Placement", "WorkerLoad", "check_memory",
-           "plan_loads", "shard_vectors"]
+__all__ = ["PARTITION_VECTORS", "REPLICA_VECTORS", "TRANSFER_VECTORS", "Homes", "Placement", "WorkerLoad",
+           "check_memory", "check_run_memory", "plan_loads", "shard_vectors"]
 
 #: Parameter-length float64 vectors a replica holds at its peak, measured (``python -m
 #: benchmarks.partition_memory``: 4.9 for a 19M-parameter MLP): its parameters, the last
@@ -64,6 +65,56 @@ class Placement:
     shards: list[tuple[str | None, int, set[str | None]]]  # None: any worker (none had joined)
     replicas: list[tuple[str | None, int]]
     partitioned: bool = False
+
+
+@dataclass(frozen=True)
+class Homes:
+    """Where a run's parameter shards and replicas start, on the workers alive then
+    (``workers``; ``[None]``: any worker, none had joined). Without model partitions, shards
+    go round-robin over the workers and replicas after them. With them (``groups``: disjoint
+    groups of K workers; ``owners``: each partition's shards), partition p of replica r starts
+    on worker p of group r, and each shard on the worker of the partition owning it in the
+    first group: that partition's fetches and pushes stay in its process, and a worker holds
+    its partitions' shards only."""
+
+    workers: list[str | None]
+    n_shards: int
+    groups: list[list[str]] | None = None
+    owners: list[list[int]] | None = None
+
+    def replica(self, r: int, p: int = 0) -> str | None:
+        """Where replica r (its partition p) starts."""
+        if self.groups is None:
+            return self.workers[(self.n_shards + r) % len(self.workers)]
+        return self.groups[r % len(self.groups)][p]
+
+    def shard(self, i: int) -> str | None:
+        """Where parameter shard i starts."""
+        if self.groups is None:
+            return self.workers[i % len(self.workers)]
+        return self.replica(0, self.shard_partition(i))
+
+    def shard_partition(self, i: int) -> int:
+        """The partition whose parameters shard i holds (0 without partitions)."""
+        return 0 if self.owners is None else next(p for p, owned in enumerate(self.owners) if i in owned)
+
+    def placement(self, n_replicas: int, shard_sizes: Sequence[int], replica_sizes: Sequence[int]) -> Placement:
+        """Every shard's and replica's (partition's) home and size; ``replica_sizes``: the
+        parameters of a replica, or of each of its partitions."""
+        shards = [(self.shard(i), size, {self.replica(r, self.shard_partition(i)) for r in range(n_replicas)})
+                  for i, size in enumerate(shard_sizes)]
+        replicas = [(self.replica(r, p), size) for r in range(n_replicas) for p, size in enumerate(replica_sizes)]
+        return Placement(shards, replicas, partitioned=len(replica_sizes) > 1)
+
+
+def check_run_memory(placement: Placement, vectors: int, workers: Mapping[str, dict], *, what: str,
+                     remedies: Sequence[str]) -> dict[str, int]:
+    """Refuse (:class:`InsufficientMemoryError`, :func:`check_memory`) a run whose
+    ``placement`` would not fit a worker's memory (``vectors``: :func:`shard_vectors`); the
+    bytes planned on each worker."""
+    loads = {w: load for w, load in plan_loads(placement, vectors).items() if w is not None}
+    check_memory(loads, workers, what=what, remedies=remedies)
+    return {w: load.total for w, load in loads.items()}
 
 
 def plan_loads(placement: Placement, shard_vectors: int) -> dict[str | None, WorkerLoad]:

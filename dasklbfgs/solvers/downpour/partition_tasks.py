@@ -54,14 +54,6 @@ class PartitionTasks:
         self.restarts: list[dict[str, Any]] = []
         self.arguments: dict[str, Any] = {}  # what every partition task is given besides its own
 
-    def home(self, r: int, p: int) -> str:
-        """Where partition p of replica r is launched first: worker p of group r (modulo the groups)."""
-        return self.groups[r % len(self.groups)][p]
-
-    def owner_of(self, shard: int) -> int:
-        """The partition whose parameters parameter shard ``shard`` holds."""
-        return next(p for p, owned in enumerate(self.owners) if shard in owned)
-
     def launch(self, replicas: range, **arguments: Any) -> None:
         """Each replica's K actors on its group of workers, connected, then its K tasks, each
         beside its actor (``arguments``: the run's, kept for the replicas re-created later)."""

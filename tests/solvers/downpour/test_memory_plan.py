@@ -9,6 +9,7 @@ from dasklbfgs.solvers.downpour.memory import (
     PARTITION_VECTORS,
     REPLICA_VECTORS,
     TRANSFER_VECTORS,
+    Homes,
     Placement,
     check_memory,
     plan_loads,
@@ -16,6 +17,22 @@ from dasklbfgs.solvers.downpour.memory import (
 )
 
 MIB = 2**20
+
+
+def test_homes_spread_shards_then_replicas_and_keep_a_partitions_shards_on_its_worker() -> None:
+    homes = Homes(["a", "b", "c"], n_shards=2)
+    assert [homes.shard(i) for i in range(2)] == ["a", "b"]
+    assert [homes.replica(r) for r in range(4)] == ["c", "a", "b", "c"]  # after the shards' workers
+    placement = homes.placement(2, [10, 30], [40])
+    assert placement.shards == [("a", 10, {"c", "a"}), ("b", 30, {"c", "a"})]
+    assert placement.replicas == [("c", 40), ("a", 40)] and not placement.partitioned
+    # two partitions, two groups; shards 0 and 1 hold partition 1's parameters, shard 2 partition 0's
+    parted = Homes(["a", "b", "c", "d"], n_shards=3, groups=[["a", "b"], ["c", "d"]], owners=[[2], [0, 1]])
+    assert [parted.shard(i) for i in range(3)] == ["b", "b", "a"]
+    assert [(parted.replica(r, 0), parted.replica(r, 1)) for r in range(3)] == [("a", "b"), ("c", "d"), ("a", "b")]
+    placement = parted.placement(2, [5, 5, 8], [8, 10])
+    assert placement.shards[2] == ("a", 8, {"a", "c"}) and placement.shards[0] == ("b", 5, {"b", "d"})
+    assert placement.replicas == [("a", 8), ("b", 10), ("c", 8), ("d", 10)] and placement.partitioned
 
 
 def test_a_worker_holds_its_shards_its_replicas_and_pushes_from_elsewhere() -> None:
