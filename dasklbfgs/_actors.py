@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
+
+if TYPE_CHECKING:
+    from tornado.platform.asyncio import BaseAsyncIOLoop
 
 __all__ = ["ActorRef", "OnWorkerLoop", "bind_local", "remote_first", "wait_all"]
 
@@ -77,5 +80,6 @@ def bind_local(handles: list[Any]) -> list[Any]:
         worker = get_worker()
     except ValueError:  # not in a Dask task
         return list(handles)
-    actors, loop = worker.state.actors, worker.loop.asyncio_loop
+    # typed as a plain IOLoop, but every Tornado 6 IOLoop runs on asyncio (a BaseAsyncIOLoop)
+    actors, loop = worker.state.actors, cast("BaseAsyncIOLoop", worker.loop).asyncio_loop
     return [OnWorkerLoop(actors[h.key], loop, h.key) if h.key in actors else h for h in handles]

@@ -12,7 +12,7 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import zarr
@@ -69,7 +69,8 @@ def read_checkpoint(path: os.PathLike[str] | str, *, kind: str) -> tuple[dict[st
     arrays = {}
     for name, (digest, dtype, shape) in meta["arrays"].items():
         try:
-            value = np.asarray(group[name][...])
+            # a name the checkpoint lists as an array; a group there fails here, as a read error
+            value = np.asarray(cast(zarr.Array, group[name])[...])
         except Exception as exc:
             raise CheckpointError(f"checkpoint {where!r}: array {name!r} cannot be read ({exc})") from exc
         if str(value.dtype) != dtype or list(value.shape) != shape or _digest(value) != digest:

@@ -19,7 +19,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
@@ -161,11 +161,19 @@ class _ShardedEstimator(BaseEstimator):
     def _learning_rate(self) -> float:
         return self.learning_rate
 
+    @overload
+    def _fit_data(self, X: Any, y: Any, *, classifier: Literal[True], sample_weight: Any = None
+                  ) -> contextlib.AbstractContextManager[tuple[ShardedDataset, np.ndarray]]: ...
+
+    @overload
+    def _fit_data(self, X: Any, y: Any, *, classifier: Literal[False], sample_weight: Any = None
+                  ) -> contextlib.AbstractContextManager[tuple[ShardedDataset, None]]: ...
+
     @contextlib.contextmanager
     def _fit_data(self, X: Any, y: Any, *, classifier: bool,
-                  sample_weight: Any = None) -> Iterator[tuple[ShardedDataset, np.ndarray | None]]:
+                  sample_weight: Any = None) -> Iterator[tuple[ShardedDataset, Any]]:  # classes: see the overloads
         """A ShardedDataset for ``X, y`` and ``sample_weight`` (a temporary one, deleted on
-        exit, for in-memory input) and the classes."""
+        exit, for in-memory input) and the classes (None unless ``classifier``)."""
         if isinstance(X, ShardedDataset):
             if y is not None:
                 raise ConfigurationError("pass y=None when X is a ShardedDataset (y is read from it)")
@@ -281,7 +289,9 @@ def _logistic_penalty(penalty: Any, C: float, l1_ratio: float | None) -> tuple[f
         if penalty is None and C != 1.0:
             warnings.warn("Setting penalty=None will ignore the C and l1_ratio parameters", stacklevel=3)
         return 0.0, 0.0
-    return 1.0 / C, {"l2": 0.0, "l1": 1.0}.get(name, l1_ratio)
+    share = {"l2": 0.0, "l1": 1.0}.get(name, l1_ratio)
+    assert share is not None  # only elasticnet takes l1_ratio, which it requires (above)
+    return 1.0 / C, share
 
 
 class LogisticRegression(ClassifierMixin, _ShardedEstimator):
@@ -354,6 +364,7 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
             scale = strength / self._penalty_scale(data)
             penalties = {"l2": (1.0 - l1_share) * scale, "l1": l1_share * scale, "fit_intercept": self.fit_intercept,
                          "class_weight": self._class_weights(data, classes)}
+            model: LinearModel
             if len(classes) == 2:
                 model = Logistic(data.n_features, **penalties)
             else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 __all__ = ["EXIT_CODES", "Parser", "unknown_flag_message"]
@@ -56,7 +56,7 @@ class Parser(argparse.ArgumentParser):
         runs to thirty lines; ``--help`` shows it)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
-    def parse_known_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
         # The innermost subcommand parses first and knows the flags that were meant.
         namespace, extras = super().parse_known_args(args, namespace)
         flags = [extra for extra in extras if extra.startswith("-") and extra != "-"]

@@ -27,12 +27,17 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numcodecs.blosc
 import numpy as np
 import zarr
+import zarr.codecs
 from numcodecs.zstd import Zstd
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+    from zarr.core.metadata import ArrayV3Metadata
 
 __all__ = ["chunk_decoder", "read_whole_chunks"]
 
@@ -42,7 +47,8 @@ Decoder = Callable[[Path, np.ndarray], None]  # a chunk file -> fills the array 
 def chunk_decoder(array: zarr.Array) -> Decoder | None:
     """How to read one of ``array``'s chunk files into a C-contiguous numpy array of the
     chunk's shape and dtype, or None when the codec chain is not one read directly."""
-    serializer, *compressors = array.metadata.codecs
+    # a dataset's arrays are Zarr format 3 (the dataset is opened as such)
+    serializer, *compressors = cast("ArrayV3Metadata", array.metadata).codecs
     if not isinstance(serializer, zarr.codecs.BytesCodec) or len(compressors) > 1:
         return None
     if array.dtype.itemsize > 1 and serializer.endian is not None and serializer.endian.value != sys.byteorder:
@@ -59,10 +65,10 @@ def chunk_decoder(array: zarr.Array) -> Decoder | None:
 
 
 def _bytes_of(out: np.ndarray) -> memoryview:
-    return memoryview(out).cast("B")
+    return memoryview(out).cast("B")  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on 3.12+ only
 
 
-def _check_size(decoded: object, out: np.ndarray) -> None:
+def _check_size(decoded: Buffer, out: np.ndarray) -> None:
     size = memoryview(decoded).nbytes
     if size != out.nbytes:
         raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
@@ -98,7 +104,7 @@ def _file_bytes(path: Path) -> Iterator[Any]:
         yield raw
     finally:
         if isinstance(raw, memoryview):
-            mapping = raw.obj
+            mapping = cast(mmap.mmap, raw.obj)  # the one memoryview _read_file returns: of a mapped file
             raw.release()
             with suppress(BufferError):  # a view the decoder still holds: unmapped when it goes
                 mapping.close()

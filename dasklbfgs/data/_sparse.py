@@ -17,7 +17,7 @@ triples with repeats means their sum, as in scipy's COO -> CSR conversion.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -105,10 +105,11 @@ def read_csr_shard(group: zarr.Group, shard: int, n_features: int, rows: int, fo
     """Shard ``shard`` (``rows`` rows) of the sparse X stored in ``folder`` (the ``X`` group's
     directory). A missing chunk file raises ``FileNotFoundError``, a shard whose parts do
     not fit together ``ValueError``: Zarr would read a missing chunk as zeros, silently."""
-    node = group[str(shard)]
+    # the layout's nodes (X/<i> a group, its parts arrays); other nodes fail on use, as damage
+    node = cast(zarr.Group, group[str(shard)])
     parts = {}
     for name in ("data", "indices", "indptr"):
-        array = node[name]
+        array = cast(zarr.Array, node[name])
         key = array.metadata.encode_chunk_key((0,))
         if array.shape[0] and not (folder / str(shard) / name / key).is_file():
             raise FileNotFoundError(f"the chunk file X/{shard}/{name}/{key} is missing")

@@ -9,8 +9,7 @@ from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
 def check_shard_rows(shard_rows: object) -> int:
     """Return ``shard_rows`` as an int, or raise if it is not a positive integer."""
-    integer = isinstance(shard_rows, (int, np.integer)) and not isinstance(shard_rows, bool)
-    if not integer or shard_rows <= 0:
+    if not isinstance(shard_rows, (int, np.integer)) or isinstance(shard_rows, bool) or shard_rows <= 0:
         raise ConfigurationError(f"shard_rows must be a positive integer, got {shard_rows!r}")
     return int(shard_rows)
 

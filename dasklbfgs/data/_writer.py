@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 import zarr
+import zarr.codecs
 
 from dasklbfgs.data._sparse import as_csr, check_csr, is_sparse, row_of_value, vstack_csr, write_csr_shard
 from dasklbfgs.data._validate import (
@@ -108,13 +109,14 @@ class ShardWriter:
         self.nnz: list[int] = []  # per shard, sparse X only
         self.x_dtype, self.compressors = x_dtype, compressors
 
-        def create(name: str, tail: tuple[int, ...], dtype: Any, dims: tuple[str, ...]) -> Any:
+        def create(name: str, tail: tuple[int, ...], dtype: Any, dims: tuple[str, ...]) -> zarr.Array:
             # write_empty_chunks: every shard's chunk exists, so a missing one is damage
             return group.create_array(
                 name, shape=(0, *tail), chunks=(shard_rows, *tail), dtype=dtype,
                 compressors=compressors, config={"write_empty_chunks": True}, dimension_names=dims,
             )
 
+        self.X: zarr.Group | zarr.Array  # a group of CSR shards when sparse, else the dense array
         if self.sparse:
             self.X = group.create_group("X", attributes={"format": "csr"})
         else:
@@ -186,7 +188,7 @@ class ShardWriter:
         check_cast(y, y_stored, "y", first_row=self.n_rows, shard=shard)
         X_stored = self._stored_X(X, shard)
         start, stop = self.n_rows, self.n_rows + rows
-        if self.sparse:
+        if isinstance(self.X, zarr.Group):  # sparse
             write_csr_shard(self.X, shard, X_stored, dtype=self.x_dtype, compressors=self.compressors)
             self.nnz.append(int(X_stored.nnz))
         else:
@@ -195,6 +197,7 @@ class ShardWriter:
         self.y.resize((stop, *self.y_tail))
         self.y[start:stop] = y_stored
         if self.w is not None:
+            assert w is not None  # every block has weights when the first had (append checks)
             self.w.resize((stop,))
             self.w[start:stop] = w
             self.total_weight += float(np.sum(w, dtype=np.float64))
@@ -268,7 +271,7 @@ def check_target(target: Path, overwrite: bool) -> None:
 
 
 def write_dataset(
-    path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, Any]], *, shard_rows: int,
+    path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
     feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
     compressor: Any, dtype: Any,
 ) -> Path:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -50,7 +50,7 @@ class ShardedDataset:
         # Absolute: the workers read this path, and their working directory is not ours.
         self.path = Path(path).absolute()
         group = _open_group(self.path)
-        self._attrs = dict(group.attrs)
+        self._attrs: dict[str, Any] = dict(group.attrs)  # JSON; the schema under ATTRS_KEY a mapping
         schema = self._attrs.get(ATTRS_KEY, {})
         sparse = schema.get("X_format") == "csr"
         for name in ("y",) + (() if sparse else ("X",)) + (("w",) if schema.get("weighted") else ()):
@@ -59,7 +59,8 @@ class ShardedDataset:
                     f"{str(self.path)!r} is a Zarr group but has no {name!r} array; "
                     "write datasets with ShardedDataset.create"
                 )
-        y = group["y"]
+        y = cast(zarr.Array, group["y"])  # checked among the array keys above, as a dense X is
+        X_shape: tuple[int, ...]
         if sparse:
             if "X" not in group.group_keys():
                 raise NotADatasetError(f"{str(self.path)!r}: the schema says X is sparse (CSR) but there is no 'X' "
@@ -67,7 +68,7 @@ class ShardedDataset:
             X_shape, chunk_rows = (schema["n_samples"], schema["n_features"]), y.chunks[0]
             self._dtype = np.dtype(schema["X_dtype"])
         else:
-            X = group["X"]
+            X = cast(zarr.Array, group["X"])
             X_shape, chunk_rows, self._dtype = X.shape, X.chunks[0], X.dtype
         if len(X_shape) != 2 or y.shape[0] != X_shape[0]:
             raise NotADatasetError(
@@ -152,7 +153,7 @@ class ShardedDataset:
 
     @classmethod
     def from_blocks(
-        cls, path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, Any]], *, shard_rows: int,
+        cls, path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
         feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
         overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
     ) -> ShardedDataset:
@@ -303,7 +304,7 @@ class ShardedDataset:
     def _arrays(self) -> tuple[zarr.Array | zarr.Group, zarr.Array]:
         try:
             group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
-            return group["X"], group["y"]
+            return group["X"], cast(zarr.Array, group["y"])  # the layout's (a group there fails on use)
         except Exception as exc:  # zarr raises several types for a store that is gone
             if self.path.exists():
                 raise CorruptDatasetError(f"cannot open the dataset at {str(self.path)!r}: {exc}") from exc
@@ -317,10 +318,10 @@ class ShardedDataset:
             raise ConfigurationError(
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
-        X, y = self._arrays()
+        X, y = self._arrays()  # X a group of CSR shards when sparse, else an array (the layout's)
         if self.is_sparse:
-            return self._sparse_rows(X, start, stop), self._dense_rows(y, "y", start, stop)
-        return self._dense_rows(X, "X", start, stop), self._dense_rows(y, "y", start, stop)
+            return self._sparse_rows(cast(zarr.Group, X), start, stop), self._dense_rows(y, "y", start, stop)
+        return self._dense_rows(cast(zarr.Array, X), "X", start, stop), self._dense_rows(y, "y", start, stop)
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None:
         """Sample weights of rows ``[start, stop)`` (float64), or None when the data are unweighted."""
@@ -331,7 +332,7 @@ class ShardedDataset:
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
         try:
-            w = zarr.open_group(str(self.path), mode="r", zarr_format=3)["w"]
+            w = cast(zarr.Array, zarr.open_group(str(self.path), mode="r", zarr_format=3)["w"])
         except Exception as exc:
             raise CorruptDatasetError(f"cannot open the sample weights of the dataset at {str(self.path)!r}: "
                                       f"{exc}; rewrite the dataset") from exc

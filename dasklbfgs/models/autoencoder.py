@@ -64,6 +64,8 @@ class SparseAutoencoder(Model):
     name = "sparse_autoencoder"
     shape_options = ("n_hidden", "sparsity", "beta")
     task = "reconstruction"
+    n_features: int
+    n_params: int
 
     @classmethod
     def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,

@@ -14,7 +14,7 @@ can exceed ``n_params``.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -50,8 +50,15 @@ class Model:
     #: Whether :meth:`loss_grad_sum` takes per-row weights ``w``; other models refuse
     #: weighted datasets in :meth:`check_data`.
     accepts_weights: ClassVar[bool] = False
-    n_features: int
-    n_params: int
+    if TYPE_CHECKING:  # read-only to a model's users: a subclass sets them in __init__ or computes them
+        @property
+        def n_features(self) -> int: ...
+
+        @property
+        def n_params(self) -> int: ...
+    else:
+        n_features: int
+        n_params: int
     #: The parameters' row table (word embeddings) whose rows a batch touches sparsely, or
     #: None. With one, Downpour pushes and fetches only the rows batches touch.
     row_table: Any = None
@@ -214,7 +221,11 @@ class SoftmaxOutput:
     class scores (n, K), labels 0..n_classes-1."""
 
     decision_function: Any
-    n_classes: int
+    if TYPE_CHECKING:  # read-only, as Model's n_features and n_params
+        @property
+        def n_classes(self) -> int: ...
+    else:
+        n_classes: int
     _check_class_labels: Any
 
     def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:

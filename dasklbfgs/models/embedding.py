@@ -68,6 +68,7 @@ class EmbeddingLM(SoftmaxOutput, Model):
 
     name = "embedding_lm"
     shape_options = ("embed_dim", "hidden")
+    n_params: int
 
     @classmethod
     def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
@@ -105,8 +106,9 @@ class EmbeddingLM(SoftmaxOutput, Model):
     def init_params(self, seed: int | None = None) -> np.ndarray:
         rng, params, views = seeded_zeros(self.layout, seed)
         views["E"][...] = rng.normal(scale=0.1, size=views["E"].shape)
-        views["W1"][...] = init_weights(rng, *views["W1"].shape, "tanh")
-        views["W2"][...] = init_weights(rng, *views["W2"].shape, "tanh")
+        for layer in ("W1", "W2"):
+            fan_in, fan_out = views[layer].shape
+            views[layer][...] = init_weights(rng, fan_in, fan_out, "tanh")
         return params
 
     def _ids(self, X: np.ndarray) -> np.ndarray:

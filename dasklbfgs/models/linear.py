@@ -61,6 +61,7 @@ class LinearModel(Model):
     linear: ClassVar[bool] = True
     _link: ClassVar[Callable[..., tuple[float, np.ndarray]]]
     class_weight: tuple[float, ...] | None = None
+    n_features: int
 
     def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool, l1: float) -> None:
         self.n_features = check_int(n_features, "n_features")
@@ -103,7 +104,7 @@ class LinearModel(Model):
         by_class = np.asarray(self.class_weight)[y.astype(np.intp, copy=False)]
         return by_class if w is None else by_class * w
 
-    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+    def loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
                       w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Sum over the rows of (loss, gradient of the loss), weighted by
         :meth:`row_weights`; no penalty.
@@ -218,7 +219,7 @@ class LinearModel(Model):
 
     # -- prediction -----------------------------------------------------------------------
 
-    def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+    def decision_function(self, params: np.ndarray, X: Any) -> np.ndarray:
         W, b = self.unpack(np.asarray(params, dtype=np.float64))
         z = (X.tocsr() if sp.issparse(X) else np.asarray(X)) @ W
         return z + (b if self.n_outputs > 1 else b[0])

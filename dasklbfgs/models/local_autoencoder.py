@@ -75,6 +75,8 @@ class LocalAutoencoder(Model):
     shape_options = ("window", "stride", "maps")
     task = "reconstruction"
     accepts_weights = True
+    n_features: int
+    n_params: int
 
     @classmethod
     def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,

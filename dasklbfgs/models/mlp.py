@@ -63,6 +63,9 @@ class MLP(SoftmaxOutput, Model):
 
     name = "mlp"
     shape_options = ("hidden", "activation")
+    n_features: int
+    n_classes: int
+    n_params: int
 
     @classmethod
     def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,

@@ -82,7 +82,7 @@ def renumber(indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(indices, kind="stable")
     ordered = indices[order]
     first = first_of_each(ordered)
-    renumbered = np.empty(len(ordered), dtype=index_dtype(len(ordered)))  # 4 bytes a non-zero, as scipy's
+    renumbered: np.ndarray = np.empty(len(ordered), dtype=index_dtype(len(ordered)))  # 4 bytes a non-zero, as scipy's
     renumbered[order] = np.cumsum(first, dtype=renumbered.dtype) - 1
     return ordered[first], renumbered
 
@@ -102,11 +102,12 @@ def add_sum_parts(parts: list[np.ndarray | SparseSum], *, dense_result: bool = F
     size = parts[0].size
     dense = [p for p in parts if not isinstance(p, SparseSum)]
     if not dense and not dense_result:
-        union = distinct(np.sort(np.concatenate([p.index for p in parts]), kind="stable"))
+        compact = [p for p in parts if isinstance(p, SparseSum)]  # every part: none is dense
+        union = distinct(np.sort(np.concatenate([p.index for p in compact]), kind="stable"))
         if len(union) <= DENSE_ABOVE * size:
             values = np.zeros(len(union))
-            for part in parts:
-                values[np.searchsorted(union, part.index)] += part.values
+            for sparse in compact:
+                values[np.searchsorted(union, sparse.index)] += sparse.values
             return SparseSum(size, union.astype(index_dtype(size), copy=False), values)
     total = np.zeros(size, dtype=dense[0].dtype if dense else np.float64)  # the dense parts' dtype, as before
     for part in parts:

@@ -83,7 +83,7 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     return config
 
 
-def _value(section: str, key: str, value: Any, types: tuple[type, ...], default: Any, where: str) -> Any:
+def _value(section: str, key: str, value: Any, types: tuple[type[Any], ...], default: Any, where: str) -> Any:
     """``value`` checked against ``types`` (a number as a float), or the default if None."""
     if value is None:
         if default is ...:

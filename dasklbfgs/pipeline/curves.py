@@ -67,7 +67,7 @@ def _panels(curves: dict[str, Any]) -> list[dict[str, Any]]:
         return [p["step"] for p in chosen], [p[key] for p in chosen]
 
     train_label = "training objective (full batch)" if exact else "mini-batch loss (noisy)"
-    loss = {"title": "Loss", "ylabel": "loss", "lines": [(train_label, *series("train"), not exact)]}
+    loss: dict[str, Any] = {"title": "Loss", "ylabel": "loss", "lines": [(train_label, *series("train"), not exact)]}
     if any("heldout_objective" in p for p in points):
         loss["lines"].append(("held-out objective", *series("heldout_objective"), False))
     panels = [loss]
