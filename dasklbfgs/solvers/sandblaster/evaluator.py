@@ -4,7 +4,7 @@ Shards are loaded from Zarr once and stay in worker memory as Dask data; a porti
 computed where its shard lives (data affinity), Dask reloads a shard from Zarr if the
 worker holding it is lost, and the partial ``(loss, gradient)`` sums are added in portion
 order, so the result does not depend on which worker computed what (docs/algorithms.md
-§1). Each evaluation goes one of two ways, with the same bits:
+§1). Each evaluation goes one of three ways, with the same bits:
 
 - **Direct calls** (the default on cached shards; :mod:`.portion_service`): after asking
   the scheduler where the shards are, the client sends the parameters to each worker
@@ -17,25 +17,30 @@ order, so the result does not depend on which worker computed what (docs/algorit
   one ``sandblaster-gradient`` task is submitted per portion, pinned to its shard. This is
   also how an evaluation finishes what its direct calls did not bring back: portions of a
   worker that left, of a shard not (or no longer) where it was, and of a late worker.
+- **Streaming** (out of core, ``cache=False``, chosen by ``sandblaster_lbfgs(cache="auto")``
+  when the data do not fit the workers' memory limits): nothing is cached; every
+  evaluation has one task per shard that reads and decodes its rows from Zarr, unpinned,
+  so Dask hands the next shard to whichever worker is free (dynamic load balancing by the
+  scheduler itself), and only the last portions in flight can straggle.
 
-Backup tasks (docs/algorithms.md §1, after MapReduce): once a worker has finished its
-portions, the outstanding portions of any worker progressing ``backup_slack`` times slower
-(by direct calls: a worker that has not answered ``backup_slack`` times later than its rows
-would take at the fastest answer's rate, and is told to stop) are copied to the idle
-workers, which fetch the shard from its holder; whichever copy
-finishes first is used and the other is cancelled. Both copies compute the same numbers.
-A helper keeps the shard it fetched, and the next evaluations split that shard's portions
-between the two holders, so work drifts away from a persistent straggler (dynamic load
-balancing). Portions whose worker died are rescued by reading their rows from Zarr.
-Where the shards live, and how they move to workers that join: :mod:`.shard_cache`.
+Backup tasks (docs/algorithms.md §1, after MapReduce), one rule for the three ways
+(:mod:`.stragglers`): once some worker is idle, a busy worker progressing ``backup_slack``
+times slower than the fastest idle one, credited with the portions it is computing, is a
+straggler. Its outstanding portions are copied to the idle workers, which fetch the shard
+from its holder (streaming: read it from Zarr again); whichever copy finishes first is used
+and the other is cancelled. Both copies compute the same numbers. A direct call answers for
+all its portions at once, so a worker is late once it has not answered ``backup_slack``
+times later than its rows would take at the fastest answer's rate: it is told to stop, and
+its portions go to tasks and are backed up at once. A helper keeps the shard it fetched,
+and the next evaluations split that shard's portions between the two holders
+(:mod:`.placement`), so work drifts away from a persistent straggler. Portions whose worker
+died are rescued by reading their rows from Zarr.
 
-Out of core (``cache=False``, chosen by ``sandblaster_lbfgs(cache="auto")`` when the data
-do not fit the workers' memory limits), nothing is cached: every evaluation has one task
-per shard that reads and decodes its rows from Zarr, unpinned, so Dask hands the next
-shard to whichever worker is free (dynamic load balancing by the scheduler itself). Only
-the last portions in flight can then straggle: once a worker sits idle with none left in
-the scheduler's queue, and ``backup_slack`` times as long as a portion takes has passed since,
-backups read them again on the idle workers.
+The parts: :mod:`.portion_service` (direct calls), :mod:`.launcher` (an evaluation's tasks),
+:mod:`.collection` (the wait for them: winners, rescues, backups), :mod:`.stragglers` (the
+rule), :mod:`.placement` (which holder computes which portion) and :mod:`.shard_cache` (where
+the shards live, and how they move to workers that join). This module chooses the way and
+adds the sums.
 """
 
 from __future__ import annotations
@@ -50,62 +55,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from distributed import Client, Future, wait
+from distributed import Client, Future
 
 from dasklbfgs._typing import Dataset
-from dasklbfgs.errors import PartitionLostError, WorkerLostError
+from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
+from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
+from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
-from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, call_workers, start_service
+from dasklbfgs.solvers.sandblaster.placement import Speeds
+from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, Plan, call_workers, start_service
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
-from dasklbfgs.solvers.sandblaster.tasks import (
-    column_moments,
-    portion_loss_grad,
-    portion_loss_grad_from_store,
-    shard_column_moments,
-)
+from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
+from dasklbfgs.solvers.sandblaster.tasks import column_moments, shard_column_moments
+
+__all__ = ["EvaluatorStats", "MegaBatchEvaluator"]
 
 GATHER_TIMEOUT_SECONDS = 5.0
 #: Parameters up to this size travel inside each portion task instead of being scattered
 #: first (a round trip saved; 8 portions of a 64 KiB vector are 0.5 MiB through the scheduler).
 INLINE_PARAMS_BYTES = 64 * 1024
-POLL_SECONDS = 0.01  # with backup tasks: how often to compare the workers' progress
-RESCUE_CHECK_SECONDS = 1.0  # how often to look for lost workers
-#: Streaming: with more portions outstanding than this many per thread, some still wait in the
-#: scheduler's queue (Dask sends a worker at most ceil(worker-saturation x threads) queued tasks,
-#: 1.1 by default), so no worker can be idle for long; below it, the scheduler is asked. A
-#: straggler may hold two portions (one running, one sent) while another worker sits idle.
-TASKS_SENT_PER_THREAD = 2
-STREAMING_CHECK_SECONDS = 0.03  # streaming: how often to look for an idle worker when no portion finished
 #: The parameters a client sends per evaluation by direct calls (one copy per worker asked):
 #: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
 #: parameters once and let the workers copy them from each other, off the client's link.
 DIRECT_UPLOAD_BYTES = 64 * 2**20
-_DIRECT = "direct"  # in a collection's winners: a portion already answered by a direct call
-
-
-def wait_polling(futures: set[Future], timeout: float, return_when: str) -> tuple[set[Future], set[Future]]:
-    """``distributed.wait`` that returns ``(done, pending)`` at the timeout instead of raising.
-
-    The ``TimeoutError`` it raises sits in a reference cycle inside Dask's ``sync`` (a frame
-    holding the error it re-raises), and its traceback holds every frame up to the caller,
-    with their arrays (trial points, gradients, the portions' sums): left to the cyclic
-    garbage collector, a polling evaluation kept ~170 MB an iteration alive at 2^22
-    parameters. Dropping the traceback leaves the cycle nothing of ours.
-    """
-    try:
-        done, pending = wait(futures, timeout=timeout, return_when=return_when)
-        return set(done), set(pending)
-    except TimeoutError as timed_out:
-        timed_out.__traceback__ = None
-    done = {f for f in futures if f.done()}
-    return done, set(futures) - done
-
-
-class _EvaluationLost(Exception):
-    """A worker died with data this evaluation still needed: start it over."""
 
 
 @dataclass
@@ -169,19 +144,21 @@ class MegaBatchEvaluator:
         self.backup_slack = backup_slack
         self.token = uuid.uuid4().hex[:8]
         self.stats = EvaluatorStats()
+        self.workers = ClusterWorkers(client)
+        self.speeds = Speeds()  # rows/s per worker in the last evaluation: where portions go
         self._next_key = 0
-        self._speed: dict[str, float] = {}  # rows/s per worker in the last evaluation
         self._done_with: list[Any] = []  # the last evaluation's futures, kept until the next submits
         #: Where each portion of the last evaluation was computed (None: read from Zarr by a
         #: task wherever Dask ran it: streamed, or rescued from a lost worker).
         self.placement: list[str | None] = []
 
         self.cache = cache
-        workers = self._workers()
+        workers = self.workers.live()
         given = portion_rows is not None
         if portion_rows is None:
             # Streaming, a portion decodes the whole Zarr chunk it reads from: one per shard.
-            portion_rows = default_portion_rows(data.n_samples, data.shard_rows) if cache else data.shard_rows
+            shard_rows = max((stop - start for start, stop in data.shard_bounds), default=1)
+            portion_rows = default_portion_rows(data.n_samples, shard_rows) if cache else shard_rows
         self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
         if given:  # the default plan never has more portions than shards: nothing to blame on it
             warn_if_many(self.portions, portion_rows)
@@ -196,12 +173,10 @@ class MegaBatchEvaluator:
             self.cached = ShardCache(client, data, self.token, sorted(workers))
             self.stats.load_seconds = time.perf_counter() - started
 
-    def _workers(self) -> dict[str, Any]:
-        workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        if not workers:
-            self.client.wait_for_workers(1)
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
-        return workers
+    @property
+    def stragglers(self) -> StragglerPolicy | None:
+        """The straggler rule of every evaluation (:mod:`.stragglers`); None without backup tasks."""
+        return StragglerPolicy(self.backup_slack) if self.backup_tasks else None
 
     # -- evaluation ----------------------------------------------------------------------
 
@@ -217,7 +192,7 @@ class MegaBatchEvaluator:
             try:
                 results = self._evaluate_once(x)
                 break
-            except _EvaluationLost:
+            except EvaluationLost:
                 self.stats.restarts += 1
                 if self.on_restart is not None:
                     self.on_restart()
@@ -245,21 +220,22 @@ class MegaBatchEvaluator:
                 [params] = client.scatter([x], hash=False)
             except OSError as exc:  # CommClosedError: sent to a worker that just died, not yet known dead
                 time.sleep(0.2)
-                raise _EvaluationLost() from exc
+                raise EvaluationLost() from exc
         winners: list[Future] = []
         try:
             winners = [f for f in self._run_portions(params, started, direct) if isinstance(f, Future)]
             if any(f.status != "finished" for f in winners):
-                raise _EvaluationLost()
+                raise EvaluationLost()
             timeout = max(GATHER_TIMEOUT_SECONDS, 3 * (time.perf_counter() - started))
             try:
-                # A winner lost with its worker after it finished would make a plain
-                # gather wait forever (its task is pinned to the dead worker).
+                # A winner lost with its worker after it finished would make a plain gather
+                # wait forever (its task is pinned to the dead worker); Client.gather takes no
+                # timeout, so its coroutine (private) is run under one.
                 gathered = iter(client.sync(client._gather, winners, callback_timeout=timeout))
             except (TimeoutError, CancelledError) as exc:
                 if all(f.status == "finished" for f in winners):
                     raise
-                raise _EvaluationLost() from exc
+                raise EvaluationLost() from exc
             return [direct.sums[i] if i in direct.sums else next(gathered) for i in range(len(self.portions))]
         finally:
             # Released with the next evaluation's submission, not now: the client batches its
@@ -271,22 +247,19 @@ class MegaBatchEvaluator:
         """Each worker's portions in one direct call (:mod:`.portion_service`), pinned as the
         tasks would be; portions of shards being reloaded are left to tasks, and everything
         when the copies of ``x`` to send would exceed ``DIRECT_UPLOAD_BYTES``."""
-        holders = self.cached.holders()
-        self.stats.shards_moved = self.cached.moves
-        pinned = self._pin(holders, self.portions)
-        plan: dict[str, list[tuple[int, str, int, int]]] = {}
-        for p in self.portions:
-            worker = pinned[p.index]
+        holders = self._holders()
+        plan: Plan = {}
+        for p, worker in zip(self.portions, self.speeds.pin(holders, self.portions)):
             if worker is not None:
-                local = p.local
-                plan.setdefault(worker, []).append((p.index, holders[p.shard][worker].key, local.start, local.stop))
+                shard_key, local = str(holders[p.shard][worker].key), p.local
+                plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
         if x.nbytes * len(plan) > DIRECT_UPLOAD_BYTES:
             return DirectCalls()
         self._next_key += 1
         calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, x, plan, started,
-                             self.backup_slack if self.backup_tasks else None)
+                             self.stragglers)
         for worker, at in calls.finished.items():
-            self._speed[worker] = calls.rows[worker] / max(at - started, 1e-9)
+            self.speeds.measured(worker, calls.rows[worker], at - started)
         spent = self.stats.direct_compute_seconds
         for worker, seconds in calls.compute_seconds.items():
             spent[worker] = spent.get(worker, 0.0) + seconds
@@ -299,31 +272,41 @@ class MegaBatchEvaluator:
         :meth:`evaluate`; a lost ``x_future`` raises :class:`WorkerLostError`."""
         started = time.perf_counter()
         try:
-            winners = self._run_portions(x_future, started)
-        except _EvaluationLost:
+            winners = [f for f in self._run_portions(x_future, started) if isinstance(f, Future)]
+        except EvaluationLost:
             raise WorkerLostError("the parameters of an evaluation were lost with their worker") from None
         self.stats.evaluations += 1
         self.stats.eval_seconds.append(time.perf_counter() - started)
         return winners
 
-    def _run_portions(self, x_future: Future, started: float, direct: DirectCalls | None = None) -> list[Any]:
-        """Submit every portion not answered by ``direct`` calls at the parameters
-        ``x_future`` under fresh task keys and return one finished copy of each
-        (:meth:`_collect`; ``_DIRECT`` for the answered ones); on failure the tasks are
-        cancelled."""
-        e = self._next_key
-        self._next_key += 1
+    def _run_portions(self, x: Future | np.ndarray, started: float,
+                      direct: DirectCalls | None = None) -> list[Future | str]:
+        """Submit every portion not answered by ``direct`` calls at the parameters ``x``
+        under fresh task keys and return one finished copy of each (:class:`.Collection`;
+        ``DIRECT`` for the answered ones); on failure the tasks are cancelled."""
         direct = direct or DirectCalls()
-        primaries, pinned = self._submit_primaries(x_future, e, direct)
+        launcher = TaskLauncher(self.client, self.token, self._next_key, self.portion_model, self.data, x,
+                                self.cached)
+        self._next_key += 1
+        primaries, pinned = self._submit_primaries(launcher, direct)
         self._done_with = []  # the last evaluation's futures: released after this submission
+        collection = Collection(launcher, self.portions, self.workers, self.stragglers, primaries, pinned,
+                                started, direct)
         try:
             with self.client.as_current():  # distributed.wait resolves the current client
-                return self._collect(primaries, pinned, x_future, e, started, direct)
+                winners = collection.run()
         except BaseException:
             self.client.cancel([f for f in primaries if f is not None])
             raise
+        finally:
+            self.stats.backups_launched += collection.backups_launched
+            self.stats.backups_won += collection.backups_won
+        self.placement, delivered = collection.delivered(time.perf_counter())
+        for worker, (rows, seconds) in delivered.items():
+            self.speeds.measured(worker, rows, seconds)
+        return winners
 
-    def _submit_primaries(self, x_future: Future, e: int,
+    def _submit_primaries(self, launcher: TaskLauncher,
                           direct: DirectCalls) -> tuple[list[Future | None], list[str | None]]:
         """One task per portion not answered by a direct call (None for those), pinned to the
         worker holding its shard (data affinity).
@@ -331,107 +314,33 @@ class MegaBatchEvaluator:
         Pinning also keeps Dask's work stealing from copying shards between workers;
         balancing across workers is the backup tasks' job, as in the paper. A shard lost
         with its worker is reloaded from Zarr by Dask and the next evaluation follows it;
-        portions pinned to a worker that dies mid-evaluation are rescued by
-        :meth:`_collect`. Returns the futures and the worker each is pinned to (for the
-        answered portions: the worker that answered).
+        portions pinned to a worker that dies mid-evaluation are rescued by the
+        :class:`.Collection`. Returns the futures and the worker each is pinned to (for the
+        answered portions: the worker that answered; streaming: None, anywhere).
         """
         if not self.cache:  # streaming: any worker reads any portion; Dask balances them
-            return self._from_store("gradient", self.portions, x_future, e), [None] * len(self.portions)
-        holders = self.cached.holders()
-        self.stats.shards_moved = self.cached.moves
+            return list(launcher.from_store("gradient", self.portions)), [None] * len(self.portions)
+        holders = self._holders()
         left = [p for p in self.portions if p.index not in direct.sums]
         pinned: list[str | None] = [direct.computed_on.get(p.index) for p in self.portions]
         # Not back to a worker the direct calls could not reach or gave up on while its shard
-        # has another holder (a late one is backed up at once, below, when it is the only one).
+        # has another holder (a late one is backed up at once when it is the only one).
         shunned = direct.lost | direct.late
         holders = [{w: f for w, f in where.items() if w not in shunned} or where for where in holders]
-        for p, worker in zip(left, self._pin(holders, left)):
+        for p, worker in zip(left, self.speeds.pin(holders, left)):
             pinned[p.index] = worker
         futures: list[Future | None] = [None] * len(self.portions)
-        for worker in dict.fromkeys(pinned[p.index] for p in left):
-            # One client.map per worker is one message to the scheduler.
-            portions = [p for p in left if pinned[p.index] == worker]
-            mapped = self.client.map(
-                portion_loss_grad,
-                [holders[p.shard][worker] for p in portions],
-                [p.local for p in portions],
-                model=self.portion_model,
-                x=x_future,
-                key=[f"sandblaster-gradient-{self.token}-{e}-{p.index}" for p in portions],
-                workers=None if worker is None else [worker],  # None: the shard is being reloaded
-                allow_other_workers=False,
-                pure=False,
-            )
-            for p, future in zip(portions, mapped):
-                futures[p.index] = future
+        for p, future in zip(left, launcher.pinned(left, holders, [pinned[p.index] for p in left])):
+            futures[p.index] = future
         return futures, pinned
 
-    def _pin(self, holders: list[dict[str | None, Future]], portions: list[Portion]) -> list[str | None]:
-        """The worker each of ``portions`` runs on: a holder of its shard (None while the shard
-        is being reloaded). A shard copied to a second worker by a backup task: each portion
-        goes to the holder that would finish it first at the speeds measured last time, so a
-        straggler's work drifts to its helpers."""
-        load: Counter[str | None] = Counter()
-        fastest = max(self._speed.values(), default=1.0)
-        pinned: list[str | None] = []
-        for p in portions:
-            rows = p.stop - p.start
-            worker = min(sorted(holders[p.shard], key=str),
-                         key=lambda w: (load[w] + rows) / self._speed.get(w, fastest))
-            load[worker] += rows
-            pinned.append(worker)
-        return pinned
-
-    def _collect(self, primaries: list[Future | None], pinned: list[str | None], x_future: Future, e: int,
-                 started: float, direct: DirectCalls) -> list[Any]:
-        """Wait for one finished copy of every portion; returns them in portion order.
-
-        Every ``POLL_SECONDS`` (one ``wait`` per poll, no per-task overhead), the outstanding
-        portions of stragglers are backed up as the module docstring says (a worker that stops
-        progressing slows down by that measure too, so a hung portion is backed up as well),
-        and portions pinned to a worker that has left the cluster (or whose copies were all
-        lost) are rescued: re-run from Zarr wherever Dask likes, backups on or off.
-        """
-        collection = _Collection(self, primaries, pinned, x_future, e, started, direct)
-        poll = POLL_SECONDS if self.backup_tasks else RESCUE_CHECK_SECONDS
-        while collection.n_done() < len(primaries):
-            done, collection.pending = wait_polling(collection.pending, poll,
-                                                    "FIRST_COMPLETED" if collection.backed_up else "ALL_COMPLETED")
-            now = time.perf_counter()
-            collection.check_parameters()
-            collection.take(done, now)
-            if collection.n_done() == len(primaries):
-                break
-            collection.rescue_stranded(now)
-            collection.back_up_stragglers(now)
-        collection._measure_speeds(time.perf_counter())
-        return collection.winners
-
-    def _from_store(self, kind: str, portions: list[Portion], x_future: Future, e: int,
-                    worker: str | None = None) -> list[Future]:
-        """Tasks computing ``portions`` from rows read from Zarr (streamed primaries, backups
-        and rescues), on ``worker`` only, or anywhere when None."""
-        return self.client.map(
-            portion_loss_grad_from_store, [p.start for p in portions], [p.stop for p in portions],
-            model=self.portion_model, data=self.data, x=x_future,
-            key=[f"sandblaster-{kind}-{self.token}-{e}-{p.index}" for p in portions],
-            workers=None if worker is None else [worker],
-            allow_other_workers=False,
-            pure=False,
-        )
-
-    def _backup(self, p: Portion, x_future: Future, e: int, worker: str) -> Future:
-        """A copy of portion ``p`` on ``worker``, reading its shard from the worker that holds
-        it (cheaper than decoding the shard's Zarr chunk again; the helper keeps it, see
-        :meth:`ShardCache.keep_copy`). Streaming: a second read from Zarr."""
-        if not self.cache:
-            return self._from_store("backup", [p], x_future, e, worker)[0]
-        return self.client.submit(
-            portion_loss_grad, self.cached.shards[p.shard], p.local,
-            model=self.portion_model, x=x_future,
-            key=f"sandblaster-backup-{self.token}-{e}-{p.index}", workers=[worker],
-            allow_other_workers=False, pure=False,
-        )
+    def _holders(self) -> list[dict[str | None, Future]]:
+        """Per shard, worker -> its copy there (:meth:`ShardCache.holders`, which also moves shards)."""
+        if self.cached is None:
+            raise RuntimeError("the evaluator was closed: it holds no shards")
+        holders = self.cached.holders()
+        self.stats.shards_moved = self.cached.moves
+        return holders
 
     def rows_per_worker(self) -> dict[str, int]:
         """Rows each worker computed in the last evaluation (from :attr:`placement`; rows read
@@ -446,10 +355,15 @@ class MegaBatchEvaluator:
 
     def column_moments(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
         """Per-shard ``(n, mean, M2)`` of the columns of X, in shard order."""
-        calls = ([(column_moments, shard) for shard in self.cached.shards] if self.cached
-                 else [(shard_column_moments, self.data, i) for i in range(self.data.n_shards)])
-        futures = [self.client.submit(*call, key=f"sandblaster-moments-{self.token}-{i}", pure=False)
-                   for i, call in enumerate(calls)]
+        def key(i: int) -> str:
+            return f"sandblaster-moments-{self.token}-{i}"
+
+        if self.cached is not None:
+            futures = [self.client.submit(column_moments, shard, key=key(i), pure=False)
+                       for i, shard in enumerate(self.cached.shards)]
+        else:
+            futures = [self.client.submit(shard_column_moments, self.data, i, key=key(i), pure=False)
+                       for i in range(self.data.n_shards)]
         return self.client.gather(futures)
 
     def close(self) -> None:
@@ -458,202 +372,3 @@ class MegaBatchEvaluator:
         if self.cached is not None:
             self.cached.close()
             self.cached = None
-
-
-@dataclass(frozen=True)
-class _Attempt:
-    """One copy of one portion in flight: the portion, the kind of copy (``"gradient"``: the
-    primary, pinned to its shard's holder or, streaming, anywhere; ``"backup"``: a copy on an
-    idle worker; ``"rescue"``: a re-run from Zarr for a lost worker), where it was placed
-    (None: wherever Dask runs it) and its future."""
-
-    portion: int
-    kind: str
-    worker: str | None
-    future: Future
-
-
-class _Collection:
-    """The bookkeeping of one evaluation's wait for its portions (see
-    :meth:`MegaBatchEvaluator._collect`): winners, pending copies, rescues and backups."""
-
-    def __init__(self, evaluator: MegaBatchEvaluator, primaries: list[Future | None], pinned: list[str | None],
-                 x_future: Future, e: int, started: float, direct: DirectCalls) -> None:
-        self.evaluator, self.pinned, self.x_future, self.e, self.started = evaluator, pinned, x_future, e, started
-        # per portion: its finished copy, _DIRECT if a direct call answered it, None until then
-        self.winners: list[Future | str | None] = [_DIRECT if i in direct.sums else None for i in range(len(pinned))]
-        self.pending: set[Future] = set()
-        #: every copy of a portion this evaluation started, by its task key (the keys the
-        #: scheduler reports are this evaluation's exactly when they are in here)
-        self.attempts: dict[str, _Attempt] = {}
-        self.copied: dict[str, set[int]] = {"gradient": set(), "backup": set(), "rescue": set()}  # portions by kind
-        self._started("gradient", [(i, pinned[i], f) for i, f in enumerate(primaries) if f is not None])
-        self.owned = Counter(w for w in pinned if w is not None)  # portions per worker
-        done_by = self.done_by()
-        # workers whose portions are all done: when (those answering directly, when they answered)
-        self.finished_at: dict[str, float] = {w: at for w, at in direct.finished.items()
-                                              if w in self.owned and done_by[w] == self.owned[w]}
-        self.tail: dict[str, float] = {}  # streaming: when a worker first sat idle, seconds per portion
-        self.next_rescue_check = started + RESCUE_CHECK_SECONDS
-
-    def _started(self, kind: str, copies: list[tuple[int, str | None, Future]]) -> None:
-        """Record ``copies`` (portion, worker, future) of ``kind`` as pending attempts."""
-        for i, worker, future in copies:
-            self.attempts[future.key] = _Attempt(i, kind, worker, future)
-            self.copied[kind].add(i)
-            self.pending.add(future)
-
-    def _attempt(self, future: Future) -> _Attempt:
-        return self.attempts[future.key]
-
-    @property
-    def backed_up(self) -> bool:
-        """Whether a backup was launched (then each finished copy is worth a look at once)."""
-        return bool(self.copied["backup"])
-
-    def n_done(self) -> int:
-        return sum(f is not None for f in self.winners)
-
-    def done_by(self) -> Counter[str | None]:
-        """Portions done per worker they were pinned to."""
-        return Counter(self.pinned[i] for i, f in enumerate(self.winners) if f is not None)
-
-    def unclaimed(self) -> list[Portion]:
-        """Portions without a winner, backup or rescue, last queued first (they would finish last)."""
-        claimed = self.copied["backup"] | self.copied["rescue"]
-        return [p for p in reversed(self.evaluator.portions)
-                if self.winners[p.index] is None and p.index not in claimed]
-
-    def check_parameters(self) -> None:
-        """Raise when the task producing the parameters failed or they were lost (parameters
-        carried inline by the tasks cannot be)."""
-        if not isinstance(self.x_future, Future):
-            return
-        if self.x_future.status == "error":
-            self.x_future.result()  # the task producing the parameters failed: its exception
-        if self.x_future.status in ("lost", "cancelled"):  # the parameters were lost with their worker
-            raise _EvaluationLost()
-
-    def take(self, done: set[Future], now: float) -> None:
-        """Record the first finished copy of each portion; cancel the other copies."""
-        evaluator = self.evaluator
-        for f in done:
-            attempt = self._attempt(f)
-            i = attempt.portion
-            if self.winners[i] is not None:
-                continue
-            if f.status == "error":
-                if isinstance(f.exception(), PartitionLostError):  # the replica is re-created, then a retry
-                    raise _EvaluationLost()
-                f.result()  # re-raise the task's exception
-            if f.status != "finished":  # lost with its worker, or cancelled
-                continue
-            self.winners[i] = f
-            if attempt.kind == "backup":
-                evaluator.stats.backups_won += 1
-                if evaluator.cached is not None:  # streaming keeps nothing
-                    evaluator.cached.keep_copy(evaluator.portions[i].shard, attempt.worker)
-            losers = [g for g in self.pending if self._attempt(g).portion == i]
-            if losers:
-                evaluator.client.cancel(losers)
-                self.pending.difference_update(losers)
-        for i, f in enumerate(self.winners):  # a finished copy lost with its worker: not a winner after all
-            if isinstance(f, Future) and f.status != "finished":
-                self.winners[i] = None
-                self.finished_at.pop(self.pinned[i], None)  # type: ignore[arg-type]
-        done_by = self.done_by()
-        for w, n_owned in self.owned.items():
-            if w not in self.finished_at and done_by[w] == n_owned:
-                self.finished_at[w] = now
-
-    def rescue_stranded(self, now: float) -> None:
-        """Re-run from Zarr the portions whose worker left or whose copies were all lost."""
-        covered = {self._attempt(f).portion for f in self.pending}
-        orphans = [i for i, f in enumerate(self.winners) if f is None and i not in covered]
-        if now < self.next_rescue_check and not orphans:
-            return
-        self.next_rescue_check = now + RESCUE_CHECK_SECONDS
-        alive = set(self.evaluator._workers())
-        rescued = self.copied["rescue"]
-        stranded = [p for p in self.evaluator.portions
-                    if self.winners[p.index] is None and p.index not in rescued
-                    and (p.index not in covered or self.pinned[p.index] not in {*alive, None})]
-        if stranded:
-            rescues = self.evaluator._from_store("rescue", stranded, self.x_future, self.e)
-            self._started("rescue", [(p.index, None, f) for p, f in zip(stranded, rescues)])
-
-    def back_up_stragglers(self, now: float) -> None:
-        """Copy the outstanding portions of straggling workers to idle ones."""
-        evaluator = self.evaluator
-        late: list[Portion] = []
-        if evaluator.backup_tasks and not evaluator.cache:
-            late, idle = self._streaming_stragglers(now)
-        elif evaluator.backup_tasks and self.finished_at:
-            late, idle = self._stragglers(now)
-        for j, p in enumerate(late):
-            worker = idle[j % len(idle)]
-            self._started("backup", [(p.index, worker, evaluator._backup(p, self.x_future, self.e, worker))])
-        evaluator.stats.backups_launched += len(late)
-
-    def _stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
-        """Outstanding portions of workers much slower than the fastest idle one, and the idle workers."""
-        owned, finished_at, done_by = self.owned, self.finished_at, self.done_by()
-        rates = {w: owned[w] / max(finished_at[w] - self.started, 1e-9) if w in finished_at
-                 else done_by[w] / (now - self.started) for w in owned}
-        reference = max(rates[w] for w in finished_at)
-        slow = {w for w in owned if w not in finished_at and rates[w] * self.evaluator.backup_slack < reference}
-        if not slow:
-            return [], []
-        idle = sorted(finished_at, key=lambda w: -rates[w])
-        return [p for p in self.unclaimed() if self.pinned[p.index] in slow], idle
-
-    def _streaming_stragglers(self, now: float) -> tuple[list[Portion], list[str]]:
-        """Streaming (see the module docstring): once a running worker has none of this
-        evaluation's portions while none waits in the scheduler's queue, and ``backup_slack``
-        times as long as a portion takes (thread-seconds per finished portion at that moment) has
-        passed since, the outstanding portions, last first, and the idle workers. (Idle means
-        the whole worker: a worker with free threads and a portion running is busy.)"""
-        evaluator, tail, n_done = self.evaluator, self.tail, self.n_done()
-        outstanding = self.unclaimed()
-        if not outstanding or n_done == 0:
-            return [], []
-        if "since" in tail:
-            if now - tail["since"] < evaluator.backup_slack * tail["portion_seconds"]:
-                return [], []
-        elif tail.get("checked_at") == n_done and now < tail["next_check"]:
-            return [], []  # a worker goes idle when a portion finishes (or a cancelled copy stops)
-        tail.update(checked_at=n_done, next_check=now + STREAMING_CHECK_SECONDS)
-        workers = evaluator._workers()
-        threads = sum(info.get("nthreads", 1) for info in workers.values())
-        if len(outstanding) > TASKS_SENT_PER_THREAD * threads:
-            return [], []
-        held = {w: {self.attempts[key].portion for key in map(str, keys) if key in self.attempts}
-                for w, keys in evaluator.client.processing().items()}
-        if {p.index for p in outstanding} - set().union(*held.values()):  # queued: a free worker takes it
-            return [], []
-        idle = sorted(w for w, info in workers.items()
-                      if w in held and not held[w] and info.get("status", "running") == "running")
-        if not idle:
-            return [], []
-        if "since" not in tail:
-            tail.update(since=now, portion_seconds=(now - self.started) * threads / n_done)
-            return [], []
-        return outstanding, idle
-
-    def _measure_speeds(self, ended: float) -> None:
-        """Rows per second each worker delivered in this evaluation (placement uses them)."""
-        won = {i: self._attempt(f) for i, f in enumerate(self.winners) if isinstance(f, Future)}
-        backup_won = {i: attempt.worker for i, attempt in won.items() if attempt.kind == "backup"}
-        rows: Counter[str] = Counter({w: 0 for w in self.pinned if w is not None})  # every worker given work
-        placement: list[str | None] = []
-        for p in self.evaluator.portions:
-            worker = backup_won.get(p.index, self.pinned[p.index])
-            rescued = p.index in won and won[p.index].kind == "rescue"
-            placement.append(None if rescued else worker)
-            if worker is not None:
-                rows[worker] += p.stop - p.start
-        self.evaluator.placement = placement
-        for worker, n_rows in rows.items():
-            busy = (self.finished_at[worker] if worker in self.finished_at and worker not in backup_won.values()
-                    else ended) - self.started
-            self.evaluator._speed[worker] = max(n_rows, 1) / max(busy, 1e-9)

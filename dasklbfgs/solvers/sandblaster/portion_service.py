@@ -20,22 +20,25 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
 import cloudpickle
+import distributed.worker
 from distributed import Client, WorkerPlugin
 from distributed.protocol import to_serialize
 
-try:  # what get_worker() reads (distributed's own, not public): set for the model, as in a task
-    from distributed.worker import _worker_cvar
-except ImportError:  # a distributed without it: get_worker() then answers only in tasks
-    _worker_cvar = None
-
 from dasklbfgs._recent import RecentIds
+from dasklbfgs.solvers.sandblaster.stragglers import Progress, StragglerPolicy
 from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
 
-__all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "call_workers"]
+#: What get_worker() reads, set for the model's code as in a task: distributed has no public
+#: way to make get_worker() answer on a thread it did not start a task on (None: a
+#: distributed without it, where get_worker() then answers only in tasks).
+_worker_cvar: ContextVar[Any] | None = getattr(distributed.worker, "_worker_cvar", None)
+
+__all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "Plan", "call_workers"]
 
 PROTOCOL = 1  # in the names below: a cluster kept running across an upgrade gets the new service beside the old
 HANDLER = f"dasklbfgs_portion_sums_v{PROTOCOL}"
@@ -44,10 +47,6 @@ ABANDONED_KEPT = 256  # abandoned call ids a worker remembers
 #: How often a wait for answers asks the scheduler whether the workers it waits for are
 #: still in the cluster (a worker that hangs, or dies before it is reached, never answers).
 LIVENESS_SECONDS = 1.0
-#: A worker is not given up on while it is less late than this: a backup task's own round
-#: trip through the scheduler takes about as long, so it could not win (and jitter of a
-#: millisecond would send every small evaluation down the task path).
-LATE_FLOOR_SECONDS = 0.025
 
 
 class PortionService(WorkerPlugin):
@@ -106,7 +105,7 @@ class PortionService(WorkerPlugin):
             return [None if shard is None or call in self.abandoned
                     else portion_loss_grad(shard, local, model=the_model, x=x) for shard, local in work]
         finally:
-            if token is not None:
+            if _worker_cvar is not None and token is not None:
                 _worker_cvar.reset(token)
 
 
@@ -128,25 +127,30 @@ class DirectCalls:
     late: set[str] = field(default_factory=set)  # workers given up on as stragglers
 
 
-def call_workers(client: Client, call: str, model: Any, x: Any, plan: dict[str, list[tuple[int, str, int, int]]],
-                 started: float, backup_slack: float | None) -> DirectCalls:
-    """Ask every worker of ``plan`` (worker -> its portions as ``(index, shard key, first
-    row, stop row)``) for their sums, at once, and wait for the answers.
+#: A direct call's plan: worker -> its portions as ``(index, shard key, first row, stop row)``.
+Plan = dict[str, list[tuple[int, str, int, int]]]
 
-    A worker that cannot be reached is ``lost``. With ``backup_slack``, once a worker has
-    answered, a worker still computing is given up on (``late``) when it has taken
-    ``backup_slack`` times as long as its rows would take at the fastest answer's rate (and
-    ``LATE_FLOOR_SECONDS`` longer at least): its
-    portions are then backed up by tasks, as the task path backs up a straggler's (its
-    answer, if it comes, is dropped, and the worker told to stop computing it). ``call``
-    names the calls of this evaluation, unique. Any other error (the model's) is raised.
+
+def call_workers(client: Client, call: str, model: Any, x: Any, plan: Plan, started: float,
+                 stragglers: StragglerPolicy | None) -> DirectCalls:
+    """Ask every worker of ``plan`` for the sums of its portions, at once, and wait for the
+    answers.
+
+    A worker that cannot be reached is ``lost``. With ``stragglers`` (the policy of
+    :mod:`.stragglers`), a worker still computing is given up on (``late``) once the policy
+    calls it a straggler; a worker answers for all its rows at once, so until then they are
+    all in flight, and it is late once it has taken ``backup_slack`` times as long as its
+    rows would take at the fastest answer's rate (and a backup's round trip longer at
+    least). Its portions are then computed by tasks, as the task path backs up a
+    straggler's (its answer, if it comes, is dropped, and the worker told to stop computing
+    it). ``call`` names the calls of this evaluation, unique. Any other error (the model's)
+    is raised.
     """
-    return client.sync(_call_workers, client, call, cloudpickle.dumps(model), x, plan, started, backup_slack)
+    return client.sync(_call_workers, client, call, cloudpickle.dumps(model), x, plan, started, stragglers)
 
 
-async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
-                        plan: dict[str, list[tuple[int, str, int, int]]], started: float,
-                        backup_slack: float | None) -> DirectCalls:
+async def _call_workers(client: Client, call: str, blob: bytes, x: Any, plan: Plan, started: float,
+                        stragglers: StragglerPolicy | None) -> DirectCalls:
     out = DirectCalls()
     payload = to_serialize(x)
     calls = {
@@ -157,13 +161,12 @@ async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
     }
     rows = {worker: sum(stop - start for _, _, start, stop in items) for worker, items in plan.items()}
     pending = set(calls)
-    fastest = 0.0  # rows per second of the fastest answer so far
 
-    def due(worker: str) -> float:
-        """When ``worker`` is late: ``backup_slack`` times its rows' time at the fastest rate,
-        and at least ``LATE_FLOOR_SECONDS`` past that time."""
-        expected = rows[worker] / fastest
-        return started + max(backup_slack * expected, expected + LATE_FLOOR_SECONDS)
+    def progress(now: float) -> dict[str, Progress]:
+        """What the straggler policy is told: the workers that answered, idle after the rows
+        they computed, and those still computing, all their rows in flight."""
+        answered = {w: Progress(n, n, 0, out.finished[w] - started) for w, n in out.rows.items()}
+        return answered | {calls[t]: Progress(rows[calls[t]], 0, rows[calls[t]], now - started) for t in pending}
 
     def give_up(given_up: set[asyncio.Future], why: set[str]) -> None:
         """Stop waiting for ``given_up`` (noting their workers in ``why``) and tell those
@@ -174,13 +177,14 @@ async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
 
     next_liveness_check = started + LIVENESS_SECONDS
     while pending:
-        timeout = max(0.0, next_liveness_check - time.perf_counter())
-        if backup_slack is not None and fastest > 0:
-            timeout = min(timeout, max(0.0, min(due(calls[t]) for t in pending) - time.perf_counter()))
-        done, pending = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        wake = next_liveness_check
+        if stragglers is not None:
+            wake = min(wake, started + stragglers.next_straggler_after(progress(time.perf_counter())))
+        done, pending = await asyncio.wait(pending, timeout=max(0.0, wake - time.perf_counter()),
+                                           return_when=asyncio.FIRST_COMPLETED)
         now = time.perf_counter()
-        if backup_slack is not None and fastest > 0:
-            late = {t for t in pending if now >= due(calls[t])}
+        if stragglers is not None:
+            late = {t for t in pending if calls[t] in stragglers.judge(progress(now)).stragglers}
             give_up(late, out.late)
             pending -= late
         if pending and now >= next_liveness_check:  # a worker that left without a word (or hangs unreachable)
@@ -192,16 +196,16 @@ async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
         for answered in done:
             worker = calls[answered]
             error = answered.exception()
+            if error is not None and not isinstance(error, OSError):  # the model's: raised as itself
+                _forget(done)
+                give_up(pending, out.lost)  # the other workers told to stop
+                raise error
             answer = None if error is not None else answered.result()
-            if isinstance(error, OSError) or (error is None and not isinstance(answer, dict)):
+            if not isinstance(answer, dict):
                 # CommClosedError, a refused connection: the worker is gone; no answer at all:
                 # a worker closing (its plugins torn down before it stops listening)
                 out.lost.add(worker)
                 continue
-            if error is not None:  # the model's: raised as itself, the other workers told to stop
-                _forget(done)
-                give_up(pending, out.lost)
-                raise error
             out.compute_seconds[worker] = answer["seconds"]
             computed = 0
             for (index, _, start, stop), sums in zip(plan[worker], answer["sums"]):
@@ -210,7 +214,6 @@ async def _call_workers(client: Client, call: str, blob: bytes, x: Any,
                     computed += stop - start
             if computed:  # a worker that held none of its shards any more says nothing of speed
                 out.finished[worker], out.rows[worker] = now, computed
-                fastest = max(fastest, computed / max(now - started, 1e-9))
     return out
 
 

@@ -55,7 +55,7 @@ def test_polling_for_portions_leaves_nothing_for_the_garbage_collector(client) -
     import time
     import weakref
 
-    from dasklbfgs.solvers.sandblaster.evaluator import wait_polling
+    from dasklbfgs.solvers.sandblaster.collection import wait_polling
 
     class Held:  # stands for an array in the caller's frame (arrays take no weak references)
         pass
