@@ -20,7 +20,7 @@ so Dask's task stream does not show it); for a run whose replicas are partitione
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from dasklbfgs.monitor.events import TOPIC
 from dasklbfgs.monitor.runs import CURVES, RunView, runs_newest_first
@@ -42,7 +42,14 @@ class TrainingPage:
 
     def __init__(self, scheduler: Any) -> None:
         from bokeh.layouts import column, row
-        from bokeh.models import ColumnDataSource, DataTable, Div, RadioButtonGroup, Select, TableColumn
+        from bokeh.models import ColumnDataSource
+
+        # from their modules: bokeh.models.widgets builds its __all__ from its submodules' at
+        # run time, so a type checker does not see the names bokeh.models re-exports from it
+        from bokeh.models.widgets.groups import RadioButtonGroup
+        from bokeh.models.widgets.inputs import Select
+        from bokeh.models.widgets.markups import Div
+        from bokeh.models.widgets.tables import DataTable, TableColumn
 
         self.scheduler = scheduler
         self.runs: list[RunView] = []
@@ -50,7 +57,8 @@ class TrainingPage:
         self.seen: tuple[int, float] = (0, 0.0)  # number and time of the events last read
         self.updating = False  # the page itself is changing the pickers
         self.picker = Select(title="run (newest first)", options=[], width=380, name="run-picker")
-        self.other = Select(title="compare with", options=[NO_RUN], value=NO_RUN, width=380)
+        no_run: list[str | tuple[Any, str]] = [NO_RUN]  # (a Select's options: values, or (value, label) pairs)
+        self.other = Select(title="compare with", options=no_run, value=NO_RUN, width=380)
         self.x_axis = RadioButtonGroup(labels=["iteration / global step", "wall time (s)"], active=0)
         self.status = Div(text="No dasklbfgs training has logged events yet.", sizing_mode="stretch_width",
                           name="status")
@@ -109,14 +117,18 @@ class TrainingPage:
                   categories: bool = False) -> Any:
         """Bars over whole numbers (shards, staleness, partitions), or over named
         ``categories`` (workers: the names are set as they are drawn)."""
+        from bokeh.models import DataRange1d
         from bokeh.plotting import figure
 
+        categorical: dict[str, Any] = {"x_range": []} if categories else {}  # factors: set as drawn
         fig = figure(title=title, height=280, sizing_mode="stretch_width", tools="save", x_axis_label=x_label,
-                     y_axis_label=y_label, **({"x_range": []} if categories else {}))
+                     y_axis_label=y_label, **categorical)
         fig.vbar(x=x, top=y, source=source, width=0.8)
-        fig.y_range.start = 0
+        cast(DataRange1d, fig.y_range).start = 0  # a figure's default y range
         if not categories:
-            fig.xaxis.ticker.min_interval = 1
+            # bokeh's stubs type the splat of the x axes' tickers as one Axis's ``Ticker | Sequence[float]``;
+            # it sets the attribute on each of them (a linear axis's BasicTicker)
+            fig.xaxis.ticker.min_interval = 1  # type: ignore[union-attr]
         return fig
 
     # -- reading the events -----------------------------------------------------------------
@@ -136,7 +148,7 @@ class TrainingPage:
             return  # nothing new: the scheduler's thread has better things to do
         self.seen = (len(events), events[-1][0])
         self.runs = runs_newest_first([message for _, message in events])
-        options = [(r.run, f"{r.run} ({r.state})") for r in self.runs]
+        options: list[str | tuple[Any, str]] = [(r.run, f"{r.run} ({r.state})") for r in self.runs]
         self.updating = True
         try:
             if options != self.picker.options:
@@ -166,7 +178,9 @@ class TrainingPage:
         if main is None:
             return
         other = self.view(self.other.value)
-        x = X_AXES[self.x_axis.active]
+        active = self.x_axis.active
+        assert active is not None, "a radio group the page starts with a button active keeps one active"
+        x = X_AXES[active]
         for name, curve in CURVES.items():
             for slot, run in (("run", main), ("compare", other)):
                 points = run.points(curve, x) if run is not None else {"x": [], "y": []}

@@ -10,7 +10,7 @@ import html
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from dasklbfgs.models.metrics import SCORE_LABELS, SCORES
 
@@ -59,7 +59,7 @@ class RunView:
         progress = f"{self.x_label} {last.get('step', 0)}, {last.get('time', 0.0):.1f} s"
         if self.state == "running":
             return f"{head}: <b>running</b>, {progress}"
-        if self.state == "failed":
+        if self.state == "failed" and self.end is not None:  # (failed: there is an end event)
             return f"{head}: <b style='color:#c00'>failed</b> after {progress}: {self.end['error']}: " \
                    f"{html.escape(self.end['message'], quote=False)}"
         if self.end is None:  # a replica method's finished event without the end event
@@ -143,7 +143,7 @@ def runs_newest_first(events: list[dict[str, Any]]) -> list[RunView]:
     return list(reversed(runs.values()))
 
 
-def _finite(value: Any) -> bool:
+def _finite(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 

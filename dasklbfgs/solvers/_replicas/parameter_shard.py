@@ -156,7 +156,7 @@ class ParameterShard:
             delta, state = self._rule.update(gradient, state)
             self.values[where] += delta
         else:
-            state = self._ftrl_with_model_l1(where, gradient, state, steps)
+            state = self._ftrl_with_model_l1(where, gradient, state, steps, self.l1)
         if where is _WHOLE:
             self.state = state
         else:
@@ -164,9 +164,10 @@ class ParameterShard:
                 self.state[k][where] = v
 
     def _ftrl_with_model_l1(self, where: Any, gradient: np.ndarray, state: dict[str, np.ndarray],
-                            steps: int) -> dict[str, np.ndarray]:
-        """FTRL-Proximal's new ``z, n`` at ``where``, whose threshold is the model's l1 times the
-        mini-batch steps whose gradients ``z`` has summed (this push's included).
+                            steps: int, l1: np.ndarray) -> dict[str, np.ndarray]:
+        """FTRL-Proximal's new ``z, n`` at ``where``, whose threshold is the model's l1 (``l1``,
+        this shard's weights) times the mini-batch steps whose gradients ``z`` has summed (this
+        push's included).
 
         ``z`` holds about ``S`` times the mean-loss gradient after ``S`` steps, so the l1 of
         the same sum is ``S l1``: the fixed point then satisfies the model's optimality
@@ -175,7 +176,7 @@ class ParameterShard:
         (sigma's ``played``); the parameters are that closed form, never incremented, so
         ``|z| <= S l1`` gives exact zeros, and :meth:`_current` computes them when read.
         """
-        threshold = self.l1[where] * (self.steps + steps)
+        threshold = l1[where] * (self.steps + steps)
         _, state = ftrl_step(gradient, state, self._current(where), **{**self.hyper, "l1": threshold})
         return state
 

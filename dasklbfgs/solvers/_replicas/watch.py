@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import dask
 import numpy as np
@@ -192,6 +192,7 @@ ACTOR_LOSS_WAIT = 30.0  # seconds: about the scheduler's time to notice a dead w
 CALL_CHECK_SECONDS = 0.5  # while a reply to the coordinator is late, check for lost workers this often
 RETIRE_CHECK_SECONDS = 0.5  # how often the coordinator looks for refused retirements
 SCHEDULER_EVENTS = "all"  # the scheduler's event topic with the outcomes of retire_workers
+WorkerOrAny = TypeVar("WorkerOrAny", bound="str | None")  # a worker's address, or None: any worker
 
 
 class Coordinator:
@@ -306,7 +307,7 @@ class Coordinator:
         except (ValueError, KeyError, OSError):  # the worker left in the meantime: any worker
             return self.client.scatter(value, hash=False)
 
-    def workers_of(self, actors: list[Future], asked: list[str | None]) -> list[str | None]:
+    def workers_of(self, actors: list[Future], asked: list[WorkerOrAny]) -> list[WorkerOrAny]:
         """The worker each started actor lives on (the one ``asked`` for it, if it has already
         gone again: its loss is noticed like any other)."""
         where = self.client.who_has(actors)

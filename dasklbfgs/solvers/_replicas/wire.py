@@ -122,6 +122,10 @@ class Wire:
         """Global row ids -> each shard's local row ids (``None``: dense transfer)."""
         if not self.sparse or rows is None:
             return [None] * len(self.bounds)
+        return [*self._local_rows(rows)]
+
+    def _local_rows(self, rows: np.ndarray) -> list[np.ndarray]:
+        """Global table row ids -> each shard's local row ids (sparse transfer)."""
         out = []
         for layout in self.layouts:
             mine = rows[(rows >= layout.first_row) & (rows < layout.first_row + layout.n_rows)]
@@ -135,7 +139,7 @@ class Wire:
             wire = accrued.astype(self.dtype, copy=self.copy)
             return [wire[a:b] for a, b in self.bounds]
         return [layout.values(accrued[a:b], local, self.dtype)
-                for (a, b), layout, local in zip(self.bounds, self.layouts, self.split_rows(rows))]
+                for (a, b), layout, local in zip(self.bounds, self.layouts, self._local_rows(rows))]
 
     def apply_fetched(self, params: np.ndarray, replies: list[Any]) -> None:
         """Write fetched values (dense slices or sparse payloads) into the replica's copy."""

@@ -166,7 +166,8 @@ class DownpourReplica(ReplicaTask):
         ``with_fetch_from`` on in the same reply; returns the calls in flight."""
         touched_rows = np.flatnonzero(self.touched) if self.touched is not None else None
         fetch = with_fetch_from is not None
-        fetch_rows = self.wire.split_rows(self.rows_ahead(with_fetch_from)) if fetch else [None] * len(self.shards)
+        # ``fetch``: with_fetch_from is not None (mypy does not narrow through the aliased condition)
+        fetch_rows = self.wire.split_rows(self.rows_ahead(with_fetch_from)) if fetch else [None] * len(self.shards)  # type: ignore[arg-type]
         payloads = self.wire.payloads(self.accrued, touched_rows)
         seen, steps, loss = self.computed_from, self.accrued_steps, self.accrued_loss  # as sent, if sent again
         sent = self.send(lambda i, s: s.push(payloads[i], seen[i], self.replica, steps, loss, fetch, fetch_rows[i]))

@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import distributed
 import numpy as np
@@ -117,7 +117,9 @@ class _PeerRun(Coordinator):
 
     def start_replicas(self, resumes: list[dict[str, Any]] | None = None) -> None:
         mailboxes = [ActorRef(PeerMailbox, w, m.key) for m, w in zip(self.mailboxes, self.placement)]
-        center = [ActorRef(ParameterShard, w, sh.key) for sh, w in zip(self.center.handles, self.center.placed)]
+        # the center's shards were asked for named workers (__init__, restart): placed on named ones
+        center = [ActorRef(ParameterShard, w, sh.key)
+                  for sh, w in zip(self.center.handles, cast("list[str]", self.center.placed))]
         for r, worker in enumerate(self.placement):
             # a replica uses its own mailbox in-process: it must run where the mailbox lives
             self.launch(r, run_peer_replica, worker, allow_other_workers=False, generation=self.generation,
@@ -238,7 +240,8 @@ class _PeerRun(Coordinator):
         while True:
             generation = self.generation
             try:
-                return self.replies(make_calls, check=lambda g=generation: self._same_actors(g))
+                # mypy cannot infer a lambda whose parameter has a default against Callable[[], None]
+                return self.replies(make_calls, check=lambda g=generation: self._same_actors(g))  # type: ignore[misc]
             except _Restarted:
                 continue
             except Exception as exc:  # noqa: BLE001 - a lost actor restarts the replicas, anything else re-raised

@@ -393,7 +393,9 @@ class SyncReplica(PeerReplica):
         if isinstance(loss, str):
             self.stop = loss
             return None
-        self.params += self.rule_step(gradient)
+        # all_reduce returns (reason, None) or (loss, gradient): not a str, so an array (mypy does not
+        # relate the two)
+        self.params += self.rule_step(gradient)  # type: ignore[arg-type]
         return loss
 
     def row_sums(self, batch: Batch) -> tuple[float, np.ndarray | SparseSum]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from distributed import Client
@@ -90,15 +90,15 @@ class SandblasterRun:
 
     def _load_checkpoint(self) -> LBFGSState | None:
         path = self.options.checkpoint_path
-        if not (self.options.resume and os.path.exists(path)):
+        if not (self.options.resume and path is not None and os.path.exists(path)):  # (resume needs a path)
             return None
         if self.options.state == "sharded":
             return load_sharded_state(path, model_config=self.config, settings=self.settings)[0]
         return load_state(path, model_config=self.config, settings=self.settings)
 
-    def _save(self, state: LBFGSState) -> None:
+    def _save(self, path: os.PathLike[str] | str, state: LBFGSState) -> None:
         self.saved_nit = state.nit
-        path, config, settings = self.options.checkpoint_path, self.config, self.settings
+        config, settings = self.config, self.settings
         if self.space is not None:
             save_sharded_state(path, state, self.space, model_config=config, settings=settings)
         else:
@@ -139,11 +139,12 @@ class SandblasterRun:
         """Before an evaluation starts over: re-create the partitioned replicas (one of them may
         have lost a partition; they hold no state between evaluations, so this is cheap), and
         hand the portions the new ones."""
+        assert self.replicas is not None, "set as the evaluator's on_restart only with partitioned replicas"
         self.replicas.recover()
         self.evaluator.portion_model = self.replicas.portion_model
 
     def _cache(self, client: Client) -> bool:
-        if self.options.cache != "auto":
+        if isinstance(self.options.cache, bool):  # else "auto" (the option's kind allows no other value)
             return self.options.cache
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
         cache = shards_fit(self.dataset.nbytes_in_memory, limits)
@@ -155,6 +156,7 @@ class SandblasterRun:
     def _minimize(self, client: Client) -> OptimizeResult:
         opts = self.options
         if opts.standardize:
+            assert isinstance(self.model, LinearModel), "standardize=True is refused for other models (__init__)"
             moments = combine_moments(self.evaluator.column_moments())
             self.transform = Standardizer.from_moments(
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
@@ -175,7 +177,7 @@ class SandblasterRun:
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
         if opts.checkpoint_path is not None and self.saved_nit != final.nit:
-            self._save(final)  # the last iterations since a checkpoint: the state the run ended in
+            self._save(opts.checkpoint_path, final)  # the last iterations since a checkpoint: the state it ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
             # held-out scores at the end too, whatever eval_every (None: only here)
             result.history[-1].update(self.context.score(self._params(result.x)))
@@ -186,10 +188,12 @@ class SandblasterRun:
 
     def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
         """L-BFGS, or OWL-QN with the model's l1 weights (in ``theta``'s coordinates)."""
+        # theta0 is None only with the sharded state, whose space holds the start (x0 is then unused)
+        x0 = cast(np.ndarray, theta0)
         if self.l1 is None:
-            return lbfgs_minimize(self._evaluate, theta0, self.options, state=self.saved,
+            return lbfgs_minimize(self._evaluate, x0, self.options, state=self.saved,
                                   on_iteration=self._on_iteration, space=self.space)
-        return owlqn_minimize(self._evaluate, theta0, self.l1_theta, self.options, state=self.saved,
+        return owlqn_minimize(self._evaluate, x0, self.l1_theta, self.options, state=self.saved,
                               on_iteration=self._on_iteration, space=self.space)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
@@ -206,7 +210,10 @@ class SandblasterRun:
     def _current_params(self, state: LBFGSState) -> np.ndarray:
         """The parameters of ``state`` in the model's coordinates (gathered from the vector
         shards in sharded mode)."""
-        return self._params(self.space.x() if self.space is not None else state.x)
+        if self.space is not None:
+            return self._params(self.space.x())
+        assert state.x is not None, "a local state holds its vectors"
+        return self._params(state.x)
 
     def _on_iteration(self, state: LBFGSState) -> str | None:
         """Held-out scores, the checkpoint and the report after each iteration; the reason to
@@ -214,8 +221,8 @@ class SandblasterRun:
         context, entry = self.context, state.history[-1]
         if context.evaluation_due(state.nit):
             entry.update(context.score(self._current_params(state)))
-        if self.options.checkpoint_path is not None:
-            context.checkpoint_if_due(state.nit, lambda _: self._save(state))
+        if (path := self.options.checkpoint_path) is not None:
+            context.checkpoint_if_due(state.nit, lambda _: self._save(path, state))
         partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
         return context.report(entry, lambda: self._current_params(state).copy(),
                               n_portions=len(self.evaluator.portions), backups_won=self.evaluator.stats.backups_won,

@@ -41,8 +41,10 @@ def _state(attrs: dict[str, Any], basis: GramMatrix, x: Any = None, g: Any = Non
 
 def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config: dict[str, Any],
                settings: dict[str, Any]) -> None:
-    basis = state.basis
-    write_checkpoint(path, {"x": state.x, "g": state.g, "S": basis.S, "Y": basis.Y, "gram": basis._G},
+    basis, x, g = state.basis, state.x, state.g
+    assert isinstance(basis, LocalBasis) and x is not None and g is not None, \
+        "a local state holds its vectors (a sharded one is saved by save_sharded_state)"
+    write_checkpoint(path, {"x": x, "g": g, "S": basis.S, "Y": basis.Y, "gram": basis._G},
                      kind=KIND, attrs={**_attrs(state, model_config, settings), "slots": basis.slots})
 
 

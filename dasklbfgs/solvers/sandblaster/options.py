@@ -28,7 +28,9 @@ class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOpt
     maxiter: int = override(LBFGSOptions, "maxiter", default=100)
     eval_every: int | None = override(HeldOutOptions, "eval_every", default=1)
     checkpoint_every: int | None = override(CheckpointOptions, "checkpoint_every", default=1)
-    n_param_shards: int | None = override(
+    # None here (the default with state='sharded'), where ParamShardOptions declares an int: the
+    # mixin only declares the option, read through the solvers' own options classes
+    n_param_shards: int | None = override(  # type: ignore[assignment]
         ParamShardOptions, "n_param_shards", default=None, nullable=True,
         none_means=f"{ParamShardOptions.default('n_param_shards')} with state='sharded'")
     portion_rows: int | None = option(

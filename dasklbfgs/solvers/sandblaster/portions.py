@@ -16,7 +16,7 @@ class Portion(NamedTuple):
     """Rows ``[start, stop)`` of the dataset, inside shard ``shard`` whose first row is
     ``shard_start``; ``index`` fixes its place in the reduction order."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a field named like tuple.index (the method), on purpose: never searched
     shard: int
     shard_start: int
     start: int

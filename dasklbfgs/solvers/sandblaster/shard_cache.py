@@ -23,6 +23,7 @@ from collections import Counter
 from concurrent.futures import CancelledError
 from typing import Any
 
+from dask.typing import Key
 from distributed import Client, Future, wait
 
 from dasklbfgs._typing import Dataset
@@ -114,7 +115,7 @@ class ShardCache:
                 self.client.cancel([copy])
                 del self.moving[i]
 
-    def _finish_moves(self, where: dict[str, Any]) -> None:
+    def _finish_moves(self, where: dict[Key, Any]) -> None:
         """A moved shard's copy in memory becomes the shard; the old holder drops its data
         (its task is kept by Dask as the copy's dependency, to rebuild it if need be)."""
         for i, copy in list(self.moving.items()):
@@ -123,7 +124,7 @@ class ShardCache:
                 del self.moving[i]
                 self.moves += 1
 
-    def _start_moves(self, where: dict[str, Any], live: list[str]) -> None:
+    def _start_moves(self, where: dict[Key, Any], live: list[str]) -> None:
         """Copy shards from the workers holding the most to those holding the fewest until
         the counts differ by at most one (none while earlier moves are under way)."""
         if self.moving or len(live) < 2:

@@ -199,7 +199,9 @@ class ShardedSpace:
                           workers=None if workers[0] is None else [workers[i % len(workers)]])
             for i, (a, b) in enumerate(self.bounds)
         ]
-        self.shards = [f.result() for f in self._futures]
+        # actor handles (distributed.actor.Actor, whose method calls return futures; Dask types
+        # an actor task's result as the class itself)
+        self.shards: list[Any] = [f.result() for f in self._futures]
         self.basis = GramMatrix(m)
         self.bytes_received = 0  # what reached this process from shards and tasks
         self._gmax = np.inf

@@ -60,7 +60,7 @@ def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: D
     return model.portion_loss_grad_sum(aligned(x), X, y, data.load_weights(start, stop))
 
 
-def shard_column_moments(data: Dataset, index: int) -> tuple[int, np.ndarray, np.ndarray]:
+def shard_column_moments(data: Dataset, index: int) -> tuple[float, np.ndarray, np.ndarray]:
     """:func:`column_moments` of shard ``index`` read from Zarr (out-of-core runs)."""
     return column_moments(load_shard(data, index))
 
@@ -70,6 +70,7 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
     shard, weighted by its sample weights if it has them: the standardised coordinates are
     then the same for weighted rows as for the rows repeated. A sparse shard's come from its
     column sums and sums of squares (centering it would make it dense)."""
+    X: Any  # dense or sparse rows (aligned() passes sparse ones through)
     X, _, w = shard
     X = X.to_csr() if isinstance(X, CompactColumns) else aligned(X)
     total = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
