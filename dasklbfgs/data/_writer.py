@@ -31,6 +31,7 @@ from dasklbfgs.data._validate import (
     check_weight_values,
     check_weights_shape,
 )
+from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
 FORMAT_VERSION = 1
@@ -271,15 +272,14 @@ def check_target(target: Path, overwrite: bool) -> None:
 
 
 def write_dataset(
-    path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
+    target: Location, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
     feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
     compressor: Any, dtype: Any,
-) -> Path:
-    """Write ``blocks`` of (X, y) or (X, y, sample_weight) rows to a new dataset at ``path``;
-    return the path."""
-    target = Path(path)
+) -> None:
+    """Write ``blocks`` of (X, y) or (X, y, sample_weight) rows to a new dataset at ``target``
+    (:func:`written_atomically`: the schema is the last thing written)."""
     compressors = resolve_compressor(compressor)
-    with written_aside(target, overwrite=overwrite) as temp:
+    with written_atomically(target, overwrite=overwrite) as store:
         writer = None
         for block in blocks:
             X, y, w = _block_arrays(block)
@@ -287,7 +287,7 @@ def write_dataset(
                 check_block_shapes(X, y, where="in the first block")
                 check_numeric(X, "X")
                 check_numeric(y, "y")
-                group = zarr.create_group(store=str(temp), zarr_format=3)
+                group = zarr.create_group(store=store, zarr_format=3)
                 writer = ShardWriter(
                     group, shard_rows=shard_rows, first_X=X, first_y=y,
                     x_dtype=_x_dtype(dtype, X), compressors=compressors, weighted=w is not None,
@@ -319,8 +319,45 @@ def write_dataset(
             **({"weighted": True, "total_weight": writer.total_weight} if writer.w is not None else {}),
             **writer.labels.as_attrs(),
         }
-        group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})
-    return target
+        group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})  # the commit, on an object store
+
+
+@contextlib.contextmanager
+def written_atomically(target: Location, *, overwrite: bool) -> Iterator[Any]:
+    """Yield the Zarr store to write a dataset into, such that readers of ``target`` find
+    the old dataset, none, or the complete new one. A local folder is written aside and
+    renamed into place (:func:`written_aside`). An object store has no rename: the dataset
+    is written where it will stay, and counts as one only once its schema is in the root
+    group's ``zarr.json``, one object the writer puts last (:func:`written_in_place`)."""
+    if target.is_local:
+        with written_aside(target.path, overwrite=overwrite) as temp:
+            yield str(temp)
+    else:
+        with written_in_place(target, overwrite=overwrite) as store:
+            yield store
+
+
+@contextlib.contextmanager
+def written_in_place(target: Location, *, overwrite: bool) -> Iterator[Any]:
+    """Yield the store at ``target`` (an object store) to write into. A dataset already
+    there is first taken back (its ``zarr.json`` deleted, so readers stop finding it), then
+    removed; a failed write is removed too, and what a killed writer leaves has no schema,
+    which :class:`~dasklbfgs.data.sharded.ShardedDataset` refuses to open."""
+    if target.exists():
+        if not overwrite:
+            raise DatasetExistsError(f"{target.url!r} already exists; pass overwrite=True to replace it")
+        if not (target.exists("zarr.json") or target.groups_below()):
+            raise DatasetExistsError(f"refusing to overwrite {target.url!r}: it is not a Zarr store or a folder of "
+                                     "them")
+        target.remove("zarr.json")
+        target.remove()
+    try:
+        yield target.zarr_store(read_only=False)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the write's own error is the one to hear
+            target.remove("zarr.json")
+            target.remove()
+        raise
 
 
 @contextlib.contextmanager
