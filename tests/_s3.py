@@ -19,6 +19,7 @@ def free_port() -> int:
 def s3():
     """``(bucket URL, storage_options)`` of a fresh bucket on a moto server at 127.0.0.1."""
     boto3 = pytest.importorskip("boto3")
+    pytest.importorskip("s3fs")
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)

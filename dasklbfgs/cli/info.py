@@ -25,7 +25,7 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.data.location import Location
 
-    location = Location.of(args.path, storage_options_from_args(args))
+    location = Location.of(args.path, storage_options_from_args(args, args.path))
     # train/test of a recipe, say
     splits = location.groups_below() if location.exists() and not location.exists("zarr.json") else []
     datasets = [ShardedDataset.open(location / name) for name in splits] or [ShardedDataset.open(location)]

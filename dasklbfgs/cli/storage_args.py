@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from dasklbfgs.data.location import has_scheme
 from dasklbfgs.errors import ConfigurationError
 
 __all__ = ["add_storage_arguments", "storage_options_from_args"]
@@ -19,8 +20,11 @@ def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
              "else strings")
 
 
-def storage_options_from_args(args: argparse.Namespace) -> dict[str, Any] | None:
-    """The ``--storage-option`` flags as one nested dict (None: none given)."""
+def storage_options_from_args(args: argparse.Namespace, where: str | None = None) -> dict[str, Any] | None:
+    """The ``--storage-option`` flags as one nested dict (None: none given, or ``where`` is
+    a local path: the flags are for the URLs among a command's datasets)."""
+    if where is not None and not has_scheme(where):
+        return None
     options: dict[str, Any] = {}
     for item in args.storage_option:
         key, sep, text = item.partition("=")

@@ -59,9 +59,8 @@ def command(args: argparse.Namespace) -> int:
     if os.path.exists(args.output) and not args.overwrite:
         raise OutputExistsError(f"--output {args.output!r} exists (an earlier run's parameters); pass --overwrite to "
                                 "replace it or choose another --output")
-    storage_options = storage_options_from_args(args)
-    data = ShardedDataset.open(args.data, storage_options)
-    test = ShardedDataset.open(args.test, storage_options) if args.test else None
+    data = ShardedDataset.open(args.data, storage_options_from_args(args, args.data))
+    test = ShardedDataset.open(args.test, storage_options_from_args(args, args.test)) if args.test else None
     model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
     with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
         with cluster_from_args(args, interrupt) as client:

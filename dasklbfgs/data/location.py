@@ -21,17 +21,27 @@ from typing import Any
 
 from dasklbfgs.errors import ConfigurationError, StoreError
 
-__all__ = ["Location", "has_scheme"]
+__all__ = ["Location", "has_scheme", "refuse_url"]
 
 #: URL scheme -> (the package that reaches it, the dasklbfgs extra that installs it)
 EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
           "abfs": ("adlfs", "azure"), "abfss": ("adlfs", "azure"), "az": ("adlfs", "azure")}
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)(://|::)")
+#: the object a dataset write puts first and removes once committed: what it leaves if killed
+WRITING_MARKER = ".dasklbfgs-writing"
 
 
 def has_scheme(where: str) -> bool:
-    """Whether ``where`` is a URL (``scheme://...``), never a local path."""
+    """Whether ``where`` is a URL (``scheme://...``, or a chained ``scheme::...``), never a local path."""
     return _SCHEME.match(where) is not None
+
+
+def refuse_url(where: os.PathLike[str] | str, why: str) -> None:
+    """A :class:`ConfigurationError` if ``where`` is a URL where only a local path is taken
+    (rather than a folder named like the URL on local disk)."""
+    if has_scheme(os.fspath(where)):
+        raise ConfigurationError(f"{why}, got the URL {os.fspath(where)!r}: write to a local path, or write a "
+                                 "dataset at a URL with ShardedDataset.create(url, X, y, ...)")
 
 
 @dataclass(frozen=True)
@@ -40,7 +50,8 @@ class Location:
     picklable, so workers reach the same store."""
 
     url: str
-    storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
+    # not in the repr: credentials must not reach logs and tracebacks
+    storage_options: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, where: Location | os.PathLike[str] | str, storage_options: dict[str, Any] | None = None
@@ -61,9 +72,14 @@ class Location:
                                          "local path")
             local = text if match is None else text[len(match.group(0)):]
             return cls(str(Path(local).absolute()))
-        scheme = match.group(1).lower()
+        scheme, rest = match.group(1).lower(), text[len(match.group(0)):]
+        if match.group(2) == "::":
+            raise StoreError(f"chained URLs such as {text!r} (a cache in front of a store) are not supported; give "
+                             "the store's own URL")
+        if not rest.strip("/"):
+            raise StoreError(f"{text!r} names no location in the {scheme!r} store: give a bucket or folder")
         _filesystem_class(scheme, text)
-        return cls(text.rstrip("/"), dict(storage_options or {}))
+        return cls(f"{scheme}://{rest.rstrip('/')}", dict(storage_options or {}))
 
     @property
     def is_local(self) -> bool:
@@ -73,7 +89,7 @@ class Location:
     def path(self) -> Path:
         """The local folder (only for a local location)."""
         if not self.is_local:
-            raise ConfigurationError(f"{self.url!r} is not a local path")
+            raise ConfigurationError(f"{self.url!r} is not a local path (a URL: use .url)")
         return Path(self.url)
 
     def __str__(self) -> str:
@@ -89,12 +105,16 @@ class Location:
         return self.url.rstrip("/").rsplit("/", 1)[-1]
 
     def filesystem(self) -> tuple[Any, str]:
-        """The fsspec filesystem and this location's path in it; a refused connection or
-        credentials are a :class:`StoreError` naming the URL."""
+        """The fsspec filesystem and this location's path in it, with no listing cached from
+        earlier calls (another process may have written since: the answers here decide
+        what a write replaces and whether a chunk is missing); options the filesystem does
+        not take are a :class:`StoreError` naming the URL."""
         import fsspec.core
 
         try:
-            return fsspec.core.url_to_fs(self.url, **self.storage_options)
+            fs, path = fsspec.core.url_to_fs(self.url, **self.storage_options)
+            fs.invalidate_cache(path)
+            return fs, path
         except ImportError as exc:
             raise _missing_package(self.url, exc) from exc
         except (TypeError, ValueError) as exc:
@@ -131,9 +151,7 @@ class Location:
                 return []
             names = [p.name for p in self.path.iterdir() if p.is_dir()]
         else:
-            fs, path = self.filesystem()
-            entries = _store_call(self.url, lambda: fs.ls(path, detail=False)) if self.exists() else []
-            names = [str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries]
+            names = self.children()
         return sorted(name for name in names if self._node_type(f"{name}/zarr.json") == "group")
 
     def _node_type(self, key: str) -> str | None:
@@ -148,12 +166,39 @@ class Location:
         except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
             return None
 
+    def is_replaceable(self) -> bool:
+        """Whether ``overwrite=True`` may replace this location: a Zarr store, what a killed
+        dataset write left (:data:`WRITING_MARKER`), or a folder holding Zarr stores only."""
+        if self.is_local:
+            raise ConfigurationError("local folders are replaced by rename (dasklbfgs.data._writer)")
+        if self.exists("zarr.json") or self.exists(WRITING_MARKER):
+            return True
+        names = self.children()
+        return bool(names) and all(self.exists(f"{name}/zarr.json") for name in names)
+
+    def children(self) -> list[str]:
+        """The names directly below this location (remote)."""
+        fs, path = self.filesystem()
+        entries = _store_call(self.url, lambda: fs.ls(path, detail=False)) if self.exists() else []
+        return sorted(str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries)
+
+    def put(self, key: str, data: bytes) -> None:
+        """Write the object ``key`` below this location (remote)."""
+        fs, path = self.filesystem()
+        _store_call(self.url, lambda: fs.pipe_file(f"{path}/{key}", data))
+
+    def remove_all_but(self, keep: str) -> None:
+        """Delete everything below this location except the object ``keep`` (remote)."""
+        for name in self.children():
+            if name != keep:
+                self.remove(name)
+
     def remove(self, key: str = "") -> None:
         """Delete ``key`` (a file below this location; "" everything here). Remote only."""
         fs, path = self.filesystem()
         target = f"{path}/{key}" if key else path
         if _store_call(self.url, lambda: fs.exists(target)):
-            _store_call(self.url, lambda: fs.rm(target, recursive=not key))
+            _store_call(self.url, lambda: fs.rm(target, recursive=True))
 
     def stored_bytes(self) -> int:
         if self.is_local:
@@ -183,10 +228,15 @@ def _missing_package(url: str, exc: ImportError) -> StoreError:
 
 
 def _store_call(url: str, call: Any) -> Any:
-    """``call()``, with the store's refusals (credentials, permissions, no answer) as StoreError."""
+    """``call()``, with whatever the store's client raises (refused credentials, no answer,
+    options it does not take) as a StoreError naming the URL; a missing object stays
+    ``FileNotFoundError``."""
     try:
         return call()
+    except FileNotFoundError:
+        raise
     except PermissionError as exc:
         raise StoreError(f"{url!r} refused access: {exc}; check the credentials in storage_options") from exc
-    except (ConnectionError, TimeoutError) as exc:
-        raise StoreError(f"{url!r} did not answer: {exc}") from exc
+    except Exception as exc:  # botocore's, aiohttp's, gcsfs's own types: what the store said
+        raise StoreError(f"{url!r} did not answer as a store should ({type(exc).__name__}: {exc}); check the URL, "
+                         "the network and storage_options") from exc

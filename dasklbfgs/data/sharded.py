@@ -13,7 +13,7 @@ A dataset lives in a local folder or at any fsspec URL (``s3://bucket/train.zarr
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -148,7 +148,9 @@ class ShardedDataset:
         attrs
             Extra JSON-serialisable group attributes (``task``, ``n_classes``, ...).
         overwrite
-            Replace an existing dataset at ``path`` (only after the new one is complete).
+            Replace an existing dataset at ``path``: a local one only after the new one is
+            complete; one at a URL once the input's first block has passed its checks (an
+            error later leaves no dataset there: object stores have no rename).
         compressor
             A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
             (Blosc lz4 level 5 with byte shuffle, chosen by measurement: docs/guide.md, "Datasets").
@@ -341,15 +343,38 @@ class ShardedDataset:
     # it when it reads rows.
 
     def _group(self) -> zarr.Group:
-        return zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+        group = zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+        self._check_same_write(group)
+        return group
+
+    def _check_same_write(self, group: zarr.Group | None = None) -> None:
+        """On an object store, refuse to read a dataset written again since it was opened
+        (a handle or a worker's copy would read the new write's chunks as the old one's); a
+        local dataset is replaced by a rename, so open files stay the old one's."""
+        if self.location.is_local:
+            return
+        if group is None:
+            try:
+                group = zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+            except StoreError:
+                raise
+            except Exception as exc:  # no zarr.json: removed, or an overwrite under way
+                raise NotADatasetError(f"no dataset at {self.url!r} any more: it was removed, or is being written "
+                                       "again, since it was opened") from exc
+        schema = dict(group.attrs).get(ATTRS_KEY)
+        if not isinstance(schema, Mapping) or schema.get("write_id") != self.schema.get("write_id"):
+            raise NotADatasetError(f"the dataset at {self.url!r} was written again since it was opened "
+                                   "(another write committed there, or is under way); open it again")
 
     def _arrays(self) -> tuple[zarr.Array | zarr.Group, zarr.Array]:
         try:
             group = self._group()
             return group["X"], cast(zarr.Array, group["y"])  # the layout's (a group there fails on use)
-        except StoreError:
+        except (StoreError, NotADatasetError):
             raise
         except Exception as exc:  # zarr raises several types for a store that is gone
+            if not self.location.is_local:
+                self._check_same_write()  # a rewrite under way, or the dataset removed
             if self.location.exists():
                 raise CorruptDatasetError(f"cannot open the dataset at {self.url!r}: {exc}") from exc
             raise NotADatasetError(f"no dataset at {self.url!r} any more: the path does not exist "
@@ -364,8 +389,11 @@ class ShardedDataset:
             )
         X, y = self._arrays()  # X a group of CSR shards when sparse, else an array (the layout's)
         if self.is_sparse:
-            return self._sparse_rows(cast(zarr.Group, X), start, stop), self._dense_rows(y, "y", start, stop)
-        return self._dense_rows(cast(zarr.Array, X), "X", start, stop), self._dense_rows(y, "y", start, stop)
+            rows = self._sparse_rows(cast(zarr.Group, X), start, stop), self._dense_rows(y, "y", start, stop)
+        else:
+            rows = self._dense_rows(cast(zarr.Array, X), "X", start, stop), self._dense_rows(y, "y", start, stop)
+        self._check_same_write()  # an overwrite takes the schema back before it deletes a chunk
+        return rows
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None:
         """Sample weights of rows ``[start, stop)`` (float64), or None when the data are unweighted."""
@@ -377,12 +405,14 @@ class ShardedDataset:
             )
         try:
             w = cast(zarr.Array, self._group()["w"])
-        except StoreError:
+        except (StoreError, NotADatasetError):
             raise
         except Exception as exc:
             raise CorruptDatasetError(f"cannot open the sample weights of the dataset at {self.url!r}: "
                                       f"{exc}; rewrite the dataset") from exc
-        return self._dense_rows(w, "w", start, stop)
+        weights = self._dense_rows(w, "w", start, stop)
+        self._check_same_write()
+        return weights
 
     def load_shard_weights(self, index: int) -> np.ndarray | None:
         """Sample weights of shard ``index`` (None when unweighted)."""
@@ -515,8 +545,10 @@ def _open_group(location: Location) -> zarr.Group:
                 f"{location.url!r} holds the datasets {splits}, not one dataset; "
                 f"open one of them, e.g. {(location / splits[0]).url!r}"
             )
-        raise NotADatasetError(f"{location.url!r} is not a Zarr (format 3) group: it has no zarr.json (a write that "
-                               "did not finish can leave files without one; write it again with overwrite=True)")
+        if not location.is_local:
+            raise NotADatasetError(f"{location.url!r} is not a Zarr (format 3) group: it has no zarr.json (a write "
+                                   "that did not finish can leave files without one; write it again with "
+                                   "overwrite=True)")
     try:
         node = zarr.open(location.zarr_store(read_only=True), mode="r", zarr_format=3)
     except Exception as exc:  # zarr raises several types for "not zarr here"

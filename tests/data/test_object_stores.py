@@ -15,20 +15,20 @@ import pytest
 import scipy.sparse as sp
 
 from dasklbfgs import ShardedDataset
-from dasklbfgs.data.location import Location
+from dasklbfgs.data.location import WRITING_MARKER, Location
+from dasklbfgs.data.recipes import make_dataset
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.errors import (
     ConfigurationError,
     CorruptDatasetError,
     DatasetError,
     DatasetExistsError,
+    InvalidDataError,
     NotADatasetError,
     StoreError,
 )
 from dasklbfgs.models import Logistic
 from dasklbfgs.sandblaster import sandblaster_lbfgs
-
-pytest.importorskip("s3fs")
 
 
 def _rows(n: int = 600, d: int = 5, seed: int = 0):
@@ -87,19 +87,38 @@ def test_a_writer_killed_mid_way_leaves_nothing_an_open_takes_for_data(s3) -> No
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 3, done.stderr
-    assert Location.of(url, s3[1]).exists("X/c/0/0")  # the shards written before the kill are there
+    left = Location.of(url, s3[1])
+    assert left.exists("X/c/0/0") and left.exists(WRITING_MARKER)  # the shards written before the kill
     with pytest.raises(NotADatasetError, match=r"holds no finished dataset: its group has no dasklbfgs schema"):
         ShardedDataset.open(url, storage_options=s3[1])
     with pytest.raises(DatasetExistsError, match=r"already exists; pass overwrite=True"):
         ShardedDataset.create(url, np.ones((10, 3)), np.zeros(10), shard_rows=5, storage_options=s3[1])
     data = ShardedDataset.create(url, np.ones((10, 3)), np.zeros(10), shard_rows=5, storage_options=s3[1],
                                  overwrite=True)
-    assert data.n_samples == 10 and not Location.of(url, s3[1]).exists("X/c/2/0")  # nothing of the old write
+    assert data.n_samples == 10 and not left.exists("X/c/2/0")  # nothing of the killed write
+    assert not left.exists(WRITING_MARKER)  # committed
 
 
 def test_overwrite_takes_the_old_dataset_back_before_writing_and_a_failed_write_leaves_nothing() -> None:
     url = f"memory://stores-{uuid.uuid4().hex[:6]}/ds.zarr"
+    old = ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10)
+    # input refused before its first block is written: the old dataset stays, untouched
+    with pytest.raises(ConfigurationError, match=r"dtype must be a floating or integer dtype, got <U3"):
+        ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10, overwrite=True, dtype="U3")
+    with pytest.raises(InvalidDataError, match=r"the dataset is empty"):
+        ShardedDataset.from_blocks(url, iter(()), shard_rows=10, overwrite=True)
+    assert old.load_rows(0, 40)[0].sum() == 80
+    # an error found once writing began (here a NaN in a row): no dataset there, the old one is gone
+    with pytest.raises(InvalidDataError, match=r"X holds a non-finite value \(nan\) in shard 0 at row 0"):
+        ShardedDataset.create(url, np.full((40, 2), np.nan), np.zeros(40), shard_rows=10, overwrite=True)
+    assert not Location.of(url).exists()
     ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10)
+    # a handle opened before a later write refuses to read the new write's chunks as its own
+    old = ShardedDataset.open(url)
+    ShardedDataset.create(url, np.full((40, 2), 2.0), np.zeros(40), shard_rows=10, overwrite=True)
+    with pytest.raises(NotADatasetError, match=r"'memory://.*/ds.zarr' was written again since it was opened"):
+        old.load_rows(0, 10)
+    assert ShardedDataset.open(url).load_rows(0, 40)[0].sum() == 160
 
     def failing():
         yield np.ones((10, 2)), np.zeros(10)
@@ -116,11 +135,16 @@ def test_overwrite_takes_the_old_dataset_back_before_writing_and_a_failed_write_
         data.load_rows(0, 40)
 
 
-def test_a_folder_of_splits_at_a_url_is_named_as_such() -> None:
+def test_a_folder_of_splits_at_a_url_is_named_as_such_and_overwrite_spares_other_files() -> None:
     root = f"memory://stores-{uuid.uuid4().hex[:6]}/splits"
     ShardedDataset.create(f"{root}/train", np.ones((10, 2)), np.zeros(10), shard_rows=5)
     with pytest.raises(NotADatasetError, match=r"holds the datasets \['train'\], not one dataset; .*splits/train"):
         ShardedDataset.open(root)
+    Location.of(root).put("notes.txt", b"not a dataset")
+    with pytest.raises(DatasetExistsError, match=r"refusing to overwrite 'memory://.*/splits': it is not a Zarr "
+                                                 r"store or a folder of them"):
+        ShardedDataset.create(root, np.ones((4, 2)), np.zeros(4), shard_rows=2, overwrite=True)
+    assert Location.of(root).exists("notes.txt") and Location.of(root).exists("train/zarr.json")
 
 
 @pytest.mark.parametrize("where, options, error, match", [
@@ -128,6 +152,9 @@ def test_a_folder_of_splits_at_a_url_is_named_as_such() -> None:
     ("data/x.zarr", {"anon": True}, ConfigurationError, r"storage_options apply to URLs .* 'data/x.zarr' is a "
                                                           r"local path"),
     (42, None, ConfigurationError, r"a dataset location is a path or a URL, got int"),
+    ("simplecache::s3://bucket/x.zarr", None, StoreError, r"chained URLs such as 'simplecache::s3://bucket/x.zarr' "
+                                                            r"\(a cache in front of a store\) are not supported"),
+    ("memory://", None, StoreError, r"'memory://' names no location in the 'memory' store"),
 ])
 def test_bad_locations_are_refused_naming_them(where, options, error, match) -> None:
     with pytest.raises(error, match=match):
@@ -155,6 +182,24 @@ def test_a_missing_filesystem_package_names_the_extra(monkeypatch) -> None:
         ShardedDataset.open("gs://bucket/x.zarr")
 
 
+def test_a_store_that_does_not_answer_is_a_store_error_naming_the_url(s3) -> None:
+    options = {**s3[1], "client_kwargs": {**s3[1]["client_kwargs"], "endpoint_url": "http://127.0.0.1:9"},
+               "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}
+    with pytest.raises(StoreError, match=r"'s3://dasklbfgs-tests/nowhere.zarr' did not answer as a store should "
+                                         r"\(EndpointConnectionError"):
+        ShardedDataset.open(f"{s3[0]}/nowhere.zarr", storage_options=options)
+
+
+def test_a_url_dataset_has_no_local_path_and_recipes_refuse_urls() -> None:
+    data = ShardedDataset.create(f"memory://stores-{uuid.uuid4().hex[:6]}/d.zarr", np.ones((4, 2)), np.zeros(4),
+                                 shard_rows=2)
+    with pytest.raises(ConfigurationError, match=r"'memory://.*/d.zarr' is not a local path \(a URL: use .url\)"):
+        _ = data.path
+    assert "secret" not in repr(Location.of("memory://x/y", {"secret": "hunter2"}))
+    with pytest.raises(ConfigurationError, match=r"the recipes write local folders, got the URL 's3://bucket/data'"):
+        make_dataset("logistic", "s3://bucket/data", rows=100, features=3)
+
+
 def test_workers_that_cannot_reach_the_store_are_named(client, s3) -> None:
     data = ShardedDataset.create(_url(s3, "creds"), np.ones((20, 2)), np.zeros(20), shard_rows=10,
                                  storage_options=s3[1])
@@ -163,7 +208,9 @@ def test_workers_that_cannot_reach_the_store_are_named(client, s3) -> None:
     options = {**s3[1], "client_kwargs": {**s3[1]["client_kwargs"], "endpoint_url": "http://127.0.0.1:9"},
                "config_kwargs": {"retries": {"max_attempts": 1}, "connect_timeout": 1}}
     unreachable.location = Location(data.url, options)
-    with pytest.raises(DatasetError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot read the dataset at 's3://"):
+    with pytest.raises(DatasetError, match=r"worker tcp://127\.0\.0\.1:\d+ cannot read the dataset at 's3://.*' "
+                                           r"\(.*did not answer as a store should.*\); every worker needs it "
+                                           r"reachable"):
         unreachable.check_workers_can_read(client)
 
 
@@ -195,6 +242,9 @@ def test_storage_option_flags_nest_and_parse_json_values() -> None:
         return storage_options_from_args(argparse.Namespace(storage_option=list(items)))
 
     assert parsed() is None
+    flags = argparse.Namespace(storage_option=["anon=true"])
+    assert storage_options_from_args(flags, "data/train") is None  # for the URLs among the datasets only
+    assert storage_options_from_args(flags, "s3://b/train") == {"anon": True}
     assert parsed("anon=true", "client_kwargs.endpoint_url=http://h:1", "client_kwargs.verify=false",
                   "profile=ml", "default_block_size=1048576") == {
         "anon": True, "client_kwargs": {"endpoint_url": "http://h:1", "verify": False}, "profile": "ml",
