@@ -19,7 +19,9 @@ class Dataset(Protocol):
     """
 
     @property
-    def path(self) -> os.PathLike[str]: ...
+    def url(self) -> str:
+        """Where the dataset lives: an absolute local path or a URL (what messages name)."""
+        ...
 
     @property
     def n_samples(self) -> int: ...

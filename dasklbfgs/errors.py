@@ -15,6 +15,7 @@ __all__ = [
     "NotADatasetError",
     "InvalidDataError",
     "CorruptDatasetError",
+    "StoreError",
     "ClusterConnectionError",
     "ConfigurationError",
     "UnknownOptionError",
@@ -71,6 +72,12 @@ class InvalidDataError(DatasetError, ValueError):
 
 class CorruptDatasetError(DatasetError):
     """A stored dataset's chunk file is missing, truncated or not decodable."""
+
+
+class StoreError(DatasetError):
+    """A store cannot be used as asked: a URL whose scheme no installed package reaches, a
+    missing optional dependency (``pip install 'dasklbfgs[s3]'``), refused credentials, or a
+    store that does not answer."""
 
 
 class CheckpointError(DaskLBFGSError):

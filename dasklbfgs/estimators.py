@@ -189,11 +189,11 @@ class _ShardedEstimator(BaseEstimator):
             if classifier:
                 counts = X.label_counts
                 if counts is None:
-                    raise InvalidDataError(f"y in {str(X.path)!r} is not a set of integer class labels")
+                    raise InvalidDataError(f"y in {X.url!r} is not a set of integer class labels")
                 classes = np.array(sorted(counts))
                 if not np.array_equal(classes, np.arange(len(classes))):
                     raise InvalidDataError(
-                        f"class labels in {str(X.path)!r} must be 0..K-1 to fit from a ShardedDataset, "
+                        f"class labels in {X.url!r} must be 0..K-1 to fit from a ShardedDataset, "
                         f"got {classes.tolist()[:10]}; fit from arrays to map any labels"
                     )
             self._check_classes(classes)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
+
+from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
 
 __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
     info = sub.add_parser("info", help="describe a sharded dataset (or a train/test folder)")
-    info.add_argument("path", help="a ShardedDataset, or a folder of them (a recipe's train/ and test/)")
+    info.add_argument("path", help="a ShardedDataset, or a folder of them (a recipe's train/ and test/): a local "
+                                   "path or a URL")
+    add_storage_arguments(info)
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     info.set_defaults(func=command)
 
@@ -20,11 +23,12 @@ def add_parser(sub: Any) -> None:
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.cli.format import format_description
     from dasklbfgs.data import ShardedDataset
+    from dasklbfgs.data.location import Location
 
-    path = Path(args.path)
-    folder = path.is_dir() and not (path / "zarr.json").exists()  # train/test of a recipe, say
-    splits = sorted(p for p in path.iterdir() if (p / "zarr.json").exists()) if folder else []
-    datasets = [ShardedDataset.open(p) for p in splits] or [ShardedDataset.open(path)]
+    location = Location.of(args.path, storage_options_from_args(args, args.path))
+    # train/test of a recipe, say
+    splits = location.groups_below() if location.exists() and not location.exists("zarr.json") else []
+    datasets = [ShardedDataset.open(location / name) for name in splits] or [ShardedDataset.open(location)]
     infos = [d.describe() for d in datasets]
     if args.json:
         print(json.dumps(infos if len(infos) > 1 else infos[0], indent=2))

@@ -12,6 +12,7 @@ from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.report import format_report, interrupted_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
+from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
 from dasklbfgs.cli.training import train_with_progress
 from dasklbfgs.errors import OutputExistsError
 
@@ -27,8 +28,9 @@ def add_parser(sub: Any) -> None:
     train = sub.add_parser("train", help="train a model on a sharded dataset with any solver",
                            description="Train a model on a sharded dataset. Solvers: " + "; ".join(
                                f"{n} ({get_solver(n).options.__name__})" for n in names))
-    train.add_argument("--data", required=True, help="training dataset (a ShardedDataset path)")
+    train.add_argument("--data", required=True, help="training dataset (a ShardedDataset's path or URL)")
     train.add_argument("--test", help="held-out dataset to score (default: none)")
+    add_storage_arguments(train)
     train.add_argument("--model", choices=MODELS, default=None,
                        help="the model (default: what the dataset's recorded task implies: binary -> "
                             "logistic, multiclass -> softmax, regression -> least_squares, unsupervised -> "
@@ -57,8 +59,8 @@ def command(args: argparse.Namespace) -> int:
     if os.path.exists(args.output) and not args.overwrite:
         raise OutputExistsError(f"--output {args.output!r} exists (an earlier run's parameters); pass --overwrite to "
                                 "replace it or choose another --output")
-    data = ShardedDataset.open(args.data)
-    test = ShardedDataset.open(args.test) if args.test else None
+    data = ShardedDataset.open(args.data, storage_options_from_args(args, args.data))
+    test = ShardedDataset.open(args.test, storage_options_from_args(args, args.test)) if args.test else None
     model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
     with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
         with cluster_from_args(args, interrupt) as client:
@@ -70,7 +72,7 @@ def command(args: argparse.Namespace) -> int:
                 report = interrupted_report(model, result)
             else:
                 report = train_report(model, result, data, test)
-        report["dataset"] = str(data.path)
+        report["dataset"] = data.url
         report["options"] = options.to_json()
         save_params(args.output, model, result.x, report)
         report["output"] = str(args.output)

@@ -16,14 +16,16 @@ triples with repeats means their sum, as in scipy's COO -> CSR conversion.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.errors import InvalidDataError
+
+if TYPE_CHECKING:
+    from dasklbfgs.data.location import Location
 
 __all__ = ["row_of_value", "is_sparse", "index_dtype", "as_csr", "check_csr", "write_csr_shard", "read_csr_shard",
            "csr_nbytes", "vstack_csr"]
@@ -101,19 +103,20 @@ def write_csr_shard(group: zarr.Group, shard: int, X: sp.csr_array, *, dtype: np
         array[:] = values
 
 
-def read_csr_shard(group: zarr.Group, shard: int, n_features: int, rows: int, folder: Path) -> sp.csr_array:
-    """Shard ``shard`` (``rows`` rows) of the sparse X stored in ``folder`` (the ``X`` group's
-    directory). A missing chunk file raises ``FileNotFoundError``, a shard whose parts do
-    not fit together ``ValueError``: Zarr would read a missing chunk as zeros, silently."""
+def read_csr_shard(group: zarr.Group, shard: int, n_features: int, rows: int, folder: Location
+                   ) -> sp.csr_array:
+    """Shard ``shard`` (``rows`` rows) of the sparse X stored at ``folder`` (the ``X``
+    group's location). A missing chunk file raises ``FileNotFoundError``, a shard whose parts
+    do not fit together ``ValueError``: Zarr would read a missing chunk as zeros, silently."""
     # the layout's nodes (X/<i> a group, its parts arrays); other nodes fail on use, as damage
     node = cast(zarr.Group, group[str(shard)])
-    parts = {}
-    for name in ("data", "indices", "indptr"):
-        array = cast(zarr.Array, node[name])
-        key = array.metadata.encode_chunk_key((0,))
-        if array.shape[0] and not (folder / str(shard) / name / key).is_file():
-            raise FileNotFoundError(f"the chunk file X/{shard}/{name}/{key} is missing")
-        parts[name] = np.asarray(array[:])
+    arrays = {name: cast(zarr.Array, node[name]) for name in ("data", "indices", "indptr")}
+    keys = [f"{shard}/{name}/{array.metadata.encode_chunk_key((0,))}" for name, array in arrays.items()
+            if array.shape[0]]
+    missing = folder.missing(keys)
+    if missing:
+        raise FileNotFoundError(f"the chunk file X/{missing[0]} is missing")
+    parts = {name: np.asarray(array[:]) for name, array in arrays.items()}
     data, indices, indptr = parts["data"], parts["indices"], parts["indptr"]
     if len(indptr) != rows + 1 or indptr[-1] != len(data) or len(indices) != len(data):
         raise ValueError(f"its parts do not fit together ({len(data)} values, {len(indices)} column indices, "

@@ -13,7 +13,7 @@ import os
 import shutil
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from dasklbfgs.data._validate import (
     check_weight_values,
     check_weights_shape,
 )
+from dasklbfgs.data.location import WRITING_MARKER, Location
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, InvalidDataError
 
 FORMAT_VERSION = 1
@@ -271,15 +272,14 @@ def check_target(target: Path, overwrite: bool) -> None:
 
 
 def write_dataset(
-    path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
+    target: Location, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
     feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
     compressor: Any, dtype: Any,
-) -> Path:
-    """Write ``blocks`` of (X, y) or (X, y, sample_weight) rows to a new dataset at ``path``;
-    return the path."""
-    target = Path(path)
+) -> None:
+    """Write ``blocks`` of (X, y) or (X, y, sample_weight) rows to a new dataset at ``target``
+    (:func:`written_atomically`: the schema is the last thing written)."""
     compressors = resolve_compressor(compressor)
-    with written_aside(target, overwrite=overwrite) as temp:
+    with written_atomically(target, overwrite=overwrite) as open_store:
         writer = None
         for block in blocks:
             X, y, w = _block_arrays(block)
@@ -287,10 +287,11 @@ def write_dataset(
                 check_block_shapes(X, y, where="in the first block")
                 check_numeric(X, "X")
                 check_numeric(y, "y")
-                group = zarr.create_group(store=str(temp), zarr_format=3)
+                x_dtype = _x_dtype(dtype, X)
+                group = zarr.create_group(store=open_store(), zarr_format=3)  # the first block is good
                 writer = ShardWriter(
                     group, shard_rows=shard_rows, first_X=X, first_y=y,
-                    x_dtype=_x_dtype(dtype, X), compressors=compressors, weighted=w is not None,
+                    x_dtype=x_dtype, compressors=compressors, weighted=w is not None,
                 )
             writer.append(X, y, w)
         if writer is not None:
@@ -314,13 +315,66 @@ def write_dataset(
             "n_features": writer.n_features,
             "shard_rows": shard_rows,
             "chunks_complete": True,
+            "write_id": uuid.uuid4().hex,  # readers holding the dataset notice a later write
             "feature_names": list(map(str, feature_names)) if feature_names is not None else None,
             **({"X_format": "csr", "X_dtype": str(writer.x_dtype), "nnz": writer.nnz} if writer.sparse else {}),
             **({"weighted": True, "total_weight": writer.total_weight} if writer.w is not None else {}),
             **writer.labels.as_attrs(),
         }
-        group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})
-    return target
+        group.attrs.update({ATTRS_KEY: meta, **(attrs or {})})  # the commit, on an object store
+
+
+@contextlib.contextmanager
+def written_atomically(target: Location, *, overwrite: bool) -> Iterator[Callable[[], Any]]:
+    """Yield what opens the Zarr store to write a dataset into (called once its first block
+    has passed its checks), such that readers of ``target`` find the old dataset, none, or
+    the complete new one. A local folder is written aside and renamed into place
+    (:func:`written_aside`). An object store has no rename: the dataset is written where it
+    will stay, and counts as one only once its schema is in the root group's ``zarr.json``,
+    one object the writer puts last (:func:`written_in_place`)."""
+    if target.is_local:
+        with written_aside(target.path, overwrite=overwrite) as temp:
+            yield lambda: str(temp)
+    else:
+        with written_in_place(target, overwrite=overwrite) as open_store:
+            yield open_store
+
+
+@contextlib.contextmanager
+def written_in_place(target: Location, *, overwrite: bool) -> Iterator[Callable[[], Any]]:
+    """Yield what opens the store at ``target`` (an object store) to write into. The target
+    is checked at once (an existing one needs ``overwrite``, and must be a Zarr store, a
+    folder of them, or what a killed write left); opening puts a :data:`WRITING_MARKER`
+    first, then takes an old dataset back (its ``zarr.json`` deleted, so readers stop finding
+    it) and removes the rest. The marker goes once the write has committed; a failed write is
+    removed, and what a killed one leaves (files and the marker, no schema) is refused by
+    :class:`~dasklbfgs.data.sharded.ShardedDataset` and replaced by ``overwrite=True``."""
+    if target.exists():
+        if not overwrite:
+            raise DatasetExistsError(f"{target.url!r} already exists; pass overwrite=True to replace it")
+        if not target.is_replaceable():
+            raise DatasetExistsError(f"refusing to overwrite {target.url!r}: it is not a Zarr store or a folder of "
+                                     "them")
+    opened = False
+
+    def open_store() -> Any:
+        nonlocal opened
+        target.put(WRITING_MARKER, uuid.uuid4().hex.encode())
+        opened = True
+        target.remove("zarr.json")
+        target.remove_all_but(WRITING_MARKER)
+        return target.zarr_store(read_only=False)
+
+    try:
+        yield open_store
+    except BaseException:
+        if opened:
+            with contextlib.suppress(Exception):  # the write's own error is the one to hear
+                target.remove("zarr.json")
+                target.remove()
+        raise
+    if opened:
+        target.remove(WRITING_MARKER)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dasklbfgs._version import __version__
+from dasklbfgs.data.location import refuse_url
 from dasklbfgs.data.recipes import make_dataset, recipe_record
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.errors import DaskLBFGSError, DatasetExistsError
@@ -53,6 +54,8 @@ def recipe_datasets(recipe: str, options: dict[str, Any], path: os.PathLike[str]
     :func:`make_dataset` writes both splits aside and renames, so a folder that opens is complete.
     """
     chosen = path is not None
+    if path is not None:
+        refuse_url(path, "data.path (where a recipe's datasets are written) is a local folder")
     target = Path(path).expanduser().absolute() if path is not None else recipe_folder(recipe, options)
     existing = _made_with(target, recipe_record(recipe, **options))
     if existing is not None:

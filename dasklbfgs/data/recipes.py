@@ -18,6 +18,7 @@ import numpy as np
 
 from dasklbfgs.data._writer import check_target, written_aside
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
+from dasklbfgs.data.location import refuse_url
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.text_hashed import DEFAULT_TEXT_FEATURES, HashedDocstrings
@@ -112,6 +113,7 @@ def make_dataset(kind: str, path: os.PathLike[str] | str, *, overwrite: bool = F
         raise ConfigurationError(f"dataset kind must be one of {tuple(RECIPES)!r}, got {kind!r}")
     recipe = RECIPES[kind]
     checked = recipe.options(options)
+    refuse_url(path, "the recipes write local folders")
     target = Path(path)
     check_target(target, overwrite)  # before generating any data
     splits = recipe.splits(kind, checked)

@@ -5,12 +5,15 @@ sample weights; one row chunk of the arrays is one *data shard*, the unit Sandbl
 on a worker and Downpour replicas stream from. Schema and label statistics live in the group
 attribute ``"dasklbfgs"``. A sparse ``X`` (scipy.sparse input) is stored shard by shard in
 CSR form (see :mod:`dasklbfgs.data._sparse`) and read back as ``scipy.sparse.csr_array``.
+
+A dataset lives in a local folder or at any fsspec URL (``s3://bucket/train.zarr`` with
+``storage_options``: :mod:`dasklbfgs.data.location`); the workers read it where it lives.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -23,7 +26,15 @@ from dasklbfgs.data._chunks import chunk_decoder, read_whole_chunks
 from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard, vstack_csr
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
 from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
-from dasklbfgs.errors import ConfigurationError, CorruptDatasetError, DatasetError, InvalidDataError, NotADatasetError
+from dasklbfgs.data.location import Location
+from dasklbfgs.errors import (
+    ConfigurationError,
+    CorruptDatasetError,
+    DatasetError,
+    InvalidDataError,
+    NotADatasetError,
+    StoreError,
+)
 
 if TYPE_CHECKING:
     import dask.array
@@ -37,33 +48,42 @@ class ShardedDataset:
 
     Open an existing one with :meth:`open`; write one with :meth:`create` (numpy, dask or
     xarray input) or :meth:`from_blocks` (an iterator of row blocks, for data larger than
-    memory). Instances are small and picklable: workers reopen the store by path.
+    memory). Instances are small and picklable: workers reopen the store where it lives
+    (``url``: an absolute local path, or a URL reached with ``storage_options``).
 
     Examples
     --------
     >>> ds = ShardedDataset.create("train.zarr", X, y, shard_rows=50_000)  # doctest: +SKIP
     >>> ds.n_shards, ds.shard_bounds[0]                                    # doctest: +SKIP
     (20, (0, 50000))
+    >>> ShardedDataset.create("s3://bucket/train.zarr", X, y, shard_rows=50_000,
+    ...                       storage_options={"profile": "ml"})           # doctest: +SKIP
     """
 
-    def __init__(self, path: os.PathLike[str] | str) -> None:
+    def __init__(self, path: Location | os.PathLike[str] | str, storage_options: dict[str, Any] | None = None
+                 ) -> None:
         # Absolute: the workers read this path, and their working directory is not ours.
-        self.path = Path(path).absolute()
-        group = _open_group(self.path)
+        self.location = Location.of(path, storage_options)
+        self.url = self.location.url
+        group = _open_group(self.location)
         self._attrs: dict[str, Any] = dict(group.attrs)  # JSON; the schema under ATTRS_KEY a mapping
+        if not self.location.is_local and ATTRS_KEY not in self._attrs:
+            raise NotADatasetError(
+                f"{self.url!r} holds no finished dataset: its group has no dasklbfgs schema, which a write "
+                "commits last (a write that did not finish leaves this; write it again with overwrite=True)")
         schema = self._attrs.get(ATTRS_KEY, {})
         sparse = schema.get("X_format") == "csr"
         for name in ("y",) + (() if sparse else ("X",)) + (("w",) if schema.get("weighted") else ()):
             if name not in group.array_keys():
                 raise NotADatasetError(
-                    f"{str(self.path)!r} is a Zarr group but has no {name!r} array; "
+                    f"{self.url!r} is a Zarr group but has no {name!r} array; "
                     "write datasets with ShardedDataset.create"
                 )
         y = cast(zarr.Array, group["y"])  # checked among the array keys above, as a dense X is
         X_shape: tuple[int, ...]
         if sparse:
             if "X" not in group.group_keys():
-                raise NotADatasetError(f"{str(self.path)!r}: the schema says X is sparse (CSR) but there is no 'X' "
+                raise NotADatasetError(f"{self.url!r}: the schema says X is sparse (CSR) but there is no 'X' "
                                        "group of shards; write datasets with ShardedDataset.create")
             X_shape, chunk_rows = (schema["n_samples"], schema["n_features"]), y.chunks[0]
             self._dtype = np.dtype(schema["X_dtype"])
@@ -72,7 +92,7 @@ class ShardedDataset:
             X_shape, chunk_rows, self._dtype = X.shape, X.chunks[0], X.dtype
         if len(X_shape) != 2 or y.shape[0] != X_shape[0]:
             raise NotADatasetError(
-                f"{str(self.path)!r}: X has shape {tuple(X_shape)} and y has shape {y.shape}; "
+                f"{self.url!r}: X has shape {tuple(X_shape)} and y has shape {y.shape}; "
                 "expected X (n, d) and y with n rows"
             )
         self._shape = tuple(X_shape)
@@ -82,23 +102,34 @@ class ShardedDataset:
 
     # -- construction ---------------------------------------------------------------
 
+    @property
+    def path(self) -> Path:
+        """The local folder of a dataset on local disk (:attr:`url` names any dataset)."""
+        return self.location.path
+
     @classmethod
-    def open(cls, path: os.PathLike[str] | str) -> ShardedDataset:
-        """Open the dataset stored at ``path``."""
-        return cls(path)
+    def open(cls, path: Location | os.PathLike[str] | str, storage_options: dict[str, Any] | None = None
+             ) -> ShardedDataset:
+        """Open the dataset stored at ``path`` (a local path or a URL, reached with
+        ``storage_options`` as fsspec takes them)."""
+        return cls(path, storage_options)
 
     @classmethod
     def create(
-        cls, path: os.PathLike[str] | str, X: Any, y: Any = None, *, shard_rows: int,
+        cls, path: Location | os.PathLike[str] | str, X: Any, y: Any = None, *, shard_rows: int,
         sample_weight: Any = None, feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
         overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> ShardedDataset:
         """Write ``X``, ``y`` (and sample weights) as a sharded dataset at ``path`` and open it.
 
         Parameters
         ----------
         path
-            Target directory. Written atomically: a failure leaves no store behind.
+            Target directory, or an fsspec URL (``s3://bucket/train.zarr``, ``gs://...``,
+            ``memory://...``). Written atomically: readers see the old dataset, none, or
+            the complete new one, and a failure leaves nothing an open mistakes for data
+            (on object stores the dataset's schema is written last, as its commit).
         X
             numpy array, scipy.sparse matrix or array (CSR, CSC, COO, ...; stored sparse),
             dask array (dense or with scipy.sparse chunks), or an ``xarray.Dataset`` with
@@ -117,7 +148,9 @@ class ShardedDataset:
         attrs
             Extra JSON-serialisable group attributes (``task``, ``n_classes``, ...).
         overwrite
-            Replace an existing dataset at ``path`` (only after the new one is complete).
+            Replace an existing dataset at ``path``: a local one only after the new one is
+            complete; one at a URL once the input's first block has passed its checks (an
+            error later leaves no dataset there: object stores have no rename).
         compressor
             A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
             (Blosc lz4 level 5 with byte shuffle, chosen by measurement: docs/guide.md, "Datasets").
@@ -127,10 +160,13 @@ class ShardedDataset:
             Dtype of the stored ``X``; default float32 stays float32, anything else
             becomes float64. An integer dtype stores integer codes (e.g. word ids) as
             they are; a value that does not fit it is an error.
+        storage_options
+            For a URL: what its filesystem takes (credentials, ``endpoint_url``, ...), as
+            Dask and pandas spell them.
 
         Raises
         ------
-        DatasetExistsError, InvalidDataError, ConfigurationError
+        DatasetExistsError, InvalidDataError, ConfigurationError, StoreError
         """
         shard_rows = check_shard_rows(shard_rows)
         X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
@@ -148,14 +184,15 @@ class ShardedDataset:
             )
         return cls.from_blocks(
             path, _row_blocks(X, y, sample_weight, shard_rows), shard_rows=shard_rows, feature_names=feature_names,
-            attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
+            attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype, storage_options=storage_options,
         )
 
     @classmethod
     def from_blocks(
-        cls, path: os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
+        cls, path: Location | os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
         feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
         overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
+        storage_options: dict[str, Any] | None = None,
     ) -> ShardedDataset:
         """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks, or of
         ``(X_block, y_block, weight_block)`` for weighted data (every block then has weights).
@@ -166,16 +203,17 @@ class ShardedDataset:
         block must then be sparse. Other parameters as in :meth:`create`.
         """
         shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
         if attrs is not None:
             if not isinstance(attrs, dict):
                 raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
             if ATTRS_KEY in attrs:
                 raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
-        target = write_dataset(
-            path, blocks, shard_rows=shard_rows, feature_names=feature_names, attrs=attrs,
+        write_dataset(
+            location, blocks, shard_rows=shard_rows, feature_names=feature_names, attrs=attrs,
             overwrite=overwrite, compressor=compressor, dtype=dtype,
         )
-        return cls(target)
+        return cls(location)
 
     # -- description ----------------------------------------------------------------
 
@@ -274,23 +312,26 @@ class ShardedDataset:
         return int(self.n_samples * self.n_features * self.dtype.itemsize + y_bytes)
 
     def nbytes_stored(self) -> int:
-        """Bytes the store occupies on disk."""
-        return sum(f.stat().st_size for f in self.path.rglob("*") if f.is_file())
+        """Bytes the store occupies (on disk, or in the object store)."""
+        return self.location.stored_bytes()
 
     def check_workers_can_read(self, client: Any) -> None:
         """Open this dataset on every worker of ``client`` before work is sent to them: a
-        worker that cannot (no shared file system, another mount) is a :class:`DatasetError`
-        naming the path and the worker, not a failed task's traceback later."""
-        answers = client.run(_open_problem, str(self.path))
+        worker that cannot (no shared file system, another mount, no credentials or no
+        route to the store) is a :class:`DatasetError` naming the location and the worker,
+        not a failed task's traceback later."""
+        answers = client.run(_open_problem, self.location)
+        where = ("at the same path (a shared file system, a copy at that path on each machine, or an object "
+                 "store URL)" if self.location.is_local else "reachable: its filesystem package, credentials and "
+                 "a route to the store")
         for worker, problem in sorted(answers.items()):
             if problem is not None:
-                raise DatasetError(
-                    f"worker {worker} cannot read the dataset at {str(self.path)!r} ({problem}); every worker "
-                    "needs it at the same path (a shared file system, or a copy at that path on each machine)")
+                raise DatasetError(f"worker {worker} cannot read the dataset at {self.url!r} ({problem}); every "
+                                   f"worker needs it {where}")
 
     def __repr__(self) -> str:
         return (
-            f"ShardedDataset({str(self.path)!r}, n_samples={self.n_samples}, "
+            f"ShardedDataset({self.url!r}, n_samples={self.n_samples}, "
             f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype}"
             f"{f', sparse, nnz={self.nnz}' if self.is_sparse else ''}{', weighted' if self.is_weighted else ''})"
         )
@@ -301,14 +342,42 @@ class ShardedDataset:
     # as a Dask scheduler that cannot see the files, does not open the store; a worker opens
     # it when it reads rows.
 
+    def _group(self) -> zarr.Group:
+        group = zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+        self._check_same_write(group)
+        return group
+
+    def _check_same_write(self, group: zarr.Group | None = None) -> None:
+        """On an object store, refuse to read a dataset written again since it was opened
+        (a handle or a worker's copy would read the new write's chunks as the old one's); a
+        local dataset is replaced by a rename, so open files stay the old one's."""
+        if self.location.is_local:
+            return
+        if group is None:
+            try:
+                group = zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+            except StoreError:
+                raise
+            except Exception as exc:  # no zarr.json: removed, or an overwrite under way
+                raise NotADatasetError(f"no dataset at {self.url!r} any more: it was removed, or is being written "
+                                       "again, since it was opened") from exc
+        schema = dict(group.attrs).get(ATTRS_KEY)
+        if not isinstance(schema, Mapping) or schema.get("write_id") != self.schema.get("write_id"):
+            raise NotADatasetError(f"the dataset at {self.url!r} was written again since it was opened "
+                                   "(another write committed there, or is under way); open it again")
+
     def _arrays(self) -> tuple[zarr.Array | zarr.Group, zarr.Array]:
         try:
-            group = zarr.open_group(str(self.path), mode="r", zarr_format=3)
+            group = self._group()
             return group["X"], cast(zarr.Array, group["y"])  # the layout's (a group there fails on use)
+        except (StoreError, NotADatasetError):
+            raise
         except Exception as exc:  # zarr raises several types for a store that is gone
-            if self.path.exists():
-                raise CorruptDatasetError(f"cannot open the dataset at {str(self.path)!r}: {exc}") from exc
-            raise NotADatasetError(f"no dataset at {str(self.path)!r} any more: the path does not exist "
+            if not self.location.is_local:
+                self._check_same_write()  # a rewrite under way, or the dataset removed
+            if self.location.exists():
+                raise CorruptDatasetError(f"cannot open the dataset at {self.url!r}: {exc}") from exc
+            raise NotADatasetError(f"no dataset at {self.url!r} any more: the path does not exist "
                                    "(was it deleted or moved after it was opened?)") from exc
 
     def load_rows(self, start: int, stop: int) -> tuple[Any, np.ndarray]:
@@ -320,8 +389,11 @@ class ShardedDataset:
             )
         X, y = self._arrays()  # X a group of CSR shards when sparse, else an array (the layout's)
         if self.is_sparse:
-            return self._sparse_rows(cast(zarr.Group, X), start, stop), self._dense_rows(y, "y", start, stop)
-        return self._dense_rows(cast(zarr.Array, X), "X", start, stop), self._dense_rows(y, "y", start, stop)
+            rows = self._sparse_rows(cast(zarr.Group, X), start, stop), self._dense_rows(y, "y", start, stop)
+        else:
+            rows = self._dense_rows(cast(zarr.Array, X), "X", start, stop), self._dense_rows(y, "y", start, stop)
+        self._check_same_write()  # an overwrite takes the schema back before it deletes a chunk
+        return rows
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None:
         """Sample weights of rows ``[start, stop)`` (float64), or None when the data are unweighted."""
@@ -332,11 +404,15 @@ class ShardedDataset:
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
         try:
-            w = cast(zarr.Array, zarr.open_group(str(self.path), mode="r", zarr_format=3)["w"])
+            w = cast(zarr.Array, self._group()["w"])
+        except (StoreError, NotADatasetError):
+            raise
         except Exception as exc:
-            raise CorruptDatasetError(f"cannot open the sample weights of the dataset at {str(self.path)!r}: "
+            raise CorruptDatasetError(f"cannot open the sample weights of the dataset at {self.url!r}: "
                                       f"{exc}; rewrite the dataset") from exc
-        return self._dense_rows(w, "w", start, stop)
+        weights = self._dense_rows(w, "w", start, stop)
+        self._check_same_write()
+        return weights
 
     def load_shard_weights(self, index: int) -> np.ndarray | None:
         """Sample weights of shard ``index`` (None when unweighted)."""
@@ -346,12 +422,13 @@ class ShardedDataset:
         if stop == start:
             return np.asarray(array[start:stop])
         shards = range(start // self.shard_rows, (stop - 1) // self.shard_rows + 1)
-        if self.schema.get("chunks_complete", False):
-            for i in shards:  # a missing chunk file would silently read as zeros
-                key = array.metadata.encode_chunk_key((i,) + (0,) * (array.ndim - 1))
-                if not (self.path / name / key).is_file():
+        if self.schema.get("chunks_complete", False):  # a missing chunk file would silently read as zeros
+            keys = {i: f"{name}/{array.metadata.encode_chunk_key((i,) + (0,) * (array.ndim - 1))}" for i in shards}
+            missing = set(self.location.missing(list(keys.values())))
+            for i, key in keys.items():
+                if key in missing:
                     raise CorruptDatasetError(
-                        f"the dataset at {str(self.path)!r} is missing the chunk file {name}/{key} "
+                        f"the dataset at {self.url!r} is missing the chunk file {key} "
                         f"(shard {i}, rows {i * self.shard_rows}-{min((i + 1) * self.shard_rows, self.n_samples)}); "
                         "rewrite the dataset"
                     )
@@ -359,7 +436,7 @@ class ShardedDataset:
             return self._decoded_rows(array, name, start, stop)
         except Exception as exc:
             raise CorruptDatasetError(
-                f"cannot decode {name} of the dataset at {str(self.path)!r} in shard(s) "
+                f"cannot decode {name} of the dataset at {self.url!r} in shard(s) "
                 f"{list(shards)} (rows [{start}, {stop})): {exc}; a chunk file is damaged, rewrite the dataset"
             ) from exc
 
@@ -371,9 +448,9 @@ class ShardedDataset:
         whole_chunks = start % rows == 0 and (stop % rows == 0 or stop == array.shape[0])
         # without chunks_complete a missing chunk is the fill value, which only zarr supplies
         if decoder is None or not whole_chunks or array.chunks[1:] != array.shape[1:] or \
-                not self.schema.get("chunks_complete", False):
-            return np.asarray(array[start:stop])
-        return read_whole_chunks(array, self.path / name, decoder, start // rows, stop)
+                not self.schema.get("chunks_complete", False) or not self.location.is_local:
+            return np.asarray(array[start:stop])  # zarr fetches a range's chunks concurrently
+        return read_whole_chunks(array, self.location.path / name, decoder, start // rows, stop)
 
     def _sparse_rows(self, X: zarr.Group, start: int, stop: int) -> Any:
         """Rows ``[start, stop)`` of a sparse X: the CSR shards they touch, cut and stacked."""
@@ -381,10 +458,10 @@ class ShardedDataset:
         for i in range(start // self.shard_rows, -(-stop // self.shard_rows)):
             first, last = self.shard_bounds[i]
             try:
-                shard = read_csr_shard(X, i, self.n_features, last - first, self.path / "X")
+                shard = read_csr_shard(X, i, self.n_features, last - first, self.location / "X")
             except Exception as exc:
                 raise CorruptDatasetError(
-                    f"cannot read sparse shard {i} of X of the dataset at {str(self.path)!r} (rows {first}-{last}): "
+                    f"cannot read sparse shard {i} of X of the dataset at {self.url!r} (rows {first}-{last}): "
                     f"{exc}; rewrite the dataset"
                 ) from exc
             whole = start <= first and stop >= first + shard.shape[0]
@@ -421,9 +498,9 @@ class ShardedDataset:
         import xarray as xr
 
         if self.is_sparse:
-            raise ConfigurationError(f"the dataset at {str(self.path)!r} is sparse and xarray holds dense arrays; "
+            raise ConfigurationError(f"the dataset at {self.url!r} is sparse and xarray holds dense arrays; "
                                      "use to_dask() (scipy.sparse chunks) or load_rows()")
-        ds = xr.open_zarr(str(self.path), consolidated=False, zarr_format=3)
+        ds = xr.open_zarr(self.location.zarr_store(read_only=True), consolidated=False, zarr_format=3)
         if self.feature_names is not None:
             ds = ds.assign_coords(feature=self.feature_names)
         return ds
@@ -432,7 +509,7 @@ class ShardedDataset:
         """A summary: shape, shards, dtype, bytes on disk and in memory, labels."""
         schema = self.schema
         return {
-            "path": str(self.path),
+            "path": self.url,
             "n_samples": self.n_samples,
             "n_features": self.n_features,
             "y_shape": list(self.y_shape),
@@ -458,21 +535,26 @@ def _sparse_shard_X(data: ShardedDataset, index: int) -> Any:
     return data.load_shard(index)[0]
 
 
-def _open_group(path: Path) -> zarr.Group:
-    if not path.exists():
-        raise NotADatasetError(f"no dataset at {str(path)!r}: the path does not exist")
-    splits = sorted(p.name for p in path.iterdir() if (p / "zarr.json").exists()) if path.is_dir() else []
-    if not (path / "zarr.json").exists() and splits:
-        raise NotADatasetError(
-            f"{str(path)!r} holds the datasets {splits}, not one dataset; "
-            f"open one of them, e.g. {str(path / splits[0])!r}"
-        )
+def _open_group(location: Location) -> zarr.Group:
+    if not location.exists("zarr.json"):
+        if not location.exists():
+            raise NotADatasetError(f"no dataset at {location.url!r}: the path does not exist")
+        splits = location.groups_below()
+        if splits:
+            raise NotADatasetError(
+                f"{location.url!r} holds the datasets {splits}, not one dataset; "
+                f"open one of them, e.g. {(location / splits[0]).url!r}"
+            )
+        if not location.is_local:
+            raise NotADatasetError(f"{location.url!r} is not a Zarr (format 3) group: it has no zarr.json (a write "
+                                   "that did not finish can leave files without one; write it again with "
+                                   "overwrite=True)")
     try:
-        node = zarr.open(str(path), mode="r", zarr_format=3)
+        node = zarr.open(location.zarr_store(read_only=True), mode="r", zarr_format=3)
     except Exception as exc:  # zarr raises several types for "not zarr here"
-        raise NotADatasetError(f"{str(path)!r} is not a Zarr (format 3) group: {exc}") from exc
+        raise NotADatasetError(f"{location.url!r} is not a Zarr (format 3) group: {exc}") from exc
     if not isinstance(node, zarr.Group):
-        raise NotADatasetError(f"{str(path)!r} is a Zarr array, not a dataset group")
+        raise NotADatasetError(f"{location.url!r} is a Zarr array, not a dataset group")
     return node
 
 
@@ -545,21 +627,21 @@ def _row_blocks(X, y, w, shard_rows: int) -> Iterator[tuple[Any, np.ndarray, np.
         yield (Xb if is_sparse(Xb) else np.asarray(Xb)), np.asarray(yb), None if wb is None else np.asarray(wb)
 
 
-def as_dataset(data: Any) -> ShardedDataset:
-    """``data`` if it is a ShardedDataset, else the dataset at that path."""
+def as_dataset(data: Any, storage_options: dict[str, Any] | None = None) -> ShardedDataset:
+    """``data`` if it is a ShardedDataset, else the dataset at that path or URL."""
     if isinstance(data, ShardedDataset):
         return data
-    if isinstance(data, (str, os.PathLike)):
-        return ShardedDataset.open(data)
+    if isinstance(data, (str, os.PathLike, Location)):
+        return ShardedDataset.open(data, storage_options)
     raise ConfigurationError(
-        f"data must be a ShardedDataset or a path to one, got {type(data).__name__}"
+        f"data must be a ShardedDataset or a path or URL of one, got {type(data).__name__}"
     )
 
 
-def _open_problem(path: str) -> str | None:
-    """Why this process cannot open the dataset at ``path`` (None: it can)."""
+def _open_problem(location: Location) -> str | None:
+    """Why this process cannot open the dataset at ``location`` (None: it can)."""
     try:
-        ShardedDataset(path)
+        ShardedDataset(location)
     except Exception as exc:  # any reason at all is what the caller must hear
         return str(exc) if isinstance(exc, DatasetError) else f"{type(exc).__name__}: {exc}"
     return None

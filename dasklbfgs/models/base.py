@@ -167,22 +167,22 @@ class Model:
         """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
         if getattr(data, "is_sparse", False) and not self.accepts_sparse:
             raise ModelDataMismatchError(
-                f"{type(self).__name__} takes dense data, but X at {str(data.path)!r} is sparse; the linear models "
+                f"{type(self).__name__} takes dense data, but X at {data.url!r} is sparse; the linear models "
                 "(least_squares, logistic, softmax) train on sparse data"
             )
         if getattr(data, "is_weighted", False) and not self.accepts_weights:
             raise ModelDataMismatchError(
-                f"{type(self).__name__} does not take sample weights, but the dataset at {str(data.path)!r} has "
+                f"{type(self).__name__} does not take sample weights, but the dataset at {data.url!r} has "
                 "them (its 'w' array); train it on unweighted data"
             )
         if data.n_features != self.n_features:
             raise ModelDataMismatchError(
                 f"{self!r} expects {self.n_features} features but the dataset at "
-                f"{str(data.path)!r} has {data.n_features}"
+                f"{data.url!r} has {data.n_features}"
             )
         if len(data.y_shape) != 1:
             raise ModelDataMismatchError(
-                f"{type(self).__name__} needs 1-D y, but y at {str(data.path)!r} has shape {data.y_shape}"
+                f"{type(self).__name__} needs 1-D y, but y at {data.url!r} has shape {data.y_shape}"
             )
         self._check_labels(data)
 
@@ -195,7 +195,7 @@ class Model:
         if not integral or low < 0 or high > n_classes - 1:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} needs integer labels in 0..{n_classes - 1}, but y at "
-                f"{str(data.path)!r} ranges over [{low:g}, {high:g}]"
+                f"{data.url!r} ranges over [{low:g}, {high:g}]"
                 + ("" if integral else " and is not integer-valued")
             )
 

@@ -168,7 +168,7 @@ class EmbeddingLM(SoftmaxOutput, Model):
         vocab = data.attrs.get("vocab_size")
         if vocab is not None and int(vocab) > self.vocab_size:
             raise ModelDataMismatchError(
-                f"the dataset at {str(data.path)!r} has a vocabulary of {vocab} words; "
+                f"the dataset at {data.url!r} has a vocabulary of {vocab} words; "
                 f"{self!r} has {self.vocab_size}"
             )
 

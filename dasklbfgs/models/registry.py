@@ -80,7 +80,7 @@ def default_model(data: Dataset) -> str:
         return "embedding_lm"
     if task not in MODEL_FOR_TASK:
         recorded = "records no task" if task is None else f"records task {task!r}, which names no model"
-        raise ConfigurationError(f"dataset {str(data.path)!r} {recorded}: choose the model, one of {MODELS!r} "
+        raise ConfigurationError(f"dataset {data.url!r} {recorded}: choose the model, one of {MODELS!r} "
                                  "(--model, or model: name: in a pipeline)")
     return MODEL_FOR_TASK[task]
 

@@ -21,7 +21,7 @@ def image_side(data: Dataset, name: str) -> int:
     side = math.isqrt(data.n_features)
     if side * side != data.n_features:
         raise ModelDataMismatchError(f"{name} reads each row as a square image, but the dataset at "
-                                     f"{str(data.path)!r} has {data.n_features} features, not a square number")
+                                     f"{data.url!r} has {data.n_features} features, not a square number")
     return side
 
 
@@ -31,10 +31,10 @@ def balanced_class_weight(data: Dataset, n_classes: int) -> list[float]:
     totals = data.label_weights if data.is_weighted else data.label_counts
     if totals is None:
         raise ConfigurationError(f"class_weight='balanced' needs the class totals, and the dataset at "
-                                 f"{str(data.path)!r} recorded none (its labels are not a few integers)")
+                                 f"{data.url!r} recorded none (its labels are not a few integers)")
     missing = [k for k in range(n_classes) if not totals.get(k)]
     if missing:
         raise ConfigurationError(f"class_weight='balanced' weighs each class by its share, and class(es) {missing} "
-                                 f"have no rows (or no weight) in the dataset at {str(data.path)!r}")
+                                 f"have no rows (or no weight) in the dataset at {data.url!r}")
     total = sum(totals[k] for k in range(n_classes))
     return [total / (n_classes * totals[k]) for k in range(n_classes)]

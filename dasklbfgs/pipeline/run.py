@@ -111,7 +111,7 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
             "pipeline": name, "run_id": result.run_id, "solver": solver, "model": repr(model),
             "success": bool(result.success), "message": result.message, **scores,
             "config": resolved_config(config),
-            "datasets": {split: str(d.path) for split, d in (("train", train), ("test", test)) if d is not None},
+            "datasets": {split: d.url for split, d in (("train", train), ("test", test)) if d is not None},
             "cluster": {"scheduler": client.scheduler.address,
                         "workers": len(client.scheduler_info(n_workers=-1)["workers"])},
             "solver_stats": {**result.stats, **result.stats.summary(result)},

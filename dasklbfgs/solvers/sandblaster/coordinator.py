@@ -175,7 +175,7 @@ class SandblasterRun:
         try:
             result, final = self._optimize(theta0)
         except NonFiniteObjectiveError as exc:
-            raise NonFiniteObjectiveError(f"{exc} (dataset {str(self.dataset.path)!r})") from None
+            raise NonFiniteObjectiveError(f"{exc} (dataset {self.dataset.url!r})") from None
         if opts.checkpoint_path is not None and self.saved_nit != final.nit:
             self._save(opts.checkpoint_path, final)  # the last iterations since a checkpoint: the state it ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
