@@ -344,7 +344,7 @@ def test_errors(client, datasets, tmp_path) -> None:
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, cache=1)
     with pytest.raises(ConfigurationError, match=r"maxiter must be an integer >= 1, got 0"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, maxiter=0)
-    with pytest.raises(ConfigurationError, match=r"data must be a ShardedDataset or a path to one, got ndarray"):
+    with pytest.raises(ConfigurationError, match=r"data must be a ShardedDataset or a path or URL of one, got ndarray"):
         sandblaster_lbfgs(Softmax(8, 3), np.zeros((3, 8)), client=client)
     with pytest.raises(TypeError, match=r"sandblaster does not take option 'max_iter' \(did you mean 'maxiter'\?\)"):
         sandblaster_lbfgs(Softmax(8, 3), data, client=client, max_iter=3)
