@@ -100,10 +100,6 @@ class Location:
         return Location(str(self.path / name)) if self.is_local else Location(f"{self.url}/{name}",
                                                                                self.storage_options)
 
-    @property
-    def name(self) -> str:
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
-
     def filesystem(self) -> tuple[Any, str]:
         """The fsspec filesystem and this location's path in it, with no listing cached from
         earlier calls (another process may have written since: the answers here decide
