@@ -342,8 +342,11 @@ class ShardedDataset:
     # as a Dask scheduler that cannot see the files, does not open the store; a worker opens
     # it when it reads rows.
 
+    def _root(self) -> zarr.Group:
+        return zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+
     def _group(self) -> zarr.Group:
-        group = zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+        group = self._root()
         self._check_same_write(group)
         return group
 
@@ -355,7 +358,7 @@ class ShardedDataset:
             return
         if group is None:
             try:
-                group = zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+                group = self._root()
             except StoreError:
                 raise
             except Exception as exc:  # no zarr.json: removed, or an overwrite under way
