@@ -24,7 +24,7 @@ from threadpoolctl import threadpool_limits
 from benchmarks import evaluation_costs
 from benchmarks._common import HERE, codec_name, machine, median_seconds, stored_codec, write_report, write_result
 from dasklbfgs import ShardedDataset, connect
-from dasklbfgs.data._writer import DEFAULT_CODEC
+from dasklbfgs.data._shard_format import DEFAULT_CODEC
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs

@@ -37,7 +37,7 @@ from threadpoolctl import threadpool_limits
 from benchmarks._common import HERE, cache_shards, codec_name, machine, median_seconds, publish
 from benchmarks.sandblaster import dataset
 from dasklbfgs import ShardedDataset, connect
-from dasklbfgs.data._writer import DEFAULT_CODEC
+from dasklbfgs.data._shard_format import DEFAULT_CODEC
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.workloads import AcousticFrames
 from dasklbfgs.models import LeastSquares, Logistic, Softmax

@@ -23,9 +23,10 @@ import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data._chunks import chunk_decoder, read_whole_chunks
+from dasklbfgs.data._shard_format import ATTRS_KEY
 from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard, vstack_csr
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
-from dasklbfgs.data._writer import ATTRS_KEY, write_dataset
+from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import (
     ConfigurationError,
