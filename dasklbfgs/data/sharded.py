@@ -23,11 +23,13 @@ import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data._chunks import chunk_decoder, read_whole_chunks
-from dasklbfgs.data._shard_format import ATTRS_KEY
+from dasklbfgs.data._shard_format import ATTRS_KEY, resolve_compressor
 from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard, vstack_csr
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
 from dasklbfgs.data._writer import write_dataset
+from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
 from dasklbfgs.data.location import Location
+from dasklbfgs.data.worker_writes import write_on_workers
 from dasklbfgs.errors import (
     ConfigurationError,
     CorruptDatasetError,
@@ -173,6 +175,10 @@ class ShardedDataset:
         X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
+        if any(is_dask_collection(a) for a in (X, y, sample_weight)) and _active_client() is not None:
+            return cls.from_dask(path, X, y, sample_weight, shard_rows=shard_rows, feature_names=feature_names,
+                                 attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
+                                 storage_options=storage_options)
         X = as_csr(X) if is_sparse(X) else _as_array(X, "X")  # CSR: COO and DIA cannot slice rows
         y = _as_array(y, "y")
         check_block_shapes(X, y, where="in the input")  # before any block is read
@@ -205,15 +211,44 @@ class ShardedDataset:
         """
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options)
-        if attrs is not None:
-            if not isinstance(attrs, dict):
-                raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
-            if ATTRS_KEY in attrs:
-                raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
+        _check_attrs(attrs)
         write_dataset(
             location, blocks, shard_rows=shard_rows, feature_names=feature_names, attrs=attrs,
             overwrite=overwrite, compressor=compressor, dtype=dtype,
         )
+        return cls(location)
+
+    @classmethod
+    def from_dask(
+        cls, path: Location | os.PathLike[str] | str, X: Any, y: Any, sample_weight: Any = None, *,
+        shard_rows: int, client: Any = None, feature_names: list[str] | None = None,
+        attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
+        dtype: Any = None, storage_options: dict[str, Any] | None = None,
+    ) -> ShardedDataset:
+        """Write dask arrays as a sharded dataset, each shard computed, checked and written
+        by a task on a worker: the client sends no rows and receives none.
+
+        ``X`` is a dask array, dense or with scipy.sparse chunks (a sparse dataset), ``y``
+        and ``sample_weight`` dask or numpy arrays with one row per row of ``X`` (rechunked
+        by dask to ``X``'s row chunks, on the workers). Rows that fail a check (NaN or
+        infinity, a negative weight, a value the stored dtype cannot hold) fail the whole
+        write with an :class:`~dasklbfgs.errors.InvalidDataError` naming shard, row and
+        column, and leave no dataset behind. The result is the dataset :meth:`create` writes
+        from the same rows, byte for byte; :meth:`create` comes here itself for dask input
+        when a Dask client is active. ``path`` must be reachable by the workers (a URL, or a
+        shared folder); ``client``: the default client, else an embedded cluster. Other
+        parameters as in :meth:`create`.
+        """
+        from dasklbfgs.cluster import resolve_client
+
+        shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
+        _check_attrs(attrs)
+        pieces, rows, shard_format = dask_pieces(X, y, sample_weight, shard_rows=shard_rows, dtype=dtype,
+                                                 compressors=resolve_compressor(compressor))
+        with resolve_client(client) as cluster:
+            write_on_workers(location, pieces, rows, shard_format, client=cluster, feature_names=feature_names,
+                             attrs=attrs, overwrite=overwrite)
         return cls(location)
 
     # -- description ----------------------------------------------------------------
@@ -588,9 +623,27 @@ def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None, sample
     return xa.data, X["y"].data, feature_names, sample_weight
 
 
+def _check_attrs(attrs: Any) -> None:
+    if attrs is not None:
+        if not isinstance(attrs, dict):
+            raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
+        if ATTRS_KEY in attrs:
+            raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
+
+
+def _active_client() -> Any:
+    """The Dask client this process works with, or None."""
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
 def _as_array(a: Any, name: str):
     """Keep dask arrays lazy, turn everything else into numpy."""
-    if hasattr(a, "dask") and hasattr(a, "compute"):
+    if is_dask_collection(a):
         return a
     try:
         return np.asarray(a)

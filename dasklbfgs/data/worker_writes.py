@@ -1,0 +1,120 @@
+"""Datasets written by the workers: each shard assembled, checked and written by a task.
+
+The input is a sequence of *pieces*, lazy row blocks (dask ``Delayed`` objects computing to
+``(X, y, w)``: a dask array's row chunks, a DataFrame's partitions, a file's byte ranges)
+whose row counts are known. Shard ``s`` covers rows ``[s * shard_rows, (s + 1) * shard_rows)``;
+its task takes the pieces that overlap it, cuts and joins their rows, checks them and writes
+them (:class:`~dasklbfgs.data._shard_format.ShardFormat`, the format a single writer uses,
+so the bytes are the same). The client creates the empty arrays, sends the graph, receives
+per-shard summaries (label counts, weight sums, non-zeros) and commits the schema last:
+no row passes through it.
+
+A bad row anywhere fails the write: every task is waited for, then the error of the first
+failing shard is raised and the partial dataset removed
+(:func:`~dasklbfgs.data._writer.written_atomically`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Any
+
+import zarr
+
+from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows
+from dasklbfgs.data._writer import block_arrays, joined_rows, written_atomically
+from dasklbfgs.data.location import Location
+from dasklbfgs.errors import InvalidDataError
+
+__all__ = ["write_on_workers", "shard_pieces"]
+
+
+def shard_pieces(piece_rows: Sequence[int], shard_rows: int) -> list[list[tuple[int, int, int]]]:
+    """For each shard, the ``(piece, start, stop)`` row ranges (within pieces) it is made of,
+    in order, given each piece's number of rows."""
+    ends = [0]
+    for rows in piece_rows:
+        ends.append(ends[-1] + int(rows))
+    n_rows = ends[-1]
+    shards = []
+    for first in range(0, n_rows, shard_rows):
+        last = min(first + shard_rows, n_rows)
+        parts = []
+        piece = bisect.bisect_right(ends, first) - 1
+        while piece < len(piece_rows) and ends[piece] < last:
+            start, stop = max(first, ends[piece]) - ends[piece], min(last, ends[piece + 1]) - ends[piece]
+            if stop > start:
+                parts.append((piece, start, stop))
+            piece += 1
+        shards.append(parts)
+    return shards
+
+
+def write_on_workers(
+    target: Location, pieces: Sequence[Any], piece_rows: Sequence[int], shard_format: ShardFormat, *,
+    client: Any, feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
+) -> None:
+    """Write the dataset whose rows are ``pieces`` (``Delayed`` row blocks of
+    ``piece_rows`` rows each, in order) at ``target``, a task per shard."""
+    import dask
+
+    n_rows = sum(int(r) for r in piece_rows)
+    if n_rows == 0 or shard_format.n_features == 0:
+        raise InvalidDataError(f"the dataset is empty (shape {(n_rows, shard_format.n_features)}); give at least "
+                               "one row and one feature")
+    if feature_names is not None and len(feature_names) != shard_format.n_features:
+        raise InvalidDataError(f"feature_names has {len(feature_names)} names but X has {shard_format.n_features} "
+                               "features")
+    piece_starts = [0]
+    for rows in piece_rows:
+        piece_starts.append(piece_starts[-1] + int(rows))
+    with written_atomically(target, overwrite=overwrite) as open_target:
+        where = open_target()
+        group = zarr.create_group(store=where.zarr_store(read_only=False), zarr_format=3)
+        shard_format.create_arrays(group, n_rows)
+        tasks = [
+            dask.delayed(_write_shard, pure=False)(
+                where, shard_format, index * shard_format.shard_rows,
+                [(pieces[p], piece_starts[p], int(piece_rows[p]), start, stop) for p, start, stop in parts])
+            for index, parts in enumerate(shard_pieces(piece_rows, shard_format.shard_rows))
+        ]
+        written = _gathered_in_order(client, client.compute(tasks))
+        schema = shard_format.schema(written, feature_names)
+        group.attrs.update({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
+
+
+def _gathered_in_order(client: Any, futures: list[Any]) -> WrittenRows:
+    """The shards' summaries merged in shard order, once every task has ended; the first
+    failing shard's error is raised (every task has ended, so none writes after it)."""
+    from distributed import wait
+
+    try:
+        wait(futures)
+    except BaseException:
+        client.cancel(futures)
+        raise
+    for future in futures:
+        if future.status != "finished":
+            future.result()  # raises the task's own error, with its message naming shard and row
+    written = WrittenRows()
+    for shard in client.gather(futures):
+        written.merge(shard)
+    return written
+
+
+def _write_shard(where: Location, shard_format: ShardFormat, first_row: int,
+                 parts: list[tuple[Any, int, int, int, int]]) -> WrittenRows:
+    """Task: join the rows ``[start, stop)`` of each piece (``(block, its first row, its
+    rows, start, stop)``), check them and write them as the shard starting at ``first_row``."""
+    cut = []
+    for block, block_row, rows, start, stop in parts:
+        X, y, w = block_arrays(block)
+        if X.shape[0] != rows:
+            raise InvalidDataError(f"the block of rows starting at row {block_row} has {X.shape[0]} rows, but "
+                                   f"{rows} were counted before the write (did the source change while it was read?)")
+        X = shard_format.check_block(X, y, w, first_row=block_row)  # whole: a sparse cut hides bad columns
+        cut.append((X[start:stop], y[start:stop], None if w is None else w[start:stop]))
+    X, y, w = joined_rows(cut, shard_format)
+    group = zarr.open_group(store=where.zarr_store(read_only=False), mode="r+", zarr_format=3)
+    return shard_format.write(group, X, y, w, first_row=first_row, grow=False)
