@@ -28,6 +28,8 @@ from dasklbfgs.data._sparse import as_csr, csr_nbytes, is_sparse, read_csr_shard
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
 from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
+from dasklbfgs.data.frame_features import FrameFeatures
+from dasklbfgs.data.frame_input import DEFAULT_ONE_HOT_MAX_LEVELS, frame_pieces
 from dasklbfgs.data.location import Location
 from dasklbfgs.data.worker_writes import write_on_workers
 from dasklbfgs.errors import (
@@ -44,6 +46,8 @@ if TYPE_CHECKING:
     import xarray
 
 __all__ = ["ShardedDataset"]
+
+FRAME_FEATURES_KEY = "frame_features"  # in the schema: how a table's columns became X
 
 
 class ShardedDataset:
@@ -251,6 +255,61 @@ class ShardedDataset:
                              attrs=attrs, overwrite=overwrite)
         return cls(location)
 
+    @classmethod
+    def from_dataframe(
+        cls, path: Location | os.PathLike[str] | str, frame: Any, *, label: str, features: list[str] | None = None,
+        weight: str | None = None, shard_rows: int, one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS,
+        hash_features: int | None = None, crosses: list[tuple[str, str]] | None = None, client: Any = None,
+        attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
+        dtype: Any = None, storage_options: dict[str, Any] | None = None,
+    ) -> ShardedDataset:
+        """Write a Dask or pandas DataFrame as a sharded dataset, each partition turned into
+        rows and each shard written by a task on a worker (a Dask DataFrame's rows never
+        reach the client).
+
+        Parameters
+        ----------
+        frame
+            A ``dask.dataframe.DataFrame`` (read by the workers: ``read_parquet``,
+            ``read_csv``, ...) or a ``pandas.DataFrame`` (sent to the cluster in pieces).
+        label, weight
+            The column of labels (numbers, or text: then ``y`` is the index of its class
+            among the sorted classes, recorded as ``classes``) and of sample weights.
+        features
+            The columns of ``X`` (default: every other column), numeric, boolean, string
+            or categorical; see :mod:`dasklbfgs.data.frame_features` for how text becomes
+            features. The choice is recorded in the schema (:attr:`frame_features`), so
+            new data can be turned into the same columns.
+        one_hot_max_levels
+            A text column with at most this many levels is one-hot encoded.
+        hash_features
+            Columns a text column with more levels (and each cross) is hashed into, as
+            scikit-learn's ``FeatureHasher`` (e.g. ``2**22``); ``X`` is then sparse.
+        crosses
+            Pairs of columns whose combined values are hashed as one feature each.
+        Other parameters as in :meth:`create` and :meth:`from_dask`.
+
+        Raises
+        ------
+        InvalidDataError
+            A missing column, a column neither numeric nor text, too many levels without
+            hashing, a missing or non-finite value (naming column or shard, row, column).
+        """
+        from dasklbfgs.cluster import resolve_client
+
+        shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
+        _check_attrs(attrs)
+        with resolve_client(client) as cluster:
+            pieces, rows, shard_format, frame_features = frame_pieces(
+                frame, label=label, features=features, weight=weight, one_hot_max_levels=one_hot_max_levels,
+                hash_features=hash_features, crosses=list(crosses or []), shard_rows=shard_rows, dtype=dtype,
+                compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster)
+            write_on_workers(location, pieces, rows, shard_format, client=cluster,
+                             feature_names=frame_features.feature_names, attrs=attrs, overwrite=overwrite,
+                             schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
+        return cls(location)
+
     # -- description ----------------------------------------------------------------
 
     @property
@@ -319,6 +378,12 @@ class ShardedDataset:
     @property
     def schema(self) -> dict[str, Any]:
         return dict(self._attrs.get(ATTRS_KEY, {}))
+
+    @property
+    def frame_features(self) -> FrameFeatures | None:
+        """How a table's columns became ``X`` (datasets written from DataFrames), else None."""
+        doc = self.schema.get(FRAME_FEATURES_KEY)
+        return None if doc is None else FrameFeatures.from_json(doc)
 
     @property
     def feature_names(self) -> list[str] | None:

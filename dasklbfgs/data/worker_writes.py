@@ -54,9 +54,11 @@ def shard_pieces(piece_rows: Sequence[int], shard_rows: int) -> list[list[tuple[
 def write_on_workers(
     target: Location, pieces: Sequence[Any], piece_rows: Sequence[int], shard_format: ShardFormat, *,
     client: Any, feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
+    schema_extra: dict[str, Any] | None = None,
 ) -> None:
     """Write the dataset whose rows are ``pieces`` (``Delayed`` row blocks of
-    ``piece_rows`` rows each, in order) at ``target``, a task per shard."""
+    ``piece_rows`` rows each, in order) at ``target``, a task per shard (``schema_extra``:
+    more for the schema, such as how a table's columns became features)."""
     import dask
 
     n_rows = sum(int(r) for r in piece_rows)
@@ -80,7 +82,7 @@ def write_on_workers(
             for index, parts in enumerate(shard_pieces(piece_rows, shard_format.shard_rows))
         ]
         written = _gathered_in_order(client, client.compute(tasks))
-        schema = shard_format.schema(written, feature_names)
+        schema = {**shard_format.schema(written, feature_names), **(schema_extra or {})}
         group.attrs.update({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
 
 

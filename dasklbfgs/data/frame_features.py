@@ -1,0 +1,187 @@
+"""How a table's columns become ``X``, ``y`` and weights: recorded in the dataset's schema.
+
+A :class:`FrameFeatures` is decided once from a whole table (:mod:`dasklbfgs.data.frame_input`)
+and then applied to every partition, on the workers, and later to new data to be scored:
+
+- numeric and boolean columns are features as they are;
+- a string or categorical column with few levels is one-hot encoded (one column per level,
+  levels in sorted order, named ``column=level``; a missing or unseen value sets none of
+  them, as scikit-learn's ``OneHotEncoder(handle_unknown="ignore")``);
+- one with many levels, and every *cross* of two columns, is hashed into ``hash_features``
+  columns with a sign, as scikit-learn's ``FeatureHasher`` (and Vowpal Wabbit) do: the
+  string ``column=value`` (``a=x^b=y`` for a cross) is hashed by 32-bit MurmurHash3, its
+  absolute value modulo ``hash_features`` is the column and its sign the value's sign;
+  colliding features add up. Hashing makes ``X`` sparse.
+
+Columns are laid out numeric first, then the one-hot blocks, then the hashed block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from dasklbfgs.errors import InvalidDataError
+
+__all__ = ["FrameFeatures"]
+
+CROSS_SEPARATOR = "^"
+
+
+@dataclass(frozen=True)
+class FrameFeatures:
+    """The columns of a table as features; see the module docstring."""
+
+    label: str
+    weight: str | None = None
+    numeric: tuple[str, ...] = ()
+    one_hot: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (column, its levels in order)
+    hashed: tuple[str, ...] = ()
+    crosses: tuple[tuple[str, str], ...] = ()
+    hash_features: int = 0
+    classes: tuple[str, ...] | None = None  # a string label's levels: y is the index of its level
+
+    @property
+    def n_features(self) -> int:
+        return len(self.numeric) + sum(len(levels) for _, levels in self.one_hot) + self.hash_features
+
+    @property
+    def sparse(self) -> bool:
+        return self.hash_features > 0
+
+    @property
+    def feature_names(self) -> list[str] | None:
+        """One name per column of ``X``; None when hashed (its columns have no names)."""
+        if self.sparse:
+            return None
+        return [*self.numeric, *(f"{column}={level}" for column, levels in self.one_hot for level in levels)]
+
+    @property
+    def columns(self) -> list[str]:
+        """Every column the features read (not the label or weight)."""
+        crossed = [c for pair in self.crosses for c in pair]
+        return list(dict.fromkeys([*self.numeric, *(c for c, _ in self.one_hot), *self.hashed, *crossed]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "weight": self.weight, "numeric": list(self.numeric),
+                "one_hot": {column: list(levels) for column, levels in self.one_hot},
+                "hashed": list(self.hashed), "crosses": [list(pair) for pair in self.crosses],
+                "hash_features": self.hash_features, "classes": None if self.classes is None else list(self.classes)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> FrameFeatures:
+        return cls(label=doc["label"], weight=doc["weight"], numeric=tuple(doc["numeric"]),
+                   one_hot=tuple((c, tuple(levels)) for c, levels in doc["one_hot"].items()),
+                   hashed=tuple(doc["hashed"]), crosses=tuple((a, b) for a, b in doc["crosses"]),
+                   hash_features=int(doc["hash_features"]),
+                   classes=None if doc["classes"] is None else tuple(doc["classes"]))
+
+    def transform(self, frame: Any, *, first_row: int = 0) -> tuple[Any, np.ndarray, np.ndarray | None]:
+        """``(X, y, w)`` of a pandas DataFrame (``first_row``: where it starts, for errors)."""
+        if missing := [c for c in [self.label, *self.columns, *([self.weight] if self.weight else [])]
+                       if c not in frame.columns]:
+            raise InvalidDataError(f"the rows starting at row {first_row} have no column(s) {missing}; "
+                                   f"found {list(map(str, frame.columns))}")
+        return self.features(frame, first_row=first_row), self._labels(frame, first_row), (
+            None if self.weight is None else _numbers(frame[self.weight], self.weight, first_row))
+
+    def features(self, frame: Any, *, first_row: int = 0) -> Any:
+        """``X`` of a pandas DataFrame: dense float64, or CSR when hashed."""
+        rows = len(frame)
+        numeric = [_numbers(frame[c], c, first_row) for c in self.numeric]
+        coded = []  # (column offset, code per row: -1 for none)
+        offset = len(self.numeric)
+        for column, levels in self.one_hot:
+            coded.append((offset, _level_codes(frame[column], levels)))
+            offset += len(levels)
+        if not self.sparse:
+            X = np.zeros((rows, self.n_features))
+            for j, values in enumerate(numeric):
+                X[:, j] = values
+            for start, codes in coded:
+                coded_rows = np.flatnonzero(codes >= 0)
+                X[coded_rows, start + codes[coded_rows]] = 1.0
+            return X
+        entries: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (rows, columns, values)
+        for j, values in enumerate(numeric):
+            nonzero = np.flatnonzero(values)
+            entries.append((nonzero, np.full(nonzero.size, j), values[nonzero].astype(np.float64)))
+        for start, codes in coded:
+            coded_rows = np.flatnonzero(codes >= 0)
+            entries.append((coded_rows, start + codes[coded_rows], np.ones(coded_rows.size)))
+        strings = [_strings(frame[c], f"{c}=") for c in self.hashed] + [
+            _crossed(_strings(frame[a], f"{a}="), _strings(frame[b], f"{b}=")) for a, b in self.crosses]
+        for text in strings:
+            texted_rows = np.flatnonzero(text.notna().to_numpy())
+            hashed_column, sign = _hashed(text.iloc[texted_rows].to_numpy(dtype=object), self.hash_features)
+            entries.append((texted_rows, offset + hashed_column, sign))
+        row_ids, col_ids, nonzeros = (np.concatenate(parts) if parts else np.zeros(0) for parts in zip(*entries)) \
+            if entries else (np.zeros(0, np.int64),) * 3
+        X_sparse = sp.coo_array((nonzeros, (row_ids, col_ids)), shape=(rows, self.n_features)).tocsr()
+        X_sparse.sort_indices()  # coo to csr adds up colliding features
+        return X_sparse
+
+    def _labels(self, frame: Any, first_row: int) -> np.ndarray:
+        if self.classes is None:
+            return _numbers(frame[self.label], self.label, first_row)
+        codes = _level_codes(frame[self.label], self.classes)
+        if (codes < 0).any():
+            row = int(np.argmax(codes < 0))
+            raise InvalidDataError(f"label column {self.label!r} has {frame[self.label].iloc[row]!r} at row "
+                                   f"{first_row + row}, not one of the classes {list(self.classes)}")
+        return codes.astype(np.int64)
+
+
+def _numbers(series: Any, name: str, first_row: int) -> np.ndarray:
+    """A numeric or boolean column as float64 (int64 kept for integer labels), NaN refused."""
+    import pandas as pd
+
+    if not (pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype)):
+        raise InvalidDataError(f"column {name!r} holds {series.dtype} values at rows from {first_row}, "
+                               "expected numbers")
+    if series.isna().any():
+        row = int(np.argmax(series.isna().to_numpy()))
+        raise InvalidDataError(f"column {name!r} has a missing value at row {first_row + row}; drop or impute "
+                               "such rows before writing")
+    return series.to_numpy(dtype=np.int64 if getattr(series.dtype, "kind", "f") in "biu" else np.float64)
+
+
+def _strings(series: Any, prefix: str) -> Any:
+    """``prefix + value`` per row as an object Series, missing values kept missing."""
+    import pandas as pd
+
+    text = series.astype(object).map(str, na_action="ignore")
+    return pd.Series(np.where(series.isna().to_numpy(), None, prefix + text.fillna("").astype(object)),
+                     index=series.index, dtype=object)
+
+
+def _crossed(a: Any, b: Any) -> Any:
+    import pandas as pd
+
+    both = a.notna().to_numpy() & b.notna().to_numpy()
+    joined = a.fillna("").astype(object) + CROSS_SEPARATOR + b.fillna("").astype(object)
+    return pd.Series(np.where(both, joined, None), index=a.index, dtype=object)
+
+
+def _level_codes(series: Any, levels: tuple[str, ...]) -> np.ndarray:
+    """Per row, the index of its value (as text) among ``levels``; -1 for missing or unseen."""
+    import pandas as pd
+
+    text = series.astype(object).map(str, na_action="ignore")
+    return np.asarray(pd.Categorical(text, categories=list(levels)).codes, dtype=np.int64)
+
+
+def _hashed(strings: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
+    """Column and sign of each string, as scikit-learn's ``FeatureHasher`` places it:
+    each distinct string hashed once."""
+    from sklearn.feature_extraction import FeatureHasher
+
+    if strings.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0)
+    distinct, inverse = np.unique(strings.astype(str), return_inverse=True)
+    placed = FeatureHasher(n_features=n_features, input_type="string").transform([[s] for s in distinct])
+    placed = sp.csr_array(placed)
+    return placed.indices.astype(np.int64)[inverse], placed.data.astype(np.float64)[inverse]
