@@ -30,7 +30,7 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from dasklbfgs._checks import check_int
 from dasklbfgs.data import ShardedDataset
-from dasklbfgs.data.sharded import unpack_xarray
+from dasklbfgs.data.constructors import unpack_xarray
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows

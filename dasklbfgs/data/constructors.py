@@ -1,0 +1,345 @@
+"""Writing a :class:`~dasklbfgs.data.sharded.ShardedDataset`: from arrays in memory, row
+blocks, dask arrays, DataFrames and svmlight files.
+
+:class:`DatasetWriters` holds the constructors the dataset class inherits. Arrays in memory
+and row blocks are written by this process (:mod:`dasklbfgs.data._writer`); dask arrays,
+DataFrames and files by the workers, a task per shard (:mod:`dasklbfgs.data.worker_writes`).
+Either way the dataset is written atomically and holds the same bytes for the same rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Self
+
+import numpy as np
+
+from dasklbfgs.data._shard_format import ATTRS_KEY, resolve_compressor
+from dasklbfgs.data._sparse import as_csr, is_sparse
+from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
+from dasklbfgs.data._writer import write_dataset
+from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
+from dasklbfgs.data.frame_input import DEFAULT_ONE_HOT_MAX_LEVELS, frame_pieces
+from dasklbfgs.data.location import Location
+from dasklbfgs.data.svmlight_input import DEFAULT_BLOCK_BYTES, svmlight_pieces
+from dasklbfgs.data.worker_writes import write_on_workers
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
+
+__all__ = ["DatasetWriters", "FRAME_FEATURES_KEY", "unpack_xarray"]
+
+FRAME_FEATURES_KEY = "frame_features"  # in the schema: how a table's columns became X
+
+
+class DatasetWriters:
+    """The constructors of :class:`~dasklbfgs.data.sharded.ShardedDataset` that write one;
+    each returns the written dataset, opened (``cls(location)``)."""
+
+    if TYPE_CHECKING:  # the dataset class opens what its constructors wrote: cls(location)
+        def __init__(self, path: Location | os.PathLike[str] | str,
+                     storage_options: dict[str, Any] | None = None) -> None: ...
+
+    @classmethod
+    def create(
+        cls, path: Location | os.PathLike[str] | str, X: Any, y: Any = None, *, shard_rows: int,
+        sample_weight: Any = None, feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
+        overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """Write ``X``, ``y`` (and sample weights) as a sharded dataset at ``path`` and open it.
+
+        Parameters
+        ----------
+        path
+            Target directory, or an fsspec URL (``s3://bucket/train.zarr``, ``gs://...``,
+            ``memory://...``). Written atomically: readers see the old dataset, none, or
+            the complete new one, and a failure leaves nothing an open mistakes for data
+            (on object stores the dataset's schema is written last, as its commit).
+        X
+            numpy array, scipy.sparse matrix or array (CSR, CSC, COO, ...; stored sparse),
+            dask array (dense or with scipy.sparse chunks), or an ``xarray.Dataset`` with
+            data variables ``X`` (dims ``sample``, ``feature``) and ``y`` (then leave ``y``
+            as None). Feature names come from the ``feature`` coordinate when present.
+        y
+            Labels or targets, ``(n,)`` or ``(n, k)``.
+        shard_rows
+            Rows per shard (the Zarr chunk length along rows).
+        sample_weight
+            Optional per-row weights ``(n,)``, >= 0 and not all 0 (numpy or dask). Every
+            solver then minimises the weighted mean loss ``sum_i w_i loss_i / sum_i w_i``
+            plus the penalty. An xarray.Dataset input may carry them as a ``w`` variable.
+        feature_names
+            Optional names, one per column.
+        attrs
+            Extra JSON-serialisable group attributes (``task``, ``n_classes``, ...).
+        overwrite
+            Replace an existing dataset at ``path``: a local one only after the new one is
+            complete; one at a URL once the input's first block has passed its checks (an
+            error later leaves no dataset there: object stores have no rename).
+        compressor
+            A Zarr bytes-to-bytes codec, ``None`` for no compression, or ``"default"``
+            (Blosc lz4 level 5 with byte shuffle, chosen by measurement: docs/guide.md, "Datasets").
+            Whole shards stored with Blosc, Zstd or no codec are decoded straight into
+            memory (several times zarr's rate); other codecs are read through zarr.
+        dtype
+            Dtype of the stored ``X``; default float32 stays float32, anything else
+            becomes float64. An integer dtype stores integer codes (e.g. word ids) as
+            they are; a value that does not fit it is an error.
+        storage_options
+            For a URL: what its filesystem takes (credentials, ``endpoint_url``, ...), as
+            Dask and pandas spell them.
+
+        Raises
+        ------
+        DatasetExistsError, InvalidDataError, ConfigurationError, StoreError
+        """
+        shard_rows = check_shard_rows(shard_rows)
+        X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
+        if y is None:
+            raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
+        if any(is_dask_collection(a) for a in (X, y, sample_weight)) and _active_client() is not None:
+            return cls.from_dask(path, X, y, sample_weight, shard_rows=shard_rows, feature_names=feature_names,
+                                 attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
+                                 storage_options=storage_options)
+        X = as_csr(X) if is_sparse(X) else _as_array(X, "X")  # CSR: COO and DIA cannot slice rows
+        y = _as_array(y, "y")
+        check_block_shapes(X, y, where="in the input")  # before any block is read
+        if sample_weight is not None:
+            sample_weight = _as_array(sample_weight, "sample_weight")
+            check_weights_shape(sample_weight, X.shape[0], where="in the input")
+        if 0 in X.shape:
+            raise InvalidDataError(
+                f"the dataset is empty (shape {tuple(X.shape)}); give at least one row and one feature"
+            )
+        return cls.from_blocks(
+            path, _row_blocks(X, y, sample_weight, shard_rows), shard_rows=shard_rows, feature_names=feature_names,
+            attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype, storage_options=storage_options,
+        )
+
+    @classmethod
+    def from_blocks(
+        cls, path: Location | os.PathLike[str] | str, blocks: Iterable[tuple[Any, ...]], *, shard_rows: int,
+        feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
+        overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
+        storage_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks, or of
+        ``(X_block, y_block, weight_block)`` for weighted data (every block then has weights).
+
+        Blocks may have any number of rows; they are buffered into whole shards, so only
+        about one shard is held in memory at a time. This is how a dataset larger than
+        memory is written. Sparse ``X_block`` (scipy.sparse) writes a sparse dataset; every
+        block must then be sparse. Other parameters as in :meth:`create`.
+        """
+        shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
+        _check_attrs(attrs)
+        write_dataset(
+            location, blocks, shard_rows=shard_rows, feature_names=feature_names, attrs=attrs,
+            overwrite=overwrite, compressor=compressor, dtype=dtype,
+        )
+        return cls(location)
+
+    @classmethod
+    def from_dask(
+        cls, path: Location | os.PathLike[str] | str, X: Any, y: Any, sample_weight: Any = None, *,
+        shard_rows: int, client: Any = None, feature_names: list[str] | None = None,
+        attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
+        dtype: Any = None, storage_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """Write dask arrays as a sharded dataset, each shard computed, checked and written
+        by a task on a worker: the client sends no rows and receives none.
+
+        ``X`` is a dask array, dense or with scipy.sparse chunks (a sparse dataset), ``y``
+        and ``sample_weight`` dask or numpy arrays with one row per row of ``X`` (rechunked
+        by dask to ``X``'s row chunks, on the workers). Rows that fail a check (NaN or
+        infinity, a negative weight, a value the stored dtype cannot hold) fail the whole
+        write with an :class:`~dasklbfgs.errors.InvalidDataError` naming shard, row and
+        column, and leave no dataset behind. The result is the dataset :meth:`create` writes
+        from the same rows, byte for byte; :meth:`create` comes here itself for dask input
+        when a Dask client is active. ``path`` must be reachable by the workers (a URL, or a
+        shared folder); ``client``: the default client, else an embedded cluster. Other
+        parameters as in :meth:`create`.
+        """
+        from dasklbfgs.cluster import resolve_client
+
+        shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
+        _check_attrs(attrs)
+        pieces, rows, shard_format = dask_pieces(X, y, sample_weight, shard_rows=shard_rows, dtype=dtype,
+                                                 compressors=resolve_compressor(compressor))
+        with resolve_client(client) as cluster:
+            write_on_workers(location, pieces, rows, shard_format, client=cluster, feature_names=feature_names,
+                             attrs=attrs, overwrite=overwrite)
+        return cls(location)
+
+    @classmethod
+    def from_dataframe(
+        cls, path: Location | os.PathLike[str] | str, frame: Any, *, label: str, features: list[str] | None = None,
+        weight: str | None = None, shard_rows: int, one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS,
+        hash_features: int | None = None, crosses: list[tuple[str, str]] | None = None, client: Any = None,
+        attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
+        dtype: Any = None, storage_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """Write a Dask or pandas DataFrame as a sharded dataset, each partition turned into
+        rows and each shard written by a task on a worker (a Dask DataFrame's rows never
+        reach the client).
+
+        Parameters
+        ----------
+        frame
+            A ``dask.dataframe.DataFrame`` (read by the workers: ``read_parquet``,
+            ``read_csv``, ...) or a ``pandas.DataFrame`` (sent to the cluster in pieces).
+        label, weight
+            The column of labels (numbers, or text: then ``y`` is the index of its class
+            among the sorted classes, recorded as ``classes``) and of sample weights.
+        features
+            The columns of ``X`` (default: every other column), numeric, boolean, string
+            or categorical; see :mod:`dasklbfgs.data.frame_features` for how text becomes
+            features. The choice is recorded in the schema (:attr:`frame_features`), so
+            new data can be turned into the same columns.
+        one_hot_max_levels
+            A text column with at most this many levels is one-hot encoded.
+        hash_features
+            Columns a text column with more levels (and each cross) is hashed into, as
+            scikit-learn's ``FeatureHasher`` (e.g. ``2**22``); ``X`` is then sparse.
+        crosses
+            Pairs of columns whose combined values are hashed as one feature each.
+        Other parameters as in :meth:`create` and :meth:`from_dask`.
+
+        Raises
+        ------
+        InvalidDataError
+            A missing column, a column neither numeric nor text, too many levels without
+            hashing, a missing or non-finite value (naming column or shard, row, column).
+        """
+        from dasklbfgs.cluster import resolve_client
+
+        shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
+        _check_attrs(attrs)
+        with resolve_client(client) as cluster:
+            pieces, rows, shard_format, frame_features = frame_pieces(
+                frame, label=label, features=features, weight=weight, one_hot_max_levels=one_hot_max_levels,
+                hash_features=hash_features, crosses=list(crosses or []), shard_rows=shard_rows, dtype=dtype,
+                compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster)
+            write_on_workers(location, pieces, rows, shard_format, client=cluster,
+                             feature_names=frame_features.feature_names, attrs=attrs, overwrite=overwrite,
+                             schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
+        return cls(location)
+
+    @classmethod
+    def from_svmlight(
+        cls, path: Location | os.PathLike[str] | str, source: str | list[str], *, shard_rows: int,
+        n_features: int | None = None, zero_based: bool | str = "auto", client: Any = None,
+        block_bytes: int = DEFAULT_BLOCK_BYTES, attrs: dict[str, Any] | None = None, overwrite: bool = False,
+        compressor: Any = "default", dtype: Any = None, storage_options: dict[str, Any] | None = None,
+    ) -> Self:
+        """Write svmlight / LibSVM files (the format the public sparse benchmarks ship in)
+        as a sparse dataset, parsed by the workers in byte ranges, in parallel.
+
+        The rows, labels and columns are those ``sklearn.datasets.load_svmlight_files``
+        reads from the same files (``n_features``, ``zero_based`` as there); see
+        :mod:`dasklbfgs.data.svmlight_input`. ``source``: a path or URL, a glob
+        (``s3://bucket/rcv1/*.svm``) or a list of them, read in order; ``storage_options``
+        apply to every URL, source or target. Other parameters as in :meth:`from_dask`.
+        """
+        from dasklbfgs.cluster import resolve_client
+
+        shard_rows = check_shard_rows(shard_rows)
+        location = Location.of(path, storage_options)
+        _check_attrs(attrs)
+        with resolve_client(client) as cluster, svmlight_pieces(
+                source, storage_options=storage_options, n_features=n_features, zero_based=zero_based,
+                block_bytes=block_bytes, shard_rows=shard_rows, dtype=dtype,
+                compressors=resolve_compressor(compressor), client=cluster) as (pieces, rows, shard_format):
+            write_on_workers(location, pieces, rows, shard_format, client=cluster, feature_names=None, attrs=attrs,
+                             overwrite=overwrite)
+        return cls(location)
+
+
+def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None, sample_weight: Any = None):
+    """``(X, y, feature_names, sample_weight)`` from an ``xarray.Dataset`` with ``X`` and ``y``
+    variables (``X`` as (sample, feature)) and optionally ``w``; other inputs pass through unchanged."""
+    import xarray as xr
+
+    if not isinstance(X, xr.Dataset):
+        return X, y, feature_names, sample_weight
+    if y is not None:
+        raise ConfigurationError("pass y=None when X is an xarray.Dataset (y is read from it)")
+    if missing := [v for v in ("X", "y") if v not in X.data_vars]:
+        raise InvalidDataError(
+            f"the xarray.Dataset has no data variable(s) {missing}; "
+            f"found {sorted(map(str, X.data_vars))}"
+        )
+    xa = X["X"]
+    if set(xa.dims) == {"sample", "feature"}:
+        xa = xa.transpose("sample", "feature")
+    if "feature" in xa.coords and feature_names is None:
+        feature_names = [str(v) for v in xa.coords["feature"].values]
+    if "w" in X.data_vars:
+        if sample_weight is not None:
+            raise ConfigurationError("the xarray.Dataset holds sample weights 'w'; pass sample_weight=None")
+        sample_weight = X["w"].data
+    return xa.data, X["y"].data, feature_names, sample_weight
+
+
+def _check_attrs(attrs: Any) -> None:
+    if attrs is not None:
+        if not isinstance(attrs, dict):
+            raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
+        if ATTRS_KEY in attrs:
+            raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
+
+
+def _active_client() -> Any:
+    """The Dask client this process works with, or None."""
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:
+        return None
+
+
+def _as_array(a: Any, name: str):
+    """Keep dask arrays lazy, turn everything else into numpy."""
+    if is_dask_collection(a):
+        return a
+    try:
+        return np.asarray(a)
+    except Exception as exc:
+        raise InvalidDataError(f"{name} cannot be converted to an array: {exc}") from exc
+
+
+def _row_blocks(X, y, w, shard_rows: int) -> Iterator[tuple[Any, np.ndarray, np.ndarray | None]]:
+    """Yield (X, y, w) row blocks of one shard each (w None when unweighted); dask inputs are
+    computed block by block.
+
+    A sparse X is never cut here but handed over whole (in memory) or chunk by chunk (dask):
+    the writer checks each block before cutting it, and scipy's row slicing would drop an
+    out-of-range column index silently.
+    """
+    if is_sparse(X):
+        yield X, np.asarray(y), None if w is None else np.asarray(w)
+        return
+    if hasattr(X, "dask") and is_sparse(getattr(X, "_meta", None)):
+        import dask
+
+        start = 0
+        for i in range(X.numblocks[0]):
+            rows = slice(start, start + X.chunks[0][i])
+            Xb, yb, wb = dask.compute(X.blocks[i, 0] if X.numblocks[1] == 1 else X.blocks[i].rechunk({1: -1}),
+                                      y[rows], None if w is None else w[rows])
+            start += X.chunks[0][i]
+            yield Xb, np.asarray(yb), None if wb is None else np.asarray(wb)
+        return
+    lazy = any(hasattr(a, "dask") for a in (X, y, w))
+    for start in range(0, X.shape[0], shard_rows):
+        rows = slice(start, start + shard_rows)
+        Xb, yb, wb = X[rows], y[rows], None if w is None else w[rows]
+        if lazy:
+            import dask
+
+            Xb, yb, wb = dask.compute(Xb, yb, wb)
+        yield (Xb if is_sparse(Xb) else np.asarray(Xb)), np.asarray(yb), None if wb is None else np.asarray(wb)
