@@ -63,7 +63,7 @@ class Location:
                 return cls(where.url, {**where.storage_options, **storage_options})
             return where
         if not isinstance(where, (str, os.PathLike)):
-            raise ConfigurationError(f"a dataset location is a path or a URL, got {type(where).__name__}")
+            raise ConfigurationError(f"a location is a path, a URL or a Location, got {type(where).__name__}")
         text = os.fspath(where)
         match = _SCHEME.match(text)
         if match is None or match.group(1).lower() in ("file", "local"):
@@ -153,12 +153,7 @@ class Location:
     def _node_type(self, key: str) -> str | None:
         """The ``node_type`` in the Zarr metadata document ``key`` (None: no such document)."""
         try:
-            if self.is_local:
-                text = (self.path / key).read_bytes()
-            else:
-                fs, path = self.filesystem()
-                text = _store_call(self.url, lambda: fs.cat_file(f"{path}/{key}"))
-            return str(json.loads(text).get("node_type"))
+            return str(json.loads(self.read(key)).get("node_type"))
         except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
             return None
 
@@ -179,9 +174,17 @@ class Location:
         return sorted(str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries)
 
     def put(self, key: str, data: bytes) -> None:
-        """Write the object ``key`` below this location (remote)."""
+        """Write the object ``key`` below this location (remote): one put, so readers find
+        the old object or the whole new one."""
         fs, path = self.filesystem()
         _store_call(self.url, lambda: fs.pipe_file(f"{path}/{key}", data))
+
+    def read(self, key: str) -> bytes:
+        """The bytes of the file ``key`` below this location; a missing one is ``FileNotFoundError``."""
+        if self.is_local:
+            return (self.path / key).read_bytes()
+        fs, path = self.filesystem()
+        return bytes(_store_call(self.url, lambda: fs.cat_file(f"{path}/{key}")))
 
     def remove_all_but(self, keep: str) -> None:
         """Delete everything below this location except the object ``keep`` (remote)."""

@@ -151,7 +151,7 @@ def test_a_folder_of_splits_at_a_url_is_named_as_such_and_overwrite_spares_other
     ("foo://bucket/x.zarr", None, StoreError, r"unknown URL scheme 'foo' in 'foo://bucket/x.zarr'"),
     ("data/x.zarr", {"anon": True}, ConfigurationError, r"storage_options apply to URLs .* 'data/x.zarr' is a "
                                                           r"local path"),
-    (42, None, ConfigurationError, r"a dataset location is a path or a URL, got int"),
+    (42, None, ConfigurationError, r"a location is a path, a URL or a Location, got int"),
     ("simplecache::s3://bucket/x.zarr", None, StoreError, r"chained URLs such as 'simplecache::s3://bucket/x.zarr' "
                                                             r"\(a cache in front of a store\) are not supported"),
     ("memory://", None, StoreError, r"'memory://' names no location in the 'memory' store"),
