@@ -21,7 +21,7 @@ from typing import Any
 
 from dasklbfgs.errors import ConfigurationError, StoreError
 
-__all__ = ["Location", "has_scheme", "refuse_url"]
+__all__ = ["Location", "has_scheme", "options_for", "refuse_url"]
 
 #: URL scheme -> (the package that reaches it, the dasklbfgs extra that installs it)
 EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
@@ -34,6 +34,12 @@ WRITING_MARKER = ".dasklbfgs-writing"
 def has_scheme(where: str) -> bool:
     """Whether ``where`` is a URL (``scheme://...``, or a chained ``scheme::...``), never a local path."""
     return _SCHEME.match(where) is not None
+
+
+def options_for(where: os.PathLike[str] | str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``storage_options`` for ``where`` if it is a URL, else None: the options a command or
+    a pipeline is given are for the URLs among its locations (local paths take none)."""
+    return storage_options if has_scheme(os.fspath(where)) else None
 
 
 def refuse_url(where: os.PathLike[str] | str, why: str) -> None:

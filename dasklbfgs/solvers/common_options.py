@@ -18,7 +18,7 @@ from dasklbfgs.optim.updates import RULES
 from dasklbfgs.options import Options, PlannedWork, option
 
 __all__ = ["CheckpointOptions", "HeldOutOptions", "ModelPartitionOptions", "ParamShardOptions", "ReplicaOptions",
-           "global_steps_per_epoch", "replica_rows", "without_held_out"]
+           "global_steps_per_epoch", "replica_rows", "with_checkpoint_storage", "without_held_out"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +85,17 @@ class CheckpointOptions(Options):
                 and text.split(":", 1)[0].lower() == data_location.url.split(":", 1)[0]:
             return Location.of(text, data_location.storage_options)
         return Location.of(where)
+
+
+def with_checkpoint_storage(options: Options, storage_options: dict[str, Any] | None) -> Options:
+    """``options`` with a ``checkpoint_path`` given as a URL string made a
+    :class:`~dasklbfgs.data.location.Location` reached with ``storage_options``: what the CLI's
+    ``--storage-option`` flags and a pipeline's ``storage_options:`` do for the checkpoint
+    (a local path, a Location already, or no options: unchanged)."""
+    where = getattr(options, "checkpoint_path", None)
+    if not storage_options or where is None or isinstance(where, Location) or not has_scheme(str(where)):
+        return options
+    return options.replace(checkpoint_path=Location.of(str(where), storage_options))
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:
