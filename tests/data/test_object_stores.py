@@ -253,3 +253,14 @@ def test_storage_option_flags_nest_and_parse_json_values() -> None:
         parsed("anon")
     with pytest.raises(ConfigurationError, match=r"--storage-option 'anon.x=1': 'anon' was given a value already"):
         parsed("anon=true", "anon.x=1")
+
+
+def test_storage_option_flags_lay_over_a_configs_storage_options() -> None:
+    from dasklbfgs.cli.storage_args import merged_storage_options
+
+    config = {"key": "k", "client_kwargs": {"endpoint_url": "http://a:1", "region_name": "eu"}}
+    assert merged_storage_options(config, None) is config
+    assert merged_storage_options(None, {"anon": True}) == {"anon": True}
+    assert merged_storage_options(config, {"client_kwargs": {"endpoint_url": "http://b:2"}, "key": "k2"}) == {
+        "key": "k2", "client_kwargs": {"endpoint_url": "http://b:2", "region_name": "eu"}}
+    assert config["client_kwargs"]["endpoint_url"] == "http://a:1"  # the config's own dict untouched
