@@ -166,10 +166,11 @@ def test_a_pipeline_with_data_checkpoint_and_report_on_s3_gives_the_local_runs_b
         ShardedDataset.create(tmp_path / split, X[rows], y[rows], shard_rows=300)
         ShardedDataset.create(urls[split], X[rows], y[rows], shard_rows=300, storage_options=options)
     base = {"pipeline": {"name": "on-s3"}, "model": {"name": "logistic", "l2": 1e-3}}
+    train = {"maxiter": 15, "checkpoint_every": 100}  # (the checkpoint at the end: fewer round trips)
     local = validate_config({**base, "data": {"train": str(tmp_path / "train"), "test": str(tmp_path / "test")},
-                             "train": {"maxiter": 15, "checkpoint_every": 100, "checkpoint": str(tmp_path / "ckpt")}})
+                             "train": {**train, "checkpoint": str(tmp_path / "ckpt")}})
     remote = validate_config({**base, "data": urls, "storage_options": options,
-                              "train": {"maxiter": 15, "checkpoint_every": 100, "checkpoint": f"{bucket}/pipe-{tag}/ckpt"}})
+                              "train": {**train, "checkpoint": f"{bucket}/pipe-{tag}/ckpt"}})
     ran_locally = run_pipeline(local, tmp_path / "reports", client=client)
     ran = run_pipeline(remote, f"{bucket}/pipe-{tag}/reports", client=client)
     assert ran["report"] == f"{bucket}/pipe-{tag}/reports/on-s3"
