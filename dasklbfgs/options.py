@@ -50,6 +50,21 @@ def _ints(value: Any) -> Any:
     return tuple(int(v) for v in items) if ok else _BAD
 
 
+def _is_location(value: Any) -> bool:
+    """Whether ``value`` is a location object carrying its own ``storage_options``
+    (:class:`~dasklbfgs.data.location.Location`, duck-typed: this module sits below
+    ``dasklbfgs.data``)."""
+    return isinstance(getattr(value, "url", None), str) and isinstance(getattr(value, "storage_options", None),
+                                                                       Mapping)
+
+
+def _path(value: Any) -> Any:
+    """A path or URL (str, ``os.PathLike``), or a location object."""
+    if isinstance(value, (str, os.PathLike)):
+        return value if str(value) else _BAD
+    return value if _is_location(value) else _BAD
+
+
 def _parse_bool_or_auto(text: str) -> bool | str:
     choices: dict[str, bool | str] = {"true": True, "false": False, "auto": "auto"}
     if text.lower() not in choices:
@@ -96,8 +111,7 @@ KINDS: dict[str, Kind] = {
     "bool_or_auto": Kind(lambda v: v if v == "auto" else _boolean(v), "True, False or 'auto'",
                          {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"}, (bool, str)),
     "choice": Kind(lambda v: v, "one of", {}, (str,)),  # the flag's choices come from the spec
-    "path": Kind(lambda v: v if isinstance(v, (str, os.PathLike)) and str(v) else _BAD, "a path",
-                 {"metavar": "PATH"}, (str,)),
+    "path": Kind(_path, "a path or URL", {"metavar": "PATH"}, (str,)),
     "ints": Kind(_ints, "a list of integers", {"type": parse_ints, "metavar": "N,N"}, (list, int)),
     "mapping": Kind(lambda v: dict(v) if isinstance(v, Mapping) and all(isinstance(k, str) for k in v) else _BAD,
                     "a mapping of names to values", {"type": parse_mapping, "metavar": "NAME=VALUE,..."}, (dict,)),
@@ -290,10 +304,13 @@ class Options:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_json(self) -> dict[str, Any]:
-        """The values as JSON data (reports, metrics events): paths as str, tuples as lists."""
+        """The values as JSON data (reports, metrics events): paths as str, a location as
+        its URL (never its storage_options: credentials stay out of reports), tuples as lists."""
         def plain(value: Any) -> Any:
             if isinstance(value, os.PathLike):
                 return os.fspath(value)
+            if _is_location(value):
+                return str(value.url)
             if isinstance(value, (tuple, list)):
                 return [plain(v) for v in value]
             return {k: plain(v) for k, v in value.items()} if isinstance(value, Mapping) else value

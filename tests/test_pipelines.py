@@ -3,17 +3,23 @@ are refused with messages that name the problem."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from dasklbfgs.errors import ConfigurationError, DatasetExistsError
+from dasklbfgs import ShardedDataset
+from dasklbfgs.checkpoint_store import checkpoint_exists
+from dasklbfgs.data.location import Location
+from dasklbfgs.errors import ConfigurationError, DatasetExistsError, StoreError
 from dasklbfgs.pipeline import load_config, run_pipeline, validate_config
 from dasklbfgs.pipeline.run import DURATIONS, open_datasets
 
@@ -126,6 +132,10 @@ BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name":
          r"got 'adam'"),
         ({"model": [1]}, r"section 'model' must be a mapping, got list"),
         ({"data": {"train": "x", "path": "y"}}, r"data.path is where a recipe's datasets are written; it needs"),
+        ({"storage_options": ["key=k"]},
+         r"storage_options must be a mapping of the filesystem's option names to values .*got list \['key=k'\]"),
+        ({"storage_options": {"client_kwargs": {1: "x"}}},
+         r"storage_options.client_kwargs has the key 1 \(int\); option names are strings"),
     ],
 )
 def test_config_errors(change, match) -> None:
@@ -141,3 +151,41 @@ def test_file_errors(tmp_path) -> None:
         load_config(tmp_path / "bad.yaml")
     with pytest.raises(ConfigurationError, match=r"override 'rows=5' must look like section.key=value"):
         load_config(CONFIGS[0], ["rows=5"])
+
+
+def test_a_pipeline_with_data_checkpoint_and_report_on_s3_gives_the_local_runs_bits(client, s3, tmp_path) -> None:
+    """storage_options: reach the datasets, the checkpoint and the output at URLs; the report
+    is readable at its URL (metrics.json, committed last) and the run is the local copy's."""
+    bucket, options = s3[0], {**s3[1], "secret": "a-secret-to-keep-out-of-reports"}  # the server takes any
+    tag = uuid.uuid4().hex[:6]
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(1200, 6))
+    y = (X @ rng.normal(size=6) > 0).astype(np.float64)
+    urls = {split: f"{bucket}/pipe-{tag}/{split}.zarr" for split in ("train", "test")}
+    for split, rows in (("train", slice(0, 900)), ("test", slice(900, 1200))):
+        ShardedDataset.create(tmp_path / split, X[rows], y[rows], shard_rows=300)
+        ShardedDataset.create(urls[split], X[rows], y[rows], shard_rows=300, storage_options=options)
+    base = {"pipeline": {"name": "on-s3"}, "model": {"name": "logistic", "l2": 1e-3}}
+    train = {"maxiter": 15, "checkpoint_every": 100}  # (the checkpoint at the end: fewer round trips)
+    local = validate_config({**base, "data": {"train": str(tmp_path / "train"), "test": str(tmp_path / "test")},
+                             "train": {**train, "checkpoint": str(tmp_path / "ckpt")}})
+    remote = validate_config({**base, "data": urls, "storage_options": options,
+                              "train": {**train, "checkpoint": f"{bucket}/pipe-{tag}/ckpt"}})
+    ran_locally = run_pipeline(local, tmp_path / "reports", client=client)
+    ran = run_pipeline(remote, f"{bucket}/pipe-{tag}/reports", client=client)
+    assert ran["report"] == f"{bucket}/pipe-{tag}/reports/on-s3"
+    report = Location.of(ran["report"], options)
+    assert report.children() == ["curves.json", "curves.png", "metrics.json", "model.npz"]
+    written = json.loads(report.read("metrics.json"))
+    assert written["run_id"] == ran["run_id"] and written["datasets"] == urls
+    assert written["config"]["storage_options"] == ["client_kwargs", "key", "secret"]  # names, no credentials
+    assert options["secret"] not in report.read("metrics.json").decode()
+    assert checkpoint_exists(Location.of(f"{bucket}/pipe-{tag}/ckpt", options))
+    assert (written["train"], written["test"]) == (ran_locally["train"], ran_locally["test"])
+    with np.load(io.BytesIO(report.read("model.npz"))) as saved:
+        with np.load(tmp_path / "reports" / "on-s3" / "model.npz") as saved_locally:
+            np.testing.assert_array_equal(saved["params"], saved_locally["params"])
+    again = run_pipeline(remote, f"{bucket}/pipe-{tag}/reports", client=client)  # never silently replaced
+    assert again["report"] == f"{bucket}/pipe-{tag}/reports/on-s3-2"
+    with pytest.raises(StoreError, match=r"unknown URL scheme 'nosuchstore' in 'nosuchstore://b/reports'"):
+        run_pipeline(remote, "nosuchstore://b/reports", client=client)

@@ -6,11 +6,11 @@ import argparse
 import json
 import logging
 import sys
-from pathlib import Path
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
+from dasklbfgs.cli.storage_args import add_storage_arguments, merged_storage_options, storage_options_from_args
 
 __all__ = ["add_parser"]
 
@@ -20,6 +20,9 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.pipeline.run import open_datasets
 
     config = load_config(args.config, args.set or ())
+    # the flags over the config's storage_options: for its datasets, checkpoint and --output
+    config["storage_options"] = merged_storage_options(config["storage_options"],
+                                                       storage_options_from_args(args)) or {}
     if args.workers is None:
         args.workers = config["cluster"]["workers"]
     if not args.quiet:
@@ -32,7 +35,7 @@ def command(args: argparse.Namespace) -> int:
             metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite,
                                    callback=interrupt.check, data=data)
         if metrics["message"] == INTERRUPTED:
-            return _interrupted(metrics, Path(metrics["report"]) / "model.npz")
+            return _interrupted(metrics, f"{metrics['report']}/model.npz")  # a folder or a URL
     if not args.quiet:
         summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
         summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
@@ -41,12 +44,12 @@ def command(args: argparse.Namespace) -> int:
     return 0 if metrics["success"] else 1
 
 
-def _interrupted(metrics: dict[str, Any], saved: Path) -> int:
+def _interrupted(metrics: dict[str, Any], saved: str) -> int:
     from dasklbfgs.solvers import get_solver
 
     unit = get_solver(metrics["solver"]).unit
     count = metrics["solver_stats"]["iterations" if unit == "iteration" else "steps"]
-    print(interrupted_line(count, unit, str(saved)), file=sys.stderr)
+    print(interrupted_line(count, unit, saved), file=sys.stderr)
     return EXIT_INTERRUPTED
 
 
@@ -54,8 +57,8 @@ def add_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
     run.add_argument("config", help="YAML pipeline config")
     run.add_argument("--output", default="pipeline-output",
-                     help="where report folders go: OUTPUT/<pipeline name>, or <name>-2, -3, ... when that "
-                          "exists (default ./pipeline-output)")
+                     help="where report folders go, a local folder or a URL (s3://...): OUTPUT/<pipeline name>, or "
+                          "<name>-2, -3, ... when that exists (default ./pipeline-output)")
     run.add_argument("--overwrite", action="store_true",
                      help="replace OUTPUT/<pipeline name> (once the new report is complete) instead of "
                           "writing the next free <name>-N")
@@ -63,5 +66,6 @@ def add_parser(sub: Any) -> None:
                      help="override a config value, e.g. --set data.rows=5000 (repeatable; default: the config "
                           "as written)")
     run.add_argument("--quiet", action="store_true", help="no log lines or summary")
+    add_storage_arguments(run)
     add_cluster_arguments(run)
     run.set_defaults(func=command)

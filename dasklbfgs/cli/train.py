@@ -53,9 +53,11 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions, default_model
     from dasklbfgs.solvers import get_solver
+    from dasklbfgs.solvers.common_options import with_checkpoint_storage
 
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
-    options = options_from_args(args, args.solver)
+    # --storage-option reaches a checkpoint at a URL too (the datasets get theirs below)
+    options = with_checkpoint_storage(options_from_args(args, args.solver), storage_options_from_args(args))
     if os.path.exists(args.output) and not args.overwrite:
         raise OutputExistsError(f"--output {args.output!r} exists (an earlier run's parameters); pass --overwrite to "
                                 "replace it or choose another --output")

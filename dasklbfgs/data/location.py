@@ -21,7 +21,7 @@ from typing import Any
 
 from dasklbfgs.errors import ConfigurationError, StoreError
 
-__all__ = ["Location", "has_scheme", "refuse_url"]
+__all__ = ["Location", "has_scheme", "options_for", "refuse_url"]
 
 #: URL scheme -> (the package that reaches it, the dasklbfgs extra that installs it)
 EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
@@ -34,6 +34,12 @@ WRITING_MARKER = ".dasklbfgs-writing"
 def has_scheme(where: str) -> bool:
     """Whether ``where`` is a URL (``scheme://...``, or a chained ``scheme::...``), never a local path."""
     return _SCHEME.match(where) is not None
+
+
+def options_for(where: os.PathLike[str] | str, storage_options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``storage_options`` for ``where`` if it is a URL, else None: the options a command or
+    a pipeline is given are for the URLs among its locations (local paths take none)."""
+    return storage_options if has_scheme(os.fspath(where)) else None
 
 
 def refuse_url(where: os.PathLike[str] | str, why: str) -> None:
@@ -63,7 +69,7 @@ class Location:
                 return cls(where.url, {**where.storage_options, **storage_options})
             return where
         if not isinstance(where, (str, os.PathLike)):
-            raise ConfigurationError(f"a dataset location is a path or a URL, got {type(where).__name__}")
+            raise ConfigurationError(f"a location is a path, a URL or a Location, got {type(where).__name__}")
         text = os.fspath(where)
         match = _SCHEME.match(text)
         if match is None or match.group(1).lower() in ("file", "local"):
@@ -153,12 +159,7 @@ class Location:
     def _node_type(self, key: str) -> str | None:
         """The ``node_type`` in the Zarr metadata document ``key`` (None: no such document)."""
         try:
-            if self.is_local:
-                text = (self.path / key).read_bytes()
-            else:
-                fs, path = self.filesystem()
-                text = _store_call(self.url, lambda: fs.cat_file(f"{path}/{key}"))
-            return str(json.loads(text).get("node_type"))
+            return str(json.loads(self.read(key)).get("node_type"))
         except (FileNotFoundError, NotADirectoryError, ValueError, AttributeError):
             return None
 
@@ -179,9 +180,17 @@ class Location:
         return sorted(str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries)
 
     def put(self, key: str, data: bytes) -> None:
-        """Write the object ``key`` below this location (remote)."""
+        """Write the object ``key`` below this location (remote): one put, so readers find
+        the old object or the whole new one."""
         fs, path = self.filesystem()
         _store_call(self.url, lambda: fs.pipe_file(f"{path}/{key}", data))
+
+    def read(self, key: str) -> bytes:
+        """The bytes of the file ``key`` below this location; a missing one is ``FileNotFoundError``."""
+        if self.is_local:
+            return (self.path / key).read_bytes()
+        fs, path = self.filesystem()
+        return bytes(_store_call(self.url, lambda: fs.cat_file(f"{path}/{key}")))
 
     def remove_all_but(self, keep: str) -> None:
         """Delete everything below this location except the object ``keep`` (remote)."""

@@ -85,5 +85,5 @@ def start_facts(solver: Any, model: Any, dataset: Any, options: Any) -> dict[str
     :class:`~dasklbfgs.solvers.registry.Solver`), but for its cluster."""
     return plain_event({"unit": solver.stats.unit, "loss_name": solver.stats.loss_name,
                         "has_replicas": solver.stats.has_replicas, "model": repr(model), "n_params": model.n_params,
-                        "options": options.to_dict(), "dataset": {"path": dataset.url, "n_samples": dataset.n_samples,
+                        "options": options.to_json(), "dataset": {"path": dataset.url, "n_samples": dataset.n_samples,
                                     "n_features": dataset.n_features}}, f"{solver.name} start event")

@@ -1,7 +1,9 @@
 """Pipeline configs: YAML files validated against an explicit schema.
 
 Unknown sections and keys are named, types are checked, and every message says where in
-the file the problem is, before anything runs.
+the file the problem is, before anything runs. The top-level ``storage_options:`` (as Dask
+and pandas spell them, as fsspec takes them) apply to every URL of the run: the datasets,
+the checkpoint and the report's output.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.registry import ModelOptions
 from dasklbfgs.options import KINDS, Options
 
-__all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "apply_overrides"]
+__all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "validate_storage_options",
+           "apply_overrides"]
 
 
 def _keys(options: type[Options]) -> dict[str, tuple[tuple[type, ...], Any]]:
@@ -55,11 +58,12 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     """Check ``raw`` against :data:`SCHEMA`; return it with defaults filled in."""
     if not isinstance(raw, dict):
         raise ConfigurationError(f"{where}: the config must be a mapping of sections, got {type(raw).__name__}")
-    sections = [*SCHEMA, "train"]
+    sections = [*SCHEMA, "train", "storage_options"]
     unknown = sorted(set(raw) - set(sections))
     if unknown:
         raise ConfigurationError(f"{where}: unknown section(s) {unknown}; known sections: {sorted(sections)}")
-    config: dict[str, Any] = {"train": validate_train(raw.get("train"), where=where)}
+    config: dict[str, Any] = {"train": validate_train(raw.get("train"), where=where),
+                              "storage_options": validate_storage_options(raw.get("storage_options"), where=where)}
     for section, keys in SCHEMA.items():
         given = raw.get(section) or {}
         if not isinstance(given, dict):
@@ -81,6 +85,27 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
         raise ConfigurationError(f"{where}: data.path is where a recipe's datasets are written; "
                                  "it needs data.recipe (existing datasets are named by data.train and data.test)")
     return config
+
+
+def validate_storage_options(given: Any, *, where: str = "<config>") -> dict[str, Any]:
+    """The ``storage_options:`` section: a mapping of the filesystem's option names (str) to
+    values, nested mappings allowed (``client_kwargs: {endpoint_url: ...}``); {} when absent."""
+    if given is None:
+        return {}
+    example = "e.g. {profile: ml} or {key: ..., secret: ..., client_kwargs: {endpoint_url: ...}}"
+    if not isinstance(given, dict):
+        raise ConfigurationError(f"{where}: storage_options must be a mapping of the filesystem's option names to "
+                                 f"values ({example}), got {type(given).__name__} {given!r}")
+    pending: list[tuple[str, dict[Any, Any]]] = [("storage_options", given)]
+    while pending:
+        path, mapping = pending.pop()
+        for key, value in mapping.items():
+            if not isinstance(key, str):
+                raise ConfigurationError(f"{where}: {path} has the key {key!r} ({type(key).__name__}); option names "
+                                         f"are strings ({example})")
+            if isinstance(value, dict):
+                pending.append((f"{path}.{key}", value))
+    return dict(given)
 
 
 def _value(section: str, key: str, value: Any, types: tuple[type[Any], ...], default: Any, where: str) -> Any:

@@ -1,11 +1,13 @@
 """Run a validated pipeline config: build or open the data, train, evaluate, report.
 
 The report folder (``<output>/<pipeline.name>``, or ``<name>-2``, ... when that exists and
-``overwrite`` is off; see :mod:`dasklbfgs.pipeline.report`) holds ``metrics.json`` (the
+``overwrite`` is off; a local folder or a URL, see :mod:`dasklbfgs.pipeline.report`) holds ``metrics.json`` (the
 resolved config, run id, versions, start time, durations, solver facts and final
 train/held-out metrics), ``curves.json`` and ``curves.png`` (see
 :mod:`dasklbfgs.pipeline.curves`) and ``model.npz``. Data built from a recipe goes to the
-data home (:mod:`dasklbfgs.data.cache`) or ``data.path``, not into the report.
+data home (:mod:`dasklbfgs.data.cache`) or ``data.path``, not into the report. The
+config's ``storage_options`` reach the URLs among the datasets, the checkpoint and the
+output.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from distributed import Client
 from dasklbfgs._format import human_bytes
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.cache import recipe_datasets
+from dasklbfgs.data.location import options_for
 from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.models import model_for_dataset
 from dasklbfgs.models.metrics import evaluate_model
@@ -30,7 +33,7 @@ from dasklbfgs.models.registry import model_options
 from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
 from dasklbfgs.solvers import minimize
-from dasklbfgs.solvers.common_options import without_held_out
+from dasklbfgs.solvers.common_options import with_checkpoint_storage, without_held_out
 
 __all__ = ["run_pipeline", "open_datasets", "PreparedData", "DURATIONS"]
 
@@ -61,10 +64,10 @@ def open_datasets(config: dict[str, Any]) -> PreparedData:
     """The config's training and held-out datasets: opened, or built from its recipe (or
     reused, when built before with the same options)."""
     started_at, started = utc_now(), time.perf_counter()
-    data = config["data"]
+    data, storage = config["data"], config.get("storage_options")
     if data["recipe"] is None:
-        test = ShardedDataset.open(data["test"]) if data["test"] else None
-        train = ShardedDataset.open(data["train"])
+        test = ShardedDataset.open(data["test"], options_for(data["test"], storage)) if data["test"] else None
+        train = ShardedDataset.open(data["train"], options_for(data["train"], storage))
     else:
         options = {key: data[key] for key in RecipeOptions.fields()}
         splits, reused = recipe_datasets(data["recipe"], options, data["path"])
@@ -87,8 +90,8 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
     ``callback`` goes to the solver (:func:`dasklbfgs.minimize`): raising ``StopIteration``
     ends the run with what it reached. ``data``: the datasets from :func:`open_datasets`
     when the caller got them already (their time still counts as the pipeline's)."""
-    name = config["pipeline"]["name"]
-    with staged_report(output, name, overwrite=overwrite) as folders:
+    name, storage = config["pipeline"]["name"], config.get("storage_options")
+    with staged_report(output, name, overwrite=overwrite, storage_options=options_for(output, storage)) as folders:
         prepared = data if data is not None else open_datasets(config)
         train, test, started, started_at = prepared.train, prepared.test, prepared.started, prepared.started_at
         checking = time.perf_counter()
@@ -98,7 +101,8 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         if test is not None:
             logger.info("held out: %s", _describe(test))
         data_ready = time.perf_counter()
-        spec, solver, options = config["model"], config["train"]["solver"], config["train"]["options"]
+        spec, solver = config["model"], config["train"]["solver"]
+        options = with_checkpoint_storage(config["train"]["options"], storage)
         model = model_for_dataset(spec["name"], train, **model_options(spec))
         result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
                           callback=callback)
@@ -127,6 +131,6 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         plot_curves(curves, staging / "curves.png", title=f"{name}: {solver}, {result.message}")
         metrics["durations"]["total_seconds"] = time.perf_counter() - started
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
-    metrics["report"] = str(folders["path"])
+    metrics["report"] = str(folders["path"])  # a folder, or a URL
     logger.info("report written to %s", folders["path"])
     return metrics

@@ -11,13 +11,14 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from dasklbfgs._typing import DatasetLike, PathLike
+from dasklbfgs._typing import Dataset, DatasetLike, PathLike
+from dasklbfgs.data.location import Location, has_scheme
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.updates import RULES
 from dasklbfgs.options import Options, PlannedWork, option
 
 __all__ = ["CheckpointOptions", "HeldOutOptions", "ModelPartitionOptions", "ParamShardOptions", "ReplicaOptions",
-           "global_steps_per_epoch", "replica_rows", "without_held_out"]
+           "global_steps_per_epoch", "replica_rows", "with_checkpoint_storage", "without_held_out"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,10 +55,11 @@ class ModelPartitionOptions(Options):
 
 @dataclass(frozen=True, kw_only=True)
 class CheckpointOptions(Options):
-    checkpoint_path: PathLike | None = option(
+    checkpoint_path: PathLike | Location | None = option(
         None, "Zarr checkpoint, written atomically (Sandblaster: the L-BFGS state; Downpour: the parameter "
-        "shards and their optimizer state)", "path", nullable=True, none_means="no checkpoints",
-        aliases=("checkpoint",))
+        "shards and their optimizer state): a local path, or a URL (s3://, gs://, ...) reached with the "
+        "training dataset's storage_options when it lives in the same kind of store (a Location carries its own)",
+        "path", nullable=True, none_means="no checkpoints", aliases=("checkpoint",))
     checkpoint_every: int | None = option(
         None, "write the checkpoint every N iterations (Sandblaster) or global steps (Downpour), and at the end",
         "int", minimum=1, nullable=True, none_means="only at the end")
@@ -67,6 +69,33 @@ class CheckpointOptions(Options):
         super().check_together()
         if self.resume and self.checkpoint_path is None:
             raise ConfigurationError(f"{self.solver}: resume=True needs checkpoint_path")
+
+    def checkpoint_location(self, data: Dataset) -> Location | None:
+        """Where the checkpoint is (None: no checkpoints). A URL given as a string is reached
+        with the training dataset's ``storage_options`` when the dataset lives at a URL of the
+        same scheme: the same store, which usually takes the same credentials. A checkpoint
+        in another store gets its filesystem's defaults (environment credentials), and a
+        :class:`~dasklbfgs.data.location.Location` keeps its own options."""
+        where = self.checkpoint_path
+        if where is None or isinstance(where, Location):
+            return where
+        data_location = getattr(data, "location", None)  # a ShardedDataset's; another Dataset lends none
+        text = str(where)
+        if isinstance(data_location, Location) and has_scheme(text) and not data_location.is_local \
+                and text.split(":", 1)[0].lower() == data_location.url.split(":", 1)[0]:
+            return Location.of(text, data_location.storage_options)
+        return Location.of(where)
+
+
+def with_checkpoint_storage(options: Options, storage_options: dict[str, Any] | None) -> Options:
+    """``options`` with a ``checkpoint_path`` given as a URL string made a
+    :class:`~dasklbfgs.data.location.Location` reached with ``storage_options``: what the CLI's
+    ``--storage-option`` flags and a pipeline's ``storage_options:`` do for the checkpoint
+    (a local path, a Location already, or no options: unchanged)."""
+    where = getattr(options, "checkpoint_path", None)
+    if not storage_options or where is None or isinstance(where, Location) or not has_scheme(str(where)):
+        return options
+    return options.replace(checkpoint_path=Location.of(str(where), storage_options))
 
 
 def replica_rows(n_samples: int, n_replicas: int) -> list[tuple[int, int]]:

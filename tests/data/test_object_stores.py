@@ -151,7 +151,7 @@ def test_a_folder_of_splits_at_a_url_is_named_as_such_and_overwrite_spares_other
     ("foo://bucket/x.zarr", None, StoreError, r"unknown URL scheme 'foo' in 'foo://bucket/x.zarr'"),
     ("data/x.zarr", {"anon": True}, ConfigurationError, r"storage_options apply to URLs .* 'data/x.zarr' is a "
                                                           r"local path"),
-    (42, None, ConfigurationError, r"a dataset location is a path or a URL, got int"),
+    (42, None, ConfigurationError, r"a location is a path, a URL or a Location, got int"),
     ("simplecache::s3://bucket/x.zarr", None, StoreError, r"chained URLs such as 'simplecache::s3://bucket/x.zarr' "
                                                             r"\(a cache in front of a store\) are not supported"),
     ("memory://", None, StoreError, r"'memory://' names no location in the 'memory' store"),
@@ -253,3 +253,14 @@ def test_storage_option_flags_nest_and_parse_json_values() -> None:
         parsed("anon")
     with pytest.raises(ConfigurationError, match=r"--storage-option 'anon.x=1': 'anon' was given a value already"):
         parsed("anon=true", "anon.x=1")
+
+
+def test_storage_option_flags_lay_over_a_configs_storage_options() -> None:
+    from dasklbfgs.cli.storage_args import merged_storage_options
+
+    config = {"key": "k", "client_kwargs": {"endpoint_url": "http://a:1", "region_name": "eu"}}
+    assert merged_storage_options(config, None) is config
+    assert merged_storage_options(None, {"anon": True}) == {"anon": True}
+    assert merged_storage_options(config, {"client_kwargs": {"endpoint_url": "http://b:2"}, "key": "k2"}) == {
+        "key": "k2", "client_kwargs": {"endpoint_url": "http://b:2", "region_name": "eu"}}
+    assert config["client_kwargs"]["endpoint_url"] == "http://a:1"  # the config's own dict untouched

@@ -10,7 +10,6 @@ shards when to stop.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,6 +19,8 @@ import numpy as np
 from distributed import wait
 
 from dasklbfgs._typing import Dataset
+from dasklbfgs.checkpoint_store import checkpoint_exists
+from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.persist import model_config
@@ -61,6 +62,7 @@ class DownpourPlan:
     bounds: list[tuple[int, int]]
     decay: dict[str, float]
     states: list[dict[str, Any]] | None
+    checkpoint: Location | None  # options.checkpoint_path, resolved (CheckpointOptions.checkpoint_location)
 
     def run(self) -> Result:
         return _DownpourRun(self).run_to_end()
@@ -81,8 +83,9 @@ def plan_downpour(context: RunContext) -> DownpourPlan:
     else:  # the shards hold the partitioned vector, each shard within one partition
         bounds, _ = partition_bounds(partitioned, options.n_param_shards)
         decay = decay_by_array(model)  # refuses a penalty the partitions cannot split
-    states = _resume_states(options, model, rule, bounds)
-    return DownpourPlan(context, rows, rule, table, partitioned, bounds, decay, states)
+    checkpoint = options.checkpoint_location(context.dataset)
+    states = _resume_states(checkpoint, options, model, rule, bounds)
+    return DownpourPlan(context, rows, rule, table, partitioned, bounds, decay, states, checkpoint)
 
 
 def _row_table(model: Model, data: Dataset, options: DownpourOptions, rule: Any) -> Any:
@@ -103,11 +106,10 @@ def _row_table(model: Model, data: Dataset, options: DownpourOptions, rule: Any)
     return table if sparse else None
 
 
-def _resume_states(options: DownpourOptions, model: Model, rule: Any, bounds: list[tuple[int, int]]
-                   ) -> list[dict[str, Any]] | None:
-    """The shards' states to start from when resuming from an existing checkpoint."""
-    path = options.checkpoint_path
-    if path is None or not (options.resume and os.path.exists(path)):
+def _resume_states(path: Location | None, options: DownpourOptions, model: Model, rule: Any,
+                   bounds: list[tuple[int, int]]) -> list[dict[str, Any]] | None:
+    """The shards' states to start from when resuming from an existing checkpoint at ``path``."""
+    if path is None or not (options.resume and checkpoint_exists(path)):
         return None
     states, attrs = read_shard_states(path, model_config=model_config(model), rule=rule.name)
     saved_partitions = int(attrs.get("model_partitions", 1))
@@ -157,7 +159,7 @@ class _DownpourRun(Coordinator):
         self.homes = (Homes(self.workers, len(bounds)) if self.partitions is None else
                       Homes(self.workers, len(bounds), self.partitions.groups, self.partitions.owners))
         self.planned_memory = self.check_memory()
-        self.checkpoint_path = options.checkpoint_path
+        self.checkpoint_path = plan.checkpoint
         self.model_config = model_config(model)
         self.start_steps = 0 if states is None else int(states[0]["steps"])
         self.config = ReplicaConfig(options, self.table)  # what every replica task reads
@@ -210,7 +212,7 @@ class _DownpourRun(Coordinator):
                 f"parameter shard(s) {lost} were lost with their worker and cannot be restored without "
                 "a checkpoint; pass checkpoint_path and checkpoint_every to survive worker failures"
             )
-        if os.path.exists(self.checkpoint_path):
+        if checkpoint_exists(self.checkpoint_path):
             states, attrs = read_shard_states(self.checkpoint_path, model_config=self.model_config, rule=self.rule.name)
             return states, int(attrs.get("steps", 0))
         states = [{"start": a, "stop": b, "values": self.shard_start[a:b],
@@ -354,6 +356,7 @@ class _DownpourRun(Coordinator):
     def checkpoint(self, steps: int) -> None:
         states = self.shards.call("get_state")
         partitions = {} if self.partitioned is None else {"model_partitions": self.partitioned.k}  # the layout
+        assert self.checkpoint_path is not None  # asked only of runs with checkpoints
         write_shard_states(self.checkpoint_path, states, model_config=self.model_config, rule=self.rule.name,
                            hyper=self.rule.hyper, extra={"steps": int(steps), **partitions})
 

@@ -1,16 +1,15 @@
 """Downpour checkpoints: every parameter shard's slice and optimizer state.
 
-Stored through :mod:`dasklbfgs.checkpoint_store` (atomic, checksummed Zarr); loading checks
+Stored through :mod:`dasklbfgs.checkpoint_store` (atomic, checksummed Zarr, at a path or a URL); loading checks
 that the checkpoint belongs to the same model and update rule.
 """
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
-from dasklbfgs.checkpoint_store import check_same_model, read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import Where, check_same_model, read_checkpoint, write_checkpoint
+from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ModelDataMismatchError
 
 __all__ = ["write_shard_states", "read_shard_states"]
@@ -19,8 +18,8 @@ KIND = "downpour"
 FIELDS = ("index", "start", "stop", "version", "steps")
 
 
-def write_shard_states(path: os.PathLike[str] | str, states: list[dict[str, Any]], *, model_config: dict[str, Any],
-                       rule: str, hyper: dict[str, Any], extra: dict[str, Any]) -> Path:
+def write_shard_states(path: Where, states: list[dict[str, Any]], *, model_config: dict[str, Any],
+                       rule: str, hyper: dict[str, Any], extra: dict[str, Any]) -> Location:
     """Write the shard ``states`` (from ``ParameterShard.get_state``) to ``path``."""
     arrays = {}
     for state in states:
@@ -36,7 +35,7 @@ def write_shard_states(path: os.PathLike[str] | str, states: list[dict[str, Any]
     return write_checkpoint(path, arrays, kind=KIND, attrs=attrs)
 
 
-def read_shard_states(path: os.PathLike[str] | str, *, model_config: dict[str, Any], rule: str
+def read_shard_states(path: Where, *, model_config: dict[str, Any], rule: str
                       ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Shard states and attributes; refuses a checkpoint of another model or rule."""
     arrays, attrs = read_checkpoint(path, kind=KIND)

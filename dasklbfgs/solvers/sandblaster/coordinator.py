@@ -10,7 +10,6 @@ cached shards. Options: :class:`~dasklbfgs.solvers.sandblaster.options.Sandblast
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, cast
 
@@ -19,6 +18,8 @@ from distributed import Client
 from scipy.optimize import OptimizeResult
 
 from dasklbfgs._format import human_bytes
+from dasklbfgs.checkpoint_store import checkpoint_exists
+from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.persist import model_config
@@ -81,6 +82,7 @@ class SandblasterRun:
                                          "n_samples": self.dataset.n_samples}
         if options.state == "sharded":
             self.settings["n_param_shards"] = options.param_shards
+        self.checkpoint = options.checkpoint_location(self.dataset)
         self.saved = self._load_checkpoint()
         self.saved_nit = None if self.saved is None else self.saved.nit  # the iteration last checkpointed
         self.space: ShardedSpace | None = None
@@ -89,14 +91,14 @@ class SandblasterRun:
     # -- checkpoints ----------------------------------------------------------------------
 
     def _load_checkpoint(self) -> LBFGSState | None:
-        path = self.options.checkpoint_path
-        if not (self.options.resume and path is not None and os.path.exists(path)):  # (resume needs a path)
+        path = self.checkpoint
+        if not (self.options.resume and path is not None and checkpoint_exists(path)):  # (resume needs a path)
             return None
         if self.options.state == "sharded":
             return load_sharded_state(path, model_config=self.config, settings=self.settings)[0]
         return load_state(path, model_config=self.config, settings=self.settings)
 
-    def _save(self, path: os.PathLike[str] | str, state: LBFGSState) -> None:
+    def _save(self, path: Location, state: LBFGSState) -> None:
         self.saved_nit = state.nit
         config, settings = self.config, self.settings
         if self.space is not None:
@@ -171,13 +173,14 @@ class SandblasterRun:
                                       opts.history, opts.param_shards, self.transform, self.l1_theta)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
-                self.space.restore(opts.checkpoint_path, self.saved.basis)
+                assert self.checkpoint is not None  # a saved state came from it
+                self.space.restore(self.checkpoint, self.saved.basis)
         try:
             result, final = self._optimize(theta0)
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {self.dataset.url!r})") from None
-        if opts.checkpoint_path is not None and self.saved_nit != final.nit:
-            self._save(opts.checkpoint_path, final)  # the last iterations since a checkpoint: the state it ended in
+        if self.checkpoint is not None and self.saved_nit != final.nit:
+            self._save(self.checkpoint, final)  # the last iterations since a checkpoint: the state it ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
             # held-out scores at the end too, whatever eval_every (None: only here)
             result.history[-1].update(self.context.score(self._params(result.x)))
@@ -221,7 +224,7 @@ class SandblasterRun:
         context, entry = self.context, state.history[-1]
         if context.evaluation_due(state.nit):
             entry.update(context.score(self._current_params(state)))
-        if (path := self.options.checkpoint_path) is not None:
+        if (path := self.checkpoint) is not None:
             context.checkpoint_if_due(state.nit, lambda _: self._save(path, state))
         partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
         return context.report(entry, lambda: self._current_params(state).copy(),

@@ -4,17 +4,17 @@ iteration, so a restarted coordinator continues to the same result.
 Stored through :mod:`dasklbfgs.checkpoint_store` (atomic, checksummed Zarr). With the state
 sharded (``state="sharded"``), the coordinator writes the Gram matrix and the scalars,
 and each vector shard writes its own slices from its worker into ``shards/<i>`` of the
-same checkpoint before it is renamed into place: the vectors never pass through the
-coordinator, and a reader sees the whole checkpoint or the previous one. The workers must
-see the checkpoint path (a local cluster, or a shared filesystem).
+same checkpoint before it is committed (renamed into place, or named by the manifest at a
+URL): the vectors never pass through the coordinator, and a reader sees the whole
+checkpoint or the previous one. The workers must reach the checkpoint: a local path on a
+local cluster or a shared filesystem, or a URL (they get its storage_options).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from dasklbfgs.checkpoint_store import check_same_model, read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import Where, check_same_model, read_checkpoint, write_checkpoint
 from dasklbfgs.optim import LBFGSState, LocalBasis
 from dasklbfgs.optim.basis import GramMatrix
 
@@ -39,7 +39,7 @@ def _state(attrs: dict[str, Any], basis: GramMatrix, x: Any = None, g: Any = Non
     )
 
 
-def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config: dict[str, Any],
+def save_state(path: Where, state: LBFGSState, *, model_config: dict[str, Any],
                settings: dict[str, Any]) -> None:
     basis, x, g = state.basis, state.x, state.g
     assert isinstance(basis, LocalBasis) and x is not None and g is not None, \
@@ -48,7 +48,7 @@ def save_state(path: os.PathLike[str] | str, state: LBFGSState, *, model_config:
                      kind=KIND, attrs={**_attrs(state, model_config, settings), "slots": basis.slots})
 
 
-def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], settings: dict[str, Any]) -> LBFGSState:
+def load_state(path: Where, *, model_config: dict[str, Any], settings: dict[str, Any]) -> LBFGSState:
     """The state saved at ``path``; refuses a checkpoint of another model or settings."""
     arrays, attrs = read_checkpoint(path, kind=KIND)
     check_same_model(path, attrs, model_config, **settings)
@@ -61,7 +61,7 @@ def load_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], se
     return _state(attrs, basis, x=arrays["x"].copy(), g=arrays["g"].copy())
 
 
-def save_sharded_state(path: os.PathLike[str] | str, state: LBFGSState, space: Any, *,
+def save_sharded_state(path: Where, state: LBFGSState, space: Any, *,
                        model_config: dict[str, Any], settings: dict[str, Any]) -> None:
     """The coordinator's part (Gram matrix, scalars) here; the shards write their slices."""
     write_checkpoint(path, {"gram": state.basis._G}, kind=SHARDED_KIND,
@@ -69,7 +69,7 @@ def save_sharded_state(path: os.PathLike[str] | str, state: LBFGSState, space: A
                      parts=space.save_shards)
 
 
-def load_sharded_state(path: os.PathLike[str] | str, *, model_config: dict[str, Any], settings: dict[str, Any]
+def load_sharded_state(path: Where, *, model_config: dict[str, Any], settings: dict[str, Any]
                        ) -> tuple[LBFGSState, list[list[int]]]:
     """The coordinator's part of a sharded checkpoint and the shards' bounds; the shards
     read their own parts (:meth:`ShardedSpace.restore`)."""

@@ -29,14 +29,14 @@ partial sums like ``g . p``.
 from __future__ import annotations
 
 import pickle
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from distributed import Client
 
 from dasklbfgs._wire import aligned
-from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
+from dasklbfgs.checkpoint_store import checkpoint_root, read_checkpoint, write_checkpoint
+from dasklbfgs.data.location import Location
 from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums, as_dense, reduce_in_groups
@@ -125,25 +125,26 @@ class VectorShard:
         """This slice of ``x`` or ``g`` (for the final result)."""
         return {"x": self.x, "g": self.basis.g}[name].copy()
 
-    async def save(self, path: str) -> None:
-        """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path``."""
+    async def save(self, path: Location) -> None:
+        """Write this slice of ``x``, ``g`` and the pairs as a checkpoint at ``path`` (from
+        this worker: a URL is reached with the location's storage options)."""
         S, Y = self.basis.pairs()
         write_checkpoint(path, {"x": self.x, "g": self.g, "S": S, "Y": Y}, kind=SHARD_KIND,
                          attrs={"index": self.index, "start": self.start, "stop": self.stop,
                                 "slots": self.basis.slots})
 
-    async def restore(self, path: str) -> dict[str, Any]:
+    async def restore(self, path: Location) -> dict[str, Any]:
         """Take this slice's state from the checkpoint at ``path`` (verified); return the
         gradient's partial dot products, as after accepting a step."""
         arrays, attrs = read_checkpoint(path, kind=SHARD_KIND)
         if (attrs.get("start"), attrs.get("stop")) != (self.start, self.stop):
             raise CheckpointError(
-                f"checkpoint {path!r} holds slice [{attrs.get('start')}, {attrs.get('stop')}), "
+                f"checkpoint {str(path)!r} holds slice [{attrs.get('start')}, {attrs.get('stop')}), "
                 f"not vector shard {self.index}'s [{self.start}, {self.stop})"
             )
         k = arrays["S"].shape[0]
         if k > self.basis.m:
-            raise CheckpointError(f"checkpoint {path!r} holds {k} pairs; this run keeps {self.basis.m} (history)")
+            raise CheckpointError(f"checkpoint {str(path)!r} holds {k} pairs; this run keeps {self.basis.m} (history)")
         self.x = arrays["x"].copy()
         self.x_trial = self.x.copy()
         self.basis.restore_pairs(arrays["S"], arrays["Y"], attrs.get("slots"))
@@ -279,15 +280,17 @@ class ShardedSpace:
 
     # -- checkpoints (dasklbfgs.solvers.sandblaster.lbfgs_checkpoint) -----------------------------------
 
-    def save_shards(self, directory: Any) -> None:
-        """Each shard writes its slices to ``directory/shards/<i>`` from its own worker."""
-        calls = [s.save(str(directory / "shards" / str(i))) for i, s in enumerate(self.shards)]
+    def save_shards(self, group: Location) -> None:
+        """Each shard writes its slices to ``group/shards/<i>`` from its own worker."""
+        calls = [s.save(group / "shards" / str(i)) for i, s in enumerate(self.shards)]
         for c in calls:
             c.result()
 
-    def restore(self, path: Any, basis: GramMatrix) -> None:
-        """Continue from a checkpoint: the coordinator's Gram matrix, the shards' slices."""
-        calls = [s.restore(str(Path(path) / "shards" / str(i))) for i, s in enumerate(self.shards)]
+    def restore(self, checkpoint: Location, basis: GramMatrix) -> None:
+        """Continue from a checkpoint: the coordinator's Gram matrix, the shards' slices
+        (below the checkpoint's group: at a URL, the version its manifest names)."""
+        root = checkpoint_root(checkpoint)
+        calls = [s.restore(root / "shards" / str(i)) for i, s in enumerate(self.shards)]
         replies = [self._receive(c.result()) for c in calls]
         self.basis = basis
         self._take_gradient(replies)

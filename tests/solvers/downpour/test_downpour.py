@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import uuid
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs._actors import OnWorkerLoop, remote_first
 from dasklbfgs.checkpoint_store import read_checkpoint
+from dasklbfgs.data.location import Location
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import MLP, Logistic, Softmax
@@ -352,3 +354,21 @@ def test_an_exploding_adagrad_run_is_stopped_as_diverged(client, softmax_data, t
                                epochs=10, model_partitions=2, **{**kw, "n_replicas": 1, "checkpoint_path": None})
     assert partitioned.status == Status.DIVERGED, partitioned.message
     assert re.search(r"more than 100 times the loss at the start \((1\.\d+)\)", partitioned.message)
+
+
+def test_checkpoint_on_s3_resumes_like_a_local_one(client, softmax_data, s3, tmp_path) -> None:
+    """The parameter shards' checkpoint at a URL (the storage_options of a Location), read
+    back on resume: the same parameters as resuming from a local checkpoint."""
+    train = softmax_data["train"]
+    model = Softmax(10, 3)
+    kw = dict(client=client, n_replicas=1, batch_size=100, optimizer="adagrad")
+    url = Location.of(f"{s3[0]}/downpour-{uuid.uuid4().hex[:6]}", s3[1])
+    resumed = []
+    for where in (tmp_path / "ckpt", url):
+        first = downpour_sgd(model, train, epochs=1, checkpoint_path=where, checkpoint_every=60, **kw)
+        assert first.nit == 120
+        resumed.append(downpour_sgd(model, train, epochs=2, checkpoint_path=where, resume=True, **kw))
+    states, attrs = read_shard_states(url, model_config=model_config(model), rule="adagrad")
+    assert attrs["steps"] == 240 and len(states) == 2
+    assert resumed[1].stats["steps_this_run"] == 120 and resumed[1].nit == 240
+    np.testing.assert_array_equal(resumed[1].x, resumed[0].x)

@@ -8,19 +8,23 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from dasklbfgs.checkpoint_store import read_checkpoint, write_checkpoint
-from dasklbfgs.errors import CheckpointError, ConfigurationError, DatasetExistsError, ModelDataMismatchError
+from dasklbfgs import ShardedDataset
+from dasklbfgs.checkpoint_store import checkpoint_exists, checkpoint_root, read_checkpoint, write_checkpoint
+from dasklbfgs.data.location import Location
+from dasklbfgs.errors import CheckpointError, ConfigurationError, DatasetExistsError, ModelDataMismatchError, StoreError
 from dasklbfgs.models import Logistic, Softmax
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, lbfgs_minimize
 from dasklbfgs.sandblaster import sandblaster_lbfgs
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import load_state, save_state
 from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fail_writes, tree_bytes
+from tests._datasets import load_all
 
 
 @pytest.mark.parametrize("standardize, l1", [(False, 0.0), (True, 0.0), (True, 1e-3)])
@@ -159,3 +163,37 @@ def test_a_failed_state_write_leaves_the_previous_checkpoint_intact(tmp_path, mo
     save_state(path, after, model_config=config, settings=settings)
     _assert_same_state(load_state(path, model_config=config, settings=settings), after)
     assert sorted(os.listdir(tmp_path)) == ["state"]
+
+
+def test_checkpoints_on_s3_resume_to_the_bits_of_a_local_checkpoint(client, datasets, s3, tmp_path) -> None:
+    """A checkpoint URL beside a dataset on S3 takes the dataset's storage_options; the
+    sharded state's vector shards write their parts to S3 from their workers (a Location
+    with its own options, the data local). Resumed runs give the bits of the same runs with
+    local checkpoints."""
+    local = datasets["multinomial"]
+    X, y = load_all(local)
+    bucket, options = s3
+    tag = uuid.uuid4().hex[:6]
+    remote = ShardedDataset.create(f"{bucket}/ckpt-data-{tag}.zarr", X, y, shard_rows=1000, storage_options=options)
+    model = Softmax(8, 3, l2=1e-3)
+    for state, data, url in (("local", remote, f"{bucket}/ckpt-{tag}/local"),
+                             ("sharded", local, Location.of(f"{bucket}/ckpt-{tag}/sharded", options))):
+        kw = dict(client=client, state=state, history=3, **({"n_param_shards": 3} if state == "sharded" else {}))
+        runs = []
+        for where in (tmp_path / state, url):
+            first = sandblaster_lbfgs(model, data, maxiter=5, checkpoint_path=where, checkpoint_every=2, **kw)
+            assert first.nit == 5
+            runs.append(sandblaster_lbfgs(model, data, maxiter=12, checkpoint_path=where, resume=True,
+                                          checkpoint_every=100, **kw))  # (written at the end: fewer round trips)
+        checkpoint = Location.of(url, options) if isinstance(url, str) else url
+        kind = "sandblaster" if state == "local" else "sandblaster-sharded"
+        assert checkpoint_exists(checkpoint) and read_checkpoint(checkpoint, kind=kind)[1]["nit"] == runs[1].nit
+        assert runs[1].nit == runs[0].nit and runs[1].nfev == runs[0].nfev
+        np.testing.assert_array_equal(runs[1].x, runs[0].x)
+    parts = checkpoint_root(Location.of(f"{bucket}/ckpt-{tag}/sharded", options)) / "shards"
+    assert parts.children() == ["0", "1", "2"]  # written by the vector shards, inside the committed version
+
+
+def test_a_checkpoint_url_of_an_unknown_store_is_refused_before_the_run(client, datasets) -> None:
+    with pytest.raises(StoreError, match=r"unknown URL scheme 'nosuchstore' in 'nosuchstore://b/ckpt'"):
+        sandblaster_lbfgs(Logistic(8), datasets["logistic"], client=client, checkpoint_path="nosuchstore://b/ckpt")
