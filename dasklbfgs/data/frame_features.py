@@ -171,7 +171,7 @@ def _level_codes(series: Any, levels: tuple[str, ...]) -> np.ndarray:
     import pandas as pd
 
     text = series.astype(object).map(str, na_action="ignore")
-    return np.asarray(pd.Categorical(text, categories=list(levels)).codes, dtype=np.int64)
+    return np.asarray(pd.Index(list(levels), dtype=object).get_indexer(text.to_numpy(dtype=object)), dtype=np.int64)
 
 
 def _hashed(strings: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:

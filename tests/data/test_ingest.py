@@ -1,0 +1,141 @@
+"""Tables and svmlight files into datasets, by the workers: equal to scikit-learn's own
+encoders and parser on the same rows, with the choices recorded in the schema."""
+
+from __future__ import annotations
+
+import uuid
+
+import dask.dataframe as dd
+import numpy as np
+import pandas as pd
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import dump_svmlight_file, load_svmlight_file, load_svmlight_files
+from sklearn.feature_extraction import FeatureHasher
+from sklearn.preprocessing import OneHotEncoder
+
+from dasklbfgs import ShardedDataset
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
+
+CITIES = ["oslo", "paris", "rome"]
+
+
+def _table(n: int = 900, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "age": rng.integers(18, 90, n), "income": rng.normal(size=n), "member": rng.random(n) < 0.5,
+        "city": pd.Series(rng.choice([*CITIES, None], n), dtype=object),
+        "user": [f"u{i}" for i in rng.integers(0, 400, n)],
+        "label": rng.choice(["no", "yes"], n), "w": rng.uniform(0.5, 2.0, n),
+    })
+
+
+def _one_hot(df: pd.DataFrame) -> np.ndarray:
+    encoder = OneHotEncoder(categories=[CITIES], handle_unknown="ignore")
+    return encoder.fit_transform(df[["city"]].fillna("missing")).toarray()
+
+
+def test_a_parquet_table_with_text_columns_is_one_hot_encoded_as_scikit_learn_does(client, tmp_path) -> None:
+    df = _table()
+    df.to_parquet(tmp_path / "table.parquet", row_group_size=200)
+    frame = dd.read_parquet(tmp_path / "table.parquet", split_row_groups=True)
+    data = ShardedDataset.from_dataframe(tmp_path / "data", frame, label="label", weight="w",
+                                         features=["age", "income", "member", "city"], shard_rows=128, client=client)
+    X, y = data.load_rows(0, data.n_samples)
+    expected = np.column_stack([df.age, df.income, df.member.astype(float), _one_hot(df)])
+    np.testing.assert_array_equal(X, expected)
+    np.testing.assert_array_equal(y, (df.label == "yes").astype(np.int64))
+    np.testing.assert_array_equal(data.load_weights(0, data.n_samples), df.w)
+    assert data.feature_names == ["age", "income", "member", "city=oslo", "city=paris", "city=rome"]
+    assert data.label_counts == {0: int((df.label == "no").sum()), 1: int((df.label == "yes").sum())}
+    recorded = data.frame_features
+    assert recorded is not None and recorded.classes == ("no", "yes")
+    new = pd.DataFrame({"age": [30], "income": [1.5], "member": [True], "city": ["lima"], "label": ["yes"],
+                        "w": [1.0]})
+    np.testing.assert_array_equal(recorded.features(new), [[30, 1.5, 1, 0, 0, 0]])  # unseen level: no column
+
+
+def test_many_levels_and_crosses_are_hashed_as_feature_hasher_does(client, tmp_path) -> None:
+    df = _table(seed=1)
+    data = ShardedDataset.from_dataframe(
+        tmp_path / "hashed", dd.from_pandas(df, npartitions=5), label="label", features=["age", "city", "user"],
+        hash_features=2**10, crosses=[("city", "user")], one_hot_max_levels=10, shard_rows=200, client=client)
+    rows = [[f"user={u}"] + ([f"city={c}^user={u}"] if isinstance(c, str) else [])
+            for c, u in zip(df.city, df.user)]
+    hashed = FeatureHasher(2**10, input_type="string").transform(rows)
+    expected = sp.hstack([sp.csr_array(df[["age"]].to_numpy(float)), sp.csr_array(_one_hot(df)), hashed])
+    X, _ = data.load_rows(0, data.n_samples)
+    assert data.is_sparse and data.n_features == 4 + 2**10 and data.feature_names is None
+    np.testing.assert_array_equal(X.toarray(), expected.toarray())
+    assert data.frame_features.hashed == ("user",) and data.frame_features.crosses == (("city", "user"),)
+
+
+def test_a_csv_table_on_s3_is_read_by_the_workers(client, tmp_path, s3) -> None:
+    bucket, options = s3
+    df = _table(400, seed=2)[["age", "income", "city", "w"]].assign(label=lambda t: t.age > 50)
+    csv = f"{bucket}/tables-{uuid.uuid4().hex[:6]}/part.csv"
+    df.to_csv(csv, index=False, storage_options=options)
+    data = ShardedDataset.from_dataframe(tmp_path / "csv", dd.read_csv(csv, storage_options=options, blocksize=4000),
+                                         label="label", features=["age", "income", "city"], shard_rows=64,
+                                         client=client)
+    X, y = data.load_rows(0, 400)
+    np.testing.assert_allclose(X, np.column_stack([df.age, df.income, _one_hot(df)]), rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(y, df.label.astype(np.int64))
+
+
+def test_bad_tables_are_refused_naming_the_column(client, tmp_path) -> None:
+    df = _table(200, seed=3)
+    frame = dd.from_pandas(df, npartitions=2)
+    with pytest.raises(InvalidDataError, match=r"no column\(s\) \['price'\]"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="price", shard_rows=50, client=client)
+    with pytest.raises(InvalidDataError, match="column 'user' has more than 32 levels: hash it"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="label", shard_rows=50, client=client)
+    with pytest.raises(ConfigurationError, match="crosses .* are hashed: give hash_features"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="label", features=["age"],
+                                      crosses=[("city", "user")], shard_rows=50, client=client)
+    with pytest.raises(ConfigurationError, match="hash_features must be a positive integer, got 0"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="label", hash_features=0, shard_rows=50,
+                                      client=client)
+    dated = df.assign(when=pd.Timestamp("2026-01-01"))
+    with pytest.raises(InvalidDataError, match="column 'when' holds datetime64.*neither numbers nor text"):
+        ShardedDataset.from_dataframe(tmp_path / "a", dd.from_pandas(dated, npartitions=2), label="label",
+                                      features=["age", "when"], shard_rows=50, client=client)
+    holes = df.assign(income=df.income.where(df.index != 137))
+    with pytest.raises(InvalidDataError, match="column 'income' has a missing value at row 137"):
+        ShardedDataset.from_dataframe(tmp_path / "a", holes, label="label", features=["age", "income"],
+                                      shard_rows=50, client=client)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_svmlight_files_in_byte_ranges_equal_scikit_learns_reading(client, tmp_path) -> None:
+    rng = np.random.default_rng(4)
+    X = sp.random(3000, 200, density=0.05, format="csr", random_state=4)
+    y = rng.integers(0, 2, 3000) * 2.0 - 1
+    dump_svmlight_file(X[:1800], y[:1800], str(tmp_path / "part-a.svm"), zero_based=False)
+    dump_svmlight_file(X[1800:], y[1800:], str(tmp_path / "part-b.svm"), zero_based=False)
+    data = ShardedDataset.from_svmlight(tmp_path / "data", str(tmp_path / "part-*.svm"), shard_rows=512,
+                                        block_bytes=20_000, client=client)
+    Xa, ya, Xb, yb = load_svmlight_files([str(tmp_path / "part-a.svm"), str(tmp_path / "part-b.svm")])
+    rows, labels = data.load_rows(0, data.n_samples)
+    assert data.is_sparse and data.shard_rows == 512 and (data.n_samples, data.n_features) == (3000, Xa.shape[1])
+    assert (rows != sp.vstack([Xa, Xb])).nnz == 0
+    np.testing.assert_array_equal(labels, np.concatenate([ya, yb]))
+    zero = tmp_path / "zero.svm"
+    dump_svmlight_file(X[:500], y[:500], str(zero), zero_based=True)
+    again = ShardedDataset.from_svmlight(tmp_path / "zero", str(zero), shard_rows=100, block_bytes=5_000,
+                                         client=client)
+    expected, _ = load_svmlight_file(str(zero))
+    assert again.n_features == expected.shape[1] and (again.load_rows(0, 500)[0] != expected).nnz == 0
+
+
+def test_bad_svmlight_input_is_refused_naming_the_file(client, tmp_path) -> None:
+    (tmp_path / "bad.svm").write_text("1 3:1.0 2:0.5\n")
+    with pytest.raises(InvalidDataError, match="bad.svm' is not a valid svmlight file: .*sorted and unique"):
+        ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "bad.svm"), shard_rows=10, client=client)
+    with pytest.raises(InvalidDataError, match="no svmlight file matches"):
+        ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "none-*.svm"), shard_rows=10, client=client)
+    (tmp_path / "ok.svm").write_text("1 1:1.0 7:0.5\n0 2:1.0\n")
+    with pytest.raises(InvalidDataError, match="n_features is 3 but the files hold 7 columns"):
+        ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "ok.svm"), n_features=3, shard_rows=10,
+                                     client=client)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.svm", "ok.svm"]
