@@ -1,4 +1,5 @@
-"""``dasklbfgs data make KIND PATH``: write a recipe's train/test datasets."""
+"""``dasklbfgs data make KIND PATH``: write a recipe's train/test datasets (``data import``: see
+:mod:`dasklbfgs.cli.data_import`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
+    from dasklbfgs.cli.data_import import add_parser as add_import_parser
     from dasklbfgs.cli.solver_flags import add_option_flags
     from dasklbfgs.data.recipes import RECIPES, RecipeOptions
 
@@ -25,6 +27,7 @@ def add_parser(sub: Any) -> None:
     make.add_argument("--overwrite", action="store_true", help="replace datasets already at PATH")
     make.add_argument("--quiet", action="store_true", help="no progress line or summary")
     make.set_defaults(func=command)
+    add_import_parser(data_sub)
 
 
 def command(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check
 from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
 from dasklbfgs.data.frame_input import DEFAULT_ONE_HOT_MAX_LEVELS, frame_pieces
-from dasklbfgs.data.location import Location
+from dasklbfgs.data.location import Location, options_for
 from dasklbfgs.data.svmlight_input import DEFAULT_BLOCK_BYTES, svmlight_pieces
 from dasklbfgs.data.worker_writes import write_on_workers
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
@@ -247,7 +247,8 @@ class DatasetWriters:
         from dasklbfgs.cluster import resolve_client
 
         shard_rows = check_shard_rows(shard_rows)
-        location = Location.of(path, storage_options)
+        location = Location.of(path, storage_options if isinstance(path, Location)
+                               else options_for(path, storage_options))
         _check_attrs(attrs)
         with resolve_client(client) as cluster, svmlight_pieces(
                 source, storage_options=storage_options, n_features=n_features, zero_based=zero_based,

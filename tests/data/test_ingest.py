@@ -3,6 +3,9 @@ encoders and parser on the same rows, with the choices recorded in the schema.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 
 import dask.dataframe as dd
@@ -139,3 +142,49 @@ def test_bad_svmlight_input_is_refused_naming_the_file(client, tmp_path) -> None
         ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "ok.svm"), n_features=3, shard_rows=10,
                                      client=client)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.svm", "ok.svm"]
+
+
+def _import(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dasklbfgs.cli", "data", "import", *args], capture_output=True,
+                          text=True, timeout=180, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+
+
+def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cluster(client, tmp_path, s3) -> None:
+    bucket, options = s3
+    df = _table(300, seed=5)
+    source = f"{bucket}/tables-{uuid.uuid4().hex[:6]}"
+    df.to_parquet(f"{source}/part-0.parquet", storage_options=options)
+    dest = f"{bucket}/imported-{uuid.uuid4().hex[:6]}.zarr"
+    flags = [f"--storage-option={key}={value}" for key, value in (
+        ("key", "k"), ("secret", "s"), ("client_kwargs.endpoint_url", options["client_kwargs"]["endpoint_url"]))]
+    done = _import(f"{source}/*.parquet", dest, "--label", "label", "--weight", "w", "--features", "age,city,user",
+                   "--hash-features", "2**8", "--cross", "city,user", "--one-hot-max-levels", "8", "--shard-rows",
+                   "100", "--scheduler", client.scheduler.address, *flags)
+    assert done.returncode == 0, done.stderr
+    data = ShardedDataset.open(dest, storage_options=options)
+    assert (data.n_samples, data.n_features, data.n_shards) == (300, 1 + 3 + 2**8, 3) and data.is_sparse
+    assert data.frame_features.crosses == (("city", "user"),) and "300" in done.stdout
+    np.testing.assert_array_equal(data.load_weights(0, 300), df.w)
+
+    X = sp.random(200, 30, density=0.1, format="csr", random_state=5)
+    dump_svmlight_file(X, np.arange(200) % 2, str(tmp_path / "rows.svm"), zero_based=False)
+    done = _import(str(tmp_path / "rows.svm"), str(tmp_path / "svm"), "--shard-rows", "64", "--quiet",
+                   "--scheduler", client.scheduler.address)
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert (ShardedDataset.open(tmp_path / "svm").load_rows(0, 200)[0] != load_svmlight_file(
+        str(tmp_path / "rows.svm"))[0]).nnz == 0
+
+
+@pytest.mark.parametrize("args, match", [
+    (["rows.dat", "out"], r"cannot tell the format of 'rows.dat' from its name; pass --format"),
+    (["t.parquet", "out"], "--label is required for parquet files"),
+    (["r.svm", "out", "--label", "y"], "svmlight files take no --label"),
+    (["t.csv", "out", "--label", "y", "--cross", "a"], r"--cross takes two columns as COL,COL, got 'a'"),
+])
+def test_import_flags_that_do_not_fit_are_refused(args, match) -> None:
+    from dasklbfgs.cli.main import build_parser, main
+
+    parsed = build_parser().parse_args(["data", "import", *args])
+    with pytest.raises(ConfigurationError, match=match):
+        parsed.func(parsed)  # before any cluster starts
+    assert main(["data", "import", *args]) == 2
