@@ -13,7 +13,7 @@ from distributed import Client
 
 from dasklbfgs.errors import ClusterConnectionError, ConfigurationError
 
-__all__ = ["connect", "resolve_client", "SCHEDULER_ENV"]
+__all__ = ["active_client", "connect", "resolve_client", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "DASKLBFGS_SCHEDULER"
 logger = logging.getLogger(__name__)
@@ -174,18 +174,23 @@ def _low_latency(client: Client) -> Client:
     return client
 
 
+def active_client() -> Client | None:
+    """The Dask client this process works with by default, or None."""
+    from distributed import default_client
+
+    try:
+        return default_client()
+    except ValueError:  # no client in this process
+        return None
+
+
 @contextlib.contextmanager
 def resolve_client(client: Client | None) -> Iterator[Client]:
     """``client``, else the default client, else an embedded cluster closed afterwards."""
     if client is not None:
         yield client
         return
-    from distributed import default_client
-
-    try:
-        existing = default_client()
-    except ValueError:  # no client in this process
-        existing = None
+    existing = active_client()
     if existing is not None:
         yield existing
         return

@@ -5,20 +5,18 @@ follow scikit-learn's parameter names and objectives, so they drop into ``Pipeli
 ``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
 names become ``feature_names_in_``, checked at predict), scipy.sparse matrices (the linear
 estimators: stored as CSR shards, never densified), dask arrays, an ``xarray.Dataset`` with
-``X``/``y`` variables, or a :class:`ShardedDataset`; in-memory inputs are written to a
-temporary sharded Zarr store for the duration of the fit (workers read it by path, so on a
-multi-machine cluster pass a ``ShardedDataset`` on shared storage instead). The linear
+``X``/``y`` variables, or a :class:`ShardedDataset`. Other inputs are written to a temporary
+dataset for the duration of the fit, dask arrays by the workers (their rows never pass
+through the client), at ``tmp_store`` or the configured scratch URL on a cluster without a
+shared disk (:mod:`dasklbfgs._fit_stores`). The linear
 estimators take ``warm_start``: a refit starts from the previous ``coef_`` and ``intercept_``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -29,8 +27,11 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from dasklbfgs._checks import check_int
+from dasklbfgs._fit_stores import temporary_dataset
+from dasklbfgs.cluster import active_client
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.constructors import unpack_xarray
+from dasklbfgs.data.dask_input import is_dask_collection
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows
@@ -200,6 +201,11 @@ class _ShardedEstimator(BaseEstimator):
             yield X, classes
             return
         X, y, _, sample_weight = unpack_xarray(X, y, sample_weight=sample_weight)  # or the Dataset's 'w'
+        client = self.client if self.client is not None else active_client()
+        if client is not None and any(is_dask_collection(a) for a in (X, y, sample_weight)):
+            with self._dask_fit_data(X, y, sample_weight, classifier=classifier, client=client) as fitted:
+                yield fitted
+            return
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier,
                              accept_sparse="csr" if self._accepts_sparse else False)
         if sample_weight is not None:
@@ -209,13 +215,36 @@ class _ShardedEstimator(BaseEstimator):
             check_classification_targets(y)
             classes, y = np.unique(y, return_inverse=True)
             self._check_classes(classes)
-        folder = Path(tempfile.mkdtemp(prefix="dasklbfgs-fit-"))
-        try:
-            shard_rows = self.shard_rows or max(1, -(-X.shape[0] // 8))
-            yield ShardedDataset.create(folder / "data", X, y, sample_weight=sample_weight, shard_rows=shard_rows,
-                                        compressor=None), classes
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        shard_rows = self.shard_rows or max(1, -(-X.shape[0] // 8))
+        with temporary_dataset(self.tmp_store, client, lambda where: ShardedDataset.create(
+                where, X, y, sample_weight=sample_weight, shard_rows=shard_rows, compressor=None)) as data:
+            yield data, classes
+
+    @contextlib.contextmanager
+    def _dask_fit_data(self, X: Any, y: Any, sample_weight: Any, *, classifier: bool, client: Any
+                       ) -> Iterator[tuple[ShardedDataset, Any]]:
+        """The temporary dataset of dask input, written by the workers (its rows never reach
+        the client; a classifier's classes do, found on the workers)."""
+        import dask.array as da
+
+        X = X.to_dask_array(lengths=True) if hasattr(X, "to_dask_array") else da.asarray(X)
+        if X.ndim != 2:
+            raise InvalidDataError(f"X must be 2-D (samples x features), got shape {X.shape}")
+        self.n_features_in_ = int(X.shape[1])
+        if hasattr(self, "feature_names_in_"):  # from an earlier fit: not this data's
+            del self.feature_names_in_
+        y = y.to_dask_array(lengths=True) if hasattr(y, "to_dask_array") else y
+        classes = None
+        if classifier:
+            classes = np.asarray(da.unique(da.asarray(y)).compute(), dtype=np.asarray(y[:0]).dtype) \
+                if is_dask_collection(y) else np.unique(np.asarray(y))
+            self._check_classes(classes)
+            y = da.map_blocks(np.searchsorted, classes, da.asarray(y), dtype=np.int64) if is_dask_collection(y) \
+                else np.searchsorted(classes, np.asarray(y))
+        shard_rows = self.shard_rows or max(1, -(-int(X.shape[0]) // 8))
+        with temporary_dataset(self.tmp_store, client, lambda where: ShardedDataset.from_dask(
+                where, X, y, sample_weight, shard_rows=shard_rows, client=client, compressor=None)) as data:
+            yield data, classes
 
     def _check_classes(self, classes: np.ndarray | None) -> None:
         """A classifier needs two classes or more (checked before any data is written)."""
@@ -334,7 +363,13 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
         Any other option of the chosen solver, by its name in the solver's options class
         (e.g. ``{"history": 20}`` for Sandblaster, ``{"n_fetch": 4}`` for Downpour).
     shard_rows
-        Rows per shard of the temporary store for in-memory input (default: 8 shards).
+        Rows per shard of the temporary dataset arrays are written to (default: 8 shards).
+    tmp_store
+        Where that temporary dataset goes (a URL such as ``"s3://bucket/scratch"``, a
+        folder, or a :class:`~dasklbfgs.data.location.Location` with storage options),
+        deleted after the fit; default: the Dask config ``dasklbfgs.scratch``, else the
+        client's temporary directory (for workers on this machine). Dask arrays are
+        written there by the workers: their rows never reach the client.
     random_state
         Seeds Downpour's batch order.
     client
@@ -347,7 +382,7 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
                  learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
-                 random_state: int | None = None, client: Any = None) -> None:
+                 tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
     _accepts_sparse = True
@@ -444,7 +479,7 @@ class LinearRegression(_LeastSquaresEstimator):
                  learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
-                 random_state: int | None = None, client: Any = None) -> None:
+                 tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
     def _check_penalty(self) -> None:
@@ -471,7 +506,7 @@ class ElasticNet(_LeastSquaresEstimator):
                  standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
-                 random_state: int | None = None, client: Any = None) -> None:
+                 tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
     def _l1_share(self) -> float:
@@ -494,7 +529,7 @@ class Lasso(ElasticNet):
                  learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
-                 random_state: int | None = None, client: Any = None) -> None:
+                 tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
     def _l1_share(self) -> float:
@@ -518,7 +553,8 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
                  alpha: float = 1e-4, max_iter: int = 200, tol: float = 1e-4, solver: str = "sandblaster",
                  learning_rate_init: float = 0.05, batch_size: int = _REPLICAS.default("batch_size"),
                  n_replicas: int = _REPLICAS.default("n_replicas"), solver_options: dict[str, Any] | None = None,
-                 shard_rows: int | None = None, random_state: int | None = None, client: Any = None) -> None:
+                 shard_rows: int | None = None, tmp_store: Any = None, random_state: int | None = None,
+                 client: Any = None) -> None:
         _store_parameters(self, locals())
 
     def _learning_rate(self) -> float:

@@ -97,7 +97,9 @@ class DatasetWriters:
         X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
-        if any(is_dask_collection(a) for a in (X, y, sample_weight)) and _active_client() is not None:
+        from dasklbfgs.cluster import active_client
+
+        if any(is_dask_collection(a) for a in (X, y, sample_weight)) and active_client() is not None:
             return cls.from_dask(path, X, y, sample_weight, shard_rows=shard_rows, feature_names=feature_names,
                                  attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
                                  storage_options=storage_options)
@@ -291,16 +293,6 @@ def _check_attrs(attrs: Any) -> None:
             raise ConfigurationError(f"attrs must be a dict, got {type(attrs).__name__}")
         if ATTRS_KEY in attrs:
             raise ConfigurationError(f"attrs key {ATTRS_KEY!r} is reserved for the dataset schema")
-
-
-def _active_client() -> Any:
-    """The Dask client this process works with, or None."""
-    from distributed import default_client
-
-    try:
-        return default_client()
-    except ValueError:
-        return None
 
 
 def _as_array(a: Any, name: str):
