@@ -32,8 +32,8 @@ def aligned_shard(shard: Shard) -> Shard:
 
 
 def load_shard(data: Dataset, index: int) -> Shard:
-    """Read shard ``index`` from Zarr."""
-    return (*data.load_shard(index), data.load_shard_weights(index))
+    """Read shard ``index`` from Zarr (at a URL: its objects fetched at once)."""
+    return data.load_shards([index])[0]
 
 
 def load_cached_shard(data: Dataset, index: int) -> Shard:
