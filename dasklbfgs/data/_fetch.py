@@ -13,9 +13,10 @@ progress: a read gives up once no object has arrived for the *retry budget* (das
 ``DASK_DASKLBFGS__STORE__RETRY_BUDGET=30s``) and raises a :class:`StoreError` naming the URL
 and a key still missing. Every request is bounded by the budget too, so a store that
 accepts connections and never answers is a StoreError, never a hang. An S3 client (s3fs)
-used for these reads tries each request once, within connect and read timeouts, unless
-``storage_options["config_kwargs"]`` says otherwise: the retrying is this module's, against
-one budget. Missing objects are not retried: the caller hears which (a damaged dataset).
+used for these reads tries each request once, within connect and read timeouts, and gets
+an object with one GET, unless ``storage_options`` say otherwise (``config_kwargs``,
+``max_concurrency``): the retrying is this module's, against one budget. Missing objects
+are not retried: the caller hears which (a damaged dataset).
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ FIRST_BACKOFF, LONGEST_BACKOFF = 0.1, 4.0
 #: botocore's client settings for these reads where the user gave none: one try a request
 #: (this module retries), and a connection or a silent socket given up on in bounded time
 S3_READ_CONFIG = {"connect_timeout": 10, "read_timeout": 30, "retries": {"total_max_attempts": 1}}
+#: s3fs's own settings for these reads where the user gave none: one GET an object (by
+#: default s3fs first asks each object's size, a HEAD, to split large ones into ranges:
+#: twice the requests, while the objects of a read are fetched concurrently anyway)
+S3_READ_OPTIONS = {"max_concurrency": 1}
 #: errno values of a connection that failed or dropped: worth another try
 _TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT, errno.EPIPE,
                      errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EAGAIN}
@@ -132,11 +137,11 @@ async def _gather(fs: Any, paths: list[str], budget: float) -> list[Any]:
 
 
 def _read_location(location: Location) -> Location:
-    """``location`` with the client settings of :data:`S3_READ_CONFIG` where it is an S3
-    URL and the user set none of them."""
+    """``location`` with the settings of :data:`S3_READ_OPTIONS` and :data:`S3_READ_CONFIG`
+    where it is an S3 URL and the user set none of them."""
     if location.url.split("://", 1)[0] not in ("s3", "s3a"):
         return location
-    options = dict(location.storage_options)
+    options = {**S3_READ_OPTIONS, **location.storage_options}
     options["config_kwargs"] = {**S3_READ_CONFIG, **options.get("config_kwargs", {})}
     return Location(location.url, options)
 
