@@ -18,8 +18,8 @@ keeps more than one chunk in flight; a worker caching a shard reads one chunk pe
 the workers read their shards in parallel.
 
 The decoders take a chunk's stored bytes wherever they come from: a local chunk file mapped
-(:func:`file_filler`), or the objects a remote dataset's read fetched at once
-(:func:`bytes_filler`, :mod:`dasklbfgs.data._remote_shards`).
+(:func:`file_filler`), or an object of a remote dataset, decoded into its rows of a
+:class:`WholeChunks` as it arrives (:mod:`dasklbfgs.data._remote_shards`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
     from zarr.core.metadata import ArrayV3Metadata
 
-__all__ = ["chunk_decoder", "native_dtype", "chunk_keys", "read_whole_chunks", "file_filler", "bytes_filler"]
+__all__ = ["chunk_decoder", "native_dtype", "chunk_keys", "WholeChunks", "read_whole_chunks", "file_filler"]
 
 Decoder = Callable[[Any, np.ndarray], None]  # a chunk's stored bytes -> fills the array given
 Filler = Callable[[str, np.ndarray], None]  # a chunk's key in its array -> fills the array given
@@ -87,11 +87,6 @@ def file_filler(decoder: Decoder, folder: Path) -> Filler:
             decoder(raw, out)
 
     return fill
-
-
-def bytes_filler(decoder: Decoder, stored: Mapping[str, Any]) -> Filler:
-    """Chunks decoded from their stored bytes, ``stored[key]`` (fetched from a remote store)."""
-    return lambda key, out: decoder(stored[key], out)
 
 
 def _bytes_of(out: np.ndarray) -> memoryview:
@@ -183,30 +178,44 @@ def chunk_keys(metadata: ArrayV3Metadata, first: int, stop: int) -> list[str]:
     return [metadata.encode_chunk_key((i, *tail)) for i in range(first, -(-stop // metadata.chunks[0]))]
 
 
+class WholeChunks:
+    """Rows ``[first * chunk_rows, stop)`` of the array ``metadata`` describes (``stop`` ends
+    a chunk or the array), filled chunk by chunk in any order: :attr:`out`, whose rows each
+    chunk's decode writes straight into. The array's chunks span every dimension but the first."""
+
+    def __init__(self, metadata: ArrayV3Metadata, first: int, stop: int) -> None:
+        self.chunk_rows, self.tail, self.dtype = metadata.chunks[0], tuple(metadata.shape[1:]), native_dtype(metadata)
+        self.start, self.stop = first * self.chunk_rows, stop
+        self.out = np.empty((stop - self.start, *self.tail), dtype=self.dtype)
+        #: each chunk's key in the array -> its index along the rows
+        self.keys = {key: first + n for n, key in enumerate(chunk_keys(metadata, first, stop))}
+
+    def fill(self, key: str, decode: Callable[[np.ndarray], None]) -> None:
+        """Chunk ``key``'s rows of :attr:`out`, written by ``decode`` (given the chunk's array)."""
+        i = self.keys[key]
+        rows = slice(i * self.chunk_rows - self.start, min((i + 1) * self.chunk_rows, self.stop) - self.start)
+        if rows.stop - rows.start == self.chunk_rows:
+            decode(self.out[rows])
+        else:  # the array's last chunk is stored whole (padded): decode it aside, keep its rows
+            whole = np.empty((self.chunk_rows, *self.tail), dtype=self.dtype)
+            decode(whole)
+            self.out[rows] = whole[: rows.stop - rows.start]
+
+
 def read_whole_chunks(metadata: ArrayV3Metadata, fill: Filler, first: int, stop: int) -> np.ndarray:
     """Rows ``[first * chunk_rows, stop)`` of the array ``metadata`` describes, where
     ``stop`` ends a chunk or the array: each chunk decoded by ``fill`` into its rows of the
-    result. The array's chunks span every dimension but the first."""
-    chunk_rows, tail, dtype = metadata.chunks[0], tuple(metadata.shape[1:]), native_dtype(metadata)
-    start = first * chunk_rows
-    out = np.empty((stop - start, *tail), dtype=dtype)
-    indices = range(first, -(-stop // chunk_rows))
+    result (:class:`WholeChunks`), several on threads."""
+    rows = WholeChunks(metadata, first, stop)
 
-    def decode(i: int) -> None:
-        key = metadata.encode_chunk_key((i,) + (0,) * len(tail))
-        rows = slice(i * chunk_rows - start, min((i + 1) * chunk_rows, stop) - start)
-        if rows.stop - rows.start == chunk_rows:
-            fill(key, out[rows])
-        else:  # the array's last chunk is stored whole (padded): decode it aside, keep its rows
-            whole = np.empty((chunk_rows, *tail), dtype=dtype)
-            fill(key, whole)
-            out[rows] = whole[: rows.stop - rows.start]
+    def decode(key: str) -> None:
+        rows.fill(key, lambda out: fill(key, out))
 
-    threads = min(len(indices), _usable_cores())
+    threads = min(len(rows.keys), _usable_cores())
     if threads <= 1:
-        for i in indices:
-            decode(i)
+        for key in rows.keys:
+            decode(key)
     else:
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(decode, indices))
-    return out
+            list(pool.map(decode, rows.keys))
+    return rows.out

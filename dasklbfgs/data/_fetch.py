@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dasklbfgs.data.location import Location
@@ -67,9 +67,12 @@ def retry_budget() -> float:
     return float(seconds)
 
 
-def fetch(location: Location, keys: list[str], budget: float | None = None) -> tuple[dict[str, Any], list[str]]:
+def fetch(location: Location, keys: list[str], budget: float | None = None,
+          on_object: Callable[[str, Any], None] | None = None) -> tuple[dict[str, Any], list[str]]:
     """The objects ``keys`` (below ``location``, a remote one) fetched concurrently:
-    ``(found, missing)``, ``found`` mapping each key that exists to its bytes.
+    ``(found, missing)``, ``found`` mapping each key that exists to its bytes, or to None
+    once ``on_object(key, its bytes)`` took them: called on threads as each object arrives,
+    so that decoding overlaps the fetching and each object's bytes go once decoded.
 
     Raises
     ------
@@ -77,6 +80,8 @@ def fetch(location: Location, keys: list[str], budget: float | None = None) -> t
         The store gave no object for ``budget`` seconds (default :func:`retry_budget`) while
         failing transiently, or failed in a way retrying does not mend (refused credentials,
         a malformed answer); it names the URL and a key.
+    Exception
+        What ``on_object`` raised, as it raised it.
     """
     budget = retry_budget() if budget is None else budget
     fs, root = _read_location(location).filesystem()
@@ -85,9 +90,11 @@ def fetch(location: Location, keys: list[str], budget: float | None = None) -> t
     pending = list(dict.fromkeys(keys))
     progress, backoff = time.monotonic(), FIRST_BACKOFF
     while pending:
-        answers = _fetch_round(fs, [f"{root}/{key}" for key in pending], budget)
+        answers = _fetch_round(fs, root, pending, budget, on_object)
         failed: dict[str, BaseException] = {}
         for key, answer in zip(pending, answers, strict=True):
+            if isinstance(answer, _Refused):
+                raise answer.exc
             if not isinstance(answer, BaseException):
                 found[key] = answer
             elif isinstance(answer, FileNotFoundError):
@@ -112,28 +119,55 @@ def fetch(location: Location, keys: list[str], budget: float | None = None) -> t
     return found, missing
 
 
-def _fetch_round(fs: Any, paths: list[str], budget: float) -> list[Any]:
-    """Each path's bytes or the exception fetching it raised, all requested at once (an
-    async filesystem), or one after the other (a filesystem without async methods)."""
-    if not getattr(fs, "async_impl", False):
-        answers = fs.cat(paths, on_error="return")
-        return [answers[fs._strip_protocol(path)] for path in paths]
-    from fsspec.asyn import sync
+class _Refused:
+    """What ``on_object`` raised on an object (re-raised by :func:`fetch`, never retried)."""
 
-    return list(sync(fs.loop, _gather, fs, paths, budget))
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
-async def _gather(fs: Any, paths: list[str], budget: float) -> list[Any]:
+def _fetch_round(fs: Any, root: str, keys: list[str], budget: float,
+                 on_object: Callable[[str, Any], None] | None) -> list[Any]:
+    """Each key's bytes (None once ``on_object`` took them), the exception fetching it raised,
+    or a :class:`_Refused`: all requested at once (an async filesystem), or one after the
+    other (a filesystem without async methods)."""
+    if getattr(fs, "async_impl", False):
+        from fsspec.asyn import sync
+
+        return list(sync(fs.loop, _gather, fs, root, keys, budget, on_object))
+    paths = [f"{root}/{key}" for key in keys]
+    answers = fs.cat(paths, on_error="return")
+    return [_took(on_object, key, answers[fs._strip_protocol(path)]) for key, path in zip(keys, paths, strict=True)]
+
+
+def _took(on_object: Callable[[str, Any], None] | None, key: str, answer: Any) -> Any:
+    """``answer`` as :func:`_fetch_round` gives it, ``on_object`` called on it if it is bytes."""
+    if on_object is None or isinstance(answer, BaseException):
+        return answer
+    try:
+        on_object(key, answer)
+    except Exception as exc:
+        return _Refused(exc)
+    return None
+
+
+async def _gather(fs: Any, root: str, keys: list[str], budget: float,
+                  on_object: Callable[[str, Any], None] | None) -> list[Any]:
     slots = asyncio.Semaphore(IN_FLIGHT)
+    loop = asyncio.get_running_loop()
 
-    async def one(path: str) -> Any:
+    async def one(key: str) -> Any:
         async with slots:
             try:  # bounded: a store that accepts a request and never answers it is a failure, not a hang
-                return await asyncio.wait_for(fs._cat_file(path), budget)
+                answer = await asyncio.wait_for(fs._cat_file(f"{root}/{key}"), budget)
             except Exception as exc:  # returned: the caller sorts missing, transient and fatal
                 return exc
+        if on_object is None:
+            return answer
+        # on a thread of the loop's executor: decoding (Blosc, Zstd release the GIL) while other objects arrive
+        return await loop.run_in_executor(None, _took, on_object, key, answer)
 
-    return list(await asyncio.gather(*(one(path) for path in paths)))
+    return list(await asyncio.gather(*(one(key) for key in keys)))
 
 
 def _read_location(location: Location) -> Location:

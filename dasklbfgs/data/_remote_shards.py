@@ -25,7 +25,7 @@ import numpy as np
 import zarr
 from zarr.core.metadata import ArrayV3Metadata
 
-from dasklbfgs.data._chunks import chunk_decoder, chunk_keys, native_dtype, read_whole_chunks
+from dasklbfgs.data._chunks import Decoder, WholeChunks, chunk_decoder, chunk_keys
 from dasklbfgs.data._fetch import fetch
 from dasklbfgs.data._sparse import CSR_PARTS, csr_of_parts, vstack_csr
 from dasklbfgs.data._writer import ATTRS_KEY
@@ -68,20 +68,30 @@ def read_shards(data: ShardedDataset, indices: Sequence[int], parts: Sequence[st
 
 
 class _Read:
-    """One read: the shards and parts asked for, their arrays' metadata, their objects."""
+    """One read: the shards and parts asked for, their arrays' metadata, and the rows each
+    chunk object is decoded into as it arrives."""
 
     def __init__(self, data: ShardedDataset, shards: list[int], parts: Sequence[str]) -> None:
         self.data, self.shards = data, shards
         self.sparse_x = data.is_sparse and "X" in parts
-        arrays = [part for part in parts if part != "X" or not self.sparse_x]
-        if self.sparse_x:
-            arrays += [self._sparse_part(i, part) for i in shards for part in CSR_PARTS]
-        self.metadata = self._metadata(arrays)
-        shard_of = {key: shard for name in arrays for key, shard in self._chunk_keys(name)}
-        found, missing = fetch(data.location, list(shard_of))
+        dense = [part for part in parts if part != "X" or not self.sparse_x]
+        sparse = [self._sparse_part(i, part) for i in shards for part in CSR_PARTS] if self.sparse_x else []
+        self.metadata = self._metadata(dense + sparse)
+        #: per dense part, the runs of consecutive shards read, with the rows they fill
+        self.runs: dict[str, list[tuple[int, int, WholeChunks | None]]] = {}
+        #: per sparse shard's part (``X/<i>/<part>``), the array it fills
+        self.arrays: dict[str, WholeChunks | None] = {}
+        #: each object -> (its array, the rows it fills, its key in the array, its decoder); None:
+        #: its array is read through zarr
+        self.targets: dict[str, tuple[str, WholeChunks, str, Decoder] | None] = {}
+        self.shard_of: dict[str, int] = {}  # each chunk object's shard
+        for name in dense:
+            self.runs[name] = [self._plan(name, first, last) for first, last in _runs(shards)]
+        for name in sparse:
+            self.arrays[name] = self._plan(name, 0, 1)[2]
+        _, missing = fetch(data.location, list(self.targets), on_object=self._decode)
         if missing:
-            raise missing_chunk(data, missing[0], shard_of[missing[0]])
-        self.objects = found
+            raise missing_chunk(data, missing[0], self.shard_of[missing[0]])
         self._check_write(self._root_after())
 
     # -- what to fetch ---------------------------------------------------------------
@@ -108,15 +118,44 @@ class _Read:
                                           "dataset") from exc
         return out
 
-    def _chunk_keys(self, name: str) -> list[tuple[str, int]]:
-        """The chunk objects of array ``name`` the shards need, each with its shard (a sparse
-        shard's part: its one chunk, none when it is empty)."""
+    def _plan(self, name: str, first: int, last: int) -> tuple[int, int, WholeChunks | None]:
+        """Shards ``[first, last)`` of the array ``name`` (a sparse shard's part: its whole
+        array), their chunk objects entered in :attr:`targets`: ``(first, last, the rows they
+        fill)``, the rows None when the array is read through zarr."""
         metadata = self.metadata[name]
-        if name.startswith("X/"):  # X/<shard>/<part>
-            shard = int(name.split("/")[1])
-            return [(f"{name}/{key}", shard) for key in chunk_keys(metadata, 0, metadata.shape[0])]
-        return [(f"{name}/{key}", i) for i in self.shards
-                for key in chunk_keys(metadata, i, self.data.shard_bounds[i][1])]
+        sparse = name.startswith("X/")
+        stop = metadata.shape[0] if sparse else self.data.shard_bounds[last - 1][1]
+        decoder = chunk_decoder(metadata)
+        whole_rows = tuple(metadata.chunks[1:]) == tuple(metadata.shape[1:])
+        rows = WholeChunks(metadata, first, stop) if decoder is not None and whole_rows else None
+        for n, key in enumerate(chunk_keys(metadata, first, stop)):
+            self.targets[f"{name}/{key}"] = None if rows is None or decoder is None else (name, rows, key, decoder)
+            # a sparse part: one chunk, of the shard in its name; a dense array: a chunk a shard
+            self.shard_of[f"{name}/{key}"] = int(name.split("/")[1]) if sparse else first + n
+        return first, last, rows
+
+    def _decode(self, key: str, raw: Any) -> None:
+        """On arrival: the object ``key`` decoded into its rows (those read through zarr are
+        fetched for the missing-object check only)."""
+        target = self.targets[key]
+        if target is None:
+            return
+        name, rows, chunk, decoder = target
+        try:
+            rows.fill(chunk, lambda out: decoder(raw, out))
+        except Exception as exc:
+            shard = self.shard_of[key]
+            if name.startswith("X/"):
+                raise self._bad_sparse(shard, exc) from exc
+            first, last = self.data.shard_bounds[shard]
+            raise CorruptDatasetError(
+                f"cannot decode {name} of the dataset at {self.data.url!r} in shard(s) [{shard}] (rows [{first}, "
+                f"{last})): {exc}; a chunk file is damaged, rewrite the dataset") from exc
+
+    def _bad_sparse(self, shard: int, exc: Exception) -> CorruptDatasetError:
+        first, last = self.data.shard_bounds[shard]
+        return CorruptDatasetError(f"cannot read sparse shard {shard} of X of the dataset at {self.data.url!r} "
+                                   f"(rows {first}-{last}): {exc}; rewrite the dataset")
 
     # -- the commit check ------------------------------------------------------------
 
@@ -137,38 +176,22 @@ class _Read:
         raise NotADatasetError(f"the dataset at {self.data.url!r} was written again while it was read; open it "
                                "again")
 
-    # -- decoding --------------------------------------------------------------------
+    # -- the rows --------------------------------------------------------------------
 
     def rows(self, part: str, start: int, stop: int) -> Any:
-        """Rows ``[start, stop)`` of ``part``, within the shards fetched."""
+        """Rows ``[start, stop)`` of ``part``, within one run of the shards read."""
         rows = self.data.shard_rows
         first, last = start // rows, -(-stop // rows)
         if part == "X" and self.sparse_x:
             blocks = []
             for i in range(first, last):
                 shard_start = self.data.shard_bounds[i][0]
-                shard = self._sparse_shard(i)
-                blocks.append(shard[max(start - shard_start, 0): stop - shard_start])
+                blocks.append(self._sparse_shard(i)[max(start - shard_start, 0): stop - shard_start])
             return vstack_csr(blocks, self.data.n_features, self.data.dtype)
-        end = self.data.shard_bounds[last - 1][1]
-        out = self._dense(part, first, end)
-        return out[start - first * rows: stop - first * rows]
-
-    def _dense(self, name: str, first: int, stop: int) -> np.ndarray:
-        """Rows ``[first * shard_rows, stop)`` of the dense array ``name``."""
-        metadata = self.metadata[name]
-        try:
-            decoder = chunk_decoder(metadata)
-            if decoder is None or tuple(metadata.chunks[1:]) != tuple(metadata.shape[1:]):
-                return np.asarray(self._zarr_array(name)[first * self.data.shard_rows: stop])
-            return read_whole_chunks(metadata, lambda key, out: decoder(self.objects[f"{name}/{key}"], out),
-                                     first, stop)
-        except Exception as exc:
-            shards = list(range(first, -(-stop // self.data.shard_rows)))
-            raise CorruptDatasetError(
-                f"cannot decode {name} of the dataset at {self.data.url!r} in shard(s) {shards} (rows "
-                f"[{first * self.data.shard_rows}, {stop})): {exc}; a chunk file is damaged, rewrite the dataset"
-            ) from exc
+        run_first, run_last, filled = next(run for run in self.runs[part] if run[0] <= first and last <= run[1])
+        if filled is None:
+            return self._through_zarr(part, start, stop)
+        return filled.out[start - run_first * rows: stop - run_first * rows]
 
     def _sparse_shard(self, shard: int) -> Any:
         first, last = self.data.shard_bounds[shard]
@@ -176,23 +199,33 @@ class _Read:
             data, indices, indptr = (self._part(self._sparse_part(shard, part)) for part in CSR_PARTS)
             return csr_of_parts(data, indices, indptr, last - first, self.data.n_features)
         except Exception as exc:
-            raise CorruptDatasetError(
-                f"cannot read sparse shard {shard} of X of the dataset at {self.data.url!r} (rows {first}-{last}): "
-                f"{exc}; rewrite the dataset"
-            ) from exc
+            raise self._bad_sparse(shard, exc) from exc
 
     def _part(self, name: str) -> np.ndarray:
-        """The whole 1-D array ``name`` (one chunk: a sparse shard's part)."""
-        metadata = self.metadata[name]
-        if not metadata.shape[0]:
-            return np.empty(0, dtype=native_dtype(metadata))
-        decoder = chunk_decoder(metadata)
-        if decoder is None:
-            return np.asarray(self._zarr_array(name)[:])
-        return read_whole_chunks(metadata, lambda key, out: decoder(self.objects[f"{name}/{key}"], out), 0,
-                                 metadata.shape[0])
+        """The whole 1-D array ``name`` (a sparse shard's part)."""
+        filled = self.arrays[name]
+        return np.asarray(self._zarr_array(name)[:]) if filled is None else filled.out
+
+    def _through_zarr(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows of the dense array ``name`` through zarr (codecs the direct decode does not take)."""
+        try:
+            return np.asarray(self._zarr_array(name)[start:stop])
+        except Exception as exc:
+            raise CorruptDatasetError(
+                f"cannot decode {name} of the dataset at {self.data.url!r} (rows [{start}, {stop})): {exc}; a chunk "
+                "file is damaged, rewrite the dataset") from exc
 
     def _zarr_array(self, name: str) -> zarr.Array:
-        """The array ``name`` through zarr (codecs the direct decode does not take)."""
         store = self.data.location.zarr_store(read_only=True)
         return cast(zarr.Array, zarr.open_array(store, path=name, mode="r", zarr_format=3))
+
+
+def _runs(shards: list[int]) -> list[tuple[int, int]]:
+    """``shards`` (sorted) as runs of consecutive shards, ``[first, last)`` each."""
+    runs: list[tuple[int, int]] = []
+    for i in shards:
+        if runs and runs[-1][1] == i:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs

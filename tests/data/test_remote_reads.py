@@ -114,6 +114,23 @@ def test_503_answers_are_retried_and_missing_objects_are_not(s3_server) -> None:
     assert sum(path.endswith("/X/c/1/0") for _, path in s3_server.requests) == 1
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_damaged_object_is_a_corrupt_dataset_error_naming_its_shard(s3_server, sparse) -> None:
+    X, y, _ = _rows(300)
+    url = f"{s3_server.url}/{_name('damaged')}"
+    rows = sp.csr_array(X) if sparse else X
+    data = ShardedDataset.create(url, rows, y, shard_rows=100, storage_options=s3_server.options)
+    key = "X/1/data/c/0" if sparse else "X/c/1/0"
+    Location.of(url, s3_server.options).put(key, b"\x02\x01not a Blosc chunk at all")
+    match = (r"cannot read sparse shard 1 of X of the dataset at 's3://.*' \(rows 100-200\): the chunk file holds "
+             r"\d+ bytes but its Blosc header says \d+; rewrite the dataset" if sparse else
+             r"cannot decode X of the dataset at 's3://.*' in shard\(s\) \[1\] \(rows \[100, 200\)\): the chunk file "
+             r"holds \d+ bytes but its Blosc header says \d+; a chunk file is damaged")
+    with pytest.raises(CorruptDatasetError, match=match):
+        data.load_shards([0, 1, 2])
+    np.testing.assert_array_equal(data.load_shards([2])[0][1], y[200:])  # the other shards read on
+
+
 def test_a_store_away_past_the_budget_is_a_store_error_naming_the_url_and_the_object(s3_server) -> None:
     X, y, _ = _rows(200)
     url = f"{s3_server.url}/{_name('away')}"
@@ -224,7 +241,7 @@ def test_a_worker_killed_while_it_loads_a_remote_shard(client, s3_server) -> Non
         deadline = time.monotonic() + 30
         while not killed and time.monotonic() < deadline:
             for address, keys in client.processing().items():
-                if any(str(key).startswith("sandblaster-shard-") for key in keys):
+                if any(str(key).startswith("sandblaster-load-") for key in keys):  # a batch of shards
                     killed["worker"], killed["pid"] = address, client.run(os.getpid, workers=[address])[address]
                     os.kill(killed["pid"], signal.SIGKILL)
                     break
