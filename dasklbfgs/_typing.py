@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any, Protocol, Union
 
 import numpy as np
@@ -65,6 +66,8 @@ class Dataset(Protocol):
     def load_shard(self, index: int) -> tuple[Any, np.ndarray]: ...
 
     def load_shard_weights(self, index: int) -> np.ndarray | None: ...
+
+    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]: ...
 
     def load_rows(self, start: int, stop: int) -> tuple[Any, np.ndarray]: ...
 

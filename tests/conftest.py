@@ -8,7 +8,7 @@ from distributed import Client
 
 from dasklbfgs import connect
 from tests._datasets import datasets  # noqa: F401  (session fixture)
-from tests._s3 import s3  # noqa: F401  (session fixture)
+from tests._s3 import s3, s3_server  # noqa: F401  (session fixture; a module-scoped server of its own)
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,10 @@ chain, or a range that cuts a chunk, goes through zarr. Several chunks of one ra
 decoded on threads (file reads and Blosc's decoder release the GIL), so a multi-chunk read
 keeps more than one chunk in flight; a worker caching a shard reads one chunk per task, and
 the workers read their shards in parallel.
+
+The decoders take a chunk's stored bytes wherever they come from: a local chunk file mapped
+(:func:`file_filler`), or an object of a remote dataset, decoded into its rows of a
+:class:`WholeChunks` as it arrives (:mod:`dasklbfgs.data._remote_shards`).
 """
 
 from __future__ import annotations
@@ -39,29 +43,50 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
     from zarr.core.metadata import ArrayV3Metadata
 
-__all__ = ["chunk_decoder", "read_whole_chunks"]
+__all__ = ["chunk_decoder", "native_dtype", "chunk_keys", "WholeChunks", "read_whole_chunks", "file_filler"]
 
-Decoder = Callable[[Path, np.ndarray], None]  # a chunk file -> fills the array given
+Decoder = Callable[[Any, np.ndarray], None]  # a chunk's stored bytes -> fills the array given
+Filler = Callable[[str, np.ndarray], None]  # a chunk's key in its array -> fills the array given
 
 
-def chunk_decoder(array: zarr.Array) -> Decoder | None:
-    """How to read one of ``array``'s chunk files into a C-contiguous numpy array of the
-    chunk's shape and dtype, or None when the codec chain is not one read directly."""
-    # a dataset's arrays are Zarr format 3 (the dataset is opened as such)
-    serializer, *compressors = cast("ArrayV3Metadata", array.metadata).codecs
+def native_dtype(metadata: ArrayV3Metadata) -> np.dtype:
+    """The numpy dtype of an array's elements."""
+    return np.dtype(metadata.dtype.to_native_dtype())
+
+
+def chunk_decoder(metadata: ArrayV3Metadata) -> Decoder | None:
+    """How to decode one of the array's chunks (its stored bytes) into a C-contiguous numpy
+    array of the chunk's shape and dtype, or None when the codec chain is not one decoded
+    directly. ``metadata``: a Zarr format 3 array's (``array.metadata``; a dataset is opened
+    as format 3)."""
+    serializer, *compressors = metadata.codecs
     if not isinstance(serializer, zarr.codecs.BytesCodec) or len(compressors) > 1:
         return None
-    if array.dtype.itemsize > 1 and serializer.endian is not None and serializer.endian.value != sys.byteorder:
+    if native_dtype(metadata).itemsize > 1 and serializer.endian is not None and \
+            serializer.endian.value != sys.byteorder:
         return None
     if not compressors:
-        return lambda path, out: _read_file(path, into=out)
+        return _copy_into
     codec = compressors[0]
     if isinstance(codec, zarr.codecs.BloscCodec):
         return _blosc_into
     if isinstance(codec, zarr.codecs.ZstdCodec):
         zstd = Zstd(level=codec.level, checksum=codec.checksum)
-        return lambda path, out: _zstd_into(zstd, path, out)
+        return lambda raw, out: _check_size(zstd.decode(raw, out=_bytes_of(out)), out)
     return None
+
+
+def file_filler(decoder: Decoder, folder: Path) -> Filler:
+    """Chunks decoded from the chunk files in ``folder`` (a local array's), where they lie:
+    a compressed file mapped, an uncompressed one read straight into its rows."""
+    if decoder is _copy_into:
+        return lambda key, out: _read_file(folder / key, into=out)
+
+    def fill(key: str, out: np.ndarray) -> None:
+        with _file_bytes(folder / key) as raw:
+            decoder(raw, out)
+
+    return fill
 
 
 def _bytes_of(out: np.ndarray) -> memoryview:
@@ -74,24 +99,26 @@ def _check_size(decoded: Buffer, out: np.ndarray) -> None:
         raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
 
 
-def _zstd_into(zstd: Zstd, path: Path, out: np.ndarray) -> None:
-    with _file_bytes(path) as raw:
-        _check_size(zstd.decode(raw, out=_bytes_of(out)), out)
+def _copy_into(raw: Any, out: np.ndarray) -> None:
+    """An uncompressed chunk's bytes copied into its rows."""
+    _check_size(raw, out)
+    _bytes_of(out)[:] = memoryview(raw).cast("B")
 
 
-def _blosc_into(path: Path, out: np.ndarray) -> None:
-    with _file_bytes(path) as raw:
-        # The Blosc header (16 bytes) holds the decompressed size at bytes 4-8 and the compressed
-        # size at bytes 12-16, little-endian. Blosc trusts both: a truncated file would be read
-        # past its end, and a short chunk would leave part of the result unwritten.
-        if raw.nbytes < 16:
-            raise ValueError(f"the chunk file holds {raw.nbytes} bytes, less than a Blosc header")
-        size, stored = (int.from_bytes(raw[a:a + 4].tobytes(), "little") for a in (4, 12))
-        if stored != raw.nbytes:
-            raise ValueError(f"the chunk file holds {raw.nbytes} bytes but its Blosc header says {stored}")
-        if size != out.nbytes:
-            raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
-        numcodecs.blosc.decompress(raw, _bytes_of(out))
+def _blosc_into(raw: Any, out: np.ndarray) -> None:
+    if not isinstance(raw, memoryview):  # fetched bytes (a mapped file comes as a memoryview already)
+        raw = memoryview(raw)
+    # The Blosc header (16 bytes) holds the decompressed size at bytes 4-8 and the compressed
+    # size at bytes 12-16, little-endian. Blosc trusts both: a truncated file would be read
+    # past its end, and a short chunk would leave part of the result unwritten.
+    if raw.nbytes < 16:
+        raise ValueError(f"the chunk file holds {raw.nbytes} bytes, less than a Blosc header")
+    size, stored = (int.from_bytes(raw[a:a + 4].tobytes(), "little") for a in (4, 12))
+    if stored != raw.nbytes:
+        raise ValueError(f"the chunk file holds {raw.nbytes} bytes but its Blosc header says {stored}")
+    if size != out.nbytes:
+        raise ValueError(f"the chunk decodes to {size} bytes, expected {out.nbytes}")
+    numcodecs.blosc.decompress(raw, _bytes_of(out))
 
 
 @contextmanager
@@ -145,31 +172,50 @@ def _usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def read_whole_chunks(array: zarr.Array, folder: Path, decoder: Decoder, first: int, stop: int) -> np.ndarray:
-    """Rows ``[first * chunk_rows, stop)`` of ``array`` (stored in ``folder``), where
-    ``stop`` ends a chunk or the array: each chunk file decoded into its rows of the result.
-    The array's chunks span every dimension but the first."""
-    chunk_rows, tail = array.chunks[0], tuple(array.shape[1:])
-    start = first * chunk_rows
-    out = np.empty((stop - start, *tail), dtype=array.dtype)
-    indices = range(first, -(-stop // chunk_rows))
+def chunk_keys(metadata: ArrayV3Metadata, first: int, stop: int) -> list[str]:
+    """The keys (in the array) of the chunks holding rows ``[first * chunk_rows, stop)``."""
+    tail = (0,) * (len(metadata.shape) - 1)
+    return [metadata.encode_chunk_key((i, *tail)) for i in range(first, -(-stop // metadata.chunks[0]))]
 
-    def decode(i: int) -> None:
-        key = array.metadata.encode_chunk_key((i,) + (0,) * len(tail))
-        path = folder / key
-        rows = slice(i * chunk_rows - start, min((i + 1) * chunk_rows, stop) - start)
-        if rows.stop - rows.start == chunk_rows:
-            decoder(path, out[rows])
+
+class WholeChunks:
+    """Rows ``[first * chunk_rows, stop)`` of the array ``metadata`` describes (``stop`` ends
+    a chunk or the array), filled chunk by chunk in any order: :attr:`out`, whose rows each
+    chunk's decode writes straight into. The array's chunks span every dimension but the first."""
+
+    def __init__(self, metadata: ArrayV3Metadata, first: int, stop: int) -> None:
+        self.chunk_rows, self.tail, self.dtype = metadata.chunks[0], tuple(metadata.shape[1:]), native_dtype(metadata)
+        self.start, self.stop = first * self.chunk_rows, stop
+        self.out = np.empty((stop - self.start, *self.tail), dtype=self.dtype)
+        #: each chunk's key in the array -> its index along the rows
+        self.keys = {key: first + n for n, key in enumerate(chunk_keys(metadata, first, stop))}
+
+    def fill(self, key: str, decode: Callable[[np.ndarray], None]) -> None:
+        """Chunk ``key``'s rows of :attr:`out`, written by ``decode`` (given the chunk's array)."""
+        i = self.keys[key]
+        rows = slice(i * self.chunk_rows - self.start, min((i + 1) * self.chunk_rows, self.stop) - self.start)
+        if rows.stop - rows.start == self.chunk_rows:
+            decode(self.out[rows])
         else:  # the array's last chunk is stored whole (padded): decode it aside, keep its rows
-            whole = np.empty((chunk_rows, *tail), dtype=array.dtype)
-            decoder(path, whole)
-            out[rows] = whole[: rows.stop - rows.start]
+            whole = np.empty((self.chunk_rows, *self.tail), dtype=self.dtype)
+            decode(whole)
+            self.out[rows] = whole[: rows.stop - rows.start]
 
-    threads = min(len(indices), _usable_cores())
+
+def read_whole_chunks(metadata: ArrayV3Metadata, fill: Filler, first: int, stop: int) -> np.ndarray:
+    """Rows ``[first * chunk_rows, stop)`` of the array ``metadata`` describes, where
+    ``stop`` ends a chunk or the array: each chunk decoded by ``fill`` into its rows of the
+    result (:class:`WholeChunks`), several on threads."""
+    rows = WholeChunks(metadata, first, stop)
+
+    def decode(key: str) -> None:
+        rows.fill(key, lambda out: fill(key, out))
+
+    threads = min(len(rows.keys), _usable_cores())
     if threads <= 1:
-        for i in indices:
-            decode(i)
+        for key in rows.keys:
+            decode(key)
     else:
         with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(decode, indices))
-    return out
+            list(pool.map(decode, rows.keys))
+    return rows.out

@@ -28,9 +28,11 @@ if TYPE_CHECKING:
     from dasklbfgs.data.location import Location
 
 __all__ = ["row_of_value", "is_sparse", "index_dtype", "as_csr", "check_csr", "write_csr_shard", "read_csr_shard",
-           "csr_nbytes", "vstack_csr"]
+           "csr_of_parts", "CSR_PARTS", "csr_nbytes", "vstack_csr"]
 
 _INT32_LIMIT = np.iinfo(np.int32).max
+#: the arrays of one stored CSR shard, ``X/<i>/<part>``
+CSR_PARTS = ("data", "indices", "indptr")
 
 
 def index_dtype(n_features: int, nnz: int) -> np.dtype:
@@ -95,8 +97,8 @@ def write_csr_shard(group: zarr.Group, shard: int, X: sp.csr_array, *, dtype: np
     """Write shard ``shard`` of X as ``X/<shard>/{data,indices,indptr}``, one chunk each."""
     node = group.require_group(str(shard))
     index = index_dtype(X.shape[1], X.nnz)
-    parts = {"data": X.data.astype(dtype, copy=False), "indices": X.indices.astype(index, copy=False),
-             "indptr": X.indptr.astype(index, copy=False)}
+    parts = dict(zip(CSR_PARTS, (X.data.astype(dtype, copy=False), X.indices.astype(index, copy=False),
+                                  X.indptr.astype(index, copy=False)), strict=True))
     for name, values in parts.items():
         array = node.create_array(name, shape=values.shape, chunks=(max(len(values), 1),), dtype=values.dtype,
                                   compressors=compressors, config={"write_empty_chunks": True})
@@ -110,14 +112,20 @@ def read_csr_shard(group: zarr.Group, shard: int, n_features: int, rows: int, fo
     do not fit together ``ValueError``: Zarr would read a missing chunk as zeros, silently."""
     # the layout's nodes (X/<i> a group, its parts arrays); other nodes fail on use, as damage
     node = cast(zarr.Group, group[str(shard)])
-    arrays = {name: cast(zarr.Array, node[name]) for name in ("data", "indices", "indptr")}
+    arrays = {name: cast(zarr.Array, node[name]) for name in CSR_PARTS}
     keys = [f"{shard}/{name}/{array.metadata.encode_chunk_key((0,))}" for name, array in arrays.items()
             if array.shape[0]]
     missing = folder.missing(keys)
     if missing:
         raise FileNotFoundError(f"the chunk file X/{missing[0]} is missing")
     parts = {name: np.asarray(array[:]) for name, array in arrays.items()}
-    data, indices, indptr = parts["data"], parts["indices"], parts["indptr"]
+    return csr_of_parts(parts["data"], parts["indices"], parts["indptr"], rows, n_features)
+
+
+def csr_of_parts(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, rows: int, n_features: int
+                 ) -> sp.csr_array:
+    """A stored shard's CSR matrix from its three parts, read back; ``ValueError`` if they do
+    not fit together."""
     if len(indptr) != rows + 1 or indptr[-1] != len(data) or len(indices) != len(data):
         raise ValueError(f"its parts do not fit together ({len(data)} values, {len(indices)} column indices, "
                          f"{len(indptr)} row pointers for {rows} rows)")

@@ -14,7 +14,7 @@ This module reads; the constructors that write one are in :mod:`dasklbfgs.data.c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -23,7 +23,8 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from dasklbfgs.data._chunks import chunk_decoder, read_whole_chunks
+from dasklbfgs.data import _remote_shards as remote
+from dasklbfgs.data._chunks import chunk_decoder, file_filler, read_whole_chunks
 from dasklbfgs.data._shard_format import ATTRS_KEY
 from dasklbfgs.data._sparse import csr_nbytes, read_csr_shard, vstack_csr
 from dasklbfgs.data.constructors import FRAME_FEATURES_KEY, DatasetWriters
@@ -40,6 +41,7 @@ from dasklbfgs.errors import (
 if TYPE_CHECKING:
     import dask.array
     import xarray
+    from zarr.core.metadata import ArrayV3Metadata
 
 __all__ = ["ShardedDataset"]
 
@@ -297,6 +299,9 @@ class ShardedDataset(DatasetWriters):
             raise ConfigurationError(
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
+        if remote.applies(self, start, stop):  # a URL: the shards' objects fetched at once
+            fetched = remote.read_rows(self, start, stop, ("X", "y"))
+            return fetched["X"], fetched["y"]
         X, y = self._arrays()  # X a group of CSR shards when sparse, else an array (the layout's)
         if self.is_sparse:
             rows = self._sparse_rows(cast(zarr.Group, X), start, stop), self._dense_rows(y, "y", start, stop)
@@ -313,6 +318,8 @@ class ShardedDataset(DatasetWriters):
             raise ConfigurationError(
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
+        if remote.applies(self, start, stop):
+            return cast(np.ndarray, remote.read_rows(self, start, stop, ("w",))["w"])
         try:
             w = cast(zarr.Array, self._group()["w"])
         except (StoreError, NotADatasetError):
@@ -337,11 +344,7 @@ class ShardedDataset(DatasetWriters):
             missing = set(self.location.missing(list(keys.values())))
             for i, key in keys.items():
                 if key in missing:
-                    raise CorruptDatasetError(
-                        f"the dataset at {self.url!r} is missing the chunk file {key} "
-                        f"(shard {i}, rows {i * self.shard_rows}-{min((i + 1) * self.shard_rows, self.n_samples)}); "
-                        "rewrite the dataset"
-                    )
+                    raise remote.missing_chunk(self, key, i)
         try:
             return self._decoded_rows(array, name, start, stop)
         except Exception as exc:
@@ -354,13 +357,14 @@ class ShardedDataset(DatasetWriters):
         """Rows ``[start, stop)`` of ``array``: whole chunks decoded straight into the result
         where the codecs allow (:mod:`dasklbfgs.data._chunks`: a cached shard loads at
         several times zarr's rate), through zarr otherwise."""
-        decoder, rows = chunk_decoder(array), array.chunks[0]
+        metadata = cast("ArrayV3Metadata", array.metadata)  # a dataset is opened as Zarr format 3
+        decoder, rows = chunk_decoder(metadata), array.chunks[0]
         whole_chunks = start % rows == 0 and (stop % rows == 0 or stop == array.shape[0])
         # without chunks_complete a missing chunk is the fill value, which only zarr supplies
         if decoder is None or not whole_chunks or array.chunks[1:] != array.shape[1:] or \
                 not self.schema.get("chunks_complete", False) or not self.location.is_local:
             return np.asarray(array[start:stop])  # zarr fetches a range's chunks concurrently
-        return read_whole_chunks(array, self.location.path / name, decoder, start // rows, stop)
+        return read_whole_chunks(metadata, file_filler(decoder, self.location.path / name), start // rows, stop)
 
     def _sparse_rows(self, X: zarr.Group, start: int, stop: int) -> Any:
         """Rows ``[start, stop)`` of a sparse X: the CSR shards they touch, cut and stacked."""
@@ -383,6 +387,18 @@ class ShardedDataset(DatasetWriters):
         if not (0 <= index < self.n_shards):
             raise ConfigurationError(f"shard index {index} out of range [0, {self.n_shards})")
         return self.load_rows(*self.shard_bounds[index])
+
+    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]:
+        """X, y and the sample weights (None when unweighted) of each shard of ``indices``;
+        on an object store every object of them is fetched in one concurrent batch, retried
+        within the retry budget (:mod:`dasklbfgs.data._fetch`)."""
+        for index in indices:
+            if not (0 <= index < self.n_shards):
+                raise ConfigurationError(f"shard index {index} out of range [0, {self.n_shards})")
+        if not all(remote.applies(self, *self.shard_bounds[i]) for i in indices):
+            return [(*self.load_shard(i), self.load_shard_weights(i)) for i in indices]
+        parts = ("X", "y", "w") if self.is_weighted else ("X", "y")
+        return [(shard["X"], shard["y"], shard.get("w")) for shard in remote.read_shards(self, indices, parts)]
 
     def iter_shards(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for i in range(self.n_shards):

@@ -15,6 +15,13 @@ sequential shards on the same worker). Two things then change where shards live:
 
 Which worker holds what changes which worker computes which portion, never the sums: they
 are added in portion order (docs/algorithms.md §1).
+
+A dataset at a URL is loaded a batch of shards at a time: one task reads a worker's next
+shards (up to :data:`BATCH_BYTES` of them in memory) with one concurrent fetch of all their
+objects, several times the rate of one shard after another from an object store
+(``python -m benchmarks.remote``), and each shard is then a key of its own picked from the
+batch (the same arrays), released by the batch once picked. A lost shard is rebuilt by
+loading its batch again.
 """
 
 from __future__ import annotations
@@ -27,12 +34,17 @@ from dask.typing import Key
 from distributed import Client, Future, wait
 
 from dasklbfgs._typing import Dataset
+from dasklbfgs.data.location import has_scheme
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_cached_shard
+from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_cached_shard, load_cached_shards, shard_of
 
-__all__ = ["ShardCache", "MAX_ATTEMPTS"]
+__all__ = ["ShardCache", "MAX_ATTEMPTS", "BATCH_BYTES"]
 
 MAX_ATTEMPTS = 3
+#: the in-memory bytes of the shards one load task reads at once from an object store: enough
+#: objects in flight to keep the store busy, while a worker holds the fetched (compressed)
+#: objects of one batch at most beside its shards
+BATCH_BYTES = 256 * 2**20
 
 
 class ShardCache:
@@ -41,9 +53,10 @@ class ShardCache:
     def __init__(self, client: Client, data: Dataset, token: str, workers: list[str]) -> None:
         self.client, self.token = client, token
         n = data.n_shards
-        self.shards: list[Future] = [
+        homes = [workers[i * len(workers) // n] for i in range(n)]  # runs of sequential shards
+        self.shards: list[Future] = self._batched(data, homes) if has_scheme(data.url) else [
             client.submit(load_cached_shard, data, i, key=f"sandblaster-shard-{token}-{i}",
-                          workers=[workers[i * len(workers) // n]], allow_other_workers=True, pure=False)
+                          workers=[homes[i]], allow_other_workers=True, pure=False)
             for i in range(n)
         ]
         self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
@@ -54,6 +67,25 @@ class ShardCache:
         for f in self.shards:
             if f.status == "error":
                 f.result()  # re-raise the worker's exception here
+
+    def _batched(self, data: Dataset, homes: list[str]) -> list[Future]:
+        """The shards' futures, each picked from a batch of its worker's shards loaded at once."""
+        per_shard = max(data.nbytes_in_memory // max(data.n_shards, 1), 1)
+        batches: list[list[int]] = []
+        for i, home in enumerate(homes):
+            batch = batches[-1] if batches else []
+            if batch and homes[batch[0]] == home and (len(batch) + 1) * per_shard <= BATCH_BYTES:
+                batch.append(i)
+            else:
+                batches.append([i])
+        shards: list[Future] = []
+        for number, batch in enumerate(batches):
+            loaded = self.client.submit(load_cached_shards, data, batch, key=f"sandblaster-load-{self.token}-{number}",
+                                        workers=[homes[batch[0]]], allow_other_workers=True, pure=False)
+            shards += [self.client.submit(shard_of, loaded, j, key=f"sandblaster-shard-{self.token}-{i}",
+                                          workers=[homes[i]], allow_other_workers=True, pure=False)
+                       for j, i in enumerate(batch)]
+        return shards  # the batches' futures dropped: each batch's data goes once its shards are picked
 
     def live_workers(self) -> dict[str, str]:
         """The workers the scheduler knows, with their status ("running", "closing_gracefully", ...)."""

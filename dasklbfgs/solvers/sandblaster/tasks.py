@@ -32,16 +32,26 @@ def aligned_shard(shard: Shard) -> Shard:
 
 
 def load_shard(data: Dataset, index: int) -> Shard:
-    """Read shard ``index`` from Zarr."""
-    return (*data.load_shard(index), data.load_shard_weights(index))
+    """Read shard ``index`` from Zarr (at a URL: its objects fetched at once)."""
+    return data.load_shards([index])[0]
 
 
 def load_cached_shard(data: Dataset, index: int) -> Shard:
     """Read shard ``index`` from Zarr to stay in the worker's memory (affinity): sparse rows
     renumbered on their columns once for every evaluation to come
     (:class:`~dasklbfgs.models.compact_rows.CompactColumns`)."""
-    X, y, w = load_shard(data, index)
-    return (CompactColumns.of(X) if sp.issparse(X) else X), y, w
+    return load_cached_shards(data, [index])[0]
+
+
+def load_cached_shards(data: Dataset, indices: list[int]) -> list[Shard]:
+    """:func:`load_cached_shard` of several shards read at once (at a URL: every object of
+    them in one concurrent fetch)."""
+    return [((CompactColumns.of(X) if sp.issparse(X) else X), y, w) for X, y, w in data.load_shards(indices)]
+
+
+def shard_of(shards: list[Shard], position: int) -> Shard:
+    """One shard of a batch :func:`load_cached_shards` read (the same arrays, not a copy)."""
+    return shards[position]
 
 
 def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, Any]:
