@@ -435,3 +435,42 @@ def test_pandas_feature_names_round_trip(client, tmp_path) -> None:
         regression.predict(X.rename(columns={"rooms": "colour"}))
     unnamed = ShardedDataset.create(tmp_path / "unnamed", values, target, shard_rows=100)
     assert not hasattr(regression.fit(unnamed), "feature_names_in_")  # not a stale one from the fit before
+
+
+def test_dask_input_is_written_by_the_workers_to_the_scratch_store_and_removed(client, s3) -> None:
+    """A fit from dask arrays writes its temporary dataset with the workers at ``tmp_store``
+    (an S3 prefix here), fits what the same rows in memory fit, and leaves nothing there."""
+    import fsspec.core
+
+    from dasklbfgs.data.location import Location
+
+    bucket, options = s3
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    labels = np.where(y == 1, "malignant", "benign")
+    scratch = f"{bucket}/scratch-{np.random.default_rng().integers(1 << 30)}"
+    from_dask = LogisticRegression(C=0.5, shard_rows=100, tmp_store=Location.of(scratch, options), client=client)
+    from_dask.fit(da.from_array(X, chunks=(123, 30)), da.from_array(labels, chunks=200))
+    in_memory = LogisticRegression(C=0.5, shard_rows=100, client=client).fit(X, labels)
+    np.testing.assert_array_equal(from_dask.coef_, in_memory.coef_)  # the same dataset bytes: the same bits
+    assert list(from_dask.classes_) == ["benign", "malignant"] and from_dask.n_features_in_ == 30
+    assert (from_dask.predict(X) == in_memory.predict(X)).all()
+    fs, path = fsspec.core.url_to_fs(scratch, **options)
+    assert not fs.exists(path) or fs.ls(path) == []
+
+
+def test_the_configured_scratch_location_is_used(client, tmp_path) -> None:
+    import dask
+
+    from dasklbfgs.errors import StoreError
+
+    X, y = load_breast_cancer(return_X_y=True)
+    with dask.config.set({"dasklbfgs.scratch": "nosuchscheme://bucket/scratch"}):
+        with pytest.raises(StoreError, match="nosuchscheme://bucket/scratch"):
+            LogisticRegression(client=client).fit(X, y)
+    from dasklbfgs._fit_stores import temporary_dataset
+
+    with dask.config.set({"dasklbfgs.scratch": str(tmp_path)}):
+        with temporary_dataset(None, client, lambda where: ShardedDataset.create(where, X, y, shard_rows=200)) as data:
+            assert data.url.startswith(str(tmp_path)) and data.n_samples == len(y)
+    assert list(tmp_path.iterdir()) == []
