@@ -11,9 +11,10 @@ from typing import Any
 
 from distributed import Client
 
+from dasklbfgs.data._client import active_client
 from dasklbfgs.errors import ClusterConnectionError, ConfigurationError
 
-__all__ = ["active_client", "connect", "resolve_client", "SCHEDULER_ENV"]
+__all__ = ["connect", "resolve_client", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "DASKLBFGS_SCHEDULER"
 logger = logging.getLogger(__name__)
@@ -172,16 +173,6 @@ def _low_latency(client: Client) -> Client:
     if comm is not None and hasattr(comm, "interval"):
         comm.interval = 0.001
     return client
-
-
-def active_client() -> Client | None:
-    """The Dask client this process works with by default, or None."""
-    from distributed import default_client
-
-    try:
-        return default_client()
-    except ValueError:  # no client in this process
-        return None
 
 
 @contextlib.contextmanager

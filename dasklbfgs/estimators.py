@@ -28,8 +28,8 @@ from sklearn.utils.validation import _check_sample_weight, check_is_fitted, vali
 
 from dasklbfgs._checks import check_int
 from dasklbfgs._fit_stores import temporary_dataset
-from dasklbfgs.cluster import active_client
 from dasklbfgs.data import ShardedDataset
+from dasklbfgs.data._client import active_client
 from dasklbfgs.data.constructors import unpack_xarray
 from dasklbfgs.data.dask_input import is_dask_collection
 from dasklbfgs.errors import ConfigurationError, InvalidDataError

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 
+from dasklbfgs.data._client import active_client, client_for
 from dasklbfgs.data._shard_format import ATTRS_KEY, resolve_compressor
 from dasklbfgs.data._sparse import as_csr, is_sparse
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
@@ -97,8 +98,6 @@ class DatasetWriters:
         X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
-        from dasklbfgs.cluster import active_client
-
         if any(is_dask_collection(a) for a in (X, y, sample_weight)) and active_client() is not None:
             return cls.from_dask(path, X, y, sample_weight, shard_rows=shard_rows, feature_names=feature_names,
                                  attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
@@ -160,19 +159,16 @@ class DatasetWriters:
         column, and leave no dataset behind. The result is the dataset :meth:`create` writes
         from the same rows, byte for byte; :meth:`create` comes here itself for dask input
         when a Dask client is active. ``path`` must be reachable by the workers (a URL, or a
-        shared folder); ``client``: the default client, else an embedded cluster. Other
+        shared folder); ``client``: the default client (one is needed). Other
         parameters as in :meth:`create`.
         """
-        from dasklbfgs.cluster import resolve_client
-
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options)
         _check_attrs(attrs)
         pieces, rows, shard_format = dask_pieces(X, y, sample_weight, shard_rows=shard_rows, dtype=dtype,
                                                  compressors=resolve_compressor(compressor))
-        with resolve_client(client) as cluster:
-            write_on_workers(location, pieces, rows, shard_format, client=cluster, feature_names=feature_names,
-                             attrs=attrs, overwrite=overwrite)
+        write_on_workers(location, pieces, rows, shard_format, client=client_for(client, "from_dask"),
+                         feature_names=feature_names, attrs=attrs, overwrite=overwrite)
         return cls(location)
 
     @classmethod
@@ -215,19 +211,17 @@ class DatasetWriters:
             A missing column, a column neither numeric nor text, too many levels without
             hashing, a missing or non-finite value (naming column or shard, row, column).
         """
-        from dasklbfgs.cluster import resolve_client
-
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options)
         _check_attrs(attrs)
-        with resolve_client(client) as cluster:
-            pieces, rows, shard_format, frame_features = frame_pieces(
-                frame, label=label, features=features, weight=weight, one_hot_max_levels=one_hot_max_levels,
-                hash_features=hash_features, crosses=list(crosses or []), shard_rows=shard_rows, dtype=dtype,
-                compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster)
-            write_on_workers(location, pieces, rows, shard_format, client=cluster,
-                             feature_names=frame_features.feature_names, attrs=attrs, overwrite=overwrite,
-                             schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
+        cluster = client_for(client, "from_dataframe")
+        pieces, rows, shard_format, frame_features = frame_pieces(
+            frame, label=label, features=features, weight=weight, one_hot_max_levels=one_hot_max_levels,
+            hash_features=hash_features, crosses=list(crosses or []), shard_rows=shard_rows, dtype=dtype,
+            compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster)
+        write_on_workers(location, pieces, rows, shard_format, client=cluster,
+                         feature_names=frame_features.feature_names, attrs=attrs, overwrite=overwrite,
+                         schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
         return cls(location)
 
     @classmethod
@@ -246,13 +240,12 @@ class DatasetWriters:
         (``s3://bucket/rcv1/*.svm``) or a list of them, read in order; ``storage_options``
         apply to every URL, source or target. Other parameters as in :meth:`from_dask`.
         """
-        from dasklbfgs.cluster import resolve_client
-
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options if isinstance(path, Location)
                                else options_for(path, storage_options))
         _check_attrs(attrs)
-        with resolve_client(client) as cluster, svmlight_pieces(
+        cluster = client_for(client, "from_svmlight")
+        with svmlight_pieces(
                 source, storage_options=storage_options, n_features=n_features, zero_based=zero_based,
                 block_bytes=block_bytes, shard_rows=shard_rows, dtype=dtype,
                 compressors=resolve_compressor(compressor), client=cluster) as (pieces, rows, shard_format):

@@ -134,3 +134,15 @@ def test_inputs_that_do_not_fit_together_are_refused(client, tmp_path) -> None:
     with pytest.raises(InvalidDataError, match="starting at row 0 has 5 rows, but 6 were counted"):
         ShardedDataset.from_dask(tmp_path / "a", lying, np.ones(6), shard_rows=10, client=client)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_write_by_the_workers_without_a_client_says_how_to_get_one(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    code = ("import dask.array as da\nfrom dasklbfgs import ShardedDataset\n"
+            f"ShardedDataset.from_dask({str(tmp_path / 'x')!r}, da.ones((4, 2)), da.ones(4), shard_rows=2)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "ConfigurationError: from_dask is done by the workers of a Dask cluster, and " \
+        "there is no Dask client: pass client=" in done.stderr
+    assert list(tmp_path.iterdir()) == []
