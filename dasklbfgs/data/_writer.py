@@ -146,6 +146,17 @@ def written_atomically(target: Location, *, overwrite: bool) -> Iterator[Callabl
             yield open_target
 
 
+def check_remote_target(target: Location, overwrite: bool) -> None:
+    """Refuse an existing ``target`` (an object store) without ``overwrite``, and anything but
+    our own stores (or what a killed write left) with it."""
+    if target.exists():
+        if not overwrite:
+            raise DatasetExistsError(f"{target.url!r} already exists; pass overwrite=True to replace it")
+        if not target.is_replaceable():
+            raise DatasetExistsError(f"refusing to overwrite {target.url!r}: it is not a Zarr store or a folder of "
+                                     "them")
+
+
 @contextlib.contextmanager
 def written_in_place(target: Location, *, overwrite: bool) -> Iterator[Callable[[], Location]]:
     """Yield what readies ``target`` (an object store) to be written into, and returns it. The target
@@ -155,12 +166,7 @@ def written_in_place(target: Location, *, overwrite: bool) -> Iterator[Callable[
     it) and removes the rest. The marker goes once the write has committed; a failed write is
     removed, and what a killed one leaves (files and the marker, no schema) is refused by
     :class:`~dasklbfgs.data.sharded.ShardedDataset` and replaced by ``overwrite=True``."""
-    if target.exists():
-        if not overwrite:
-            raise DatasetExistsError(f"{target.url!r} already exists; pass overwrite=True to replace it")
-        if not target.is_replaceable():
-            raise DatasetExistsError(f"refusing to overwrite {target.url!r}: it is not a Zarr store or a folder of "
-                                     "them")
+    check_remote_target(target, overwrite)
     opened = False
 
     def open_target() -> Location:

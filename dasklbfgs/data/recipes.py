@@ -11,14 +11,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from dasklbfgs.data._writer import check_target, written_aside
+from dasklbfgs.data._writer import check_remote_target, check_target, written_aside
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
-from dasklbfgs.data.location import refuse_url
+from dasklbfgs.data.location import Location
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.text_hashed import DEFAULT_TEXT_FEATURES, HashedDocstrings
@@ -80,7 +79,8 @@ class Split(NamedTuple):
 
 
 def make_dataset(kind: str, path: os.PathLike[str] | str, *, overwrite: bool = False,
-                 on_progress: Callable[[str, int], Any] | None = None, **options: Any) -> dict[str, ShardedDataset]:
+                 on_progress: Callable[[str, int], Any] | None = None, storage_options: dict[str, Any] | None = None,
+                 **options: Any) -> dict[str, ShardedDataset]:
     """Write the ``train`` and ``test`` datasets of recipe ``kind`` under ``path``.
 
     Parameters
@@ -88,7 +88,8 @@ def make_dataset(kind: str, path: os.PathLike[str] | str, *, overwrite: bool = F
     kind
         The recipe (:data:`RECIPES`).
     path
-        The folder to write (``train`` and ``test`` under it).
+        The folder to write (``train`` and ``test`` under it), or a URL (``s3://...``,
+        reached with ``storage_options``): there each split is committed on its own.
     overwrite
         Replace an existing folder at ``path``.
     on_progress
@@ -113,19 +114,30 @@ def make_dataset(kind: str, path: os.PathLike[str] | str, *, overwrite: bool = F
         raise ConfigurationError(f"dataset kind must be one of {tuple(RECIPES)!r}, got {kind!r}")
     recipe = RECIPES[kind]
     checked = recipe.options(options)
-    refuse_url(path, "the recipes write local folders")
-    target = Path(path)
-    check_target(target, overwrite)  # before generating any data
+    location = Location.of(path, storage_options)
+    if location.is_local:
+        check_target(location.path, overwrite)  # before generating any data
+    else:
+        check_remote_target(location, overwrite)
     splits = recipe.splits(kind, checked)
     made_with = _record(kind, checked)
-    with written_aside(target, overwrite=overwrite) as staging:
+
+    def write(where: Location) -> None:
         for name, split in splits.items():
             blocks = split.blocks if on_progress is None else _counted(split.blocks, name, on_progress)
             ShardedDataset.from_blocks(
-                staging / name, blocks, shard_rows=checked.shard_rows, attrs={**split.attrs, "recipe": made_with},
-                feature_names=split.feature_names, dtype=split.dtype,
+                where / name, blocks, shard_rows=checked.shard_rows, attrs={**split.attrs, "recipe": made_with},
+                feature_names=split.feature_names, dtype=split.dtype, overwrite=overwrite,
             )
-    return {name: ShardedDataset.open(target / name) for name in splits}
+
+    if location.is_local:
+        with written_aside(location.path, overwrite=overwrite) as staging:
+            write(Location.of(staging))
+    else:  # each split committed on its own (no rename for the folder); a split no longer made goes
+        write(location)
+        for stale in set(location.groups_below()) - set(splits):
+            (location / stale).remove()
+    return {name: ShardedDataset.open(location / name) for name in splits}
 
 
 def recipe_record(kind: str, **options: Any) -> dict[str, Any]:

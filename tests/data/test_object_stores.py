@@ -190,14 +190,34 @@ def test_a_store_that_does_not_answer_is_a_store_error_naming_the_url(s3) -> Non
         ShardedDataset.open(f"{s3[0]}/nowhere.zarr", storage_options=options)
 
 
-def test_a_url_dataset_has_no_local_path_and_recipes_refuse_urls() -> None:
+def test_a_url_dataset_has_no_local_path() -> None:
     data = ShardedDataset.create(f"memory://stores-{uuid.uuid4().hex[:6]}/d.zarr", np.ones((4, 2)), np.zeros(4),
                                  shard_rows=2)
     with pytest.raises(ConfigurationError, match=r"'memory://.*/d.zarr' is not a local path \(a URL: use .url\)"):
         _ = data.path
     assert "secret" not in repr(Location.of("memory://x/y", {"secret": "hunter2"}))
-    with pytest.raises(ConfigurationError, match=r"the recipes write local folders, got the URL 's3://bucket/data'"):
-        make_dataset("logistic", "s3://bucket/data", rows=100, features=3)
+
+
+def test_data_make_writes_a_recipe_to_a_url_as_to_a_local_folder(s3, tmp_path, capsys) -> None:
+    from dasklbfgs.cli.main import main
+
+    bucket, options = s3
+    url = _url(s3, "recipe")
+    flags = [f"--storage-option={key}={value}" for key, value in (
+        ("key", "k"), ("secret", "s"), ("client_kwargs.endpoint_url", options["client_kwargs"]["endpoint_url"]))]
+    assert main(["data", "make", "logistic", url, "--rows", "500", "--features", "4", "--shard-rows", "128",
+                 "--quiet", *flags]) == 0
+    local = make_dataset("logistic", tmp_path / "local", rows=500, features=4, shard_rows=128)
+    for split in ("train", "test"):
+        remote = ShardedDataset.open(f"{url}/{split}", storage_options=options)
+        assert remote.attrs["recipe"] == local[split].attrs["recipe"]
+        for rows, expected in zip(remote.load_rows(0, remote.n_samples), local[split].load_rows(0, remote.n_samples)):
+            np.testing.assert_array_equal(rows, expected)
+    with pytest.raises(DatasetExistsError, match="already exists; pass overwrite=True"):
+        make_dataset("logistic", url, rows=500, features=4, storage_options=options)
+    again = make_dataset("logistic", url, rows=300, features=4, test_fraction=0.0, overwrite=True,
+                         storage_options=options)
+    assert set(again) == {"train"} and Location.of(url, options).groups_below() == ["train"]
 
 
 def test_workers_that_cannot_reach_the_store_are_named(client, s3) -> None:
