@@ -1,5 +1,7 @@
 """A real deployment: `dask scheduler` and `dask worker` processes on loopback, trained
-against from the dasklbfgs command line and from Python."""
+against from the dasklbfgs command line and from Python; and the same deployment used as
+one with no shared filesystem (the workers in directories of their own, blind to the
+client's), where the client writes, trains and reports through S3 URLs only."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs import Logistic, ShardedDataset, connect, make_dataset, sandblaster_lbfgs
+from tests._s3 import storage_flags
 
 
 def _dask() -> list[str]:
@@ -232,17 +235,6 @@ def test_preloaded_training_page(deployment) -> None:
 TIGHT = {"gtol": 1e-9, "ftol": 1e-14, "checkpoint_every": 5}
 
 
-def _storage_flags(options: dict, prefix: str = "") -> list[str]:
-    """``storage_options`` as ``--storage-option KEY=VALUE`` flags (nested keys dotted)."""
-    flags = []
-    for key, value in options.items():
-        if isinstance(value, dict):
-            flags += _storage_flags(value, f"{prefix}{key}.")
-        else:
-            flags += ["--storage-option", f"{prefix}{key}={value}"]
-    return flags
-
-
 def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
@@ -330,7 +322,7 @@ def test_cli_train_reads_writes_and_checkpoints_at_urls_only(deployment, on_s3) 
     tmp.mkdir(exist_ok=True)
     proc = subprocess.run(
         [sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler-file", str(deployment.scheduler_file),
-         "--data", f"{folder}/train", "--test", f"{folder}/test", *_storage_flags(options),
+         "--data", f"{folder}/train", "--test", f"{folder}/test", *storage_flags(options),
          "--model", "logistic", "--l2", "1e-3", *(f"--{key.replace('_', '-')}={value}" for key, value in TIGHT.items()),
          "--checkpoint", f"{folder}/checkpoint-cli", "--output", f"{folder}/cli-model.npz", "--json"],
         capture_output=True, text=True, timeout=180, cwd=deployment.client_dir,

@@ -204,7 +204,7 @@ class Location:
         try:
             self.put(probe, b"")
             self.remove(probe)
-        except StoreError as exc:
+        except (StoreError, FileNotFoundError) as exc:  # FileNotFoundError: a missing bucket
             raise ConfigurationError(f"{what} cannot be written: {exc}") from None
 
     def read(self, key: str = "") -> bytes:
