@@ -94,7 +94,8 @@ def _write_group(group_at: Location, arrays: dict[str, np.ndarray], kind: str, a
         value = np.asarray(value)
         group.create_array(name, data=value, compressors=None)
         digests[name] = [_digest(value), str(value.dtype), list(value.shape)]
-    group.attrs.update({KEY: {"format": FORMAT, "kind": kind, "arrays": digests}, **attrs})
+    # one metadata write (attrs.update rewrites zarr.json once per key: a request each on an object store)
+    group.update_attributes({KEY: {"format": FORMAT, "kind": kind, "arrays": digests}, **attrs})
 
 
 def _check_replaceable(target: Location) -> None:

@@ -139,3 +139,14 @@ def s3_server():
         yield server
     finally:
         server.stop()
+
+
+def storage_flags(options: dict, prefix: str = "") -> list[str]:
+    """``storage_options`` as the commands' ``--storage-option KEY=VALUE`` flags (nested keys dotted)."""
+    flags = []
+    for key, value in options.items():
+        if isinstance(value, dict):
+            flags += storage_flags(value, f"{prefix}{key}.")
+        else:
+            flags += ["--storage-option", f"{prefix}{key}={value}"]
+    return flags

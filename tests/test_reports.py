@@ -75,6 +75,14 @@ def test_a_report_is_written_whole_or_not_at_all(tmp_path) -> None:
             pass
 
 
+def test_a_report_in_a_bucket_that_is_not_there_fails_before_the_run(s3) -> None:
+    options = s3[1]
+    with pytest.raises(ConfigurationError, match=r"the report folder 's3://no-such-bucket-here/reports' cannot be "
+                                                 r"written: .*bucket does not exist"):
+        with staged_report("s3://no-such-bucket-here/reports", "run", overwrite=False, storage_options=options):
+            raise AssertionError("the run started")
+
+
 def test_the_durations_are_documented_as_defined() -> None:
     from pathlib import Path
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import Any
 
@@ -14,6 +13,7 @@ from dasklbfgs.cli.report import format_report, interrupted_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
 from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
 from dasklbfgs.cli.training import train_with_progress
+from dasklbfgs.data.location import Location
 from dasklbfgs.errors import OutputExistsError
 
 __all__ = ["add_parser"]
@@ -39,8 +39,9 @@ def add_parser(sub: Any) -> None:
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)
     train.add_argument("--output", default="dasklbfgs-model.npz",
-                       help="where to save the parameters and the run's report (default dasklbfgs-model.npz)")
-    train.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
+                       help="where to save the parameters and the run's report as one .npz file: a local path or a "
+                            "URL (s3://bucket/model.npz, written with one put) (default dasklbfgs-model.npz)")
+    train.add_argument("--overwrite", action="store_true", help="replace an existing --output file or object")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress line (it only shows on a terminal)")
     add_cluster_arguments(train)
@@ -58,9 +59,12 @@ def command(args: argparse.Namespace) -> int:
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
     # --storage-option reaches a checkpoint at a URL too (the datasets get theirs below)
     options = with_checkpoint_storage(options_from_args(args, args.solver), storage_options_from_args(args))
-    if os.path.exists(args.output) and not args.overwrite:
+    output = Location.of(args.output, storage_options_from_args(args, args.output))  # a file, or an object at a URL
+    if output.exists() and not args.overwrite:
         raise OutputExistsError(f"--output {args.output!r} exists (an earlier run's parameters); pass --overwrite to "
                                 "replace it or choose another --output")
+    if not output.is_local:  # refused credentials or a missing bucket cost no training
+        output.parent.check_writable(f"--output {args.output!r}")
     data = ShardedDataset.open(args.data, storage_options_from_args(args, args.data))
     test = ShardedDataset.open(args.test, storage_options_from_args(args, args.test)) if args.test else None
     model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
@@ -76,8 +80,8 @@ def command(args: argparse.Namespace) -> int:
                 report = train_report(model, result, data, test)
         report["dataset"] = data.url
         report["options"] = options.to_json()
-        save_params(args.output, model, result.x, report)
-        report["output"] = str(args.output)
+        save_params(output, model, result.x, report)
+        report["output"] = output.url
         if result.message == INTERRUPTED:
             print(interrupted_line(result.nit, get_solver(args.solver).unit, args.output), file=sys.stderr)
             return EXIT_INTERRUPTED

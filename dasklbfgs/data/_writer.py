@@ -126,7 +126,8 @@ def write_dataset(
             raise InvalidDataError("the dataset is empty (shape (0, 0)); give at least one row and one feature")
         writer.finish()
         schema = writer.format.schema(writer.written, feature_names)
-        group.attrs.update({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
+        # one put: the schema and the attrs are committed together (attrs.update writes once per key)
+        group.update_attributes({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,17 +181,39 @@ class Location:
         return sorted(str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries)
 
     def put(self, key: str, data: bytes) -> None:
-        """Write the object ``key`` below this location (remote): one put, so readers find
-        the old object or the whole new one."""
+        """Write the object ``key`` below this location ("" this location itself; remote):
+        one put, so readers find the old object or the whole new one."""
         fs, path = self.filesystem()
-        _store_call(self.url, lambda: fs.pipe_file(f"{path}/{key}", data))
+        _store_call(self.url, lambda: fs.pipe_file(f"{path}/{key}" if key else path, data))
 
-    def read(self, key: str) -> bytes:
-        """The bytes of the file ``key`` below this location; a missing one is ``FileNotFoundError``."""
+    @property
+    def parent(self) -> Location:
+        """The location this one is directly below (a URL's parent is its bucket at most)."""
         if self.is_local:
-            return (self.path / key).read_bytes()
+            return Location(str(self.path.parent))
+        above, sep, _ = self.url.partition("://")[2].rpartition("/")
+        if not sep:
+            raise ConfigurationError(f"{self.url!r} names a bucket, not a file or folder in it")
+        return Location(f"{self.url.partition('://')[0]}://{above}", self.storage_options)
+
+    def check_writable(self, what: str) -> None:
+        """Put and delete a small object below this location (remote), so that a store
+        refusing writes (credentials, a missing bucket) is a :class:`ConfigurationError`
+        naming ``what`` before the work whose result would go there, not after."""
+        probe = f".dasklbfgs-probe-{uuid.uuid4().hex[:8]}"
+        try:
+            self.put(probe, b"")
+            self.remove(probe)
+        except (StoreError, FileNotFoundError) as exc:  # FileNotFoundError: a missing bucket
+            raise ConfigurationError(f"{what} cannot be written: {exc}") from None
+
+    def read(self, key: str = "") -> bytes:
+        """The bytes of the file ``key`` below this location ("" this location itself); a
+        missing one is ``FileNotFoundError``."""
+        if self.is_local:
+            return (self.path / key).read_bytes() if key else self.path.read_bytes()
         fs, path = self.filesystem()
-        return bytes(_store_call(self.url, lambda: fs.cat_file(f"{path}/{key}")))
+        return bytes(_store_call(self.url, lambda: fs.cat_file(f"{path}/{key}" if key else path)))
 
     def remove_all_but(self, keep: str) -> None:
         """Delete everything below this location except the object ``keep`` (remote)."""

@@ -25,7 +25,8 @@ import zarr
 from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows
 from dasklbfgs.data._writer import block_arrays, joined_rows, written_atomically
 from dasklbfgs.data.location import Location
-from dasklbfgs.errors import InvalidDataError
+from dasklbfgs.data.shared_paths import workers_not_seeing
+from dasklbfgs.errors import InvalidDataError, StoreError
 
 __all__ = ["write_on_workers", "shard_pieces"]
 
@@ -75,6 +76,12 @@ def write_on_workers(
         where = open_target()
         group = zarr.create_group(store=where.zarr_store(read_only=False), zarr_format=3)
         shard_format.create_arrays(group, n_rows)
+        blind = workers_not_seeing(client, where / "zarr.json")
+        if blind:
+            raise StoreError(
+                f"worker {blind[0]} cannot see the folder this process writes {target.url!r} in ({where.url!r}): "
+                "the workers write the shards themselves, so a local path must be on a filesystem they share "
+                "with this process; on a cluster without one, write to an object store URL (s3://, gs://, ...)")
         tasks = [
             dask.delayed(_write_shard, pure=False)(
                 where, shard_format, index * shard_format.shard_rows,
@@ -83,7 +90,8 @@ def write_on_workers(
         ]
         written = _gathered_in_order(client, client.compute(tasks))
         schema = {**shard_format.schema(written, feature_names), **(schema_extra or {})}
-        group.attrs.update({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
+        # one put: the schema and the attrs are committed together (attrs.update writes once per key)
+        group.update_attributes({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
 
 
 def _gathered_in_order(client: Any, futures: list[Any]) -> WrittenRows:

@@ -11,11 +11,9 @@ no ``metrics.json``, which the next run to that name replaces.
 from __future__ import annotations
 
 import contextlib
-import uuid
 from pathlib import Path
 
 from dasklbfgs.data.location import Location
-from dasklbfgs.errors import ConfigurationError, StoreError
 
 __all__ = ["COMMIT", "check_writable", "publish"]
 
@@ -23,15 +21,10 @@ __all__ = ["COMMIT", "check_writable", "publish"]
 COMMIT = "metrics.json"
 
 
-def check_writable(parent: Location, name: str) -> None:
-    """Before the run: put and delete a small object under ``parent``, so a store that
-    refuses writes (credentials, a missing bucket) costs no training."""
-    probe = f".{name}.probe-{uuid.uuid4().hex[:8]}"
-    try:
-        parent.put(probe, b"")
-        parent.remove(probe)
-    except StoreError as exc:
-        raise ConfigurationError(f"the report folder {parent.url!r} cannot be written: {exc}") from None
+def check_writable(parent: Location) -> None:
+    """Before the run: a store that refuses writes under ``parent`` (credentials, a missing
+    bucket) costs no training."""
+    parent.check_writable(f"the report folder {parent.url!r}")
 
 
 def publish(staging: Path, parent: Location, name: str, *, overwrite: bool) -> Location:

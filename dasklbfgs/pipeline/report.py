@@ -89,7 +89,7 @@ def staged_report(output: Location | os.PathLike[str] | str, name: str, *, overw
 
 @contextlib.contextmanager
 def _staged_for_url(parent: Location, name: str, overwrite: bool) -> Iterator[dict[str, Any]]:
-    check_writable(parent, name)  # before the run starts, like the local folder's check
+    check_writable(parent)  # before the run starts, like the local folder's check
     with tempfile.TemporaryDirectory(prefix=f"dasklbfgs-{name}-") as staging:
         folders: dict[str, Any] = {"staging": Path(staging)}
         yield folders

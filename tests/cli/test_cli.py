@@ -14,6 +14,7 @@ import pytest
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.models.persist import load_params
+from tests._s3 import storage_flags
 
 
 def run(*args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -150,6 +151,24 @@ def test_errors_are_one_line_and_exit_2(tmp_path, args, message) -> None:
     assert proc.stderr.strip().endswith(message) or message in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "d").exists()
+
+
+def test_train_output_at_a_url_is_checked_before_anything_runs(s3) -> None:
+    """An --output URL holding an object, or in a store that refuses writes, fails before
+    the data is opened (the data named here does not exist) and leaves nothing."""
+    from dasklbfgs.data.location import Location
+
+    bucket, options = s3
+    earlier = Location.of(f"{bucket}/cli-output/m.npz", options)
+    earlier.put("", b"an earlier run's file")
+    proc = run("train", "--data", "/nonexistent/x", "--output", earlier.url, *storage_flags(options), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--output {earlier.url!r} exists (an earlier run's parameters); pass --overwrite" in proc.stderr
+    assert earlier.read() == b"an earlier run's file"
+    missing = "s3://no-such-bucket-here/m.npz"
+    proc = run("train", "--data", "/nonexistent/x", "--output", missing, *storage_flags(options), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--output {missing!r} cannot be written: " in proc.stderr
 
 
 def test_model_label_mismatch_from_cli(tmp_path) -> None:

@@ -37,6 +37,7 @@ from distributed import Client
 from dasklbfgs._wire import aligned
 from dasklbfgs.checkpoint_store import checkpoint_root, read_checkpoint, write_checkpoint
 from dasklbfgs.data.location import Location
+from dasklbfgs.data.shared_paths import workers_not_seeing
 from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums, as_dense, reduce_in_groups
@@ -281,7 +282,15 @@ class ShardedSpace:
     # -- checkpoints (dasklbfgs.solvers.sandblaster.lbfgs_checkpoint) -----------------------------------
 
     def save_shards(self, group: Location) -> None:
-        """Each shard writes its slices to ``group/shards/<i>`` from its own worker."""
+        """Each shard writes its slices to ``group/shards/<i>`` from its own worker (a local
+        ``group`` only if the workers share its folder: else the commit would publish a
+        checkpoint without them)."""
+        blind = workers_not_seeing(self.client, group / "zarr.json")
+        if blind:
+            raise CheckpointError(
+                f"worker {blind[0]} cannot see the folder the checkpoint is written in ({group.url!r}): with "
+                "state='sharded' the workers write their slices of it, so a local checkpoint path must be on a "
+                "filesystem they share with this process; on a cluster without one, give a URL (s3://, gs://, ...)")
         calls = [s.save(group / "shards" / str(i)) for i, s in enumerate(self.shards)]
         for c in calls:
             c.result()
