@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import zarr
 import zarr.codecs
 
@@ -223,6 +222,8 @@ class ShardWriter:
             raise InvalidDataError(
                 f"X value {X.data[i].item()!r} in shard {shard} at row {row}, column {int(X.indices[i])} does not "
                 f"fit the stored dtype {values.dtype} (fixed by the first block or the dtype argument)")
+        import scipy.sparse as sp  # loaded with sparse data only (dasklbfgs._typing.is_sparse)
+
         return sp.csr_array((values, X.indices, X.indptr), shape=X.shape)
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data._chunks import chunk_decoder, read_whole_chunks
@@ -486,6 +485,7 @@ class ShardedDataset:
         chunks when the dataset is sparse)."""
         import dask
         import dask.array as da
+        import scipy.sparse as sp
 
         X, y = self._arrays()
         if not self.is_sparse:

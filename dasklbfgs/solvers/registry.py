@@ -16,22 +16,26 @@ solver names are written nowhere else.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from scipy.optimize import OptimizeResult
-
-from dasklbfgs._typing import DatasetLike
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options, describe_default, options_doc
-from dasklbfgs.solvers.context import RunContext
-from dasklbfgs.solvers.result import Result, RunStats
+from dasklbfgs.solvers.stats import RunStats
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
+
+    from dasklbfgs._typing import DatasetLike
+    from dasklbfgs.models.base import Model
+    from dasklbfgs.solvers.context import RunContext
+    from dasklbfgs.solvers.result import Result
 
 __all__ = ["Solver", "SolverRun", "register", "get_solver", "solver_names", "minimize", "solver_function",
-           "options_table"]
+           "options_table", "planned_by"]
 
 
 class SolverRun(Protocol):
@@ -80,6 +84,18 @@ class Solver:
     def unit(self) -> str:
         """What ``result.nit`` and a history entry's ``step`` count."""
         return self.stats.unit
+
+
+def planned_by(module: str, function: str) -> Callable[[RunContext], SolverRun]:
+    """A solver's ``plan`` that is ``module.function``, imported when a run is planned (the
+    module docstring says why)."""
+
+    def plan(context: RunContext) -> SolverRun:
+        planned: Callable[[RunContext], SolverRun] = getattr(importlib.import_module(module), function)
+        return planned(context)
+
+    plan.__name__ = plan.__qualname__ = function
+    return plan
 
 
 _SOLVERS: dict[str, Solver] = {}
@@ -148,6 +164,8 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     :class:`~dasklbfgs.solvers.result.Result` (a scipy ``OptimizeResult`` of one shape for
     every solver; its docstring lists the fields).
     """
+    from dasklbfgs.solvers.context import RunContext  # Dask and the run's machinery, with the first run
+
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
@@ -192,7 +210,8 @@ def solver_function(function_name: str, name: str, options: type[Options], summa
                   inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     parameters += [inspect.Parameter(key, keyword, default=None) for key in _RUN_INPUTS]
     parameters += [inspect.Parameter(n, keyword, default=d) for n, d, _ in options.items()]
-    solve.__signature__ = inspect.Signature(parameters, return_annotation=OptimizeResult)  # type: ignore[attr-defined]
+    # A string: the class is scipy.optimize's, imported by the run, not by the registration.
+    solve.__signature__ = inspect.Signature(parameters, return_annotation="OptimizeResult")  # type: ignore[attr-defined]
     solve.__doc__ = f"{summary}\n\n    Equivalent to ``minimize(model, data, {name!r}, ...)``; see " \
                     f":func:`dasklbfgs.minimize` for ``model``, ``data``, ``client``, ``x0``, ``callback`` " \
                     f"and ``eval_data``.\n\n    Options\n    -------\n{options_doc(options)}"
