@@ -1,4 +1,11 @@
-"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``."""
+"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``.
+
+An embedded cluster is started ready for a first run: its workers start with Sandblaster's
+portion service (:mod:`dasklbfgs.solvers.sandblaster.portion_service`), importing what a
+portion needs while they spawn, side by side, and this process imports the run's own modules
+(:func:`~dasklbfgs.solvers.registry.import_for_runs`) on a thread meanwhile, so that the first
+``minimize`` costs what the next ones do beyond its shard load (``benchmarks/first_run.py``).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import contextlib
 import gc
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -99,6 +107,9 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
         from dasklbfgs.monitor.dashboard import register
 
         register()  # the "Training" page, before the scheduler builds its dashboard
+    from dasklbfgs.solvers.sandblaster.portion_service import PortionService
+
+    threading.Thread(target=_import_for_runs, name="dasklbfgs-import-for-runs", daemon=True).start()
     cluster_kwargs = dict(
         n_workers=n_workers or (os.cpu_count() or 1),
         threads_per_worker=threads_per_worker,
@@ -109,6 +120,8 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
         # on loopback and on a free port rather than the default 8787.
         scheduler_kwargs=None if dashboard_address else {"dashboard_address": "127.0.0.1:0"},
         memory_limit=memory_limit,
+        # a plugin of every worker the cluster starts (restarts and scale-ups too)
+        plugins=(PortionService(),),
     )
     if security is None:
         return _low_latency(Client(direct_to_workers=True, **cluster_kwargs))
@@ -123,6 +136,17 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
     client = Client(cluster, security=security, direct_to_workers=True)
     client._start_arg = None  # the client owns this cluster: close it with the client
     return _low_latency(client)
+
+
+def _import_for_runs() -> None:
+    """The run's modules, imported while the workers start (a thread: nothing waits for it;
+    a run imports what it needs itself, and says what is wrong if that fails)."""
+    from dasklbfgs.solvers.registry import import_for_runs
+
+    try:
+        import_for_runs()
+    except Exception:  # noqa: BLE001 - only a head start: the run imports these again
+        logger.debug("importing the run's modules ahead of the first run failed", exc_info=True)
 
 
 def _reach(what: str, timeout: float, **kwargs: Any) -> Client:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from dasklbfgs.solvers.result import Result
 
 __all__ = ["Solver", "SolverRun", "register", "get_solver", "solver_names", "minimize", "solver_function",
-           "options_table", "planned_by"]
+           "options_table", "PlannedBy", "import_for_runs"]
 
 
 class SolverRun(Protocol):
@@ -86,16 +86,19 @@ class Solver:
         return self.stats.unit
 
 
-def planned_by(module: str, function: str) -> Callable[[RunContext], SolverRun]:
+class PlannedBy:
     """A solver's ``plan`` that is ``module.function``, imported when a run is planned (the
-    module docstring says why)."""
+    module docstring says why); ``module`` is what :func:`import_for_runs` imports ahead."""
 
-    def plan(context: RunContext) -> SolverRun:
-        planned: Callable[[RunContext], SolverRun] = getattr(importlib.import_module(module), function)
+    def __init__(self, module: str, function: str) -> None:
+        self.module, self.function = module, function
+
+    def __call__(self, context: RunContext) -> SolverRun:
+        planned: Callable[[RunContext], SolverRun] = getattr(importlib.import_module(self.module), self.function)
         return planned(context)
 
-    plan.__name__ = plan.__qualname__ = function
-    return plan
+    def __repr__(self) -> str:
+        return f"{self.module}.{self.function}"
 
 
 _SOLVERS: dict[str, Solver] = {}
@@ -126,6 +129,19 @@ def get_solver(name: str) -> Solver:
     if name not in solvers:
         raise ConfigurationError(f"solver must be one of {tuple(solvers)!r}, got {name!r}")
     return solvers[name]
+
+
+def import_for_runs() -> None:
+    """Import what a run of the default solver (the first registered) needs in this process:
+    the run's context and the solver's coordinator (Dask's client side, scipy.optimize).
+
+    :func:`dasklbfgs.connect` calls it on a thread while an embedded cluster's workers
+    start, so that the first run does not pay for it.
+    """
+    importlib.import_module("dasklbfgs.solvers.context")
+    plan = get_solver(solver_names()[0]).plan
+    if isinstance(plan, PlannedBy):
+        importlib.import_module(plan.module)
 
 
 def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None, values: Mapping[str, Any]

@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from dasklbfgs._lazy import lazy_exports
 from dasklbfgs.solvers.downpour.options import DownpourOptions
-from dasklbfgs.solvers.registry import Solver, planned_by, register, solver_function
+from dasklbfgs.solvers.registry import PlannedBy, Solver, register, solver_function
 from dasklbfgs.solvers.stats import DownpourStats
 
 if TYPE_CHECKING:
@@ -32,6 +32,6 @@ SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
     staleness, bytes moved, pushes per shard, steps per replica)."""
 
 SOLVER = register(Solver("downpour", DownpourOptions,
-                         planned_by("dasklbfgs.solvers.downpour.coordinator", "plan_downpour"), SUMMARY, DownpourStats,
+                         PlannedBy("dasklbfgs.solvers.downpour.coordinator", "plan_downpour"), SUMMARY, DownpourStats,
                          l1_optimizers=("ftrl",)))
 downpour_sgd = solver_function("downpour_sgd", "downpour", DownpourOptions, SUMMARY)

@@ -8,14 +8,14 @@ on its worker; messages between replicas go through mailboxes, never through the
 """
 
 from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
-from dasklbfgs.solvers.registry import Solver, planned_by, register, solver_function
+from dasklbfgs.solvers.registry import PlannedBy, Solver, register, solver_function
 from dasklbfgs.solvers.stats import PeerStats
 
 __all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "SyncOptions", "easgd", "gossip_sgd",
            "neighbour_sgd", "sync_sgd"]
 
 #: The peers' coordinator (Dask), imported when a run is planned.
-plan_peers = planned_by("dasklbfgs.solvers.peers.coordinator", "plan_peers")
+plan_peers = PlannedBy("dasklbfgs.solvers.peers.coordinator", "plan_peers")
 
 _RESULT = """
 

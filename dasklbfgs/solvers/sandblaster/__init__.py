@@ -4,7 +4,7 @@
 from typing import TYPE_CHECKING
 
 from dasklbfgs._lazy import lazy_exports
-from dasklbfgs.solvers.registry import Solver, planned_by, register, solver_function
+from dasklbfgs.solvers.registry import PlannedBy, Solver, register, solver_function
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.stats import SandblasterStats
 
@@ -27,7 +27,7 @@ SUMMARY = """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFG
     status, success, message, history, stats, run_id``)."""
 
 SOLVER = register(Solver("sandblaster", SandblasterOptions,
-                         planned_by("dasklbfgs.solvers.sandblaster.coordinator", "plan_sandblaster"), SUMMARY,
+                         PlannedBy("dasklbfgs.solvers.sandblaster.coordinator", "plan_sandblaster"), SUMMARY,
                          SandblasterStats,
                          deterministic=True, takes_l1=True))
 sandblaster_lbfgs = solver_function("sandblaster_lbfgs", "sandblaster", SandblasterOptions, SUMMARY)
