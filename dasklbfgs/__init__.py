@@ -58,5 +58,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "Status": "dasklbfgs.optim",
     "ShardedDataset": "dasklbfgs.data",
     "make_dataset": "dasklbfgs.data",
-    "connect": "dasklbfgs.cluster",
+    # through the solvers, which register what an embedded cluster starts with (the portion
+    # service on its workers: dasklbfgs.cluster.prepare_embedded_clusters)
+    "connect": "dasklbfgs.solvers",
 })

@@ -20,12 +20,16 @@ from dasklbfgs.solvers.peers import (  # isort: skip
 )
 from dasklbfgs.solvers.registry import Solver, get_solver, minimize, options_table, register, solver_names
 
+# The cluster the solvers run on: ``dasklbfgs.connect`` is found here, so that the solvers
+# above have registered what an embedded cluster starts with before it starts.
+from dasklbfgs.cluster import connect  # isort: skip
+
 if TYPE_CHECKING:
     from dasklbfgs.solvers.result import Result
 
 __all__ = [
     "DownpourOptions", "EASGDOptions", "Result", "GossipOptions", "NeighbourOptions", "SandblasterOptions", "Solver",
-    "SyncOptions", "downpour_sgd", "easgd", "get_solver", "gossip_sgd", "minimize", "neighbour_sgd",
+    "SyncOptions", "connect", "downpour_sgd", "easgd", "get_solver", "gossip_sgd", "minimize", "neighbour_sgd",
     "options_table", "register", "sandblaster_lbfgs", "solver_names", "sync_sgd",
 ]
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from dasklbfgs.cluster import prepare_embedded_clusters
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.options import Options, describe_default, options_doc
 from dasklbfgs.solvers.stats import RunStats
@@ -136,12 +137,15 @@ def import_for_runs() -> None:
     the run's context and the solver's coordinator (Dask's client side, scipy.optimize).
 
     :func:`dasklbfgs.connect` calls it on a thread while an embedded cluster's workers
-    start, so that the first run does not pay for it.
+    start, so that the first run does not pay for it (registered below).
     """
     importlib.import_module("dasklbfgs.solvers.context")
     plan = get_solver(solver_names()[0]).plan
     if isinstance(plan, PlannedBy):
         importlib.import_module(plan.module)
+
+
+prepare_embedded_clusters(while_workers_start=(__name__, "import_for_runs"))
 
 
 def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None, values: Mapping[str, Any]

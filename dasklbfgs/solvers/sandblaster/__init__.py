@@ -4,6 +4,7 @@
 from typing import TYPE_CHECKING
 
 from dasklbfgs._lazy import lazy_exports
+from dasklbfgs.cluster import prepare_embedded_clusters
 from dasklbfgs.solvers.registry import PlannedBy, Solver, register, solver_function
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.stats import SandblasterStats
@@ -31,3 +32,7 @@ SOLVER = register(Solver("sandblaster", SandblasterOptions,
                          SandblasterStats,
                          deterministic=True, takes_l1=True))
 sandblaster_lbfgs = solver_function("sandblaster_lbfgs", "sandblaster", SandblasterOptions, SUMMARY)
+
+# Workers of an embedded cluster start with the portion service (the evaluation's fast path),
+# importing what a portion needs while they spawn rather than in the first run.
+prepare_embedded_clusters(worker_plugin=("dasklbfgs.solvers.sandblaster.portion_service", "PortionService"))
