@@ -61,8 +61,10 @@ def start_seconds(tree: Path, args: list[str]) -> float:
     """Wall seconds of one fresh interpreter (the worker import: the seconds it printed)."""
     started = time.perf_counter()
     done = subprocess.run([sys.executable, *args], env=env_for(tree), cwd=tree, capture_output=True, text=True,
-                          check=True)
+                          check=False)
     seconds = time.perf_counter() - started
+    if done.returncode:
+        raise RuntimeError(f"python {' '.join(args)} failed with {tree}:\n{done.stderr[-3000:]}")
     return float(done.stdout) if args[-1] == WORKER_IMPORT else seconds
 
 
