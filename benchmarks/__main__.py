@@ -50,6 +50,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "out_of_core": ("out-of-core", ["--rows", "1000000", "--memory-limit", "400MiB", "--maxiter", "3",
                                     "--repeats", "2"]),
     "remote": ("remote", ["--rows", "40000", "--shard-rows", "5000", "--repeats", "2"]),
+    "first_run": ("first-run", ["--rows", "200000", "--repeats", "1", "--starts", "2"]),
 }
 
 

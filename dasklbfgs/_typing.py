@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from typing import Any, Protocol, Union
 
@@ -72,6 +73,16 @@ class Dataset(Protocol):
     def load_rows(self, start: int, stop: int) -> tuple[Any, np.ndarray]: ...
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None: ...
+
+
+def is_sparse(X: Any) -> bool:
+    """Whether ``X`` is a scipy.sparse matrix or array (any format).
+
+    Asked without importing scipy.sparse: none exists before it is imported, and a dense run
+    (the command line, a worker holding dense shards) does not need it.
+    """
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and bool(sparse.issparse(X))
 
 
 #: a dataset, or the path of one (:func:`~dasklbfgs.data.sharded.as_dataset` opens it)

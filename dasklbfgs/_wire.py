@@ -5,8 +5,8 @@ from __future__ import annotations
 import gc
 
 import numpy as np
-import scipy.sparse as sp
 
+from dasklbfgs._typing import is_sparse
 from dasklbfgs.models.compact_rows import CompactColumns
 
 __all__ = ["aligned", "free_answered_calls"]
@@ -20,7 +20,7 @@ def aligned(a: np.ndarray) -> np.ndarray:
     arrays to BLAS but uses its own loop, which rounds differently (and runs slower), so
     the same portion would give other bits on a copied shard than on the original.
     """
-    if sp.issparse(a) or isinstance(a, CompactColumns):  # scipy's sparse products are its own loops,
+    if is_sparse(a) or isinstance(a, CompactColumns):  # scipy's sparse products are its own loops,
         return a                                          # whatever the alignment
     return a if a.flags.aligned else np.require(a, requirements="A")
 

@@ -1,4 +1,15 @@
-"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``."""
+"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``.
+
+An embedded cluster is started ready for a first run (:func:`prepare_embedded_clusters`): its
+workers start with the worker plugins the solvers registered (Sandblaster's portion service),
+importing what a portion needs while they spawn, side by side, and this process imports a
+run's own modules on a thread meanwhile, so that the first ``minimize`` costs what the next
+ones do beyond its shard load (``benchmarks/first_run.py``). The solvers register them (this
+layer names no solver), by module and name, so that registering imports nothing: the
+command line imports the solvers for their options.
+
+Dask loads with the first client, not with this module.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +17,37 @@ import contextlib
 import gc
 import logging
 import os
+import threading
 from collections.abc import Iterator
-from typing import Any
-
-from distributed import Client
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from dasklbfgs.data._client import active_client
 from dasklbfgs.errors import ClusterConnectionError, ConfigurationError
 
-__all__ = ["connect", "resolve_client", "SCHEDULER_ENV"]
+if TYPE_CHECKING:
+    from distributed import Client
+
+__all__ = ["connect", "resolve_client", "prepare_embedded_clusters", "SCHEDULER_ENV"]
 
 SCHEDULER_ENV = "DASKLBFGS_SCHEDULER"
 logger = logging.getLogger(__name__)
+
+#: ``(module, class)`` of the worker plugins an embedded cluster's workers start with.
+_WORKER_PLUGINS: list[tuple[str, str]] = []
+#: ``(module, function)`` this process runs on a thread while an embedded cluster starts.
+_WHILE_WORKERS_START: list[tuple[str, str]] = []
+
+
+def prepare_embedded_clusters(*, worker_plugin: tuple[str, str] | None = None,
+                              while_workers_start: tuple[str, str] | None = None) -> None:
+    """Start every embedded cluster with ``worker_plugin`` (``(module, class)``: a
+    ``WorkerPlugin`` made with no arguments) on its workers, and run ``while_workers_start``
+    (``(module, function)``, no arguments) on a thread of this process as they start."""
+    if worker_plugin is not None and worker_plugin not in _WORKER_PLUGINS:
+        _WORKER_PLUGINS.append(worker_plugin)
+    if while_workers_start is not None and while_workers_start not in _WHILE_WORKERS_START:
+        _WHILE_WORKERS_START.append(while_workers_start)
 
 
 def connect(
@@ -100,6 +130,10 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
         from dasklbfgs.monitor.dashboard import register
 
         register()  # the "Training" page, before the scheduler builds its dashboard
+    from distributed import Client
+
+    plugins = tuple(getattr(import_module(module), name)() for module, name in _WORKER_PLUGINS)
+    threading.Thread(target=_while_workers_start, name="dasklbfgs-while-workers-start", daemon=True).start()
     cluster_kwargs = dict(
         n_workers=n_workers or (os.cpu_count() or 1),
         threads_per_worker=threads_per_worker,
@@ -110,6 +144,8 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
         # on loopback and on a free port rather than the default 8787.
         scheduler_kwargs=None if dashboard_address else {"dashboard_address": "127.0.0.1:0"},
         memory_limit=memory_limit,
+        # a plugin of every worker the cluster starts (restarts and scale-ups too)
+        plugins=plugins,
     )
     if security is None:
         return _low_latency(Client(direct_to_workers=True, **cluster_kwargs))
@@ -126,8 +162,20 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
     return _low_latency(client)
 
 
+def _while_workers_start() -> None:
+    """What the solvers asked to do while the workers start (a thread: nothing waits for it;
+    it is a head start, such as importing a run's modules, which the run does again if need be)."""
+    for module, name in _WHILE_WORKERS_START:
+        try:
+            getattr(import_module(module), name)()
+        except Exception:  # noqa: BLE001 - only a head start: the run does it again and says what is wrong
+            logger.debug("%s.%s failed while the workers started", module, name, exc_info=True)
+
+
 def _reach(what: str, timeout: float, **kwargs: Any) -> Client:
     """Connect to an existing scheduler, or fail within ``timeout`` with a clear error."""
+    from distributed import Client
+
     try:
         client = Client(direct_to_workers=True, timeout=timeout, **kwargs)
     except (TypeError, OSError, TimeoutError) as exc:

@@ -14,12 +14,12 @@ PACKAGE = ROOT / "dasklbfgs"
 
 #: each part of the package and its layer: a module imports its own layer or lower ones
 LAYERS = {
-    0: {"errors", "options", "_typing", "_version", "_format", "_checks", "allocator", "_recent"},
+    0: {"errors", "options", "_typing", "_version", "_format", "_checks", "allocator", "_recent", "_lazy"},
     1: {"optim"},
     2: {"models", "data", "_wire", "checkpoint_store"},
     3: {"cluster", "monitor", "parallel", "_actors"},
     4: {"solvers"},
-    5: {"estimators", "_fit_stores", "cli", "pipeline", "sandblaster", "downpour", "events", "__init__"},
+    5: {"estimators", "_fit_stores", "cli", "pipeline", "sandblaster", "downpour", "events", "__init__", "__main__"},
 }
 LAYER_OF = {part: layer for layer, parts in LAYERS.items() for part in parts}
 SOLVER_FAMILIES = ("sandblaster", "downpour", "peers")

@@ -138,3 +138,19 @@ def test_workers_get_the_allocator_tuning_unless_asked_not_to() -> None:
     with connect(n_workers=1, dashboard_address=None, tune_allocator=False) as client:
         assert list(client.run(_allocator_state).values()) == [None]
         assert list(client.run(_arenas_added_by_threads).values())[0] > 0
+
+
+def _portion_service_state(dask_worker) -> tuple[bool, bool]:
+    from dasklbfgs.solvers.sandblaster.portion_service import HANDLER, PortionService
+
+    return PortionService.name in dask_worker.plugins, HANDLER in dask_worker.handlers
+
+
+def test_an_embedded_clusters_workers_start_with_the_portion_service() -> None:
+    """Ready for a first run: the service is there before any run registers it, also on a
+    worker the cluster adds later (and a run registering it again changes nothing)."""
+    with connect(n_workers=1, dashboard_address=None) as client:
+        assert list(client.run(_portion_service_state).values()) == [(True, True)]
+        client.cluster.scale(2)
+        client.wait_for_workers(2)
+        assert list(client.run(_portion_service_state).values()) == [(True, True)] * 2

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Iterator
-
-from distributed import Client
+from typing import TYPE_CHECKING
 
 from dasklbfgs.cli.interrupt import Interrupt, shielded_start
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["add_cluster_arguments", "closing", "cluster_from_args", "dashboard_line", "dashboard_link"]
 

@@ -18,7 +18,7 @@ ZERO_BASED: dict[str, bool | str] = {"auto": "auto", "true": True, "false": Fals
 def add_parser(data_sub: Any) -> None:
     from dasklbfgs.cli.cluster_args import add_cluster_arguments
     from dasklbfgs.cli.storage_args import add_storage_arguments
-    from dasklbfgs.data.frame_input import DEFAULT_ONE_HOT_MAX_LEVELS
+    from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
 
     command_parser = data_sub.add_parser(
         "import", help="write Parquet, CSV or svmlight files as a dataset, read by the workers",

@@ -8,14 +8,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
-
-from distributed import Client
+from typing import TYPE_CHECKING, Any
 
 from dasklbfgs.cli.cluster_args import closing, dashboard_line, dashboard_link
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line, shielded_start
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.training import train_with_progress
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["add_parser"]
 

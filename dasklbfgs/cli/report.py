@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from scipy.optimize import OptimizeResult
+from typing import TYPE_CHECKING, Any
 
 from dasklbfgs._format import human_bytes
-from dasklbfgs._typing import Dataset
-from dasklbfgs.models.base import Model
 from dasklbfgs.models.metrics import SCORES, evaluate_model, score_name
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
+
+    from dasklbfgs._typing import Dataset
+    from dasklbfgs.models.base import Model
 
 __all__ = ["format_report", "interrupted_report", "train_report"]
 
@@ -17,7 +19,7 @@ __all__ = ["format_report", "interrupted_report", "train_report"]
 def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Dataset | None) -> dict[str, Any]:
     """The run's facts as plain data (the JSON of ``--json`` and the ``.npz`` report): the
     model, the outcome, the train (and test) scores, the solver family's summary
-    (:meth:`~dasklbfgs.solvers.result.RunStats.summary`) and its rendered ``work`` lines."""
+    (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and its rendered ``work`` lines."""
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from distributed import Client
-from scipy.optimize import OptimizeResult
+from typing import TYPE_CHECKING
 
-from dasklbfgs._typing import Dataset
 from dasklbfgs.cli.interrupt import Interrupt
-from dasklbfgs.models.base import Model
-from dasklbfgs.options import Options
 from dasklbfgs.solvers.common_options import without_held_out
 from dasklbfgs.solvers.registry import get_solver, minimize
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from scipy.optimize import OptimizeResult
+
+    from dasklbfgs._typing import Dataset
+    from dasklbfgs.models.base import Model
+    from dasklbfgs.options import Options
 
 __all__ = ["train_with_progress"]
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import zarr
 import zarr.codecs
 from zarr.core.array_spec import ArrayConfigParams
@@ -239,6 +238,8 @@ class ShardFormat:
             raise InvalidDataError(
                 f"X value {X.data[i].item()!r} in shard {shard} at row {row}, column {int(X.indices[i])} does not "
                 f"fit the stored dtype {values.dtype} (fixed by the first block or the dtype argument)")
+        import scipy.sparse as sp  # loaded with sparse data only (dasklbfgs._typing.is_sparse)
+
         return sp.csr_array((values, X.indices, X.indptr), shape=X.shape)
 
     def write(self, group: zarr.Group, X: Any, y: np.ndarray, w: np.ndarray | None, *, first_row: int,

@@ -19,12 +19,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import scipy.sparse as sp
 import zarr
 
+from dasklbfgs._typing import is_sparse
 from dasklbfgs.errors import InvalidDataError
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from dasklbfgs.data.location import Location
 
 __all__ = ["row_of_value", "is_sparse", "index_dtype", "as_csr", "check_csr", "write_csr_shard", "read_csr_shard",
@@ -41,13 +43,10 @@ def index_dtype(n_features: int, nnz: int) -> np.dtype:
     return np.dtype(np.int32 if max(n_features, nnz) <= _INT32_LIMIT else np.int64)
 
 
-def is_sparse(X: Any) -> bool:
-    """A scipy.sparse matrix or array (any format)."""
-    return sp.issparse(X)
-
-
 def as_csr(X: Any) -> sp.csr_array:
     """``X`` as a ``csr_array`` (a sparse block of any format, or CSR parts) without a dense copy."""
+    import scipy.sparse as sp  # here and below: scipy.sparse loads with sparse data (is_sparse says why)
+
     return X if isinstance(X, sp.csr_array) else sp.csr_array(X)
 
 
@@ -129,6 +128,8 @@ def csr_of_parts(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, rows
     if len(indptr) != rows + 1 or indptr[-1] != len(data) or len(indices) != len(data):
         raise ValueError(f"its parts do not fit together ({len(data)} values, {len(indices)} column indices, "
                          f"{len(indptr)} row pointers for {rows} rows)")
+    import scipy.sparse as sp
+
     return sp.csr_array((data, indices, indptr), shape=(rows, n_features))
 
 
@@ -140,6 +141,8 @@ def csr_nbytes(nnz: int, rows: int, n_features: int, itemsize: int) -> int:
 
 def vstack_csr(blocks: list[sp.csr_array], n_features: int, dtype: np.dtype) -> sp.csr_array:
     """Rows of ``blocks`` one after the other, as one CSR array."""
+    import scipy.sparse as sp
+
     if not blocks:
         return sp.csr_array((0, n_features), dtype=dtype)
     if len(blocks) == 1:

@@ -21,7 +21,8 @@ from dasklbfgs.data._sparse import as_csr, is_sparse
 from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
 from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
-from dasklbfgs.data.frame_input import DEFAULT_ONE_HOT_MAX_LEVELS, frame_pieces
+from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
+from dasklbfgs.data.frame_input import frame_pieces
 from dasklbfgs.data.location import Location, options_for
 from dasklbfgs.data.svmlight_input import DEFAULT_BLOCK_BYTES, svmlight_pieces
 from dasklbfgs.data.worker_writes import write_on_workers

@@ -19,11 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs.data.synthetic import GENERATOR_BLOCK_ROWS, seeded_blocks
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["ClickLogs", "DEFAULT_HASHED_FEATURES", "N_FIELDS", "CROSSES", "POSITIVE_RATE"]
 
@@ -86,6 +89,8 @@ class ClickLogs:
 
     def blocks(self, n_rows: int, *, first_block: int = 0) -> Iterator[tuple[sp.csr_array, np.ndarray]]:
         """Yield ``(X, y)`` blocks that together hold ``n_rows`` rows."""
+        import scipy.sparse as sp  # with the data: the command line reads this module's constants
+
         weights, bias = self.teacher
         for rng, rows in seeded_blocks(n_rows, _BLOCK_ROWS, self.seed, first_block):
             columns = self._columns(rng, rows)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs.data._shard_format import ShardFormat
 from dasklbfgs.data._sparse import is_sparse
@@ -30,6 +29,7 @@ def dask_pieces(X: Any, y: Any, w: Any, *, shard_rows: int, dtype: Any, compress
     arrays, or numpy for ``y``/``w``), none of them computed here."""
     import dask
     import dask.array as da
+    import scipy.sparse as sp  # loaded with sparse data only
 
     X = _known_rows(da.asarray(X) if not is_dask_collection(X) else X)
     if X.ndim != 2:
@@ -82,6 +82,8 @@ def _rows_like(values: Any, row_chunks: tuple[int, ...], name: str) -> Any:
 
 def _row_block(x_parts: list[Any], y: np.ndarray, w: np.ndarray | None) -> tuple[Any, np.ndarray, Any]:
     """One row chunk: ``X``'s column chunks side by side, with its labels and weights."""
+    import scipy.sparse as sp  # loaded with sparse data only
+
     if len(x_parts) == 1:
         X = x_parts[0]
     elif any(is_sparse(p) for p in x_parts):

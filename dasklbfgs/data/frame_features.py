@@ -22,11 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs.errors import InvalidDataError
 
-__all__ = ["FrameFeatures"]
+__all__ = ["FrameFeatures", "DEFAULT_ONE_HOT_MAX_LEVELS"]
+
+#: A text column with at most this many levels is one-hot encoded; one with more is hashed.
+DEFAULT_ONE_HOT_MAX_LEVELS = 32
 
 CROSS_SEPARATOR = "^"
 
@@ -90,6 +92,8 @@ class FrameFeatures:
 
     def features(self, frame: Any, *, first_row: int = 0) -> Any:
         """``X`` of a pandas DataFrame: dense float64, or CSR when hashed."""
+        import scipy.sparse as sp  # loaded with sparse data only
+
         rows = len(frame)
         numeric = [_numbers(frame[c], c, first_row) for c in self.numeric]
         coded = []  # (column offset, code per row: -1 for none)
@@ -177,6 +181,7 @@ def _level_codes(series: Any, levels: tuple[str, ...]) -> np.ndarray:
 def _hashed(strings: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:
     """Column and sign of each string, as scikit-learn's ``FeatureHasher`` places it:
     each distinct string hashed once."""
+    import scipy.sparse as sp  # loaded with sparse data only
     from sklearn.feature_extraction import FeatureHasher
 
     if strings.size == 0:

@@ -17,10 +17,7 @@ from dasklbfgs.data._shard_format import MAX_LABELS_COUNTED, ShardFormat
 from dasklbfgs.data.frame_features import FrameFeatures
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
-__all__ = ["frame_pieces", "DEFAULT_ONE_HOT_MAX_LEVELS"]
-
-#: A string column with at most this many levels is one-hot encoded; one with more is hashed.
-DEFAULT_ONE_HOT_MAX_LEVELS = 32
+__all__ = ["frame_pieces"]
 
 
 def frame_pieces(

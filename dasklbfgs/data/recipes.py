@@ -11,14 +11,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from dasklbfgs.data._writer import check_remote_target, check_target, written_aside
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
 from dasklbfgs.data.location import Location
-from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.data.text_hashed import DEFAULT_TEXT_FEATURES, HashedDocstrings
 from dasklbfgs.data.text_hashed import N_CLASSES as N_TEXT_CLASSES
@@ -32,6 +30,9 @@ from dasklbfgs.data.workloads import (
 )
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.options import Options, option, options_doc
+
+if TYPE_CHECKING:
+    from dasklbfgs.data.sharded import ShardedDataset
 
 TEST_BLOCK_OFFSET = 1_000_000  # test rows come from generator blocks no train row uses
 DEFAULT_CLASSES = {"multinomial": 3, "acoustic": 128, "text-hashed": N_TEXT_CLASSES}
@@ -110,8 +111,14 @@ def make_dataset(kind: str, path: os.PathLike[str] | str, *, overwrite: bool = F
     -------
     {options}
     """
+    # zarr and the writer load when a recipe writes: the command line reads RECIPES for its flags
+    from dasklbfgs.data._writer import check_target, written_aside
+    from dasklbfgs.data.sharded import ShardedDataset
+
     if kind not in RECIPES:
         raise ConfigurationError(f"dataset kind must be one of {tuple(RECIPES)!r}, got {kind!r}")
+    from dasklbfgs.data._writer import check_remote_target
+
     recipe = RECIPES[kind]
     checked = recipe.options(options)
     location = Location.of(path, storage_options)

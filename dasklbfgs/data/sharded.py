@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
-import scipy.sparse as sp
 import zarr
 
 from dasklbfgs.data import _remote_shards as remote
@@ -409,6 +408,7 @@ class ShardedDataset(DatasetWriters):
         chunks when the dataset is sparse)."""
         import dask
         import dask.array as da
+        import scipy.sparse as sp
 
         X, y = self._arrays()
         if not self.is_sparse:

@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs.data._shard_format import ShardFormat
 from dasklbfgs.data.location import Location, has_scheme
 from dasklbfgs.errors import ConfigurationError, InvalidDataError, StoreError
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["svmlight_pieces", "DEFAULT_BLOCK_BYTES"]
 
@@ -40,6 +42,7 @@ def svmlight_pieces(
     """``(pieces, rows per piece, format)`` of svmlight files; the parsed ranges are
     released on leaving."""
     import dask
+    import scipy.sparse as sp  # loaded with sparse data only
 
     if zero_based not in (True, False, "auto"):
         raise ConfigurationError(f"zero_based must be True, False or 'auto', got {zero_based!r}")
@@ -89,6 +92,7 @@ def _byte_ranges(path: str, size: int, block_bytes: int) -> list[tuple[int, int]
 
 def _parse(fs: Any, path: str, offset: int, length: int) -> tuple[sp.csr_array, np.ndarray]:
     """Task: the rows of one byte range, with the file's column indices as written."""
+    import scipy.sparse as sp  # loaded with sparse data only
     from sklearn.datasets import load_svmlight_file
 
     where = f"{path!r}" + ("" if offset == 0 and length == -1 else f" (bytes from {offset})")
@@ -132,6 +136,8 @@ def _indexing(files: list[tuple[Any, str]], stats: list[tuple[int, int, int, int
 
 
 def _as_block(block: tuple[sp.csr_array, np.ndarray], shift: int, width: int) -> tuple[sp.csr_array, np.ndarray, None]:
+    import scipy.sparse as sp  # loaded with sparse data only
+
     X, y = block
     indices = X.indices - shift if shift else X.indices
     return sp.csr_array((X.data, indices, X.indptr), shape=(X.shape[0], width)), y, None

@@ -17,12 +17,15 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs.data._stdlib_text import BOUNDARY, module_docstrings, tokenize
 from dasklbfgs.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["HashedDocstrings", "DEFAULT_TEXT_FEATURES", "N_CLASSES"]
 
@@ -85,6 +88,8 @@ class HashedDocstrings:
 
     def blocks(self, split: str) -> Iterator[tuple[sp.csr_array, np.ndarray]]:
         """One block with every row of ``split`` (a few thousand rows: small)."""
+        import scipy.sparse as sp  # with the data: the command line reads this module's constants
+
         docs = self._documents[split]
         default_idf = float(np.log(1 + len(self._documents["train"])) + 1.0)  # a column no training row has
         indptr, indices, values = [0], [], []

@@ -18,12 +18,14 @@ order as on the portion's own columns. So the bits do not change.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs.models.sums import renumber
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 __all__ = ["CompactColumns"]
 
@@ -42,6 +44,8 @@ class CompactColumns:
         """``X`` (any scipy.sparse matrix or array) on its distinct columns."""
         if isinstance(X, CompactColumns):
             return X
+        import scipy.sparse as sp  # here and in to_csr: only sparse data make these (is_sparse)
+
         X = sp.csr_array(X)
         columns, renumbered = renumber(X.indices)
         local = sp.csr_array((X.data, renumbered, X.indptr), shape=(X.shape[0], len(columns)))
@@ -63,5 +67,7 @@ class CompactColumns:
 
     def to_csr(self) -> sp.csr_array:
         """The rows as a CSR array on the original columns."""
+        import scipy.sparse as sp
+
         local = self.local
         return sp.csr_array((local.data, self.columns[local.indices], local.indptr), shape=self.shape)

@@ -21,10 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
-import scipy.sparse as sp
 
 from dasklbfgs._checks import check_int
-from dasklbfgs._typing import Dataset
+from dasklbfgs._typing import Dataset, is_sparse
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import schema
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
@@ -115,7 +114,7 @@ class LinearModel(Model):
         products cost its non-zeros.
         """
         w = self.row_weights(y, w)
-        if sp.issparse(X):
+        if is_sparse(X):
             return self._sparse_loss_grad_sum(params, X.tocsr(), y, w)
         if X.dtype.kind != "f":  # integer-coded features: compute in float64, never truncate W
             X = X.astype(np.float64)
@@ -166,7 +165,7 @@ class LinearModel(Model):
         value receives the same products in the same order as in :meth:`loss_grad_sum`
         (renumbering keeps each row's order), so the numbers are its bits. Dense X:
         :meth:`loss_grad_sum`."""
-        if not (sp.issparse(X) or isinstance(X, CompactColumns)):
+        if not (is_sparse(X) or isinstance(X, CompactColumns)):
             return super().portion_loss_grad_sum(params, X, y, w)
         rows = CompactColumns.of(X)
         K, n_coef = self.n_outputs, self.n_coef
@@ -196,7 +195,7 @@ class LinearModel(Model):
 
     def touched_rows(self, X: Any) -> np.ndarray:
         """The features (rows of W) with a value in a row of ``X``, sorted."""
-        if sp.issparse(X):
+        if is_sparse(X):
             return np.unique(X.tocsr().indices)
         return np.flatnonzero(np.any(np.asarray(X) != 0, axis=0))
 
@@ -221,7 +220,7 @@ class LinearModel(Model):
 
     def decision_function(self, params: np.ndarray, X: Any) -> np.ndarray:
         W, b = self.unpack(np.asarray(params, dtype=np.float64))
-        z = (X.tocsr() if sp.issparse(X) else np.asarray(X)) @ W
+        z = (X.tocsr() if is_sparse(X) else np.asarray(X)) @ W
         return z + (b if self.n_outputs > 1 else b[0])
 
     def _config(self) -> dict[str, Any]:

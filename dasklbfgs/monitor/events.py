@@ -28,12 +28,14 @@ from __future__ import annotations
 import os
 import uuid
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from distributed import Client
 
 from dasklbfgs.errors import MetricsWarning
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 __all__ = ["TOPIC", "MetricsStream", "plain_event", "start_facts"]
 

@@ -12,16 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import partial
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-from scipy.optimize import OptimizeResult
 
 from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
 from dasklbfgs.options import Options, option
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
 
 __all__ = ["LBFGSOptions", "LBFGSState", "lbfgs_minimize", "Status"]
 
@@ -155,6 +157,9 @@ def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
     place or returns ``(status, message)`` when it cannot. The history's times count from
     ``started`` (a ``time.perf_counter()`` value: the run's start, its first evaluation included).
     """
+    # scipy.optimize loads with a run: this module's options are read by the command line.
+    from scipy.optimize import OptimizeResult
+
     started = time.perf_counter() if started is None else started
     status, message = _check_gradient(space, opts)
     while status is None:

@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.optimize import OptimizeResult
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.basis import LocalBasis, keep_pair
@@ -41,6 +40,9 @@ from dasklbfgs.optim.lbfgs import (
 )
 from dasklbfgs.optim.linesearch import backtracking_armijo
 from dasklbfgs.optim.two_loop import two_loop_coefficients
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
 
 __all__ = ["align_direction", "l1_weights", "orthant_of", "owlqn_minimize", "project_to_orthant", "pseudo_gradient"]
 

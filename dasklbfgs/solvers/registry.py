@@ -16,22 +16,27 @@ solver names are written nowhere else.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from scipy.optimize import OptimizeResult
-
-from dasklbfgs._typing import DatasetLike
+from dasklbfgs.cluster import prepare_embedded_clusters
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.models.base import Model
 from dasklbfgs.options import Options, describe_default, options_doc
-from dasklbfgs.solvers.context import RunContext
-from dasklbfgs.solvers.result import Result, RunStats
+from dasklbfgs.solvers.stats import RunStats
+
+if TYPE_CHECKING:
+    from scipy.optimize import OptimizeResult
+
+    from dasklbfgs._typing import DatasetLike
+    from dasklbfgs.models.base import Model
+    from dasklbfgs.solvers.context import RunContext
+    from dasklbfgs.solvers.result import Result
 
 __all__ = ["Solver", "SolverRun", "register", "get_solver", "solver_names", "minimize", "solver_function",
-           "options_table"]
+           "options_table", "PlannedBy", "import_for_runs"]
 
 
 class SolverRun(Protocol):
@@ -82,6 +87,21 @@ class Solver:
         return self.stats.unit
 
 
+class PlannedBy:
+    """A solver's ``plan`` that is ``module.function``, imported when a run is planned (the
+    module docstring says why); ``module`` is what :func:`import_for_runs` imports ahead."""
+
+    def __init__(self, module: str, function: str) -> None:
+        self.module, self.function = module, function
+
+    def __call__(self, context: RunContext) -> SolverRun:
+        planned: Callable[[RunContext], SolverRun] = getattr(importlib.import_module(self.module), self.function)
+        return planned(context)
+
+    def __repr__(self) -> str:
+        return f"{self.module}.{self.function}"
+
+
 _SOLVERS: dict[str, Solver] = {}
 
 
@@ -110,6 +130,22 @@ def get_solver(name: str) -> Solver:
     if name not in solvers:
         raise ConfigurationError(f"solver must be one of {tuple(solvers)!r}, got {name!r}")
     return solvers[name]
+
+
+def import_for_runs() -> None:
+    """Import what a run of the default solver (the first registered) needs in this process:
+    the run's context and the solver's coordinator (Dask's client side, scipy.optimize).
+
+    :func:`dasklbfgs.connect` calls it on a thread while an embedded cluster's workers
+    start, so that the first run does not pay for it (registered below).
+    """
+    importlib.import_module("dasklbfgs.solvers.context")
+    plan = get_solver(solver_names()[0]).plan
+    if isinstance(plan, PlannedBy):
+        importlib.import_module(plan.module)
+
+
+prepare_embedded_clusters(while_workers_start=(__name__, "import_for_runs"))
 
 
 def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None, values: Mapping[str, Any]
@@ -148,6 +184,8 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     :class:`~dasklbfgs.solvers.result.Result` (a scipy ``OptimizeResult`` of one shape for
     every solver; its docstring lists the fields).
     """
+    from dasklbfgs.solvers.context import RunContext  # Dask and the run's machinery, with the first run
+
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
@@ -192,7 +230,8 @@ def solver_function(function_name: str, name: str, options: type[Options], summa
                   inspect.Parameter("data", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     parameters += [inspect.Parameter(key, keyword, default=None) for key in _RUN_INPUTS]
     parameters += [inspect.Parameter(n, keyword, default=d) for n, d, _ in options.items()]
-    solve.__signature__ = inspect.Signature(parameters, return_annotation=OptimizeResult)  # type: ignore[attr-defined]
+    # A string: the class is scipy.optimize's, imported by the run, not by the registration.
+    solve.__signature__ = inspect.Signature(parameters, return_annotation="OptimizeResult")  # type: ignore[attr-defined]
     solve.__doc__ = f"{summary}\n\n    Equivalent to ``minimize(model, data, {name!r}, ...)``; see " \
                     f":func:`dasklbfgs.minimize` for ``model``, ``data``, ``client``, ``x0``, ``callback`` " \
                     f"and ``eval_data``.\n\n    Options\n    -------\n{options_doc(options)}"

@@ -1,15 +1,10 @@
-"""The one result type every solver returns, and each solver family's statistics."""
+"""The one result type every solver returns (its ``stats`` are :mod:`dasklbfgs.solvers.stats`)."""
 
 from __future__ import annotations
 
-import math
-from typing import Any, ClassVar
-
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs._format import human_bytes
-
-__all__ = ["DownpourStats", "PeerStats", "Result", "RunStats", "SandblasterStats"]
+__all__ = ["Result"]
 
 
 class Result(OptimizeResult):
@@ -24,8 +19,9 @@ class Result(OptimizeResult):
         poll, every entry with ``step`` and ``time``, with ``loss`` (the quantity
         ``stats.loss_name`` names) where one was measured and ``eval_*`` where held-out data
         was scored), ``solver`` (its registered name), ``run_id`` (the id of its metrics
-        events on the dashboard) and ``stats``: the solver family's :class:`RunStats`, a
-        dict that summarises (:meth:`RunStats.summary`) and renders (:meth:`RunStats.lines`)
+        events on the dashboard) and ``stats``: the solver family's :class:`~dasklbfgs.solvers.stats.RunStats`, a
+        dict that summarises (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and renders
+        (:meth:`~dasklbfgs.solvers.stats.RunStats.lines`)
         itself.
     Sandblaster also
         ``jac``, ``nfev``, ``njev`` as scipy's; history entries also have ``gnorm``,
@@ -37,109 +33,3 @@ class Result(OptimizeResult):
         re-creations after a lost partition, in the one shape
         :func:`~dasklbfgs.parallel.replica.partitions_report` documents.
     """
-
-
-class RunStats(dict[str, Any]):
-    """One run's statistics, as plain JSON-ready facts, and what the family's numbers mean.
-
-    ``unit`` is what ``result.nit`` and a history entry's ``step`` count, ``loss_name`` what
-    a history entry's ``loss`` is. A family's subclass says how to summarise
-    (:meth:`summary`: the figures a report keeps) and render (:meth:`lines`) itself, so no
-    front end needs to know which solver ran.
-    """
-
-    unit: ClassVar[str]
-    loss_name: ClassVar[str]
-    #: the dashboard's Training page shows a panel of per-replica progress
-    has_replicas: ClassVar[bool] = False
-
-    def summary(self, result: Result) -> dict[str, Any]:
-        """The figures a report keeps of ``result`` (its ``objective`` where the run measured
-        the full objective; reports score the others on the data)."""
-        raise NotImplementedError
-
-    def lines(self, result: Result) -> list[str]:
-        """The report's lines about the work done, each starting with a 10-wide label."""
-        raise NotImplementedError
-
-    def iterations(self, nit: int) -> int:
-        """Passes of the optimizer as scikit-learn's ``n_iter_`` counts them."""
-        raise NotImplementedError
-
-
-class SandblasterStats(RunStats):
-    """Total and per-evaluation seconds, evaluations, backups launched and won, whether the
-    shards were cached, portions, and the bytes the coordinator received in sharded mode."""
-
-    unit = "iteration"
-    loss_name = "objective"
-
-    def summary(self, result: Result) -> dict[str, Any]:
-        return {"objective": result.fun, "iterations": result.nit, "evaluations": result.nfev,
-                "seconds": self["total_seconds"],
-                "seconds_per_evaluation": self["eval_seconds_median"],
-                "backup_tasks": {"launched": self["backups_launched"], "won": self["backups_won"]}}
-
-    def lines(self, result: Result) -> list[str]:
-        per_evaluation = self["eval_seconds_median"] or math.nan
-        return [f"work       {result.nit} iterations, {result.nfev} evaluations, {self['total_seconds']:.2f} s "
-                f"({1e3 * per_evaluation:.1f} ms per evaluation)",
-                f"backups    {self['backups_launched']} launched, {self['backups_won']} won"]
-
-    def iterations(self, nit: int) -> int:
-        return nit
-
-
-class _ReplicaStats(RunStats):
-    """Updates/s, examples/s, steps per replica, per-step timing and ``epochs`` (global
-    steps over the global steps of one epoch)."""
-
-    unit = "global step"
-    loss_name = "mini-batch loss"
-    has_replicas = True
-
-    def summary(self, result: Result) -> dict[str, Any]:
-        return {"steps": result.nit, "seconds": self["wall_seconds"], "updates_per_second": self["updates_per_second"],
-                "examples_per_second": self["examples_per_second"], "steps_per_replica": self["steps_per_replica"]}
-
-    def lines(self, result: Result) -> list[str]:
-        return [f"work       {result.nit} steps over replicas {self['steps_per_replica']} in "
-                f"{self['wall_seconds']:.2f} s "
-                f"({self['updates_per_second']:.0f} updates/s, {self['examples_per_second']:.0f} examples/s)"]
-
-    def iterations(self, nit: int) -> int:
-        return max(1, math.ceil(self["epochs"]))
-
-
-class DownpourStats(_ReplicaStats):
-    """Also staleness, pushes and bytes per shard, recoveries and hand-overs of shards."""
-
-    def summary(self, result: Result) -> dict[str, Any]:
-        return {**super().summary(result), "staleness": self["staleness"]}
-
-    def lines(self, result: Result) -> list[str]:
-        return [*super().lines(result),
-                f"staleness  {self['staleness']} (pushes by how many updates they lagged)"]
-
-
-class PeerStats(_ReplicaStats):
-    """Also messages and bytes between replicas, center exchanges (EASGD), restarts and the
-    chosen replica (neighbours)."""
-
-    def summary(self, result: Result) -> dict[str, Any]:
-        summary = {**super().summary(result),
-                   "between_replicas": {"messages": self["messages_between_replicas"],
-                                        "bytes": self["bytes_between_replicas"],
-                                        "center_exchanges": self["center_exchanges"]}}
-        if self["chosen_replica"] is not None:
-            summary["chosen_replica"] = self["chosen_replica"]
-        return summary
-
-    def lines(self, result: Result) -> list[str]:
-        lines = [*super().lines(result),
-                 f"exchange   {self['messages_between_replicas']} messages, "
-                 f"{human_bytes(self['bytes_between_replicas'])} between replicas; "
-                 f"{self['center_exchanges']} center exchanges"]
-        if self["chosen_replica"] is not None:
-            lines.append(f"returned   replica {self['chosen_replica']} (best held-out objective, else recent loss)")
-        return lines

@@ -11,7 +11,7 @@ from dasklbfgs import Logistic, Softmax, minimize, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.monitor.events import TOPIC, plain_event
 from dasklbfgs.solvers.registry import get_solver, solver_names
-from dasklbfgs.solvers.result import RunStats
+from dasklbfgs.solvers.stats import RunStats
 
 
 def _events(client, run_id, kind="step"):

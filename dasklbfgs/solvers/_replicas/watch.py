@@ -28,7 +28,8 @@ from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.solvers._replicas.batches import is_non_finite
 from dasklbfgs.solvers.common_options import ReplicaOptions
 from dasklbfgs.solvers.context import RunContext
-from dasklbfgs.solvers.result import Result, RunStats
+from dasklbfgs.solvers.result import Result
+from dasklbfgs.solvers.stats import RunStats
 
 __all__ = ["Coordinator", "Progress", "WatchedRun", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE",
            "DIVERGENCE_FACTOR"]

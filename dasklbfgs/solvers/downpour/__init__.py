@@ -1,13 +1,21 @@
 """Downpour SGD: parameter-shard actors and asynchronous replicas (docs/algorithms.md §3)."""
 
-from dasklbfgs.solvers._replicas.parameter_shard import ParameterShard
-from dasklbfgs.solvers._replicas.wire import param_bounds
-from dasklbfgs.solvers.downpour.coordinator import plan_downpour
+from typing import TYPE_CHECKING
+
+from dasklbfgs._lazy import lazy_exports
 from dasklbfgs.solvers.downpour.options import DownpourOptions
-from dasklbfgs.solvers.registry import Solver, register, solver_function
-from dasklbfgs.solvers.result import DownpourStats
+from dasklbfgs.solvers.registry import PlannedBy, Solver, register, solver_function
+from dasklbfgs.solvers.stats import DownpourStats
+
+if TYPE_CHECKING:
+    from dasklbfgs.solvers._replicas.parameter_shard import ParameterShard
+    from dasklbfgs.solvers._replicas.wire import param_bounds
 
 __all__ = ["DownpourOptions", "ParameterShard", "downpour_sgd", "param_bounds"]
+
+# The actors and the coordinator (Dask) load with a run, not with the package.
+__getattr__, __dir__ = lazy_exports(__name__, {"ParameterShard": "dasklbfgs.solvers._replicas.parameter_shard",
+                                               "param_bounds": "dasklbfgs.solvers._replicas.wire"})
 
 SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
 
@@ -23,6 +31,7 @@ SUMMARY = """Train ``model`` on ``data`` with Downpour SGD on Dask actors.
     ``status``, ``success``, ``message``, ``history``, ``stats``: updates/s, examples/s,
     staleness, bytes moved, pushes per shard, steps per replica)."""
 
-SOLVER = register(Solver("downpour", DownpourOptions, plan_downpour, SUMMARY, DownpourStats,
+SOLVER = register(Solver("downpour", DownpourOptions,
+                         PlannedBy("dasklbfgs.solvers.downpour.coordinator", "plan_downpour"), SUMMARY, DownpourStats,
                          l1_optimizers=("ftrl",)))
 downpour_sgd = solver_function("downpour_sgd", "downpour", DownpourOptions, SUMMARY)

@@ -41,7 +41,8 @@ from dasklbfgs.solvers.downpour.partition_tasks import PartitionTasks
 from dasklbfgs.solvers.downpour.partitions import decay_by_array, partition_bounds
 from dasklbfgs.solvers.downpour.replica import ReplicaConfig, run_replica
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
-from dasklbfgs.solvers.result import DownpourStats, Result
+from dasklbfgs.solvers.result import Result
+from dasklbfgs.solvers.stats import DownpourStats
 
 __all__ = ["DownpourPlan", "plan_downpour"]
 

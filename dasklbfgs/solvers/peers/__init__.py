@@ -7,13 +7,15 @@ watch loop (:mod:`dasklbfgs.solvers._replicas`). Each replica owns a ``PeerMailb
 on its worker; messages between replicas go through mailboxes, never through the client.
 """
 
-from dasklbfgs.solvers.peers.coordinator import plan_peers
 from dasklbfgs.solvers.peers.options import EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions
-from dasklbfgs.solvers.registry import Solver, register, solver_function
-from dasklbfgs.solvers.result import PeerStats
+from dasklbfgs.solvers.registry import PlannedBy, Solver, register, solver_function
+from dasklbfgs.solvers.stats import PeerStats
 
 __all__ = ["EASGDOptions", "GossipOptions", "NeighbourOptions", "SyncOptions", "easgd", "gossip_sgd",
            "neighbour_sgd", "sync_sgd"]
+
+#: The peers' coordinator (Dask), imported when a run is planned.
+plan_peers = PlannedBy("dasklbfgs.solvers.peers.coordinator", "plan_peers")
 
 _RESULT = """
 

@@ -28,7 +28,8 @@ from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.peers.mailbox import PeerMailbox
 from dasklbfgs.solvers.peers.options import EASGDOptions, PeerOptions
 from dasklbfgs.solvers.peers.replica import REPLICAS, PeerConfig, average_of, run_peer_replica
-from dasklbfgs.solvers.result import PeerStats, Result
+from dasklbfgs.solvers.result import Result
+from dasklbfgs.solvers.stats import PeerStats
 
 __all__ = ["PeerPlan", "peer_config", "plan_peers"]
 

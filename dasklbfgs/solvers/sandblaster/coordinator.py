@@ -27,7 +27,7 @@ from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.parallel import partition
 from dasklbfgs.parallel.replica import PartitionedReplicas
 from dasklbfgs.solvers.context import RunContext
-from dasklbfgs.solvers.result import Result, SandblasterStats
+from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     load_sharded_state,
@@ -39,6 +39,7 @@ from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
 from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
 from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
+from dasklbfgs.solvers.stats import SandblasterStats
 
 __all__ = ["SandblasterRun", "plan_sandblaster"]
 

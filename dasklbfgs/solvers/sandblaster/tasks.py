@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 from dask.sizeof import sizeof
 
-from dasklbfgs._typing import Dataset
+from dasklbfgs._typing import Dataset, is_sparse
 from dasklbfgs._wire import aligned
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.compact_rows import CompactColumns
@@ -46,7 +45,7 @@ def load_cached_shard(data: Dataset, index: int) -> Shard:
 def load_cached_shards(data: Dataset, indices: list[int]) -> list[Shard]:
     """:func:`load_cached_shard` of several shards read at once (at a URL: every object of
     them in one concurrent fetch)."""
-    return [((CompactColumns.of(X) if sp.issparse(X) else X), y, w) for X, y, w in data.load_shards(indices)]
+    return [((CompactColumns.of(X) if is_sparse(X) else X), y, w) for X, y, w in data.load_shards(indices)]
 
 
 def shard_of(shards: list[Shard], position: int) -> Shard:
@@ -87,7 +86,7 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
     if total == 0:  # rows that weigh nothing say nothing about the columns
         return 0.0, np.zeros(X.shape[1]), np.zeros(X.shape[1])
     mean = _column_sums(X, w) / total
-    if sp.issparse(X):
+    if is_sparse(X):
         squares = _column_sums(X.multiply(X), w)
         return total, mean, np.maximum(squares - total * mean * mean, 0.0)
     centered = X - mean
