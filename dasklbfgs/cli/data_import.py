@@ -31,16 +31,17 @@ def add_parser(data_sub: Any) -> None:
     command_parser.add_argument("--format", choices=sorted(FORMATS), help="the files' format (default: from the "
                                                                           "first source's suffix)")
     table = command_parser.add_argument_group("tables (parquet, csv)")
-    table.add_argument("--label", metavar="COL", help="the column of labels (required for tables)")
+    table.add_argument("--label", metavar="COL", help="the column of labels (no default: required for tables)")
     table.add_argument("--features", metavar="COL,COL", help="the feature columns (default: all but label and "
                                                              "weight)")
-    table.add_argument("--weight", metavar="COL", help="a column of sample weights")
+    table.add_argument("--weight", metavar="COL", help="a column of sample weights (default: none, every row weighs 1)")
     table.add_argument("--one-hot-max-levels", type=int, metavar="N", default=DEFAULT_ONE_HOT_MAX_LEVELS,
                        help=f"one-hot encode text columns of at most N levels (default: {DEFAULT_ONE_HOT_MAX_LEVELS})")
     table.add_argument("--hash-features", type=_power_or_int, metavar="N",
-                       help="hash text columns with more levels (and crosses) into N columns, e.g. 2**22")
+                       help="hash text columns with more levels (and crosses) into N columns, e.g. 2**22 "
+                            "(default: none: such a column is an error)")
     table.add_argument("--cross", action="append", default=[], metavar="COL,COL",
-                       help="hash the combined values of two columns as one feature (repeatable)")
+                       help="hash the combined values of two columns as one feature (repeatable; default: none)")
     svm = command_parser.add_argument_group("svmlight")
     svm.add_argument("--n-features", type=int, metavar="N", help="number of columns (default: the largest index)")
     svm.add_argument("--zero-based", choices=("auto", "true", "false"), default="auto",
