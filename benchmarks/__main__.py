@@ -51,6 +51,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
                                     "--repeats", "2"]),
     "remote": ("remote", ["--rows", "40000", "--shard-rows", "5000", "--repeats", "2"]),
     "first_run": ("first-run", ["--rows", "200000", "--repeats", "1", "--starts", "2"]),
+    "ingest": ("ingest", ["--rows", "200000", "--partition-rows", "50000", "--shard-rows", "50000"]),
 }
 
 
