@@ -219,9 +219,12 @@ def test_a_run_on_a_store_that_stays_away_fails_with_the_store_error(client, s3_
     s3_server.stop()
     try:
         started = time.monotonic()
-        with pytest.raises(StoreError, match=rf"'{url}' did not answer for 2 s \(the retry budget"):
+        with pytest.raises(StoreError, match=rf"'{url}' did not answer for 2 s \(the retry budget") as failed:
             _run(client, data)
         assert time.monotonic() - started < 30  # one failed load, not endless task retries
+        # the failed load released its shards, though the error (and its traceback) is kept
+        assert failed.value is not None and client.run_on_scheduler(
+            lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-" in str(k)]) == []
     finally:
         s3_server.start()
         client.run(_set_budget, None)

@@ -63,10 +63,16 @@ class ShardCache:
         self.moving: dict[int, Future] = {}  # shard -> its copy on the worker it moves to
         self.moves = 0  # shards moved so far
         self._copies_made = 0  # numbers every copy's key: a key is never reused
-        wait(self.shards)
-        for f in self.shards:
-            if f.status == "error":
-                f.result()  # re-raise the worker's exception here
+        try:
+            wait(self.shards)
+            for f in self.shards:
+                if f.status == "error":
+                    f.result()  # re-raise the worker's exception here
+        except BaseException:
+            # the error's traceback holds this cache: without the release, its shards would
+            # stay in worker memory for as long as the caller keeps the error
+            self.close()
+            raise
 
     def _batched(self, data: Dataset, homes: list[str]) -> list[Future]:
         """The shards' futures, each picked from a batch of its worker's shards loaded at once."""

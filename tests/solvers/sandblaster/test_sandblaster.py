@@ -277,15 +277,9 @@ def test_streaming_out_of_core_reaches_the_cached_result(client, datasets) -> No
     assert streamed.stats["n_portions"] == data.n_shards and streamed.stats["load_seconds"] == 0
     np.testing.assert_allclose(streamed.x, cached.x, rtol=1e-8, atol=1e-10)
     assert streamed.nit == cached.nit
-    deadline = time.monotonic() + 10  # the cached run's shards are released as its last tasks end
-
-    def held() -> list:
-        return client.run_on_scheduler(
-            lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-shard" in str(k)])
-
-    while held() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert held() == []
+    held = client.run_on_scheduler(
+        lambda dask_scheduler: [k for k in dask_scheduler.tasks if "sandblaster-shard" in str(k)])
+    assert held == []
 
 
 def test_cache_auto_streams_only_what_does_not_fit() -> None:
