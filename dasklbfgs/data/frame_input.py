@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from dasklbfgs.data._shard_format import MAX_LABELS_COUNTED, ShardFormat
 from dasklbfgs.data.frame_features import FrameFeatures
+from dasklbfgs.data.worker_writes import piece_starts
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
 __all__ = ["frame_pieces"]
@@ -60,7 +59,7 @@ def frame_pieces(
     features_ = _decide(chosen, texts, levels, label=label, weight=weight, string_label=string_label,
                         crosses=crosses, hash_features=hash_features, one_hot_max_levels=one_hot_max_levels)
     pieces = [dask.delayed(features_.transform, pure=True)(p, first_row=start)
-              for p, start in zip(parts, np.cumsum([0, *rows[:-1]]).tolist())]
+              for p, start in zip(parts, piece_starts(rows))]
     probe = features_.transform(frame._meta, first_row=0)
     shard_format = ShardFormat.of_first_block(*probe, shard_rows=shard_rows, dtype=dtype, compressors=compressors)
     return pieces, rows, shard_format, features_

@@ -28,15 +28,21 @@ from dasklbfgs.data.location import Location
 from dasklbfgs.data.shared_paths import workers_not_seeing
 from dasklbfgs.errors import InvalidDataError, StoreError
 
-__all__ = ["write_on_workers", "shard_pieces"]
+__all__ = ["write_on_workers", "shard_pieces", "piece_starts"]
+
+
+def piece_starts(piece_rows: Sequence[int]) -> list[int]:
+    """The first row of each piece in the dataset, then the number of rows."""
+    starts = [0]
+    for rows in piece_rows:
+        starts.append(starts[-1] + int(rows))
+    return starts
 
 
 def shard_pieces(piece_rows: Sequence[int], shard_rows: int) -> list[list[tuple[int, int, int]]]:
     """For each shard, the ``(piece, start, stop)`` row ranges (within pieces) it is made of,
     in order, given each piece's number of rows."""
-    ends = [0]
-    for rows in piece_rows:
-        ends.append(ends[-1] + int(rows))
+    ends = piece_starts(piece_rows)
     n_rows = ends[-1]
     shards = []
     for first in range(0, n_rows, shard_rows):
@@ -62,16 +68,14 @@ def write_on_workers(
     more for the schema, such as how a table's columns became features)."""
     import dask
 
-    n_rows = sum(int(r) for r in piece_rows)
+    starts = piece_starts(piece_rows)
+    n_rows = starts[-1]
     if n_rows == 0 or shard_format.n_features == 0:
         raise InvalidDataError(f"the dataset is empty (shape {(n_rows, shard_format.n_features)}); give at least "
                                "one row and one feature")
     if feature_names is not None and len(feature_names) != shard_format.n_features:
         raise InvalidDataError(f"feature_names has {len(feature_names)} names but X has {shard_format.n_features} "
                                "features")
-    piece_starts = [0]
-    for rows in piece_rows:
-        piece_starts.append(piece_starts[-1] + int(rows))
     with written_atomically(target, overwrite=overwrite) as open_target:
         where = open_target()
         group = zarr.create_group(store=where.zarr_store(read_only=False), zarr_format=3)
@@ -85,7 +89,7 @@ def write_on_workers(
         tasks = [
             dask.delayed(_write_shard, pure=False)(
                 where, shard_format, index * shard_format.shard_rows,
-                [(pieces[p], piece_starts[p], int(piece_rows[p]), start, stop) for p, start, stop in parts])
+                [(pieces[p], starts[p], int(piece_rows[p]), start, stop) for p, start, stop in parts])
             for index, parts in enumerate(shard_pieces(piece_rows, shard_format.shard_rows))
         ]
         written = _gathered_in_order(client, client.compute(tasks))
