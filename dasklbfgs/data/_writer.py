@@ -3,8 +3,9 @@
 Rows arrive in blocks of any size; :class:`ShardWriter` buffers them into whole shards and
 appends each, checked (:mod:`dasklbfgs.data._shard_format`), to the Zarr arrays of the new
 dataset. :func:`written_atomically` decides where that is: a local dataset is written
-aside and renamed into place, one at a URL in place with its schema committed last, so a
-failed write never leaves a half-written store that opens as data.
+aside and renamed into place; one at a URL in place with its schema committed last, or,
+when it replaces a dataset, beside it and copied over it once complete. So a failed write
+never leaves a half-written store that opens as data, nor takes the old dataset away.
 """
 
 from __future__ import annotations
@@ -133,17 +134,23 @@ def write_dataset(
 @contextlib.contextmanager
 def written_atomically(target: Location, *, overwrite: bool) -> Iterator[Callable[[], Location]]:
     """Yield what gives the location to write a dataset into (called once its first block
-    has passed its checks: only then is an old dataset at a URL taken back), such that
-    readers of ``target`` find the old dataset, none, or the complete new one. A local
+    has passed its checks), such that readers of ``target`` find the old dataset, none, or
+    the complete new one, and a write that fails leaves the old dataset as it was. A local
     folder is written aside and renamed into place (:func:`written_aside`). An object store
-    has no rename: the dataset is written where it will stay, and counts as one only once
+    has no rename: a new dataset is written where it will stay and counts as one only once
     its schema is in the root group's ``zarr.json``, one object the writer puts last
-    (:func:`written_in_place`)."""
+    (:func:`written_in_place`); one that replaces a dataset is written beside it and copied
+    over it, store-side, once complete (:func:`written_beside`)."""
     if target.is_local:
         with written_aside(target.path, overwrite=overwrite) as temp:
             yield lambda: Location(str(temp))
+        return
+    check_remote_target(target, overwrite)
+    if target.exists() and not target.exists(WRITING_MARKER) and not target.is_bucket:  # something to keep
+        with written_beside(target) as open_target:
+            yield open_target
     else:
-        with written_in_place(target, overwrite=overwrite) as open_target:
+        with written_in_place(target) as open_target:
             yield open_target
 
 
@@ -159,24 +166,21 @@ def check_remote_target(target: Location, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def written_in_place(target: Location, *, overwrite: bool) -> Iterator[Callable[[], Location]]:
-    """Yield what readies ``target`` (an object store) to be written into, and returns it. The target
-    is checked at once (an existing one needs ``overwrite``, and must be a Zarr store, a
-    folder of them, or what a killed write left); opening puts a :data:`WRITING_MARKER`
-    first, then takes an old dataset back (its ``zarr.json`` deleted, so readers stop finding
-    it) and removes the rest. The marker goes once the write has committed; a failed write is
-    removed, and what a killed one leaves (files and the marker, no schema) is refused by
-    :class:`~dasklbfgs.data.sharded.ShardedDataset` and replaced by ``overwrite=True``."""
-    check_remote_target(target, overwrite)
+def written_in_place(target: Location) -> Iterator[Callable[[], Location]]:
+    """Yield what readies ``target`` (an object store, checked by :func:`check_remote_target`)
+    to be written into, and returns it. Opening puts a :data:`WRITING_MARKER` first, then
+    clears what is there (what a killed write left, or a dataset at a bucket's root: its
+    ``zarr.json`` first, so readers stop finding it). The marker goes once the write has
+    committed; a failed write is removed, and what a killed one leaves (files and the
+    marker, no schema) is refused by :class:`~dasklbfgs.data.sharded.ShardedDataset` and
+    replaced by ``overwrite=True``."""
     opened = False
 
     def open_target() -> Location:
         nonlocal opened
         if not opened:
-            target.put(WRITING_MARKER, uuid.uuid4().hex.encode())
+            _cleared_for_writing(target)
             opened = True
-            target.remove("zarr.json")
-            target.remove_all_but(WRITING_MARKER)
         return target
 
     try:
@@ -189,6 +193,35 @@ def written_in_place(target: Location, *, overwrite: bool) -> Iterator[Callable[
         raise
     if opened:
         target.remove(WRITING_MARKER)
+
+
+@contextlib.contextmanager
+def written_beside(target: Location) -> Iterator[Callable[[], Location]]:
+    """Yield what gives a fresh location beside ``target`` (an object store holding a
+    dataset) to write the new dataset into. Once it has committed, it replaces the old one:
+    a :data:`WRITING_MARKER` is put, the old ``zarr.json`` deleted (readers then find no
+    dataset, never a mix), the old objects removed, the new ones copied store-side (no byte
+    passes through this process) with the root ``zarr.json`` last, and the marker removed.
+    A write that fails leaves the old dataset untouched; what a process killed while
+    copying leaves is refused by ``open`` and replaced by ``overwrite=True``. The price is
+    a copy of the new dataset, store-side, when one is replaced."""
+    beside = target.parent / f".{target.url.rsplit('/', 1)[-1]}.writing-{uuid.uuid4().hex[:8]}"
+    try:
+        yield lambda: beside
+        _cleared_for_writing(target)
+        beside.copy_to(target, last="zarr.json")
+        target.remove(WRITING_MARKER)
+    finally:
+        with contextlib.suppress(Exception):  # the write's own error is the one to hear
+            beside.remove()
+
+
+def _cleared_for_writing(target: Location) -> None:
+    """Mark ``target`` (remote) as being written, then delete what it holds: its root
+    ``zarr.json`` first, so readers stop finding a dataset there at once."""
+    target.put(WRITING_MARKER, uuid.uuid4().hex.encode())
+    target.remove("zarr.json")
+    target.remove_all_but(WRITING_MARKER)
 
 
 @contextlib.contextmanager

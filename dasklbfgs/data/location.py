@@ -155,7 +155,8 @@ class Location:
             names = [p.name for p in self.path.iterdir() if p.is_dir()]
         else:
             names = self.children()
-        return sorted(name for name in names if self._node_type(f"{name}/zarr.json") == "group")
+        return sorted(name for name in names
+                      if not name.startswith(".") and self._node_type(f"{name}/zarr.json") == "group")
 
     def _node_type(self, key: str) -> str | None:
         """The ``node_type`` in the Zarr metadata document ``key`` (None: no such document)."""
@@ -195,6 +196,24 @@ class Location:
         if not sep:
             raise ConfigurationError(f"{self.url!r} names a bucket, not a file or folder in it")
         return Location(f"{self.url.partition('://')[0]}://{above}", self.storage_options)
+
+    @property
+    def is_bucket(self) -> bool:
+        """Whether this location (remote) is a bucket's root, which has no parent to write beside."""
+        return "/" not in self.url.partition("://")[2]
+
+    def copy_to(self, other: Location, *, last: str) -> None:
+        """Copy every object below this location to the same key below ``other`` (remote,
+        same filesystem: copied store-side), the object ``last`` after all the others."""
+        fs, path = self.filesystem()
+        _, other_path = other.filesystem()
+        keys = [str(key)[len(path) + 1:] for key in _store_call(self.url, lambda: fs.find(path))]
+        first = [key for key in keys if key != last]
+        if first:  # at once: an async filesystem (s3fs, gcsfs) copies them concurrently
+            _store_call(self.url, lambda: fs.copy([f"{path}/{key}" for key in first],
+                                                  [f"{other_path}/{key}" for key in first]))
+        if last in keys:
+            _store_call(self.url, lambda: fs.cp_file(f"{path}/{last}", f"{other_path}/{last}"))
 
     def check_writable(self, what: str) -> None:
         """Put and delete a small object below this location (remote), so that a store

@@ -82,11 +82,20 @@ def test_a_writer_killed_mid_way_leaves_nothing_an_open_takes_for_data(s3) -> No
                 if i == 2:
                     os._exit(3)  # killed mid-write: two shards written, no schema
                 yield np.full((50, 3), float(i)), np.zeros(50)
-        ShardedDataset.from_blocks({url!r}, blocks(), shard_rows=50, storage_options={s3[1]!r})
+        ShardedDataset.from_blocks({url!r}, blocks(), shard_rows=50, storage_options={s3[1]!r}, overwrite=True)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
-    assert done.returncode == 3, done.stderr
+
+    def killed_writer() -> None:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        assert done.returncode == 3, done.stderr
+
+    # killed while replacing a dataset: the old one is untouched (the new one was being written beside it)
+    ShardedDataset.create(url, np.full((20, 3), 7.0), np.zeros(20), shard_rows=5, storage_options=s3[1])
+    killed_writer()
+    assert ShardedDataset.open(url, storage_options=s3[1]).load_rows(0, 20)[0].sum() == 7 * 60
+    Location.of(url, s3[1]).remove()
+    killed_writer()
     left = Location.of(url, s3[1])
     assert left.exists("X/c/0/0") and left.exists(WRITING_MARKER)  # the shards written before the kill
     with pytest.raises(NotADatasetError, match=r"holds no finished dataset: its group has no dasklbfgs schema"):
@@ -99,26 +108,18 @@ def test_a_writer_killed_mid_way_leaves_nothing_an_open_takes_for_data(s3) -> No
     assert not left.exists(WRITING_MARKER)  # committed
 
 
-def test_overwrite_takes_the_old_dataset_back_before_writing_and_a_failed_write_leaves_nothing() -> None:
+def test_an_overwrite_replaces_the_old_dataset_only_once_complete_and_a_failed_one_keeps_it() -> None:
     url = f"memory://stores-{uuid.uuid4().hex[:6]}/ds.zarr"
     old = ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10)
-    # input refused before its first block is written: the old dataset stays, untouched
     with pytest.raises(ConfigurationError, match=r"dtype must be a floating or integer dtype, got <U3"):
         ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10, overwrite=True, dtype="U3")
     with pytest.raises(InvalidDataError, match=r"the dataset is empty"):
         ShardedDataset.from_blocks(url, iter(()), shard_rows=10, overwrite=True)
-    assert old.load_rows(0, 40)[0].sum() == 80
-    # an error found once writing began (here a NaN in a row): no dataset there, the old one is gone
-    with pytest.raises(InvalidDataError, match=r"X holds a non-finite value \(nan\) in shard 0 at row 0"):
-        ShardedDataset.create(url, np.full((40, 2), np.nan), np.zeros(40), shard_rows=10, overwrite=True)
-    assert not Location.of(url).exists()
-    ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10)
-    # a handle opened before a later write refuses to read the new write's chunks as its own
-    old = ShardedDataset.open(url)
-    ShardedDataset.create(url, np.full((40, 2), 2.0), np.zeros(40), shard_rows=10, overwrite=True)
-    with pytest.raises(NotADatasetError, match=r"'memory://.*/ds.zarr' was written again since it was opened"):
-        old.load_rows(0, 10)
-    assert ShardedDataset.open(url).load_rows(0, 40)[0].sum() == 160
+    # an error found once writing began (a NaN in a later shard, a source that breaks): the old one stays
+    X = np.full((40, 2), 3.0)
+    X[25, 1] = np.nan
+    with pytest.raises(InvalidDataError, match=r"X holds a non-finite value \(nan\) in shard 2 at row 25"):
+        ShardedDataset.create(url, X, np.zeros(40), shard_rows=10, overwrite=True)
 
     def failing():
         yield np.ones((10, 2)), np.zeros(10)
@@ -126,11 +127,23 @@ def test_overwrite_takes_the_old_dataset_back_before_writing_and_a_failed_write_
 
     with pytest.raises(ValueError, match="the source failed"):
         ShardedDataset.from_blocks(url, failing(), shard_rows=10, overwrite=True)
-    assert not Location.of(url).exists()
-    with pytest.raises(NotADatasetError, match=r"no dataset at 'memory://.*/ds.zarr': the path does not exist"):
-        ShardedDataset.open(url)
-    data = ShardedDataset.create(url, np.ones((40, 2)), np.zeros(40), shard_rows=10)
-    Location.of(url).remove("X/c/1/0")
+    assert ShardedDataset.open(url).load_rows(0, 40)[0].sum() == 80 and old.load_rows(0, 40)[0].sum() == 80
+    assert Location.of(url).parent.children() == ["ds.zarr"]  # nothing left beside it
+    # a handle opened before a later write refuses to read the new write's chunks as its own
+    ShardedDataset.create(url, np.full((40, 2), 2.0), np.zeros(40), shard_rows=10, overwrite=True)
+    with pytest.raises(NotADatasetError, match=r"'memory://.*/ds.zarr' was written again since it was opened"):
+        old.load_rows(0, 10)
+    assert ShardedDataset.open(url).load_rows(0, 40)[0].sum() == 160
+    assert Location.of(url).parent.children() == ["ds.zarr"] and not Location.of(url).exists(WRITING_MARKER)
+    # a new dataset that fails leaves nothing
+    fresh = f"memory://stores-{uuid.uuid4().hex[:6]}/new.zarr"
+    with pytest.raises(ValueError, match="the source failed"):
+        ShardedDataset.from_blocks(fresh, failing(), shard_rows=10)
+    assert not Location.of(fresh).exists()
+    with pytest.raises(NotADatasetError, match=r"no dataset at 'memory://.*/new.zarr': the path does not exist"):
+        ShardedDataset.open(fresh)
+    data = ShardedDataset.create(fresh, np.ones((40, 2)), np.zeros(40), shard_rows=10)
+    Location.of(fresh).remove("X/c/1/0")
     with pytest.raises(CorruptDatasetError, match=r"'memory://.*' is missing the chunk file X/c/1/0 \(shard 1"):
         data.load_rows(0, 40)
 

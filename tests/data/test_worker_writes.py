@@ -17,6 +17,7 @@ import scipy.sparse as sp
 import zarr
 
 from dasklbfgs import ShardedDataset
+from dasklbfgs.data.location import Location
 from dasklbfgs.data.worker_writes import shard_pieces
 from dasklbfgs.errors import InvalidDataError
 
@@ -102,10 +103,19 @@ def test_a_bad_row_anywhere_fails_the_write_naming_it_and_leaves_nothing(client,
     with pytest.raises(InvalidDataError, match="negative weight .* in shard 8 at row 801"):
         ShardedDataset.from_dask(url, da.from_array(np.nan_to_num(X), chunks=300), y, w, shard_rows=100,
                                  client=client, storage_options=s3[1])
-    import fsspec.core
-
-    fs, path = fsspec.core.url_to_fs(url, **s3[1])
-    assert not fs.exists(path)
+    assert not Location.of(url, s3[1]).exists()
+    # replacing a dataset: a failed write keeps the old one; a good one is copied over it in the bucket
+    old = ShardedDataset.create(url, np.ones((30, 4)), np.zeros(30), shard_rows=10, storage_options=s3[1])
+    with pytest.raises(InvalidDataError, match="negative weight .* in shard 8 at row 801"):
+        ShardedDataset.from_dask(url, da.from_array(np.nan_to_num(X), chunks=300), y, w, shard_rows=100,
+                                 client=client, storage_options=s3[1], overwrite=True)
+    assert ShardedDataset.open(url, storage_options=s3[1]).load_rows(0, 30)[0].sum() == 120
+    new = ShardedDataset.from_dask(url, da.from_array(np.nan_to_num(X), chunks=300), y, shard_rows=100,
+                                   client=client, storage_options=s3[1], overwrite=True)
+    np.testing.assert_array_equal(ShardedDataset.open(url, storage_options=s3[1]).load_rows(0, 900)[0],
+                                  np.nan_to_num(X))
+    assert new.n_samples == 900 and old.location.parent.children().count(url.rsplit("/", 1)[1]) == 1
+    assert not any(name.startswith(f".{url.rsplit('/', 1)[1]}") for name in old.location.parent.children())
 
 
 def test_from_dask_on_s3_equals_the_local_dataset(client, tmp_path, s3) -> None:
