@@ -55,7 +55,9 @@ def frame_pieces(
     levels: dict[str, set[str] | None] = {c: set() for c in scanned}
     for _, found in scans:
         for c, values in found.items():
-            levels[c] = None if levels[c] is None or values is None else levels[c] | values
+            merged = None if levels[c] is None or values is None else levels[c] | values
+            # partitions under the cap each may be over it together
+            levels[c] = None if merged is None or len(merged) > _level_cap(c, label, one_hot_max_levels) else merged
     features_ = _decide(chosen, texts, levels, label=label, weight=weight, string_label=string_label,
                         crosses=crosses, hash_features=hash_features, one_hot_max_levels=one_hot_max_levels)
     pieces = [dask.delayed(features_.transform, pure=True)(p, first_row=start)
@@ -77,10 +79,14 @@ def _scan(part: Any, columns: list[str], cap: int, label: str) -> tuple[int, dic
     label's up to :data:`MAX_LABELS_COUNTED`)."""
     found: dict[str, set[str] | None] = {}
     for c in columns:
-        limit = MAX_LABELS_COUNTED if c == label else cap
         values = part[c].dropna().unique()
-        found[c] = None if len(values) > limit else {str(v) for v in values}
+        found[c] = None if len(values) > _level_cap(c, label, cap) else {str(v) for v in values}
     return len(part), found
+
+
+def _level_cap(column: str, label: str, cap: int) -> int:
+    """How many levels of ``column`` are counted before it counts as having too many."""
+    return MAX_LABELS_COUNTED if column == label else cap
 
 
 def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | None], *, label: str,

@@ -124,8 +124,10 @@ def _indexing(files: list[tuple[Any, str]], stats: list[tuple[int, int, int, int
     one_based = zero_based is False or (zero_based == "auto" and all(nnz and low > 0
                                                                       for nnz, low in per_file.values()))
     shift = int(one_based)
-    if one_based and any(nnz and low == 0 for nnz, low in per_file.values()):
-        raise InvalidDataError("zero_based=False but a file holds column index 0")
+    zeros = [path for path, (nnz, low) in per_file.items() if nnz and low == 0]
+    if one_based and zeros:
+        raise InvalidDataError(f"zero_based=False but {zeros[0]!r} holds column index 0 (its columns count from 0: "
+                               "pass zero_based=True, or 'auto')")
     width = max((high for _, _, _, high in stats), default=-1) - shift + 1
     width = max(width, 0)
     if n_features is not None:

@@ -103,6 +103,13 @@ def test_bad_tables_are_refused_naming_the_column(client, tmp_path) -> None:
     with pytest.raises(InvalidDataError, match="column 'when' holds datetime64.*neither numbers nor text"):
         ShardedDataset.from_dataframe(tmp_path / "a", dd.from_pandas(dated, npartitions=2), label="label",
                                       features=["age", "when"], shard_rows=50, client=client)
+    with pytest.raises(ConfigurationError, match="one_hot_max_levels must be a non-negative integer, got -1"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="label", one_hot_max_levels=-1, shard_rows=50,
+                                      client=client)
+    many = pd.concat([df] * 8, ignore_index=True).assign(label=[f"name-{i}" for i in range(1600)])
+    with pytest.raises(InvalidDataError, match="label column 'label' holds text with more than 1000 distinct"):
+        ShardedDataset.from_dataframe(tmp_path / "a", dd.from_pandas(many, npartitions=2), label="label",
+                                      features=["age"], shard_rows=50, client=client)
     holes = df.assign(income=df.income.where(df.index != 137))
     with pytest.raises(InvalidDataError, match="column 'income' has a missing value at row 137"):
         ShardedDataset.from_dataframe(tmp_path / "a", holes, label="label", features=["age", "income"],
@@ -141,7 +148,18 @@ def test_bad_svmlight_input_is_refused_naming_the_file(client, tmp_path) -> None
     with pytest.raises(InvalidDataError, match="n_features is 3 but the files hold 7 columns"):
         ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "ok.svm"), n_features=3, shard_rows=10,
                                      client=client)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.svm", "ok.svm"]
+    with pytest.raises(InvalidDataError, match=r"zero_based=False but '.*zero.svm' holds column index 0"):
+        (tmp_path / "zero.svm").write_text("1 0:1.0 7:0.5\n")
+        ShardedDataset.from_svmlight(tmp_path / "a", [str(tmp_path / "ok.svm"), str(tmp_path / "zero.svm")],
+                                     zero_based=False, shard_rows=10, client=client)
+    with pytest.raises(InvalidDataError, match=r"no svmlight file at '.*missing.svm'"):
+        ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "missing.svm"), shard_rows=10, client=client)
+    for option, match in [({"zero_based": "yes"}, "zero_based must be True, False or 'auto', got 'yes'"),
+                          ({"block_bytes": 0}, "block_bytes must be a positive integer, got 0")]:
+        with pytest.raises(ConfigurationError, match=match):
+            ShardedDataset.from_svmlight(tmp_path / "a", str(tmp_path / "ok.svm"), shard_rows=10, client=client,
+                                         **option)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.svm", "ok.svm", "zero.svm"]
 
 
 def _import(*args: str) -> subprocess.CompletedProcess:
@@ -188,3 +206,12 @@ def test_import_flags_that_do_not_fit_are_refused(args, match) -> None:
     with pytest.raises(ConfigurationError, match=match):
         parsed.func(parsed)  # before any cluster starts
     assert main(["data", "import", *args]) == 2
+
+
+def test_a_hash_width_that_is_not_a_number_is_refused_by_the_parser(capsys) -> None:
+    from dasklbfgs.cli.main import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["data", "import", "t.csv", "out", "--label", "y", "--hash-features", "lots"])
+    assert stopped.value.code == 2
+    assert "expected an integer or a power such as 2**22, got 'lots'" in capsys.readouterr().err
