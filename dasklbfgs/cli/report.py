@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from dasklbfgs._format import human_bytes
-from dasklbfgs.models.metrics import SCORES, evaluate_model, score_name
 
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
@@ -20,6 +19,8 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
     """The run's facts as plain data (the JSON of ``--json`` and the ``.npz`` report): the
     model, the outcome, the train (and test) scores, the solver family's summary
     (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and its rendered ``work`` lines."""
+    from dasklbfgs.models.metrics import evaluate_model  # numpy and the models: not for --help
+
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,
@@ -67,6 +68,8 @@ def interrupted_report(model: Model, result: OptimizeResult) -> dict[str, Any]:
 
 
 def format_report(report: dict[str, Any]) -> str:
+    from dasklbfgs.models.metrics import SCORES, score_name
+
     lines = [
         f"model      {report['model']} ({report['n_params']} parameters)",
         f"objective  {report['objective']:.10g}",
