@@ -49,7 +49,7 @@ import numpy as np
 from benchmarks._common import HERE, RESULTS, machine, report_header, write_report, write_result
 from dasklbfgs import ShardedDataset, connect, make_dataset, minimize
 from dasklbfgs.models import Logistic, Softmax
-from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.scoring import evaluate
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -206,7 +206,7 @@ def replicas(args: Any, splits: dict[str, Any], solver: str, n_runs: int, extra:
     options = {"n_replicas": 2, "batch_size": 50, "learning_rate": 0.2, "epochs": 3, **extra}
 
     def accuracy(run: dict[str, Any]) -> float:
-        return evaluate_model(Softmax(10, 3, l2=1e-4), run["x"], splits["test"])["accuracy"] if "x" in run else 0.0
+        return evaluate(Softmax(10, 3, l2=1e-4), run["x"], splits["test"])["accuracy"] if "x" in run else 0.0
 
     references = [one_run(solver, model, splits["train"], _fresh_checkpoint(options, args, solver, f"ref{k}"), args)
                   for k in range(args.reference_runs)]

@@ -41,9 +41,9 @@ from dasklbfgs._actors import OnWorkerLoop, bind_local, remote_first, wait_all
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.models import MLP, Softmax
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.optim.updates import adagrad
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.scoring import evaluate
 from dasklbfgs.solvers._replicas.batches import epoch_order
 from dasklbfgs.solvers._replicas.wire import Wire
 
@@ -247,11 +247,11 @@ def in_process_sgd(model, train, test, *, batch_size, learning_rate, epochs, eva
                 step += 1
                 if step % eval_every == 0:
                     paused = time.perf_counter()
-                    accuracy = evaluate_model(model, w, test)["accuracy"]
+                    accuracy = evaluate(model, w, test)["accuracy"]
                     started += time.perf_counter() - paused
                     if accuracy >= target:
                         return time.perf_counter() - started, step, accuracy
-    return None, step, evaluate_model(model, w, test)["accuracy"]
+    return None, step, evaluate(model, w, test)["accuracy"]
 
 
 def compute_heavy(client, args) -> dict:
@@ -323,7 +323,7 @@ def softmax_runs(client, args) -> dict:
     test = _dataset(root / "test", problem.blocks(max(args.rows // 10, 1000), first_block=10**6))
     model = Softmax(args.features, args.classes, l2=1e-5)
     best = sandblaster_lbfgs(model, train, client=client, maxiter=200)
-    best_accuracy = evaluate_model(model, best.x, test)["accuracy"]
+    best_accuracy = evaluate(model, best.x, test)["accuracy"]
     target = best_accuracy - 0.02
     target_info = {"sandblaster_accuracy": best_accuracy, "target_accuracy": target,
                    "sandblaster_seconds": best.stats["total_seconds"]}

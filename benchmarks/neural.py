@@ -41,7 +41,7 @@ from benchmarks._common import (
 )
 from dasklbfgs import connect, downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import MLP, EmbeddingLM, SparseAutoencoder
-from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.scoring import evaluate
 
 
 def matmul_gflops(dtype, n: int = 2048, repeats: int = 7) -> float:
@@ -116,7 +116,7 @@ def fig4(client, args, root: Path) -> dict:
         snapshots.append((time.perf_counter() - started, intermediate.x.copy()))
 
     result = sandblaster_lbfgs(model, train, client=client, x0=x0, maxiter=args.lbfgs_iterations, callback=keep)
-    curve = [(t, evaluate_model(model, x, test)["accuracy"]) for t, x in snapshots]
+    curve = [(t, evaluate(model, x, test)["accuracy"]) for t, x in snapshots]
     runs["Sandblaster L-BFGS"] = {"curve": curve, "final": curve[-1][1], "seconds": result.stats["total_seconds"],
                                   "steps": result.nit}
     best = max(r["final"] for r in runs.values())

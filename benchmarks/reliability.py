@@ -35,8 +35,8 @@ from benchmarks._common import HERE, machine, report_header, write_report, write
 from dasklbfgs import ShardedDataset, connect, downpour_sgd, make_dataset
 from dasklbfgs.data.synthetic import SyntheticProblem
 from dasklbfgs.models import Logistic, Softmax
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.sandblaster import MegaBatchEvaluator
+from dasklbfgs.scoring import evaluate
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -148,7 +148,7 @@ def downpour_faults(root: Path) -> dict:
             ckpt = root / f"dp-ckpt-{victim_index}"
             result = downpour_sgd(SlowSoftmax(10, 3, l2=1e-4), splits["train"], client=client, callback=callback,
                                   checkpoint_path=ckpt, checkpoint_every=40, **kw)
-            accuracy = evaluate_model(Softmax(10, 3, l2=1e-4), result.x, splits["test"])["accuracy"]
+            accuracy = evaluate(Softmax(10, 3, l2=1e-4), result.x, splits["test"])["accuracy"]
             out[case] = {"seconds": result.stats["wall_seconds"], "accuracy": accuracy, "steps": result.nit,
                          "killed_at_step": killed.get("at"), "recoveries": result.stats["shard_recoveries"],
                          "replica_first_steps": result.stats["replica_first_steps"], "success": bool(result.success)}

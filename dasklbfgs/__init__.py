@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from dasklbfgs.data import ShardedDataset, make_dataset
     from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, LocalAutoencoder, Logistic, Softmax, SparseAutoencoder
     from dasklbfgs.optim import Status
+    from dasklbfgs.scoring import evaluate, predict
     from dasklbfgs.solvers import (
         DownpourOptions,
         EASGDOptions,
@@ -45,6 +46,8 @@ __all__ = [
     # models, data, cluster
     "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM",
     "ShardedDataset", "make_dataset", "connect", "errors",
+    # scoring
+    "evaluate", "predict",
 ]
 
 _SOLVER_NAMES = ("minimize", "solver_names", "Result", "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd",
@@ -57,6 +60,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     **dict.fromkeys(_MODEL_NAMES, "dasklbfgs.models"),
     "Status": "dasklbfgs.optim",
     "ShardedDataset": "dasklbfgs.data",
+    "evaluate": "dasklbfgs.scoring",
+    "predict": "dasklbfgs.scoring",
     "make_dataset": "dasklbfgs.data",
     # through the solvers, which register what an embedded cluster starts with (the portion
     # service on its workers: dasklbfgs.cluster.prepare_embedded_clusters)

@@ -17,7 +17,7 @@ LAYERS = {
     0: {"errors", "options", "_typing", "_version", "_format", "_checks", "allocator", "_recent", "_lazy"},
     1: {"optim"},
     2: {"models", "data", "_wire", "checkpoint_store"},
-    3: {"cluster", "monitor", "parallel", "_actors"},
+    3: {"cluster", "monitor", "parallel", "_actors", "scoring"},
     4: {"solvers"},
     5: {"estimators", "_fit_stores", "cli", "pipeline", "sandblaster", "downpour", "events", "__init__", "__main__"},
 }

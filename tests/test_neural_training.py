@@ -7,7 +7,7 @@ from scipy.optimize import minimize
 
 from dasklbfgs import downpour_sgd, make_dataset, sandblaster_lbfgs
 from dasklbfgs.models import model_for_dataset
-from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.scoring import evaluate
 
 WORKLOADS = {
     "mlp": (dict(kind="acoustic", rows=3000, n_classes=8, shard_rows=750), dict(hidden=(32,), activation="tanh"),
@@ -45,16 +45,16 @@ def test_sandblaster_and_downpour_reduce_the_held_out_objective(client, workload
     reference = minimize(lambda w: model.objective(w, X, y), x0, jac=True, method="L-BFGS-B",
                          options={"maxiter": 25})
     assert lbfgs.fun <= 1.03 * reference.fun
-    held_out_reference = evaluate_model(model, reference.x, data["test"])["objective"]
+    held_out_reference = evaluate(model, reference.x, data["test"])["objective"]
 
     sgd = downpour_sgd(model, data["train"], client=client, x0=x0, n_replicas=2, n_param_shards=2, epochs=2,
                        **downpour_options)
     assert sgd.success, sgd.message
-    assert evaluate_model(model, lbfgs.x, data["test"])["objective"] <= 1.03 * held_out_reference
+    assert evaluate(model, lbfgs.x, data["test"])["objective"] <= 1.03 * held_out_reference
     # two epochs of Downpour come near 25 full-batch L-BFGS iterations on held-out data
     # (measured: 1.20x on mlp, 1.08x on the autoencoder, 0.87x on the local autoencoder, 0.99x on the
     # language model)
-    assert evaluate_model(model, sgd.x, data["test"])["objective"] <= 1.3 * held_out_reference
+    assert evaluate(model, sgd.x, data["test"])["objective"] <= 1.3 * held_out_reference
     if name == "embedding_lm":
         assert sgd.stats["sparse"]
         assert sgd.stats["bytes_in"] < 0.9 * sgd.stats["dense_bytes_in"]

@@ -98,7 +98,7 @@ def _train(args: argparse.Namespace, client: Client, train: Any, test: Any, inte
         saved = save_params(Path(args.keep) / "demo-model.npz", model, result.x) if args.keep else None
         print(interrupted_line(result.nit, "iteration", None if saved is None else str(saved)), file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(format_report(train_report(model, result, train, test)))
+    print(format_report(train_report(model, result, train, test, client)))
     return 0 if result.success else 1
 
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from dasklbfgs._format import human_bytes
 
 if TYPE_CHECKING:
+    from distributed import Client
     from scipy.optimize import OptimizeResult
 
     from dasklbfgs._typing import Dataset
@@ -14,12 +15,16 @@ if TYPE_CHECKING:
 
 __all__ = ["format_report", "interrupted_report", "train_report"]
 
+#: what a report's train and test lines add to the task's score (the JSON has every metric)
+MORE_SCORES = (("log_loss", "log-loss"), ("roc_auc", "ROC AUC"), ("mae", "mae"))
 
-def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Dataset | None) -> dict[str, Any]:
+
+def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Dataset | None, client: Client
+                 ) -> dict[str, Any]:
     """The run's facts as plain data (the JSON of ``--json`` and the ``.npz`` report): the
-    model, the outcome, the train (and test) scores, the solver family's summary
+    model, the outcome, the train (and test) scores (computed by ``client``'s workers), the solver family's summary
     (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and its rendered ``work`` lines."""
-    from dasklbfgs.models.metrics import evaluate_model  # numpy and the models: not for --help
+    from dasklbfgs.scoring import evaluate  # numpy and the models: not for --help
 
     report: dict[str, Any] = {
         "model": repr(model),
@@ -27,7 +32,7 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
         "solver": result.solver,
         "success": bool(result.success),
         "message": result.message,
-        "train": evaluate_model(model, result.x, data),
+        "train": evaluate(model, result.x, data, client=client),
     }
     report.update(result.stats.summary(result))
     report.setdefault("objective", report["train"]["objective"])  # the run's own, else scored on the data
@@ -36,7 +41,7 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
     if partitions is not None:
         report["partitions"] = partitions
     if test is not None:
-        report["test"] = evaluate_model(model, result.x, test)
+        report["test"] = evaluate(model, result.x, test, client=client)
     return report
 
 
@@ -68,7 +73,7 @@ def interrupted_report(model: Model, result: OptimizeResult) -> dict[str, Any]:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    from dasklbfgs.models.metrics import SCORES, score_name
+    from dasklbfgs.scoring.names import SCORES, score_name
 
     lines = [
         f"model      {report['model']} ({report['n_params']} parameters)",
@@ -86,5 +91,6 @@ def format_report(report: dict[str, Any]) -> str:
             m = report[split]
             name = score_name(m)
             score = "" if name is None else f"{SCORES[name].format(**m)}, "
-            lines.append(f"{split:<10} {m['n_samples']} rows: {score}objective {m['objective']:.6g}")
+            more = "".join(f", {label} {m[key]:.4g}" for key, label in MORE_SCORES if key in m)
+            lines.append(f"{split:<10} {m['n_samples']} rows: {score}objective {m['objective']:.6g}{more}")
     return "\n".join(lines)

@@ -77,7 +77,7 @@ def command(args: argparse.Namespace) -> int:
             if result.message == INTERRUPTED:
                 report = interrupted_report(model, result)
             else:
-                report = train_report(model, result, data, test)
+                report = train_report(model, result, data, test, client)
         report["dataset"] = data.url
         report["options"] = options.to_json()
         save_params(output, model, result.x, report)

@@ -28,7 +28,7 @@ from dasklbfgs.data.location import Location
 from dasklbfgs.data.shared_paths import workers_not_seeing
 from dasklbfgs.errors import InvalidDataError, StoreError
 
-__all__ = ["write_on_workers", "shard_pieces", "piece_starts"]
+__all__ = ["results_once_all_ended", "write_on_workers", "shard_pieces", "piece_starts"]
 
 
 def piece_starts(piece_rows: Sequence[int]) -> list[int]:
@@ -99,8 +99,17 @@ def write_on_workers(
 
 
 def _gathered_in_order(client: Any, futures: list[Any]) -> WrittenRows:
-    """The shards' summaries merged in shard order, once every task has ended; the first
-    failing shard's error is raised (every task has ended, so none writes after it)."""
+    """The shards' summaries merged in shard order (see :func:`results_once_all_ended`)."""
+    written = WrittenRows()
+    for shard in results_once_all_ended(client, futures):
+        written.merge(shard)
+    return written
+
+
+def results_once_all_ended(client: Any, futures: list[Any]) -> list[Any]:
+    """The results of the tasks that write into a store, once every one has ended; else the
+    first failing one's error (in task order), raised only then, so that no task writes
+    into what the failed write removes. Interrupted while waiting: the tasks are cancelled."""
     from distributed import wait
 
     try:
@@ -111,10 +120,7 @@ def _gathered_in_order(client: Any, futures: list[Any]) -> WrittenRows:
     for future in futures:
         if future.status != "finished":
             future.result()  # raises the task's own error, with its message naming shard and row
-    written = WrittenRows()
-    for shard in client.gather(futures):
-        written.merge(shard)
-    return written
+    return list(client.gather(futures))
 
 
 def _write_shard(where: Location, shard_format: ShardFormat, first_row: int,

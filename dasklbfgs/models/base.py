@@ -165,26 +165,31 @@ class Model:
 
     def check_data(self, data: Dataset) -> None:
         """Raise :class:`ModelDataMismatchError` when ``data`` does not fit this model."""
-        if getattr(data, "is_sparse", False) and not self.accepts_sparse:
-            raise ModelDataMismatchError(
-                f"{type(self).__name__} takes dense data, but X at {data.url!r} is sparse; the linear models "
-                "(least_squares, logistic, softmax) train on sparse data"
-            )
+        self.check_features(data)
         if getattr(data, "is_weighted", False) and not self.accepts_weights:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} does not take sample weights, but the dataset at {data.url!r} has "
                 "them (its 'w' array); train it on unweighted data"
-            )
-        if data.n_features != self.n_features:
-            raise ModelDataMismatchError(
-                f"{self!r} expects {self.n_features} features but the dataset at "
-                f"{data.url!r} has {data.n_features}"
             )
         if len(data.y_shape) != 1:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} needs 1-D y, but y at {data.url!r} has shape {data.y_shape}"
             )
         self._check_labels(data)
+
+    def check_features(self, data: Dataset) -> None:
+        """Raise :class:`ModelDataMismatchError` when this model cannot read the rows of
+        ``data`` (what predicting needs; training checks the labels and weights too)."""
+        if getattr(data, "is_sparse", False) and not self.accepts_sparse:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} takes dense data, but X at {data.url!r} is sparse; the linear models "
+                "(least_squares, logistic, softmax) train on sparse data"
+            )
+        if data.n_features != self.n_features:
+            raise ModelDataMismatchError(
+                f"{self!r} expects {self.n_features} features but the dataset at "
+                f"{data.url!r} has {data.n_features}"
+            )
 
     def _check_labels(self, data: Dataset) -> None:
         return None

@@ -163,8 +163,8 @@ class EmbeddingLM(SoftmaxOutput, Model):
         _, h = self._hidden(views, self._ids(X))
         return affine(h, views["W2"], views["b2"])
 
-    def check_data(self, data: Dataset) -> None:
-        super().check_data(data)
+    def check_features(self, data: Dataset) -> None:
+        super().check_features(data)
         vocab = data.attrs.get("vocab_size")
         if vocab is not None and int(vocab) > self.vocab_size:
             raise ModelDataMismatchError(

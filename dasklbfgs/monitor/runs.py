@@ -12,11 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TypeGuard
 
-from dasklbfgs.models.metrics import SCORE_LABELS, SCORES
+from dasklbfgs.scoring.names import SCORE_LABELS, SCORES
 
 __all__ = ["RunView", "runs_newest_first", "Curve", "CURVES", "HELD_OUT_NAMES"]
 
-#: the held-out metric of each task (:data:`~dasklbfgs.models.metrics.SCORES`), as plots name it
+#: the held-out metric of each task (:data:`~dasklbfgs.scoring.names.SCORES`), as plots name it
 HELD_OUT_NAMES = {score: f"held-out {label}" for score, label in SCORE_LABELS.items()}
 
 

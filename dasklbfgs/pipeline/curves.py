@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.models.metrics import SCORE_LABELS, score_name
+from dasklbfgs.scoring.names import SCORE_LABELS, score_name
 from dasklbfgs.solvers import get_solver
 
 __all__ = ["learning_curves", "plot_curves", "smoothed", "smoothing_weight", "honest_limits"]

@@ -27,11 +27,11 @@ from dasklbfgs.data.cache import recipe_datasets
 from dasklbfgs.data.location import options_for
 from dasklbfgs.data.recipes import RecipeOptions
 from dasklbfgs.models import model_for_dataset
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
 from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
+from dasklbfgs.scoring import evaluate
 from dasklbfgs.solvers import minimize
 from dasklbfgs.solvers.common_options import with_checkpoint_storage, without_held_out
 
@@ -107,9 +107,9 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
                           callback=callback)
         trained = time.perf_counter()
-        scores = {"train": evaluate_model(model, result.x, train)}
+        scores = {"train": evaluate(model, result.x, train, client=client)}
         if test is not None:
-            scores["test"] = evaluate_model(model, result.x, test)
+            scores["test"] = evaluate(model, result.x, test, client=client)
         evaluated = time.perf_counter()
         metrics: dict[str, Any] = {
             "pipeline": name, "run_id": result.run_id, "solver": solver, "model": repr(model),

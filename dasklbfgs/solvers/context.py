@@ -28,10 +28,10 @@ from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.metrics import held_out_metrics
 from dasklbfgs.monitor.events import MetricsStream, start_facts
 from dasklbfgs.optim.lbfgs import MSG_CALLBACK
 from dasklbfgs.options import Options
+from dasklbfgs.scoring import held_out_metrics
 
 if TYPE_CHECKING:
     from dasklbfgs.solvers.registry import Solver

@@ -8,8 +8,8 @@ import pytest
 from dasklbfgs import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import MLP, EmbeddingLM, SparseAutoencoder, model_for_dataset
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import load_params, save_params
+from dasklbfgs.scoring import evaluate
 
 rng = np.random.default_rng(0)
 
@@ -180,14 +180,14 @@ def test_held_out_metrics_for_each_task(tmp_path) -> None:
     data = ShardedDataset.create(tmp_path / "p", X, np.zeros(80, dtype=np.int64), shard_rows=30)
     model = SparseAutoencoder(6, 3)
     params = model.init_params(0)
-    metrics = evaluate_model(model, params, data)
+    metrics = evaluate(model, params, data)
     assert metrics["objective"] == pytest.approx(model.objective(params, X, np.zeros(80))[0], rel=1e-12)
     assert metrics["reconstruction_mse"] == pytest.approx(np.mean((model.predict(params, X) - X) ** 2))
     mlp = MLP(6, (4,), 2)
     labels = ShardedDataset.create(tmp_path / "l", X, np.arange(80) % 2, shard_rows=30)
     p = mlp.init_params(0)
     expected = np.mean(mlp.predict(p, X) == np.arange(80) % 2)
-    assert evaluate_model(mlp, p, labels)["accuracy"] == pytest.approx(expected)
+    assert evaluate(mlp, p, labels)["accuracy"] == pytest.approx(expected)
 
 
 def test_bad_configurations_and_data_are_refused(tmp_path) -> None:

@@ -11,9 +11,9 @@ import pytest
 
 from dasklbfgs import MLP, Logistic, Softmax, connect, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.monitor import TrainingPage
 from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.scoring import evaluate
 
 
 class FailsOnWorkers(Logistic):
@@ -57,7 +57,7 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         # Held-out curve of a Sandblaster run: scored at every iteration, at that iterate.
         assert list(_points(page, "heldout_metric")["y"]) == [h["eval_accuracy"] for h in result.history]
         assert page.plots["heldout_metric"].yaxis.axis_label == "held-out accuracy"
-        last = evaluate_model(Logistic(8, l2=1e-3), result.x, held_out)
+        last = evaluate(Logistic(8, l2=1e-3), result.x, held_out)
         assert result.history[-1]["eval_accuracy"] == last["accuracy"]
         assert result.history[-1]["eval_objective"] == last["objective"]
         assert "finished" in page.status.text and html_text.escape(result.message, quote=False) in page.status.text

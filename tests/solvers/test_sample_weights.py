@@ -14,8 +14,8 @@ from dasklbfgs import ShardedDataset
 from dasklbfgs.downpour import downpour_sgd, sync_sgd
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import Logistic, Softmax, SparseAutoencoder, model_for_dataset
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.scoring import evaluate
 
 TIGHT = dict(gtol=1e-10, ftol=1e-15, maxiter=300)
 
@@ -68,7 +68,7 @@ def test_integer_weights_are_repeated_rows_and_class_weights_multiply_them(clien
     reference.fit(X, y, sample_weight=w)
     np.testing.assert_allclose(result.x[:5], reference.coef_[0], atol=1e-7)
     # held-out figures are weighted like scikit-learn's scores
-    metrics = evaluate_model(model, on_weights.x, weighted)
+    metrics = evaluate(model, on_weights.x, weighted)
     predicted = model.predict(on_weights.x, X)
     assert metrics["accuracy"] == pytest.approx(accuracy_score(y, predicted, sample_weight=w), rel=1e-12)
     assert metrics["objective"] == pytest.approx(model.objective(on_weights.x, X, y, w)[0], rel=1e-12)

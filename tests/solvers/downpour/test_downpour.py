@@ -17,11 +17,11 @@ from dasklbfgs.data.location import Location
 from dasklbfgs.downpour import ParameterShard, downpour_sgd, param_bounds
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models import MLP, Logistic, Softmax
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSOptions, owlqn_minimize
 from dasklbfgs.optim.updates import sgd
 from dasklbfgs.sandblaster import sandblaster_lbfgs
+from dasklbfgs.scoring import evaluate
 from dasklbfgs.solvers._replicas.batches import epoch_order
 from dasklbfgs.solvers.common_options import replica_rows
 from dasklbfgs.solvers.downpour.shard_checkpoint import read_shard_states, write_shard_states
@@ -97,7 +97,7 @@ def test_two_replicas_reach_sandblaster_accuracy(client, softmax_data) -> None:
     result = downpour_sgd(model, train, client=client, n_replicas=2, n_param_shards=2, batch_size=64,
                           learning_rate=0.2, epochs=3, eval_data=test, eval_every=100)
     reference = sandblaster_lbfgs(model, train, client=client)
-    target = evaluate_model(model, reference.x, test)["accuracy"]
+    target = evaluate(model, reference.x, test)["accuracy"]
     assert result.success, result.message
     assert result.history[-1]["eval_accuracy"] >= target - 0.02
     assert sum(result.stats["steps_per_replica"]) == result.nit
@@ -122,10 +122,10 @@ def test_defer_eval_scores_after_training(client, softmax_data) -> None:
     times = [h["time"] for h in scored]
     assert times == sorted(times) and times[-1] <= result.stats["wall_seconds"]
     # the last entry is the final parameters, scored like any held-out evaluation
-    assert result.history[-1]["eval_accuracy"] == evaluate_model(model, result.x, test)["accuracy"]
+    assert result.history[-1]["eval_accuracy"] == evaluate(model, result.x, test)["accuracy"]
     # scored parameters of a run that learns: below the start's held-out objective (log 3 at
     # zeros; the first and the last scores of noisy SGD near its optimum may come in any order)
-    start = evaluate_model(model, np.zeros(model.n_params), test)["objective"]
+    start = evaluate(model, np.zeros(model.n_params), test)["objective"]
     assert max(h["eval_objective"] for h in scored) < 0.9 * start
 
 

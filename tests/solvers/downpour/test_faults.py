@@ -15,7 +15,7 @@ from dasklbfgs import connect, make_dataset
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models import Softmax
-from dasklbfgs.models.metrics import evaluate_model
+from dasklbfgs.scoring import evaluate
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -55,7 +55,7 @@ def kill_at(client, step: int, victim_index: int, killed: dict):
 def undisturbed_accuracy(client, data) -> float:
     model = Softmax(10, 3, l2=1e-4)
     x = downpour_sgd(model, data["train"], client=client, **{**KW, "eval_every": None}).x
-    return evaluate_model(model, x, data["test"])["accuracy"]
+    return evaluate(model, x, data["test"])["accuracy"]
 
 
 KW = dict(n_replicas=2, n_param_shards=2, batch_size=50, learning_rate=0.2, epochs=3, eval_every=10_000)

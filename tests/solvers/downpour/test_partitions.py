@@ -50,7 +50,7 @@ def test_one_replica_of_two_partitions_is_sequential_sgd(client, datasets) -> No
     assert [p["partition"] for p in replica] == [0, 1] and len({p["worker"] for p in replica}) == 2
     assert all(p["pushes"] == 30 and p["bytes_sent"] > 0 and p["messages_sent"] > 0 for p in replica)
     # `dasklbfgs train` reads the same shape as Sandblaster's
-    assert train_report(MODEL, result, data, None)["partitions"] == {
+    assert train_report(MODEL, result, data, None, client)["partitions"] == {
         "per_replica": 2, "replicas": 1, "bytes_sent": sum(p["bytes_sent"] for p in replica), "recoveries": 0}
     # each partition's shards live on its worker (its fetches and pushes stay in its process)
     assert stats["shard_workers"] == [replica[p]["worker"] for i in range(len(bounds))

@@ -37,7 +37,15 @@ def cluster():
 
 @pytest.fixture()
 def three_workers(cluster):
-    cluster.wait_for_workers(3, timeout=60)
+    """The cluster once the nanny of the worker an earlier test killed has started it again
+    (slow on a loaded machine); if it has not, the nannies' states, to say why."""
+    try:
+        cluster.wait_for_workers(3, timeout=120)
+    except TimeoutError:
+        nannies = {name: (nanny.status.name, getattr(nanny.process, "status", None) if nanny.process else None)
+                   for name, nanny in cluster.cluster.workers.items()}
+        raise TimeoutError(f"a killed worker was not started again; the nannies (status, worker process): "
+                           f"{nannies}") from None
     return cluster
 
 

@@ -14,7 +14,6 @@ from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
-from dasklbfgs.models.metrics import evaluate_model
 from dasklbfgs.models.sums import SparseSum, as_dense
 from dasklbfgs.monitor.events import TOPIC
 from dasklbfgs.optim.collective import (
@@ -29,6 +28,7 @@ from dasklbfgs.optim.collective import (
     tree_parent,
 )
 from dasklbfgs.optim.updates import make_rule
+from dasklbfgs.scoring import evaluate
 from dasklbfgs.solvers._replicas.batches import epoch_order
 from dasklbfgs.solvers._replicas.wire import ShardLayout
 from dasklbfgs.solvers.common_options import replica_rows
@@ -137,13 +137,13 @@ def _steps(client, run_id):
 def test_each_method_learns_the_softmax_problem(client, softmax_data, method, options) -> None:
     model = Softmax(10, 3, l2=1e-3)
     test = softmax_data["test"]
-    before = evaluate_model(model, np.zeros(model.n_params), test)
+    before = evaluate(model, np.zeros(model.n_params), test)
     options = {"learning_rate": 0.2, **options}
     result = method(model, softmax_data["train"], client=client, n_replicas=4, batch_size=50, epochs=2,
                     eval_data=test, eval_every=100, **options)
     assert result.success, result.message
     assert result.nit == 4 * 2 * 60 and result.stats["steps_per_replica"] == [120] * 4
-    after = evaluate_model(model, result.x, test)
+    after = evaluate(model, result.x, test)
     assert after["objective"] < before["objective"] - 0.15
     assert after["accuracy"] > 0.7  # Sandblaster's optimum scores about 0.76 here
     assert len(result.replicas) == 4 and all(r["x"].shape == (model.n_params,) for r in result.replicas)

@@ -406,10 +406,10 @@ def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_e
     scored = [h["step"] for h in result.history if "eval_objective" in h]
     expected = [] if eval_every is None else list(range(eval_every, result.nit + 1, eval_every))
     assert scored == sorted(set(expected) | {result.nit})
-    from dasklbfgs.models.metrics import evaluate_model
+    from dasklbfgs.scoring import evaluate
 
     assert result.history[-1]["eval_objective"] == pytest.approx(
-        evaluate_model(model, result.x, held_out)["objective"], rel=1e-12)
+        evaluate(model, result.x, held_out)["objective"], rel=1e-12)
 
 
 def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:

@@ -1,0 +1,8 @@
+"""Scoring a fitted model by the workers: metrics under scikit-learn's names, and
+predictions for every row of a dataset, written where the data is."""
+
+from dasklbfgs.scoring.evaluation import evaluate, held_out_metrics
+from dasklbfgs.scoring.predictions import predict
+from dasklbfgs.scoring.summaries import METRICS
+
+__all__ = ["METRICS", "evaluate", "held_out_metrics", "predict"]

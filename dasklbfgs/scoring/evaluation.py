@@ -1,0 +1,124 @@
+"""Evaluate a fitted model on a dataset: by the workers, a task per shard, the client
+receiving the finished numbers only.
+
+Each shard's task loads its rows and computes its :class:`~dasklbfgs.scoring.summaries.Summary`;
+summaries merge pairwise on the workers in a fixed tree (neighbours first, so the figures do
+not depend on which worker did what); the last task finishes the metrics. Without a Dask
+client the same tree is computed in this process, one shard at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from dasklbfgs.data._client import active_client
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.scoring.summaries import METRICS, Summary, summarize
+
+if TYPE_CHECKING:
+    from dasklbfgs._typing import Dataset
+    from dasklbfgs.models.base import Model
+
+__all__ = ["chosen_metrics", "evaluate", "evaluated", "held_out_metrics"]
+
+T = TypeVar("T")
+
+
+def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
+             metrics: Sequence[str] | None = None) -> dict[str, Any]:
+    """The metrics of ``model`` at ``params`` on ``data``: its ``objective``, ``n_samples``,
+    and the metrics of its task under scikit-learn's names and definitions (weighted where
+    the data has weights; see :data:`~dasklbfgs.scoring.summaries.METRICS`):
+
+    - classification: ``log_loss``, ``accuracy``, ``roc_auc`` (exact; one-vs-rest macro for
+      more than two classes), ``average_precision``, ``precision``, ``recall``, ``f1``
+      (of class 1 for two classes, macro averages for more), ``confusion_matrix`` (rows
+      the true class 0..K-1, columns the predicted one), ``brier_score``;
+    - regression: ``rmse``, ``mae``, ``r2``, ``explained_variance``;
+    - reconstruction: ``reconstruction_mse``.
+
+    ``data``: a :class:`~dasklbfgs.data.ShardedDataset` (or its path or URL). ``metrics``
+    picks some of them (all by default). A dataset on a store is evaluated by the
+    workers of ``client`` (or of the active client), a task per shard, and only the
+    finished numbers reach this process; with no client, or data in memory, here, one shard
+    at a time.
+    """
+    import os
+
+    from dasklbfgs.data.sharded import as_dataset
+
+    names = chosen_metrics(model.task, metrics)
+    if isinstance(data, (str, os.PathLike)):
+        data = as_dataset(data)
+    return evaluated(model, params, data, names, active_client() if client is None else client)
+
+
+def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], client: Any) -> dict[str, Any]:
+    """:func:`evaluate`, by the workers of ``client``, or here if it is None."""
+    model.check_data(data)
+    params = model.check_params(params, "params")
+    if client is not None and hasattr(data, "location"):  # a store the workers read
+        import dask
+
+        shard = dask.delayed(_shard_summary, pure=True)
+        merge = dask.delayed(_merged, pure=True)
+        params_ = dask.delayed(params, traverse=False)  # sent once, not inlined in every task
+        summaries = [shard(model, params_, data, index) for index in range(data.n_shards)]
+        finished = dask.delayed(_finished, pure=True)(merged_in_a_tree(summaries, merge), names)
+        rows, weight, loss, sums, found = client.compute(finished).result()
+    else:
+        summaries_here = (_shard_summary(model, params, data, index) for index in range(data.n_shards))
+        rows, weight, loss, sums, found = _finished(merged_in_a_tree(list(summaries_here), _merged), names)
+    objective = model.objective_from_sums(params, loss, sums, weight)[0]
+    return {"objective": objective, "n_samples": rows, **found}
+
+
+def chosen_metrics(task: str, metrics: Sequence[str] | None) -> tuple[str, ...]:
+    """The metric names ``metrics`` asks for (all of ``task``'s by default), checked."""
+    available = METRICS[task]
+    if metrics is None:
+        return available
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    unknown = [name for name in metrics if name not in available]
+    if unknown:
+        raise ConfigurationError(f"metrics {unknown} are not metrics of a {task} model; its metrics are "
+                                 f"{list(available)}")
+    return tuple(metrics)
+
+
+def held_out_metrics(model: Model, params: np.ndarray, data: Dataset) -> dict[str, Any]:
+    """The held-out figures a run records as it goes (``eval_`` keys): the objective and the
+    task's scores (:data:`~dasklbfgs.scoring.names.HELD_OUT`), computed in the coordinator
+    (a replica solver's workers are busy with their replicas)."""
+    from dasklbfgs.scoring.names import HELD_OUT
+
+    found = evaluated(model, params, data, HELD_OUT[model.task], client=None)
+    return {f"eval_{k}": v for k, v in found.items() if k != "n_samples"}
+
+
+def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
+    """``items`` merged pairwise, neighbours first, in rounds: a tree of depth log2(n)
+    whose shape depends only on ``len(items)``."""
+    while len(items) > 1:
+        items = [merge(items[i], items[i + 1]) if i + 1 < len(items) else items[i] for i in range(0, len(items), 2)]
+    return items[0]
+
+
+def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int) -> Summary:
+    """Task: the summary of shard ``index``."""
+    X, y = data.load_shard(index)
+    return summarize(model, params, X, y, data.load_shard_weights(index))
+
+
+def _merged(a: Summary, b: Summary) -> Summary:
+    return a.merge(b)
+
+
+def _finished(summary: Summary, names: tuple[str, ...]) -> tuple[int, float, float, np.ndarray, dict[str, Any]]:
+    """Task: what the client needs of the merged summary: rows, weight, the objective's sums
+    and the finished metrics."""
+    return summary.rows, summary.weight, summary.loss, summary.sums, summary.metrics(names)

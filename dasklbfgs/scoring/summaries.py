@@ -1,0 +1,182 @@
+"""What a shard contributes to a model's metrics, merged across shards, then finished.
+
+A :class:`Summary` is computed from one shard's rows (:func:`summarize`), merges with
+another in a fixed order (:meth:`Summary.merge`: sums, Chan's pairwise update for means and
+variances, sorted score counts for the ranking metrics), and finishes into the metrics
+under scikit-learn's names and definitions, weighted where the data has weights
+(:meth:`Summary.metrics`). Pure numpy: the workers compute and merge summaries, and only
+the finished numbers travel to the client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dasklbfgs.scoring.ranking import ScoreCounts
+
+if TYPE_CHECKING:
+    from dasklbfgs.models.base import Model
+
+__all__ = ["METRICS", "Summary", "summarize"]
+
+#: every metric of each task, as :meth:`Summary.metrics` names them (scikit-learn's names)
+METRICS = {
+    "classification": ("log_loss", "accuracy", "roc_auc", "average_precision", "precision", "recall", "f1",
+                       "confusion_matrix", "brier_score"),
+    "regression": ("rmse", "mae", "r2", "explained_variance"),
+    "reconstruction": ("reconstruction_mse",),
+}
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Total weight, weighted mean and weighted sum of squared deviations of some values."""
+
+    weight: float
+    mean: float
+    m2: float
+
+    @classmethod
+    def of(cls, values: np.ndarray, weight: np.ndarray) -> Moments:
+        total = float(weight.sum())
+        mean = float(weight @ values) / total if total > 0 else 0.0
+        deviation = values - mean
+        return cls(total, mean, float((weight * deviation) @ deviation))
+
+    def merge(self, other: Moments) -> Moments:
+        """Chan, Golub and LeVeque's pairwise update: no cancellation of large sums."""
+        total = self.weight + other.weight
+        if total <= 0:
+            return self
+        delta = other.mean - self.mean
+        return Moments(total, self.mean + delta * other.weight / total,
+                       self.m2 + other.m2 + delta * delta * self.weight * other.weight / total)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One or more shards' contribution: rows, weight, the objective's sums, and the task's own."""
+
+    task: str
+    rows: int
+    weight: float
+    loss: float
+    sums: np.ndarray
+    # classification
+    confusion: np.ndarray | None = None  # (K, K) weight, true class by predicted class
+    log_loss: float = 0.0  # sum of weight * -log(clipped probability of the true class)
+    brier: float = 0.0  # sum of weight * squared distance of the probabilities to the one-hot label
+    counts: tuple[ScoreCounts, ...] = ()  # binary: the positive class's; K > 2: one per class
+    # regression and reconstruction
+    labels: Moments | None = None
+    residuals: Moments | None = None
+    squared_error: float = 0.0
+    absolute_error: float = 0.0
+    n_outputs: int = 1
+
+    def merge(self, other: Summary) -> Summary:
+        """The summary of both sets of rows (this one's first)."""
+        merged = replace(
+            self, rows=self.rows + other.rows, weight=self.weight + other.weight, loss=self.loss + other.loss,
+            sums=self.sums + other.sums, log_loss=self.log_loss + other.log_loss, brier=self.brier + other.brier,
+            squared_error=self.squared_error + other.squared_error,
+            absolute_error=self.absolute_error + other.absolute_error)
+        if self.confusion is not None and other.confusion is not None:
+            merged = replace(merged, confusion=self.confusion + other.confusion,
+                             counts=tuple(a.merge(b) for a, b in zip(self.counts, other.counts)))
+        if self.labels is not None and other.labels is not None:
+            merged = replace(merged, labels=self.labels.merge(other.labels))
+        if self.residuals is not None and other.residuals is not None:
+            merged = replace(merged, residuals=self.residuals.merge(other.residuals))
+        return merged
+
+    def metrics(self, names: tuple[str, ...]) -> dict[str, Any]:
+        """The metrics ``names`` (of :data:`METRICS` for this task), finished."""
+        finished = {"classification": self._classification, "regression": self._regression,
+                    "reconstruction": self._reconstruction}[self.task]()
+        return {name: finished[name] for name in names}
+
+    def _classification(self) -> dict[str, Any]:
+        assert self.confusion is not None
+        C = self.confusion
+        binary = C.shape[0] == 2
+        predicted, actual, hits = C.sum(axis=0), C.sum(axis=1), np.diag(C)
+        precision, recall, f1 = _ratio(hits, predicted), _ratio(hits, actual), _ratio(2 * hits, predicted + actual)
+        present = (predicted + actual) > 0  # scikit-learn's macro average: the labels in y_true or y_pred
+        aucs = [c.roc_auc() for c in self.counts]
+        precisions = [c.average_precision() for c in self.counts]
+        return {
+            "log_loss": self.log_loss / self.weight,
+            "accuracy": float(hits.sum() / self.weight),
+            "roc_auc": aucs[0] if binary else float(np.mean(aucs)),
+            "average_precision": precisions[0] if binary else float(np.mean(precisions)),
+            "precision": float(precision[1] if binary else precision[present].mean()),
+            "recall": float(recall[1] if binary else recall[present].mean()),
+            "f1": float(f1[1] if binary else f1[present].mean()),
+            "confusion_matrix": C.tolist(),
+            "brier_score": self.brier / self.weight / (2.0 if binary else 1.0),
+        }
+
+    def _regression(self) -> dict[str, Any]:
+        assert self.labels is not None and self.residuals is not None
+        spread = self.labels.m2
+        return {
+            "rmse": float(np.sqrt(self.squared_error / self.weight)),
+            "mae": self.absolute_error / self.weight,
+            "r2": _explained(self.squared_error, spread),
+            "explained_variance": _explained(self.residuals.m2, spread),
+        }
+
+    def _reconstruction(self) -> dict[str, Any]:
+        return {"reconstruction_mse": self.squared_error / (self.weight * self.n_outputs)}
+
+
+def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    """``top / bottom``, 0 where ``bottom`` is 0 (scikit-learn's ``zero_division`` default)."""
+    return np.divide(top, bottom, out=np.zeros_like(top, dtype=np.float64), where=bottom > 0)
+
+
+def _explained(unexplained: float, spread: float) -> float:
+    """``1 - unexplained / spread``; for constant labels 1.0 if nothing is unexplained, else
+    0.0 (scikit-learn's ``force_finite``)."""
+    if spread > 0:
+        return 1.0 - unexplained / spread
+    return 1.0 if unexplained == 0 else 0.0
+
+
+def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None) -> Summary:
+    """The summary of one block of rows."""
+    weight = np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
+    loss, sums = model.sums_of(params, X, y, w)
+    base = Summary(model.task, int(X.shape[0]), float(weight.sum()), float(loss), np.asarray(sums, dtype=np.float64))
+    if model.task == "classification":
+        return _classified(base, model, params, X, np.asarray(y).astype(np.int64), weight)
+    if model.task == "regression":
+        residual = np.asarray(y, dtype=np.float64) - model.predict(params, X)
+        return replace(base, labels=Moments.of(np.asarray(y, dtype=np.float64), weight),
+                       residuals=Moments.of(residual, weight), squared_error=float((weight * residual) @ residual),
+                       absolute_error=float(weight @ np.abs(residual)))
+    dense = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
+    residual = np.asarray(model.predict(params, X)) - dense
+    return replace(base, squared_error=float(np.einsum("i,ij,ij->", weight, residual, residual)),
+                   n_outputs=int(dense.shape[1]))
+
+
+def _classified(base: Summary, model: Model, params: np.ndarray, X: Any, y: np.ndarray, weight: np.ndarray
+                ) -> Summary:
+    proba = model.predict_proba(params, X)  # type: ignore[attr-defined]
+    k = proba.shape[1]
+    rows = np.arange(y.size)
+    predicted = np.asarray(model.predict(params, X), dtype=np.int64)  # the class the model predicts
+    confusion = np.bincount(y * k + predicted, weights=weight, minlength=k * k).reshape(k, k)
+    eps = np.finfo(proba.dtype).eps
+    log_loss = float(weight @ -np.log(np.clip(proba[rows, y], eps, 1 - eps)))
+    one_hot = np.zeros_like(proba)
+    one_hot[rows, y] = 1.0
+    brier = float(weight @ ((proba - one_hot) ** 2).sum(axis=1))
+    classes = [1] if k == 2 else range(k)
+    counts = tuple(ScoreCounts.of(proba[:, c], y == c, weight) for c in classes)
+    return replace(base, confusion=confusion, log_loss=log_loss, brier=brier, counts=counts)

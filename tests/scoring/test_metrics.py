@@ -1,0 +1,179 @@
+"""Metrics from merged shard summaries equal scikit-learn's on the same predictions (to
+1e-12), weighted and unweighted, with ties; and the workers compute what this process does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+from sklearn.preprocessing import label_binarize
+
+from dasklbfgs import ShardedDataset, evaluate
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models import LeastSquares, Logistic, Softmax, SparseAutoencoder
+from dasklbfgs.scoring.evaluation import merged_in_a_tree
+from dasklbfgs.scoring.ranking import ScoreCounts
+from dasklbfgs.scoring.summaries import METRICS, summarize
+
+rng = np.random.default_rng(7)
+CUTS = (0, 37, 38, 250, 400, 600)  # shards of uneven sizes, one of a single row
+
+
+def _merged(model, params, X, y, w):
+    parts = [summarize(model, params, X[a:b], y[a:b], None if w is None else w[a:b])
+             for a, b in zip(CUTS[:-1], CUTS[1:])]
+    return merged_in_a_tree(parts, lambda a, b: a.merge(b))
+
+
+def _close(ours, theirs) -> None:
+    assert ours == pytest.approx(theirs, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("rounded", [False, True], ids=["distinct scores", "tied scores"])
+def test_binary_classification_metrics_equal_scikit_learns(weighted, rounded) -> None:
+    X = rng.normal(size=(600, 5))
+    if rounded:
+        X = np.round(X, 0)  # few distinct rows: many tied scores
+    y = (X[:, 0] + rng.normal(size=600) > 0).astype(np.int64)
+    w = rng.uniform(0.2, 3.0, 600) if weighted else None
+    model = Logistic(5, l2=0.1)
+    params = rng.normal(size=model.n_params)
+    found = _merged(model, params, X, y, w).metrics(METRICS["classification"])
+    proba, predicted = model.predict_proba(params, X), model.predict(params, X)
+    _close(found["log_loss"], skm.log_loss(y, proba, sample_weight=w))
+    _close(found["accuracy"], skm.accuracy_score(y, predicted, sample_weight=w))
+    _close(found["roc_auc"], skm.roc_auc_score(y, proba[:, 1], sample_weight=w))
+    _close(found["average_precision"], skm.average_precision_score(y, proba[:, 1], sample_weight=w))
+    _close(found["precision"], skm.precision_score(y, predicted, sample_weight=w))
+    _close(found["recall"], skm.recall_score(y, predicted, sample_weight=w))
+    _close(found["f1"], skm.f1_score(y, predicted, sample_weight=w))
+    _close(found["brier_score"], skm.brier_score_loss(y, proba[:, 1], sample_weight=w))
+    np.testing.assert_allclose(found["confusion_matrix"], skm.confusion_matrix(y, predicted, sample_weight=w),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_multiclass_metrics_equal_scikit_learns_macro_and_one_vs_rest(weighted) -> None:
+    X = rng.normal(size=(600, 4))
+    y = np.argmax(X[:, :3] + rng.normal(size=(600, 3)), axis=1)
+    w = rng.uniform(0.2, 3.0, 600) if weighted else None
+    model = Softmax(4, 3, l2=0.1)
+    params = rng.normal(size=model.n_params)
+    found = _merged(model, params, X, y, w).metrics(METRICS["classification"])
+    proba, predicted = model.predict_proba(params, X), model.predict(params, X)
+    _close(found["log_loss"], skm.log_loss(y, proba, sample_weight=w))
+    _close(found["roc_auc"], skm.roc_auc_score(y, proba, multi_class="ovr", average="macro", sample_weight=w))
+    _close(found["average_precision"], skm.average_precision_score(label_binarize(y, classes=[0, 1, 2]), proba,
+                                                                   average="macro", sample_weight=w))
+    for name, score in (("precision", skm.precision_score), ("recall", skm.recall_score), ("f1", skm.f1_score)):
+        _close(found[name], score(y, predicted, average="macro", sample_weight=w))
+    _close(found["brier_score"], skm.brier_score_loss(y, proba, sample_weight=w))
+    np.testing.assert_allclose(found["confusion_matrix"],
+                               skm.confusion_matrix(y, predicted, labels=[0, 1, 2], sample_weight=w), rtol=1e-12)
+
+
+def test_a_class_never_predicted_nor_present_is_left_out_of_the_macro_averages() -> None:
+    """scikit-learn averages over the labels in y_true or y_pred; the confusion matrix keeps all K."""
+    X = rng.normal(size=(600, 4))
+    y = (X[:, 0] > 0).astype(np.int64)  # classes 0 and 1 of 3
+    model = Softmax(4, 3)
+    params = np.zeros(model.n_params)
+    params[:8] = rng.normal(size=8)  # class 2's scores stay at zero: rarely the largest
+    found = _merged(model, params, X, y, None).metrics(("precision", "recall", "f1", "confusion_matrix"))
+    predicted = model.predict(params, X)
+    for name, score in (("precision", skm.precision_score), ("recall", skm.recall_score), ("f1", skm.f1_score)):
+        _close(found[name], score(y, predicted, average="macro", zero_division=0))
+    assert np.shape(found["confusion_matrix"]) == (3, 3)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_regression_metrics_equal_scikit_learns_far_from_zero(weighted) -> None:
+    X = rng.normal(size=(600, 3))
+    y = 1e6 + X @ [1.0, -2.0, 0.5] + rng.normal(size=600)  # a large mean: one-pass variances would lose digits
+    w = rng.uniform(0.2, 3.0, 600) if weighted else None
+    model = LeastSquares(3)
+    params = np.array([1.1, -1.9, 0.4, 1e6])
+    found = _merged(model, params, X, y, w).metrics(METRICS["regression"])
+    predicted = model.predict(params, X)
+    _close(found["rmse"], skm.root_mean_squared_error(y, predicted, sample_weight=w))
+    _close(found["mae"], skm.mean_absolute_error(y, predicted, sample_weight=w))
+    assert found["r2"] == pytest.approx(skm.r2_score(y, predicted, sample_weight=w), rel=1e-10)
+    assert found["explained_variance"] == pytest.approx(
+        skm.explained_variance_score(y, predicted, sample_weight=w), rel=1e-10)
+
+
+def test_reconstruction_error_is_the_mean_over_rows_and_features() -> None:
+    X = rng.uniform(0.1, 0.9, size=(600, 12))
+    model = SparseAutoencoder(12, 4)
+    params = model.init_params(seed=1)
+    found = _merged(model, params, X, np.zeros(600), None).metrics(("reconstruction_mse",))
+    _close(found["reconstruction_mse"], skm.mean_squared_error(X, model.predict(params, X)))
+
+
+def test_score_counts_merge_ties_across_shards_and_cost_a_sort() -> None:
+    scores = np.array([0.9, 0.5, 0.5, 0.1, 0.5, 0.9])
+    positive = np.array([True, False, True, False, True, False])
+    a = ScoreCounts.of(scores[:3], positive[:3], np.ones(3))
+    both = a.merge(ScoreCounts.of(scores[3:], positive[3:], np.ones(3)))
+    np.testing.assert_array_equal(both.scores, [0.9, 0.5, 0.1])  # one threshold per distinct score
+    np.testing.assert_array_equal(both.positive, [1, 2, 0])
+    np.testing.assert_array_equal(both.negative, [1, 1, 1])
+    assert both.roc_auc() == pytest.approx(skm.roc_auc_score(positive, scores), abs=1e-15)
+    only_one_class = ScoreCounts.of(scores, np.ones(6, bool), np.ones(6))
+    assert np.isnan(only_one_class.roc_auc())
+
+
+def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> None:
+    X = rng.normal(size=(900, 6))
+    y = np.argmax(X[:, :3], axis=1)
+    w = rng.uniform(0.5, 2.0, 900)
+    data = ShardedDataset.create(tmp_path / "d", X, y, sample_weight=w, shard_rows=100)
+    model = Softmax(6, 3, l2=0.01)
+    params = rng.normal(size=model.n_params)
+    on_workers = evaluate(model, params, data, client=client)
+    from dasklbfgs.scoring.evaluation import evaluated
+
+    here = evaluated(model, params, data, METRICS["classification"], client=None)
+    assert on_workers == here
+    assert on_workers["n_samples"] == 900 and on_workers["objective"] == pytest.approx(
+        model.objective(params, X, y, w)[0], rel=1e-12)
+    _close(on_workers["roc_auc"], skm.roc_auc_score(y, model.predict_proba(params, X), multi_class="ovr",
+                                                    sample_weight=w))
+    picked = evaluate(model, params, data, client=client, metrics=["roc_auc", "log_loss"])
+    assert set(picked) == {"objective", "n_samples", "roc_auc", "log_loss"} and picked["roc_auc"] == here["roc_auc"]
+
+
+def test_a_metric_of_another_task_is_refused_naming_the_task_s_metrics(tmp_path) -> None:
+    data = ShardedDataset.create(tmp_path / "d", rng.normal(size=(20, 2)), rng.normal(size=20), shard_rows=10)
+    with pytest.raises(ConfigurationError, match=r"metrics \['roc_auc'\] are not metrics of a regression model; "
+                                                 r"its metrics are \['rmse', 'mae', 'r2', 'explained_variance'\]"):
+        evaluate(LeastSquares(2), np.zeros(3), data, metrics=["roc_auc"])
+
+
+def test_the_command_line_scores_a_saved_model_on_the_running_cluster(client, tmp_path, capsys) -> None:
+    import json
+
+    from dasklbfgs.cli.main import main
+    from dasklbfgs.models.persist import save_params
+
+    X = rng.normal(size=(500, 4))
+    y = (X[:, 1] > 0).astype(np.int64)
+    data = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=128)
+    model = Logistic(4)
+    params = rng.normal(size=model.n_params)
+    save_params(tmp_path / "m.npz", model, params)
+    where = ["--params", str(tmp_path / "m.npz"), "--scheduler", client.scheduler.address]
+    assert main(["evaluate", *where, "--data", str(data.path), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    _close(found["roc_auc"], skm.roc_auc_score(y, model.predict_proba(params, X)[:, 1]))
+    assert found["n_samples"] == 500 and np.shape(found["confusion_matrix"]) == (2, 2)
+    assert main(["evaluate", *where, "--data", str(data.path), "--metrics", "log_loss,f1"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in text] == ["objective", "n_samples", "log_loss", "f1"]
+    # a dataset of other features, a metric of another task: named, and nothing scored
+    other = ShardedDataset.create(tmp_path / "o", rng.normal(size=(50, 7)), np.zeros(50), shard_rows=25)
+    assert main(["evaluate", *where, "--data", str(other.path)]) == 2
+    assert "expects 4 features but the dataset at" in capsys.readouterr().err
+    assert main(["evaluate", *where, "--data", str(data.path), "--metrics", "rmse"]) == 2
+    assert "metrics ['rmse'] are not metrics of a classification model" in capsys.readouterr().err
