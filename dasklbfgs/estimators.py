@@ -15,8 +15,9 @@ estimators take ``warm_start``: a refit starts from the previous ``coef_`` and `
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -66,6 +67,65 @@ def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
     for name, value in values.items():
         if name not in ("self", "__class__"):
             setattr(estimator, name, value)
+
+
+def _on_the_cluster(method: Callable[..., np.ndarray]) -> Callable[..., Any]:
+    """``method`` (predict, predict_proba, ...) for numpy and scipy input as scikit-learn's;
+    for a :class:`ShardedDataset` or a dask array or DataFrame, a lazy dask array computed by
+    the workers, a block of rows at a time (as dask-ml's ``ParallelPostFit``)."""
+
+    @functools.wraps(method)
+    def on_the_cluster(self: _ShardedEstimator, X: Any) -> Any:
+        if isinstance(X, ShardedDataset) or is_dask_collection(X):
+            return self._mapped(X, method.__name__)
+        return method(self, X)
+
+    return on_the_cluster
+
+
+def _dask_rows(X: Any, what: str = "X") -> Any:
+    """``X`` (a ShardedDataset, dask array, DataFrame or Series) as a dask array whose
+    chunks hold whole rows (a dataset: one chunk per shard)."""
+    if isinstance(X, ShardedDataset):
+        return X.to_dask()[0]
+    if hasattr(X, "to_dask_array"):  # a dask DataFrame or Series
+        return X.to_dask_array(lengths=True)
+    if not hasattr(X, "map_blocks"):
+        raise ConfigurationError(f"{what} must be a dask array or DataFrame here, got {type(X).__name__}")
+    return X if X.ndim == 1 else X.rechunk({1: -1})
+
+
+class _ScoredOnTheCluster:
+    """``score`` for the estimators, first in their bases (before scikit-learn's mixins):
+    scikit-learn's for numpy input, computed by the workers for a dataset or dask input."""
+
+    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
+        """scikit-learn's score (accuracy for classifiers, R^2 for regressors); for a
+        ShardedDataset (its own labels and weights) or dask input, computed by the workers."""
+        if not (isinstance(X, ShardedDataset) or is_dask_collection(X)):
+            return float(super().score(X, y, sample_weight=sample_weight))  # type: ignore[misc]
+        import dask.array as da
+
+        if isinstance(X, ShardedDataset):
+            if y is not None or sample_weight is not None:
+                raise ConfigurationError("a ShardedDataset holds its labels and weights: score(dataset) takes no y "
+                                         "or sample_weight")
+            y, sample_weight = X.to_dask()[1], X.weights_to_dask()
+        else:
+            y = _dask_rows(y, "y") if is_dask_collection(y) else da.from_array(np.asarray(y))
+            if sample_weight is not None:
+                sample_weight = (_dask_rows(sample_weight, "sample_weight") if is_dask_collection(sample_weight)
+                                 else da.from_array(np.asarray(sample_weight, dtype=np.float64)))
+        predicted = self.predict(X)  # type: ignore[attr-defined]
+        if isinstance(self, ClassifierMixin):
+            return float(da.average(predicted == y, weights=sample_weight).compute())
+        residual = y - predicted
+        w = da.ones_like(y, dtype=np.float64) if sample_weight is None else sample_weight
+        mean = (w * y).sum() / w.sum()
+        unexplained, spread = da.compute((w * residual**2).sum(), (w * (y - mean) ** 2).sum())
+        if spread == 0:
+            return 1.0 if unexplained == 0 else 0.0
+        return float(1.0 - unexplained / spread)
 
 
 class _ShardedEstimator(BaseEstimator):
@@ -263,6 +323,20 @@ class _ShardedEstimator(BaseEstimator):
     def _decision(self, X: Any) -> np.ndarray:
         return self._checked(X) @ self.coef_.T + self.intercept_
 
+    def _mapped(self, X: Any, method: str) -> Any:
+        """``method`` over the rows of ``X`` (see :func:`_on_the_cluster`), lazily."""
+        check_is_fitted(self)
+        rows = _dask_rows(X)
+        if rows.ndim != 2 or rows.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {rows.shape[-1]} features, but {type(self).__name__} is expecting "
+                             f"{self.n_features_in_} features as input.")
+        compute = getattr(self, method)
+        probe = compute(np.zeros((1, self.n_features_in_), dtype=rows.dtype))  # what a block gives back
+        meta = np.empty((0, *probe.shape[1:]), dtype=probe.dtype)
+        if probe.ndim == 1:
+            return rows.map_blocks(compute, drop_axis=1, dtype=probe.dtype, meta=meta)
+        return rows.map_blocks(compute, chunks=(rows.chunks[0], probe.shape[1:]), dtype=probe.dtype, meta=meta)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # the replica methods' asynchrony makes runs differ; Sandblaster repeats bitwise
@@ -323,7 +397,7 @@ def _logistic_penalty(penalty: Any, C: float, l1_ratio: float | None) -> tuple[f
     return 1.0 / C, share
 
 
-class LogisticRegression(ClassifierMixin, _ShardedEstimator):
+class LogisticRegression(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
     """Logistic regression (binary or multinomial) with scikit-learn's penalties, trained on Dask.
 
     Minimises scikit-learn's ``C * sum_i loss_i + l1_ratio ||w||_1 + (1 - l1_ratio) ||w||^2 / 2``,
@@ -420,10 +494,12 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
             return balanced_class_weight(data, len(classes))
         return [float(v) for v in compute_class_weight(self.class_weight, classes=classes, y=classes)]
 
+    @_on_the_cluster
     def decision_function(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
+    @_on_the_cluster
     def predict_proba(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
         if scores.shape[1] == 1:
@@ -431,16 +507,18 @@ class LogisticRegression(ClassifierMixin, _ShardedEstimator):
             return np.column_stack([1.0 - p1, p1])
         return softmax_rows(scores)
 
+    @_on_the_cluster
     def predict_log_proba(self, X: Any) -> np.ndarray:
         return np.log(self.predict_proba(X))
 
+    @_on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
         index = (scores[:, 0] > 0).astype(int) if scores.shape[1] == 1 else scores.argmax(axis=1)
         return self.classes_[index]
 
 
-class _LeastSquaresEstimator(RegressorMixin, _ShardedEstimator):
+class _LeastSquaresEstimator(_ScoredOnTheCluster, RegressorMixin, _ShardedEstimator):
     """Least squares with a penalty: what LinearRegression, ElasticNet and Lasso share (the
     model, the fit and predict). Each checks its penalty parameters in ``_check_penalty()``
     and gives the model's ``l2`` and ``l1`` for the data in ``_penalties(data)``."""
@@ -462,6 +540,7 @@ class _LeastSquaresEstimator(RegressorMixin, _ShardedEstimator):
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
         return self
 
+    @_on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
         return self._checked(X) @ self.coef_ + self.intercept_
 
@@ -536,7 +615,7 @@ class Lasso(ElasticNet):
         return 1.0
 
 
-class MLPClassifier(ClassifierMixin, _ShardedEstimator):
+class MLPClassifier(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
     """A multi-layer perceptron classifier (:class:`~dasklbfgs.models.MLP`) trained on Dask.
 
     Names follow scikit-learn's ``MLPClassifier``: it minimises the mean cross-entropy plus
@@ -586,13 +665,16 @@ class MLPClassifier(ClassifierMixin, _ShardedEstimator):
         flat = np.concatenate([a.ravel() for pair in zip(self.coefs_, self.intercepts_) for a in pair])
         return model, flat, X
 
+    @_on_the_cluster
     def predict_proba(self, X: Any) -> np.ndarray:
         model, params, X = self._params(X)
         return model.predict_proba(params, X)
 
+    @_on_the_cluster
     def predict_log_proba(self, X: Any) -> np.ndarray:
         return np.log(self.predict_proba(X))
 
+    @_on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
         model, params, X = self._params(X)
         return self.classes_[model.predict(params, X)]

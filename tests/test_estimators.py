@@ -5,7 +5,9 @@ from __future__ import annotations
 import warnings
 
 import dask.array as da
+import dask.dataframe as dd
 import numpy as np
+import pandas as pd
 import pytest
 import xarray as xr
 from sklearn.base import clone
@@ -147,6 +149,33 @@ def test_sharded_dataset_input(client, tmp_path) -> None:
         LogisticRegression().fit(shifted)
     with pytest.raises(ConfigurationError, match=r"pass y=None when X is a ShardedDataset"):
         LogisticRegression().fit(data, y)
+
+
+def test_predictions_of_dask_input_and_datasets_are_lazy_and_computed_by_the_workers(client, tmp_path) -> None:
+    X, y = load_wine(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    names = np.array(["barolo", "grignolino", "barbera"])[y]
+    fitted = LogisticRegression(tol=1e-8).fit(X, names)
+    lazy_X = da.from_array(X, chunks=(50, 7))  # column chunks too: each block gets whole rows
+    for method in ("predict", "predict_proba", "predict_log_proba", "decision_function"):
+        lazy = getattr(fitted, method)(lazy_X)
+        assert isinstance(lazy, da.Array) and lazy.chunks[0] == (50, 50, 50, 28)
+        np.testing.assert_array_equal(lazy.compute(), getattr(fitted, method)(X))
+    frame = dd.from_pandas(pd.DataFrame(X), npartitions=3)
+    np.testing.assert_array_equal(fitted.predict(frame).compute(), fitted.predict(X))
+    assert fitted.score(lazy_X, da.from_array(names, chunks=50)) == pytest.approx(fitted.score(X, names), abs=1e-15)
+    w = np.linspace(0.5, 2.0, len(y))
+    assert fitted.score(lazy_X, names, sample_weight=w) == pytest.approx(fitted.score(X, names, sample_weight=w),
+                                                                          abs=1e-15)
+    regression = LinearRegression().fit(X, X[:, 0] * 2 + y)
+    data = ShardedDataset.create(tmp_path / "wine", X, X[:, 0] * 2 + y, sample_weight=w, shard_rows=64)
+    assert regression.predict(data).chunks[0] == (64, 64, 50)
+    np.testing.assert_allclose(regression.predict(data).compute(), regression.predict(X), rtol=1e-14)
+    assert regression.score(data) == pytest.approx(regression.score(X, X[:, 0] * 2 + y, sample_weight=w), rel=1e-12)
+    with pytest.raises(ValueError, match="X has 4 features, but LogisticRegression is expecting 13 features"):
+        fitted.predict(da.zeros((10, 4)))
+    with pytest.raises(ConfigurationError, match="a ShardedDataset holds its labels and weights"):
+        regression.score(data, y)
 
 
 def test_pipeline_clone_and_grid_search(client) -> None:

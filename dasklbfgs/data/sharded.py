@@ -419,6 +419,12 @@ class ShardedDataset(DatasetWriters):
                   for i, (start, stop) in enumerate(self.shard_bounds)]
         return da.concatenate(chunks, axis=0), da.from_zarr(y)
 
+    def weights_to_dask(self) -> dask.array.Array | None:
+        """The sample weights as a dask array chunked like :meth:`to_dask`'s; None when unweighted."""
+        import dask.array as da
+
+        return da.from_zarr(cast(zarr.Array, self._group()["w"])) if self.is_weighted else None
+
     def to_xarray(self) -> xarray.Dataset:
         """A lazy ``xarray.Dataset`` with ``X`` (sample, feature) and ``y`` (sample[, output])."""
         import xarray as xr
