@@ -52,6 +52,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "remote": ("remote", ["--rows", "40000", "--shard-rows", "5000", "--repeats", "2"]),
     "first_run": ("first-run", ["--rows", "200000", "--repeats", "1", "--starts", "2"]),
     "ingest": ("ingest", ["--rows", "200000", "--partition-rows", "50000", "--shard-rows", "50000"]),
+    "scoring": ("scoring", ["--rows", "200000", "--shard-rows", "25000", "--auc-rows", "1000000", "--repeats", "1"]),
 }
 
 

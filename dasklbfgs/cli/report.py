@@ -32,7 +32,8 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
         "solver": result.solver,
         "success": bool(result.success),
         "message": result.message,
-        "train": evaluate(model, result.x, data, client=client),
+        # scored at the end of the run (Sandblaster: on its cached shards), else now, by the workers
+        "train": result.scores["train"] if "scores" in result else evaluate(model, result.x, data, client=client),
     }
     report.update(result.stats.summary(result))
     report.setdefault("objective", report["train"]["objective"])  # the run's own, else scored on the data
@@ -41,7 +42,8 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
     if partitions is not None:
         report["partitions"] = partitions
     if test is not None:
-        report["test"] = evaluate(model, result.x, test, client=client)
+        report["test"] = (result.scores["test"] if "scores" in result and "test" in result.scores
+                          else evaluate(model, result.x, test, client=client))
     return report
 
 

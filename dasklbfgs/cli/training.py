@@ -42,6 +42,7 @@ def train_with_progress(client: Client, model: Model, data: Dataset, solver: str
 
     options = without_held_out(options, eval_data)
     try:
-        return minimize(model, data, solver, options, client=client, callback=show, eval_data=eval_data)
+        return minimize(model, data, solver, options, client=client, callback=show, eval_data=eval_data,
+                        score=True)
     finally:
         progress.close()

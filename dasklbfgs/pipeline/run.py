@@ -31,7 +31,6 @@ from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
 from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
-from dasklbfgs.scoring import evaluate
 from dasklbfgs.solvers import minimize
 from dasklbfgs.solvers.common_options import with_checkpoint_storage, without_held_out
 
@@ -105,12 +104,10 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         options = with_checkpoint_storage(config["train"]["options"], storage)
         model = model_for_dataset(spec["name"], train, **model_options(spec))
         result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
-                          callback=callback)
-        trained = time.perf_counter()
-        scores = {"train": evaluate(model, result.x, train, client=client)}
-        if test is not None:
-            scores["test"] = evaluate(model, result.x, test, client=client)
+                          callback=callback, score=True)  # scored by the workers before the run lets go of them
         evaluated = time.perf_counter()
+        trained = evaluated - result.stats["score_seconds"]
+        scores = result.scores
         metrics: dict[str, Any] = {
             "pipeline": name, "run_id": result.run_id, "solver": solver, "model": repr(model),
             "success": bool(result.success), "message": result.message, **scores,

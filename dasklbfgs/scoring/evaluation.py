@@ -56,11 +56,19 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
     return evaluated(model, params, data, names, active_client() if client is None else client)
 
 
-def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], client: Any) -> dict[str, Any]:
-    """:func:`evaluate`, by the workers of ``client``, or here if it is None."""
+def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], client: Any,
+              cached: list[Any] | None = None) -> dict[str, Any]:
+    """:func:`evaluate`, by the workers of ``client``, or here if it is None; ``cached``:
+    futures of the dataset's shards already in the workers' memory, ``(X, y, w)`` each in
+    shard order (a Sandblaster run's), summarised where they are, read from no store."""
     model.check_data(data)
     params = model.check_params(params, "params")
-    if client is not None and hasattr(data, "location"):  # a store the workers read
+    if client is not None and cached is not None:
+        params_future = client.scatter(params, hash=False)  # fetched by the others from the worker holding it
+        summaries = [client.submit(_rows_summary, model, params_future, shard, pure=False) for shard in cached]
+        merged = merged_in_a_tree(summaries, lambda a, b: client.submit(_merged, a, b, pure=False))
+        rows, weight, loss, sums, found = client.submit(_finished, merged, names, pure=False).result()
+    elif client is not None and hasattr(data, "location"):  # a store the workers read
         import dask
 
         shard = dask.delayed(_shard_summary, pure=True)
@@ -112,6 +120,12 @@ def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int) 
     """Task: the summary of shard ``index``."""
     X, y = data.load_shard(index)
     return summarize(model, params, X, y, data.load_shard_weights(index))
+
+
+def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None]) -> Summary:
+    """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again)."""
+    X, y, w = shard
+    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:

@@ -99,9 +99,12 @@ class RunContext:
     """
 
     def __init__(self, solver: Solver, model: Model, dataset: Dataset, options: Options, *, x0: np.ndarray | None,
-                 callback: Callable[[OptimizeResult], Any] | None, eval_set: Dataset | None) -> None:
+                 callback: Callable[[OptimizeResult], Any] | None, eval_set: Dataset | None,
+                 scoring: bool = False) -> None:
         self.solver, self.model, self.dataset, self.options = solver, model, dataset, options
         self.x0, self.callback, self.eval_set = x0, callback, eval_set
+        self.scoring = scoring  # score the data with every metric at the end (result.scores)
+        self.score_seconds = 0.0  # what that took (result.stats["score_seconds"])
         self.stop_rules: list[StopRule] = []
         self.stopped: str | None = None  # the first reason a callback or stop rule gave
         self.client: Client | None = None
@@ -112,8 +115,8 @@ class RunContext:
 
     @classmethod
     def checked(cls, solver: Solver, model: Model, data: DatasetLike, options: Options, *, x0: Any = None,
-                callback: Callable[[OptimizeResult], Any] | None = None, eval_data: DatasetLike | None = None
-                ) -> RunContext:
+                callback: Callable[[OptimizeResult], Any] | None = None, eval_data: DatasetLike | None = None,
+                score: bool | None = None) -> RunContext:
         """The run's inputs, checked once for every solver: the datasets fit the model and
         ``x0`` is a parameter vector of it."""
         if callback is not None and not callable(callback):
@@ -124,7 +127,10 @@ class RunContext:
         if eval_set is not None:
             model.check_data(eval_set)
         checked_x0 = None if x0 is None else model.check_params(x0, "x0")
-        return cls(solver, model, dataset, options, x0=checked_x0, callback=callback, eval_set=eval_set)
+        if score is not None and not isinstance(score, (bool, np.bool_)):
+            raise ConfigurationError(f"score must be True or False, got {score!r}")
+        return cls(solver, model, dataset, options, x0=checked_x0, callback=callback, eval_set=eval_set,
+                   scoring=bool(score))
 
     def x_start(self) -> np.ndarray:
         """The starting parameters: ``x0``, else the model's initialisation."""
@@ -182,6 +188,21 @@ class RunContext:
         """Held-out metrics of ``params`` (``eval_*`` keys)."""
         assert self.eval_set is not None, "scored only with held-out data"
         return held_out_metrics(self.model, params, self.eval_set)
+
+    def final_scores(self, params: np.ndarray, cached: list[Any] | None = None) -> dict[str, dict[str, Any]]:
+        """Every metric of the model's task at ``params`` on the training data (``cached``:
+        futures of its shards in the workers' memory, scored where they are) and the
+        held-out data, by the workers: ``result.scores`` of a run with ``score=True``."""
+        from dasklbfgs.scoring.evaluation import evaluated
+        from dasklbfgs.scoring.summaries import METRICS
+
+        started = time.perf_counter()
+        names = METRICS[self.model.task]
+        scores = {"train": evaluated(self.model, params, self.dataset, names, self.client, cached)}
+        if self.eval_set is not None:
+            scores["test"] = evaluated(self.model, params, self.eval_set, names, self.client)
+        self.score_seconds = time.perf_counter() - started
+        return scores
 
     def evaluation_due(self, step: int) -> bool:
         """Whether held-out scoring is due at ``step`` (every ``eval_every``)."""

@@ -169,7 +169,7 @@ def resolve_options(solver: Solver, options: Options | Mapping[str, Any] | None,
 def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
              options: Options | Mapping[str, Any] | None = None,
              *, client: Any = None, x0: Any = None, callback: Callable[[OptimizeResult], Any] | None = None,
-             eval_data: DatasetLike | None = None, **values: Any) -> Result:
+             eval_data: DatasetLike | None = None, score: bool | None = None, **values: Any) -> Result:
     """Train ``model`` (a :mod:`dasklbfgs.models` model) on ``data`` (a ShardedDataset or
     its path) with the registered solver ``solver`` (see :func:`solver_names`).
 
@@ -180,7 +180,10 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     each iteration's or history entry's ``OptimizeResult``; raising ``StopIteration`` stops
     the run cleanly (``StopIteration("why")`` makes ``"why"`` the result's message); it
     receives the history entry and ``x``. ``eval_data``: a held-out dataset scored every
-    ``eval_every`` iterations or steps and at the end. Returns a
+    ``eval_every`` iterations or steps and at the end. ``score=True``: at the end, every
+    metric of the model's task on ``data`` and ``eval_data`` (``result.scores["train"]``,
+    ``["test"]``; see :func:`dasklbfgs.evaluate`), computed by the workers (Sandblaster: on
+    the shards it cached, before releasing them). Returns a
     :class:`~dasklbfgs.solvers.result.Result` (a scipy ``OptimizeResult`` of one shape for
     every solver; its docstring lists the fields).
     """
@@ -190,10 +193,15 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     resolved = resolve_options(chosen, options, values)
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
         _refuse_l1(chosen, resolved, model)
-    context = RunContext.checked(chosen, model, data, resolved, x0=x0, callback=callback, eval_data=eval_data)
+    context = RunContext.checked(chosen, model, data, resolved, x0=x0, callback=callback, eval_data=eval_data,
+                                 score=score)
     planned = chosen.plan(context)  # bad input fails here, before a cluster starts
     with context.connected(client):
         result = planned.run()
+        if context.scoring and "scores" not in result:  # the solver scored none where its shards were
+            result.scores = context.final_scores(result.x)
+        if context.scoring:
+            result.stats["score_seconds"] = context.score_seconds
         context.finish(result)
     return result
 
@@ -209,7 +217,7 @@ def _refuse_l1(chosen: Solver, options: Options, model: Model) -> None:
     )
 
 
-_RUN_INPUTS = ("client", "x0", "callback", "eval_data")  # minimize's other keywords, all default None
+_RUN_INPUTS = ("client", "x0", "callback", "eval_data", "score")  # minimize's other keywords, all default None
 
 
 def solver_function(function_name: str, name: str, options: type[Options], summary: str
@@ -233,8 +241,8 @@ def solver_function(function_name: str, name: str, options: type[Options], summa
     # A string: the class is scipy.optimize's, imported by the run, not by the registration.
     solve.__signature__ = inspect.Signature(parameters, return_annotation="OptimizeResult")  # type: ignore[attr-defined]
     solve.__doc__ = f"{summary}\n\n    Equivalent to ``minimize(model, data, {name!r}, ...)``; see " \
-                    f":func:`dasklbfgs.minimize` for ``model``, ``data``, ``client``, ``x0``, ``callback`` " \
-                    f"and ``eval_data``.\n\n    Options\n    -------\n{options_doc(options)}"
+                    f":func:`dasklbfgs.minimize` for ``model``, ``data``, ``client``, ``x0``, ``callback``, " \
+                    f"``eval_data`` and ``score``.\n\n    Options\n    -------\n{options_doc(options)}"
     return solve
 
 

@@ -23,6 +23,9 @@ class Result(OptimizeResult):
         dict that summarises (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and renders
         (:meth:`~dasklbfgs.solvers.stats.RunStats.lines`)
         itself.
+    Runs with ``score=True`` also
+        ``scores``: ``{"train": metrics, "test": metrics}`` (test with ``eval_data``), every
+        metric of the model's task as :func:`dasklbfgs.evaluate` gives them.
     Sandblaster also
         ``jac``, ``nfev``, ``njev`` as scipy's; history entries also have ``gnorm``,
         ``step_length`` and ``nfev``.

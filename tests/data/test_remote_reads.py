@@ -264,3 +264,19 @@ def test_a_worker_killed_while_it_loads_a_remote_shard(client, s3_server) -> Non
     assert killed, "no worker was loading a shard when the server held its request"
     np.testing.assert_array_equal(disturbed.x, undisturbed.x)
     assert disturbed.nit == undisturbed.nit
+
+
+def test_a_run_scores_its_training_data_on_the_shards_it_cached(client, s3_server) -> None:
+    """``score=True``: the training set's metrics come from the shards Sandblaster holds (each
+    chunk object fetched once, by the fit's load), equal to a later evaluation from the store."""
+    from dasklbfgs import evaluate
+
+    X, y, w = _rows(900)
+    data = ShardedDataset.create(f"{s3_server.url}/{_name('scored')}", X, y.astype(np.int64), sample_weight=w,
+                                 shard_rows=300, storage_options=s3_server.options)
+    s3_server.reset_counts()
+    result = _run(client, data, score=True)
+    chunks = [path for method, path in s3_server.requests if method == "GET" and "/c/" in path]
+    assert len(chunks) == len(set(chunks)) == 9  # X, y and w of three shards, once
+    assert result.scores["train"] == evaluate(Logistic(6, l2=1e-3), result.x, data, client=client)
+    assert result.scores["train"]["n_samples"] == 900 and result.stats["score_seconds"] > 0

@@ -177,3 +177,26 @@ def test_the_command_line_scores_a_saved_model_on_the_running_cluster(client, tm
     assert "expects 4 features but the dataset at" in capsys.readouterr().err
     assert main(["evaluate", *where, "--data", str(data.path), "--metrics", "rmse"]) == 2
     assert "metrics ['rmse'] are not metrics of a classification model" in capsys.readouterr().err
+
+
+def test_runs_with_score_report_every_metric_of_their_data(client, tmp_path) -> None:
+    """Sandblaster scores sparse shards it holds compact, the replica methods from the store;
+    both as ``evaluate`` gives them; ``score`` is refused unless a bool."""
+    import scipy.sparse as sp
+
+    from dasklbfgs import downpour_sgd, minimize, sandblaster_lbfgs
+
+    X = sp.random(600, 30, density=0.2, format="csr", random_state=4)
+    y = (X @ rng.normal(size=30) > 0).astype(np.int64)
+    train = ShardedDataset.create(tmp_path / "train", X, y, shard_rows=150)
+    test = ShardedDataset.create(tmp_path / "test", X[:200], y[:200], shard_rows=150)
+    model = Logistic(30, l2=1e-2)
+    fitted = sandblaster_lbfgs(model, train, client=client, eval_data=test, score=True, maxiter=30)
+    assert fitted.scores["train"] == evaluate(model, fitted.x, train, client=client)
+    assert fitted.scores["test"] == evaluate(model, fitted.x, test, client=client)
+    _close(fitted.scores["train"]["roc_auc"], skm.roc_auc_score(y, model.predict_proba(fitted.x, X)[:, 1]))
+    replicas = downpour_sgd(model, train, client=client, score=True, epochs=1, n_replicas=2, batch_size=50)
+    assert replicas.scores["train"] == evaluate(model, replicas.x, train, client=client)
+    assert "test" not in replicas.scores
+    with pytest.raises(ConfigurationError, match="score must be True or False, got 'yes'"):
+        minimize(model, train, client=client, score="yes")

@@ -125,6 +125,11 @@ class SandblasterRun:
             self.evaluator.on_restart = self._recover_replicas
         try:
             result = self._minimize(client)
+            if self.context.scoring:  # on the cached shards, before they are released
+                # a partitioned run's portions use partitioned replicas: the whole model scores from the store
+                whole = self.evaluator.cached is not None and self.replicas is None
+                cached = self.evaluator.cached.shards if whole else None  # type: ignore[union-attr]
+                result["scores"] = self.context.final_scores(result.x, cached)
             bytes_received = self.space.bytes_received if self.space is not None else None
             partitions = self.replicas.stats() if self.replicas is not None else None
         finally:
