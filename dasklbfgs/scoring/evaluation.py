@@ -65,7 +65,7 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     params = model.check_params(params, "params")
     if client is not None and cached is not None:
         params_future = client.scatter(params, hash=False)  # fetched by the others from the worker holding it
-        summaries = [client.submit(_rows_summary, model, params_future, shard, pure=False) for shard in cached]
+        summaries = [client.submit(_rows_summary, model, params_future, shard, names, pure=False) for shard in cached]
         merged = merged_in_a_tree(summaries, lambda a, b: client.submit(_merged, a, b, pure=False))
         rows, weight, loss, sums, found = client.submit(_finished, merged, names, pure=False).result()
     elif client is not None and hasattr(data, "location"):  # a store the workers read
@@ -74,11 +74,11 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
         shard = dask.delayed(_shard_summary, pure=True)
         merge = dask.delayed(_merged, pure=True)
         params_ = dask.delayed(params, traverse=False)  # sent once, not inlined in every task
-        summaries = [shard(model, params_, data, index) for index in range(data.n_shards)]
+        summaries = [shard(model, params_, data, index, names) for index in range(data.n_shards)]
         finished = dask.delayed(_finished, pure=True)(merged_in_a_tree(summaries, merge), names)
         rows, weight, loss, sums, found = client.compute(finished).result()
     else:
-        summaries_here = (_shard_summary(model, params, data, index) for index in range(data.n_shards))
+        summaries_here = (_shard_summary(model, params, data, index, names) for index in range(data.n_shards))
         rows, weight, loss, sums, found = _finished(merged_in_a_tree(list(summaries_here), _merged), names)
     objective = model.objective_from_sums(params, loss, sums, weight)[0]
     return {"objective": objective, "n_samples": rows, **found}
@@ -116,16 +116,18 @@ def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
     return items[0]
 
 
-def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int) -> Summary:
-    """Task: the summary of shard ``index``."""
+def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...]
+                   ) -> Summary:
+    """Task: the summary of shard ``index`` for the metrics ``names``."""
     X, y = data.load_shard(index)
-    return summarize(model, params, X, y, data.load_shard_weights(index))
+    return summarize(model, params, X, y, data.load_shard_weights(index), names)
 
 
-def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None]) -> Summary:
+def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None],
+                  names: tuple[str, ...]) -> Summary:
     """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again)."""
     X, y, w = shard
-    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w)
+    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w, names)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:

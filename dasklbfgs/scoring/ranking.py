@@ -33,14 +33,18 @@ class ScoreCounts:
         return cls(-distinct, positive, negative)
 
     def merge(self, other: ScoreCounts) -> ScoreCounts:
-        """The counts of both sets of rows (equal scores added together)."""
+        """The counts of both sets of rows (equal scores added together): the two sorted runs
+        merged by a stable sort (timsort merges two runs in linear time), then the equal
+        scores collapsed."""
+        if not other.scores.size or not self.scores.size:
+            return self if other.scores.size == 0 else other
         scores = np.concatenate([self.scores, other.scores])
-        distinct, inverse = np.unique(-scores, return_inverse=True)
-        positive = np.bincount(inverse, weights=np.concatenate([self.positive, other.positive]),
-                               minlength=distinct.size)
-        negative = np.bincount(inverse, weights=np.concatenate([self.negative, other.negative]),
-                               minlength=distinct.size)
-        return ScoreCounts(-distinct, positive, negative)
+        order = np.argsort(-scores, kind="stable")
+        ordered = scores[order]
+        starts = np.concatenate([[0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1])
+        positive = np.add.reduceat(np.concatenate([self.positive, other.positive])[order], starts)
+        negative = np.add.reduceat(np.concatenate([self.negative, other.negative])[order], starts)
+        return ScoreCounts(ordered[starts], positive, negative)
 
     def _curve(self) -> tuple[np.ndarray, np.ndarray]:
         """True and false positive weight at each threshold, highest first."""

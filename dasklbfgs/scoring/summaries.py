@@ -106,8 +106,8 @@ class Summary:
         predicted, actual, hits = C.sum(axis=0), C.sum(axis=1), np.diag(C)
         precision, recall, f1 = _ratio(hits, predicted), _ratio(hits, actual), _ratio(2 * hits, predicted + actual)
         present = (predicted + actual) > 0  # scikit-learn's macro average: the labels in y_true or y_pred
-        aucs = [c.roc_auc() for c in self.counts]
-        precisions = [c.average_precision() for c in self.counts]
+        aucs = [c.roc_auc() for c in self.counts] or [float("nan")]  # none: not asked for
+        precisions = [c.average_precision() for c in self.counts] or [float("nan")]
         return {
             "log_loss": self.log_loss / self.weight,
             "accuracy": float(hits.sum() / self.weight),
@@ -147,13 +147,20 @@ def _explained(unexplained: float, spread: float) -> float:
     return 1.0 if unexplained == 0 else 0.0
 
 
-def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None) -> Summary:
-    """The summary of one block of rows."""
+#: the metrics that need every distinct score (:class:`ScoreCounts`), not sums alone
+RANKING = ("roc_auc", "average_precision")
+
+
+def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
+              names: tuple[str, ...] = METRICS["classification"]) -> Summary:
+    """The summary of one block of rows, for the metrics ``names`` (the score counts the
+    ranking metrics need only when one of them is asked for)."""
     weight = np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
     loss, sums = model.sums_of(params, X, y, w)
     base = Summary(model.task, int(X.shape[0]), float(weight.sum()), float(loss), np.asarray(sums, dtype=np.float64))
     if model.task == "classification":
-        return _classified(base, model, params, X, np.asarray(y).astype(np.int64), weight)
+        return _classified(base, model, params, X, np.asarray(y).astype(np.int64), weight,
+                           ranked=any(name in RANKING for name in names))
     if model.task == "regression":
         residual = np.asarray(y, dtype=np.float64) - model.predict(params, X)
         return replace(base, labels=Moments.of(np.asarray(y, dtype=np.float64), weight),
@@ -165,8 +172,8 @@ def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.nda
                    n_outputs=int(dense.shape[1]))
 
 
-def _classified(base: Summary, model: Model, params: np.ndarray, X: Any, y: np.ndarray, weight: np.ndarray
-                ) -> Summary:
+def _classified(base: Summary, model: Model, params: np.ndarray, X: Any, y: np.ndarray, weight: np.ndarray, *,
+                ranked: bool) -> Summary:
     proba = model.predict_proba(params, X)  # type: ignore[attr-defined]
     k = proba.shape[1]
     rows = np.arange(y.size)
@@ -177,6 +184,6 @@ def _classified(base: Summary, model: Model, params: np.ndarray, X: Any, y: np.n
     one_hot = np.zeros_like(proba)
     one_hot[rows, y] = 1.0
     brier = float(weight @ ((proba - one_hot) ** 2).sum(axis=1))
-    classes = [1] if k == 2 else range(k)
+    classes = ([1] if k == 2 else range(k)) if ranked else []
     counts = tuple(ScoreCounts.of(proba[:, c], y == c, weight) for c in classes)
     return replace(base, confusion=confusion, log_loss=log_loss, brier=brier, counts=counts)

@@ -122,6 +122,8 @@ def test_score_counts_merge_ties_across_shards_and_cost_a_sort() -> None:
     assert both.roc_auc() == pytest.approx(skm.roc_auc_score(positive, scores), abs=1e-15)
     only_one_class = ScoreCounts.of(scores, np.ones(6, bool), np.ones(6))
     assert np.isnan(only_one_class.roc_auc())
+    empty = ScoreCounts.of(np.array([]), np.array([], bool), np.array([]))  # a shard of no rows
+    assert both.merge(empty) is both and empty.merge(both) is both and empty.merge(empty).scores.size == 0
 
 
 def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> None:
