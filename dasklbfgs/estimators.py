@@ -112,7 +112,13 @@ class _ScoredOnTheCluster:
                                          "or sample_weight")
             y, sample_weight = X.to_dask()[1], X.weights_to_dask()
         else:
+            if y is None:
+                raise ConfigurationError("score(X, y) needs y for dask input (only a ShardedDataset holds its labels)")
             y = _dask_rows(y, "y") if is_dask_collection(y) else da.from_array(np.asarray(y))
+            if y.ndim == 2 and y.shape[1] == 1:  # a column, as scikit-learn's column_or_1d takes it
+                y = y[:, 0]
+            if y.ndim != 1:
+                raise ConfigurationError(f"y must be 1-D, got shape {y.shape}")
             if sample_weight is not None:
                 sample_weight = (_dask_rows(sample_weight, "sample_weight") if is_dask_collection(sample_weight)
                                  else da.from_array(np.asarray(sample_weight, dtype=np.float64)))

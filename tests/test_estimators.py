@@ -176,6 +176,11 @@ def test_predictions_of_dask_input_and_datasets_are_lazy_and_computed_by_the_wor
         fitted.predict(da.zeros((10, 4)))
     with pytest.raises(ConfigurationError, match="a ShardedDataset holds its labels and weights"):
         regression.score(data, y)
+    column = da.from_array((X[:, 0] * 2 + y)[:, None], chunks=50)  # y as a column, as scikit-learn takes it
+    assert regression.score(da.from_array(X, chunks=50), column) == pytest.approx(
+        regression.score(X, X[:, 0] * 2 + y), rel=1e-12)
+    with pytest.raises(ConfigurationError, match=r"score\(X, y\) needs y for dask input"):
+        regression.score(da.from_array(X, chunks=50))
 
 
 def test_pipeline_clone_and_grid_search(client) -> None:

@@ -24,7 +24,7 @@ import zarr
 from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows, resolve_compressor
 from dasklbfgs.data._sparse import is_sparse, vstack_csr
 from dasklbfgs.data.location import WRITING_MARKER, Location
-from dasklbfgs.errors import DatasetExistsError, InvalidDataError
+from dasklbfgs.errors import DatasetExistsError, InvalidDataError, StoreError
 
 
 class ShardWriter:
@@ -208,12 +208,19 @@ def written_beside(target: Location) -> Iterator[Callable[[], Location]]:
     beside = target.parent / f".{target.url.rsplit('/', 1)[-1]}.writing-{uuid.uuid4().hex[:8]}"
     try:
         yield lambda: beside
-        _cleared_for_writing(target)
-        beside.copy_to(target, last="zarr.json")
-        target.remove(WRITING_MARKER)
-    finally:
+    except BaseException:
         with contextlib.suppress(Exception):  # the write's own error is the one to hear
             beside.remove()
+        raise
+    _cleared_for_writing(target)
+    try:
+        beside.copy_to(target, last="zarr.json")
+    except BaseException as exc:  # the old dataset is gone: the new one beside is the only copy, kept
+        raise StoreError(f"replacing {target.url!r} failed while copying the new dataset over it ({exc}); the "
+                         f"complete new dataset is kept at {beside.url!r}: open it there, or write again") from exc
+    target.remove(WRITING_MARKER)
+    with contextlib.suppress(Exception):
+        beside.remove()
 
 
 def _cleared_for_writing(target: Location) -> None:

@@ -66,6 +66,7 @@ class ScoreCounts:
         tps, fps = self._curve()
         if tps.size == 0 or tps[-1] <= 0:
             return float("nan")
-        precision = tps / (tps + fps)
+        seen = tps + fps
+        precision = np.divide(tps, seen, out=np.zeros_like(tps), where=seen > 0)  # 0 weight above: no threshold
         recall = tps / tps[-1]
         return float(np.sum(np.diff(np.concatenate([[0.0], recall])) * precision))

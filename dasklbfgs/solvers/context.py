@@ -87,6 +87,11 @@ class IntermediateResult(OptimizeResult):
         object.__setattr__(self, "_params", None)
 
 
+#: above this many classes, a run's scores leave out the ranking metrics (their sorted score
+#: counts hold about rows x classes numbers) and the confusion matrix; ``evaluate`` gives them
+MANY_CLASSES = 100
+
+
 class RunContext:
     """One run's checked inputs, cluster, metrics stream, cadences and stopping hooks.
 
@@ -194,10 +199,12 @@ class RunContext:
         futures of its shards in the workers' memory, scored where they are) and the
         held-out data, by the workers: ``result.scores`` of a run with ``score=True``."""
         from dasklbfgs.scoring.evaluation import evaluated
-        from dasklbfgs.scoring.summaries import METRICS
+        from dasklbfgs.scoring.summaries import METRICS, RANKING
 
         started = time.perf_counter()
         names = METRICS[self.model.task]
+        if getattr(self.model, "n_classes", 2) > MANY_CLASSES:  # sorted counts of every class: rows x classes
+            names = tuple(name for name in names if name not in (*RANKING, "confusion_matrix"))
         scores = {"train": evaluated(self.model, params, self.dataset, names, self.client, cached)}
         if self.eval_set is not None:
             scores["test"] = evaluated(self.model, params, self.eval_set, names, self.client)

@@ -135,6 +135,20 @@ def test_an_overwrite_replaces_the_old_dataset_only_once_complete_and_a_failed_o
         old.load_rows(0, 10)
     assert ShardedDataset.open(url).load_rows(0, 40)[0].sum() == 160
     assert Location.of(url).parent.children() == ["ds.zarr"] and not Location.of(url).exists(WRITING_MARKER)
+    # the copy over the old one failing (the old one already gone): the new one is kept beside, and named
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    copy = fs.copy
+    fs.copy = lambda *a, **k: (_ for _ in ()).throw(OSError("the store went away"))
+    try:
+        with pytest.raises(StoreError, match=r"replacing 'memory://.*/ds.zarr' failed while copying .* the complete "
+                                             r"new dataset is kept at 'memory://.*/.ds.zarr.writing-"):
+            ShardedDataset.create(url, np.full((40, 2), 5.0), np.zeros(40), shard_rows=10, overwrite=True)
+    finally:
+        fs.copy = copy
+    kept = [n for n in Location.of(url).parent.children() if n.startswith(".ds.zarr.writing-")]
+    assert ShardedDataset.open(Location.of(url).parent / kept[0]).load_rows(0, 40)[0].sum() == 400
     # a new dataset that fails leaves nothing
     fresh = f"memory://stores-{uuid.uuid4().hex[:6]}/new.zarr"
     with pytest.raises(ValueError, match="the source failed"):

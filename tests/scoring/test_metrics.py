@@ -122,6 +122,12 @@ def test_score_counts_merge_ties_across_shards_and_cost_a_sort() -> None:
     assert both.roc_auc() == pytest.approx(skm.roc_auc_score(positive, scores), abs=1e-15)
     only_one_class = ScoreCounts.of(scores, np.ones(6, bool), np.ones(6))
     assert np.isnan(only_one_class.roc_auc())
+    weights = np.array([0.0, 1.0, 2.0, 1.0, 1.0, 0.5])  # the top score's first row weighs nothing
+    _close(ScoreCounts.of(scores, positive, weights).average_precision(),
+           skm.average_precision_score(positive, scores, sample_weight=weights))
+    top_weightless = np.array([0.0, 1.0, 1.0, 1.0, 1.0, 0.0])
+    _close(ScoreCounts.of(scores, positive, top_weightless).average_precision(),
+           skm.average_precision_score(positive, scores, sample_weight=top_weightless))
     empty = ScoreCounts.of(np.array([]), np.array([], bool), np.array([]))  # a shard of no rows
     assert both.merge(empty) is both and empty.merge(both) is both and empty.merge(empty).scores.size == 0
 
