@@ -39,6 +39,10 @@ def cluster():
 def three_workers(cluster):
     """The cluster once the nanny of the worker an earlier test killed has started it again
     (slow on a loaded machine); if it has not, the nannies' states, to say why."""
+    local = cluster.cluster
+    for name in set(local.worker_spec) - set(local.workers):  # a nanny that gave up, not just a worker
+        del local.worker_spec[name]
+    local.scale(3)  # its place taken by a new one (a killed worker's nanny is seen to close under load)
     try:
         cluster.wait_for_workers(3, timeout=120)
     except TimeoutError:
