@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,16 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, machine, publish, report_header
-
-
-def _median(fn: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+from benchmarks._common import HERE, machine, median_seconds, publish, report_header
 
 
 def _read_pass(client: Any, data: Any) -> None:
@@ -138,23 +128,25 @@ def main(argv: list[str] | None = None) -> None:
         x = result.x
         fit_eval = float(result.stats["eval_seconds_median"])
         in_the_fit = float(result.stats["score_seconds"])  # on the shards the fit cached
-        after_fit = _median(lambda: evaluate(model, x, data, client=client), args.repeats)
-        in_client = _median(lambda: evaluated(model, x, data, METRICS["classification"], client=None), 1)
+        after_fit = median_seconds(lambda: evaluate(model, x, data, client=client), args.repeats, warmup=0)
+        in_client = median_seconds(lambda: evaluated(model, x, data, METRICS["classification"], client=None), 1,
+                                   warmup=0)
         target = args.data_dir / "scoring-predictions"
-        predicting = _median(lambda: predict(model, x, data, output=target, kind="proba", client=client,
-                                             overwrite=True), args.repeats)
-        reading = _median(lambda: _read_pass(client, data), args.repeats)
-        writing = _median(lambda: _write_alone(client, data, args.data_dir / "scoring-write-alone"), args.repeats)
+        predicting = median_seconds(lambda: predict(model, x, data, output=target, kind="proba", client=client,
+                                             overwrite=True), args.repeats, warmup=0)
+        reading = median_seconds(lambda: _read_pass(client, data), args.repeats, warmup=0)
+        alone = args.data_dir / "scoring-write-alone"
+        writing = median_seconds(lambda: _write_alone(client, data, alone), args.repeats, warmup=0)
         wrapped = ParallelPostFit(_sklearn_estimator(model, x))
         dask_ml_target = args.data_dir / "scoring-dask-ml"
-        dask_ml = _median(lambda: da.to_zarr(wrapped.predict_proba(data.to_dask()[0]), str(dask_ml_target),
-                                             overwrite=True), args.repeats)
+        dask_ml = median_seconds(lambda: da.to_zarr(wrapped.predict_proba(data.to_dask()[0]), str(dask_ml_target),
+                                             overwrite=True), args.repeats, warmup=0)
         ours = np.asarray(predict(model, x, data, kind="proba").compute())
     started = time.perf_counter()
     X, _ = data.load_rows(0, data.n_samples)
     load = time.perf_counter() - started
     estimator = _sklearn_estimator(model, x)
-    in_process = _median(lambda: estimator.predict_proba(X), args.repeats)
+    in_process = median_seconds(lambda: estimator.predict_proba(X), args.repeats, warmup=0)
     out["agree"] = float(np.abs(estimator.predict_proba(X) - ours).max())
     out["predict"] = {"ours": predicting, "read_pass": reading, "write_alone": writing, "dask_ml": dask_ml,
                       "sklearn_in_process": in_process, "sklearn_load": load}
