@@ -14,7 +14,7 @@ can exceed ``n_params``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -22,7 +22,21 @@ from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import softmax_rows
 
-__all__ = ["Model", "SoftmaxOutput", "check_l2"]
+__all__ = ["Model", "Scored", "SoftmaxOutput", "check_l2"]
+
+
+class Scored(NamedTuple):
+    """What an evaluation reads of a block of rows (:meth:`Model.scored`)."""
+
+    #: the rows' loss sum (weighted as in the training sums)
+    loss: float
+    #: the row sums the objective's value needs beyond ``loss`` (:meth:`Model.objective_value`),
+    #: or None when the value is the loss's mean plus the penalty
+    sums: np.ndarray | None
+    #: the class probabilities (n, K) of a classifier; the predictions otherwise
+    outputs: np.ndarray
+    #: a classifier's predicted classes (None for other tasks)
+    predicted: np.ndarray | None
 
 
 def check_l2(l2: Any, name: str = "l2") -> float:
@@ -140,6 +154,25 @@ class Model:
         grad += penalty_grad  # in place: one parameter-length temporary fewer
         return loss_sum / n + penalty, grad
 
+    def objective_value(self, params: np.ndarray, loss_sum: float, sums: np.ndarray | None, n: float) -> float:
+        """The mean objective over ``n`` rows from an evaluation's sums (:attr:`Scored.sums`)."""
+        if sums is None:
+            return loss_sum / n + self.penalty(params)[0]
+        return self.objective_from_sums(params, loss_sum, sums, n)[0]
+
+    def outputs(self, params: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """:attr:`Scored.outputs` and :attr:`Scored.predicted` of the rows of ``X``."""
+        if self.task == "classification":
+            return self.predict_proba(params, X), self.predict(params, X)  # type: ignore[attr-defined]
+        return self.predict(params, X), None
+
+    def scored(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> Scored:
+        """What an evaluation needs of the rows of ``X``: their loss, the sums the objective's
+        value needs, the model's outputs. Here the training sums and :meth:`outputs`; a model
+        that can form all of it from one pass over the rows overrides this."""
+        loss, sums = self.sums_of(params, X, y, w)
+        return Scored(float(loss), np.asarray(sums, dtype=np.float64), *self.outputs(params, X))
+
     def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *,
                   n: float | None = None) -> tuple[float, np.ndarray]:
         """Objective and gradient over all of ``X`` in one process (a reference path, and a
@@ -238,6 +271,14 @@ class SoftmaxOutput:
 
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return np.argmax(self.decision_function(params, X), axis=1)
+
+    def outputs(self, params: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The probabilities and the classes from one computation of the class scores."""
+        return self.outputs_of(self.decision_function(params, X))
+
+    def outputs_of(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The probabilities and the predicted classes of class scores ``z``."""
+        return softmax_rows(z), np.argmax(z, axis=1)
 
     def _check_labels(self, data: Dataset) -> None:
         self._check_class_labels(data, self.n_classes)

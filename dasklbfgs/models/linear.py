@@ -27,7 +27,7 @@ from dasklbfgs._typing import Dataset, is_sparse
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import schema
 from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
-from dasklbfgs.models.base import Model, SoftmaxOutput, check_l2
+from dasklbfgs.models.base import Model, Scored, SoftmaxOutput, check_l2
 from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.models.sums import SparseSum, index_dtype
 
@@ -223,6 +223,21 @@ class LinearModel(Model):
         z = (X.tocsr() if is_sparse(X) else np.asarray(X)) @ W
         return z + (b if self.n_outputs > 1 else b[0])
 
+    def outputs(self, params: np.ndarray, X: Any) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.outputs_of(self.decision_function(params, X))
+
+    def outputs_of(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`outputs` of the decision values ``z`` (the predictions, for a regression)."""
+        return z, None
+
+    def scored(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> Scored:
+        """One product ``X W`` gives the loss and the outputs: no gradient (an evaluation
+        reports the objective's value only), one pass over the rows."""
+        z = self.decision_function(params, X)
+        outputs, predicted = self.outputs_of(z)
+        loss, _ = type(self)._link(z.copy() if outputs is z else z, y, self.row_weights(y, w))  # links work in place
+        return Scored(float(loss), None, outputs, predicted)
+
     def _config(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "l2": self.l2, "l1": self.l1, "fit_intercept": self.fit_intercept}
 
@@ -266,12 +281,18 @@ class Logistic(LinearModel):
 
     def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         """Columns P(y=0), P(y=1)."""
-        z = self.decision_function(params, X)
-        p1 = np.exp(-np.logaddexp(0.0, -z))
-        return np.column_stack([1.0 - p1, p1])
+        return self.outputs_of(self.decision_function(params, X))[0]
 
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return (self.decision_function(params, X) > 0).astype(np.int64)
+
+    def outputs_of(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        from scipy.special import expit  # the logistic function, accurate in both tails
+
+        proba = np.empty((z.shape[0], 2))
+        expit(z, out=proba[:, 1])
+        np.subtract(1.0, proba[:, 1], out=proba[:, 0])
+        return proba, (z > 0).astype(np.int64)
 
     def _check_labels(self, data: Dataset) -> None:
         self._check_class_labels(data, 2)

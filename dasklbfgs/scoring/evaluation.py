@@ -80,8 +80,7 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     else:
         summaries_here = (_shard_summary(model, params, data, index, names) for index in range(data.n_shards))
         rows, weight, loss, sums, found = _finished(merged_in_a_tree(list(summaries_here), _merged), names)
-    objective = model.objective_from_sums(params, loss, sums, weight)[0]
-    return {"objective": objective, "n_samples": rows, **found}
+    return {"objective": model.objective_value(params, loss, sums, weight), "n_samples": rows, **found}
 
 
 def chosen_metrics(task: str, metrics: Sequence[str] | None) -> tuple[str, ...]:
@@ -134,7 +133,8 @@ def _merged(a: Summary, b: Summary) -> Summary:
     return a.merge(b)
 
 
-def _finished(summary: Summary, names: tuple[str, ...]) -> tuple[int, float, float, np.ndarray, dict[str, Any]]:
+def _finished(summary: Summary, names: tuple[str, ...]
+              ) -> tuple[int, float, float, np.ndarray | None, dict[str, Any]]:
     """Task: what the client needs of the merged summary: rows, weight, the objective's sums
     and the finished metrics."""
     return summary.rows, summary.weight, summary.loss, summary.sums, summary.metrics(names)

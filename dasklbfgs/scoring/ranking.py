@@ -1,59 +1,89 @@
 """Exact ranking metrics (ROC AUC, average precision) from per-shard sorted score counts.
 
 A shard's :class:`ScoreCounts` holds its distinct scores, in descending order, with the
-weight of the positive and of the negative rows at each. Counts merge by a sorted union
-(:meth:`ScoreCounts.merge`), so the dataset's counts cost a sort of its rows, not a
-comparison of every pair, and tied scores stay one threshold, as scikit-learn's
-``_binary_clf_curve`` treats them. Pure numpy: no Dask here.
+weight of the positive and of the negative rows at each: a sorted *run*. Counts merge by
+keeping the runs (:meth:`ScoreCounts.merge`, in the order merged); the first time the
+dataset's counts are read, its k runs are merged at once, by one stable sort of their
+concatenation (a merge of sorted runs: about ``n log k`` for ``n`` scores, never a
+comparison of every pair). The true and false positive weights above each distinct score
+are then cumulative sums read at the last row of each score, as scikit-learn's
+``_binary_clf_curve`` forms them, so tied scores are one threshold. Equal scores of
+different runs keep their run order, so the figures do not depend on where the runs were
+computed. Pure numpy: no Dask here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 __all__ = ["ScoreCounts"]
 
+#: a run: its distinct scores negated (so ascending), and the positive and the negative weight at each
+Run = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 
 @dataclass(frozen=True)
 class ScoreCounts:
-    """Distinct scores (descending) and the positive and negative weight at each."""
+    """The sorted runs of score counts of some rows (one per shard), merged when read."""
 
-    scores: np.ndarray
-    positive: np.ndarray
-    negative: np.ndarray
+    runs: tuple[Run, ...]
 
     @classmethod
     def of(cls, scores: np.ndarray, is_positive: np.ndarray, weight: np.ndarray) -> ScoreCounts:
         """The counts of rows with ``scores``, positive where ``is_positive``, weighing ``weight``."""
-        distinct, inverse = np.unique(-np.asarray(scores, dtype=np.float64), return_inverse=True)
-        positive = np.bincount(inverse, weights=weight * is_positive, minlength=distinct.size)
-        negative = np.bincount(inverse, weights=weight * ~is_positive, minlength=distinct.size)
-        return cls(-distinct, positive, negative)
+        keys, inverse = np.unique(-np.asarray(scores, dtype=np.float64), return_inverse=True)
+        if not keys.size:
+            return cls(())
+        positive = np.bincount(inverse, weights=weight * is_positive, minlength=keys.size)
+        negative = np.bincount(inverse, weights=weight * ~is_positive, minlength=keys.size)
+        return cls(((keys, positive, negative),))
 
     def merge(self, other: ScoreCounts) -> ScoreCounts:
-        """The counts of both sets of rows (equal scores added together): the two sorted runs
-        merged by a stable sort (timsort merges two runs in linear time), then the equal
-        scores collapsed."""
-        if not other.scores.size or not self.scores.size:
-            return self if other.scores.size == 0 else other
-        scores = np.concatenate([self.scores, other.scores])
-        order = np.argsort(-scores, kind="stable")
-        ordered = scores[order]
-        starts = np.concatenate([[0], np.flatnonzero(ordered[1:] != ordered[:-1]) + 1])
-        positive = np.add.reduceat(np.concatenate([self.positive, other.positive])[order], starts)
-        negative = np.add.reduceat(np.concatenate([self.negative, other.negative])[order], starts)
-        return ScoreCounts(ordered[starts], positive, negative)
+        """The counts of both sets of rows, this one's runs first."""
+        if not other.runs or not self.runs:
+            return self if not other.runs else other
+        return ScoreCounts(self.runs + other.runs)
 
-    def _curve(self) -> tuple[np.ndarray, np.ndarray]:
-        """True and false positive weight at each threshold, highest first."""
-        return np.cumsum(self.positive), np.cumsum(self.negative)
+    @cached_property
+    def _curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct scores (descending), and the true and the false positive weight at or
+        above each: the runs sorted together (a stable sort merges the sorted runs it finds),
+        cumulative sums taken in that order and read at each score's last row."""
+        if not self.runs:
+            return np.empty(0), np.empty(0), np.empty(0)
+        if len(self.runs) == 1:
+            keys, positive, negative = self.runs[0]
+            return -keys, np.cumsum(positive), np.cumsum(negative)
+        keys = np.concatenate([run[0] for run in self.runs])
+        order = np.argsort(keys, kind="stable")
+        keys = keys[order]
+        last = np.flatnonzero(np.append(keys[1:] != keys[:-1], True))  # the last row of each distinct score
+        tps = np.cumsum(np.concatenate([run[1] for run in self.runs])[order])[last]
+        fps = np.cumsum(np.concatenate([run[2] for run in self.runs])[order])[last]
+        return -keys[last], tps, fps
+
+    @property
+    def scores(self) -> np.ndarray:
+        """The distinct scores of every run, descending."""
+        return self._curve[0]
+
+    @property
+    def positive(self) -> np.ndarray:
+        """The positive rows' weight at each of :attr:`scores`."""
+        return np.diff(self._curve[1], prepend=0.0)
+
+    @property
+    def negative(self) -> np.ndarray:
+        """The negative rows' weight at each of :attr:`scores`."""
+        return np.diff(self._curve[2], prepend=0.0)
 
     def roc_auc(self) -> float:
         """The area under the ROC curve (trapezoids between thresholds, as
         ``sklearn.metrics.roc_auc_score``); NaN when one class is absent."""
-        tps, fps = self._curve()
+        _, tps, fps = self._curve
         if tps.size == 0 or tps[-1] <= 0 or fps[-1] <= 0:
             return float("nan")
         tpr = np.concatenate([[0.0], tps / tps[-1]])
@@ -63,7 +93,7 @@ class ScoreCounts:
     def average_precision(self) -> float:
         """The sum over thresholds of precision times the gain in recall (as
         ``sklearn.metrics.average_precision_score``, no interpolation); NaN with no positives."""
-        tps, fps = self._curve()
+        _, tps, fps = self._curve
         if tps.size == 0 or tps[-1] <= 0:
             return float("nan")
         seen = tps + fps

@@ -64,9 +64,11 @@ class Summary:
     rows: int
     weight: float
     loss: float
-    sums: np.ndarray
+    sums: np.ndarray | None  # what the objective's value needs beyond the loss (None: nothing)
     # classification
     confusion: np.ndarray | None = None  # (K, K) weight, true class by predicted class
+    present: np.ndarray | None = None  # (K,) whether a row has the class as label or prediction, whatever its weight
+    weighted: bool = False  # whether some rows had sample weights (a confusion matrix of counts otherwise)
     log_loss: float = 0.0  # sum of weight * -log(clipped probability of the true class)
     brier: float = 0.0  # sum of weight * squared distance of the probabilities to the one-hot label
     counts: tuple[ScoreCounts, ...] = ()  # binary: the positive class's; K > 2: one per class
@@ -79,13 +81,16 @@ class Summary:
 
     def merge(self, other: Summary) -> Summary:
         """The summary of both sets of rows (this one's first)."""
+        sums = None if self.sums is None or other.sums is None else self.sums + other.sums
         merged = replace(
             self, rows=self.rows + other.rows, weight=self.weight + other.weight, loss=self.loss + other.loss,
-            sums=self.sums + other.sums, log_loss=self.log_loss + other.log_loss, brier=self.brier + other.brier,
+            sums=sums, log_loss=self.log_loss + other.log_loss, brier=self.brier + other.brier,
             squared_error=self.squared_error + other.squared_error,
             absolute_error=self.absolute_error + other.absolute_error)
         if self.confusion is not None and other.confusion is not None:
-            merged = replace(merged, confusion=self.confusion + other.confusion,
+            assert self.present is not None and other.present is not None
+            merged = replace(merged, confusion=self.confusion + other.confusion, present=self.present | other.present,
+                             weighted=self.weighted or other.weighted,
                              counts=tuple(a.merge(b) for a, b in zip(self.counts, other.counts)))
         if self.labels is not None and other.labels is not None:
             merged = replace(merged, labels=self.labels.merge(other.labels))
@@ -105,7 +110,7 @@ class Summary:
         binary = C.shape[0] == 2
         predicted, actual, hits = C.sum(axis=0), C.sum(axis=1), np.diag(C)
         precision, recall, f1 = _ratio(hits, predicted), _ratio(hits, actual), _ratio(2 * hits, predicted + actual)
-        present = (predicted + actual) > 0  # scikit-learn's macro average: the labels in y_true or y_pred
+        present = self.present  # scikit-learn's macro average: the labels in y_true or y_pred
         aucs = [c.roc_auc() for c in self.counts] or [float("nan")]  # none: not asked for
         precisions = [c.average_precision() for c in self.counts] or [float("nan")]
         return {
@@ -116,7 +121,7 @@ class Summary:
             "precision": float(precision[1] if binary else precision[present].mean()),
             "recall": float(recall[1] if binary else recall[present].mean()),
             "f1": float(f1[1] if binary else f1[present].mean()),
-            "confusion_matrix": C.tolist(),
+            "confusion_matrix": (C if self.weighted else C.astype(np.int64)).tolist(),
             "brier_score": self.brier / self.weight / (2.0 if binary else 1.0),
         }
 
@@ -154,36 +159,40 @@ RANKING = ("roc_auc", "average_precision")
 def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
               names: tuple[str, ...] = METRICS["classification"]) -> Summary:
     """The summary of one block of rows, for the metrics ``names`` (the score counts the
-    ranking metrics need only when one of them is asked for)."""
+    ranking metrics need only when one of them is asked for), from one
+    :meth:`~dasklbfgs.models.base.Model.scored` of the rows."""
     weight = np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
-    loss, sums = model.sums_of(params, X, y, w)
-    base = Summary(model.task, int(X.shape[0]), float(weight.sum()), float(loss), np.asarray(sums, dtype=np.float64))
+    scored = model.scored(params, X, y, w)
+    base = Summary(model.task, int(X.shape[0]), float(weight.sum()), scored.loss, scored.sums)
     if model.task == "classification":
-        return _classified(base, model, params, X, np.asarray(y).astype(np.int64), weight,
+        assert scored.predicted is not None
+        return _classified(base, scored.outputs, np.asarray(scored.predicted, dtype=np.int64),
+                           np.asarray(y).astype(np.int64), weight, weighted=w is not None,
                            ranked=any(name in RANKING for name in names))
     if model.task == "regression":
-        residual = np.asarray(y, dtype=np.float64) - model.predict(params, X)
+        residual = np.asarray(y, dtype=np.float64) - scored.outputs
         return replace(base, labels=Moments.of(np.asarray(y, dtype=np.float64), weight),
                        residuals=Moments.of(residual, weight), squared_error=float((weight * residual) @ residual),
                        absolute_error=float(weight @ np.abs(residual)))
     dense = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
-    residual = np.asarray(model.predict(params, X)) - dense
+    residual = np.asarray(scored.outputs) - dense
     return replace(base, squared_error=float(np.einsum("i,ij,ij->", weight, residual, residual)),
                    n_outputs=int(dense.shape[1]))
 
 
-def _classified(base: Summary, model: Model, params: np.ndarray, X: Any, y: np.ndarray, weight: np.ndarray, *,
-                ranked: bool) -> Summary:
-    proba = model.predict_proba(params, X)  # type: ignore[attr-defined]
+def _classified(base: Summary, proba: np.ndarray, predicted: np.ndarray, y: np.ndarray, weight: np.ndarray, *,
+                weighted: bool, ranked: bool) -> Summary:
     k = proba.shape[1]
+    present = np.zeros(k, dtype=bool)
+    present[y] = present[predicted] = True
     rows = np.arange(y.size)
-    predicted = np.asarray(model.predict(params, X), dtype=np.int64)  # the class the model predicts
     confusion = np.bincount(y * k + predicted, weights=weight, minlength=k * k).reshape(k, k)
     eps = np.finfo(proba.dtype).eps
     log_loss = float(weight @ -np.log(np.clip(proba[rows, y], eps, 1 - eps)))
-    one_hot = np.zeros_like(proba)
-    one_hot[rows, y] = 1.0
-    brier = float(weight @ ((proba - one_hot) ** 2).sum(axis=1))
+    off = proba.copy()  # the distance of the probabilities to the one-hot label
+    off[rows, y] -= 1.0
+    brier = float(weight @ np.einsum("ij,ij->i", off, off))
     classes = ([1] if k == 2 else range(k)) if ranked else []
     counts = tuple(ScoreCounts.of(proba[:, c], y == c, weight) for c in classes)
-    return replace(base, confusion=confusion, log_loss=log_loss, brier=brier, counts=counts)
+    return replace(base, confusion=confusion, present=present, weighted=weighted, log_loss=log_loss, brier=brier,
+                   counts=counts)

@@ -10,7 +10,7 @@ from sklearn.preprocessing import label_binarize
 
 from dasklbfgs import ShardedDataset, evaluate
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.models import LeastSquares, Logistic, Softmax, SparseAutoencoder
+from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
 from dasklbfgs.scoring.ranking import ScoreCounts
 from dasklbfgs.scoring.summaries import METRICS, summarize
@@ -87,6 +87,44 @@ def test_a_class_never_predicted_nor_present_is_left_out_of_the_macro_averages()
     assert np.shape(found["confusion_matrix"]) == (3, 3)
 
 
+def test_the_macro_averages_take_a_class_present_only_in_rows_of_weight_zero() -> None:
+    X = rng.normal(size=(300, 4))
+    y = np.argmax(X[:, :3], axis=1)
+    w = np.where(y == 2, 0.0, 1.0)  # class 2 weighs nothing, but is a label: scikit-learn averages over it
+    model = Softmax(4, 3)
+    params = rng.normal(size=model.n_params)
+    found = _merged(model, params, X, y, w).metrics(("precision", "recall", "f1", "confusion_matrix"))
+    predicted = model.predict(params, X)
+    for name, score in (("precision", skm.precision_score), ("recall", skm.recall_score), ("f1", skm.f1_score)):
+        _close(found[name], score(y, predicted, average="macro", sample_weight=w, zero_division=0))
+    unweighted = _merged(model, params, X, y, None).metrics(("confusion_matrix",))["confusion_matrix"]
+    assert unweighted == skm.confusion_matrix(y, predicted).tolist()  # counts: integers, as scikit-learn's
+    assert all(type(v) is int for row in unweighted for v in row)
+
+
+@pytest.mark.parametrize("model", [
+    Logistic(4, l2=0.1, class_weight=[1.0, 3.0]), Softmax(4, 3, l2=0.1, l1=0.2), LeastSquares(4, l2=0.5),
+    MLP(4, hidden=(5,), n_classes=3, l2=0.1), SparseAutoencoder(4, 3, beta=0.5),
+], ids=["logistic", "softmax", "least_squares", "mlp", "autoencoder"])
+def test_the_objective_an_evaluation_reports_is_the_training_objective(model) -> None:
+    """Linear models score from one product X W (no gradient); the others from the training
+    sums. Either way the objective is the one training minimises (the smooth part)."""
+    X = rng.uniform(0.05, 0.95, size=(600, 4))
+    y = np.argmax(X[:, :3], axis=1) if model.task == "classification" else X @ [1.0, -1.0, 2.0, 0.5]
+    y = (y > 0).astype(np.int64) if model.n_params == 5 else y  # logistic: 0/1
+    w = rng.uniform(0.2, 3.0, 600) if model.accepts_weights else None
+    params = model.init_params(seed=3) + 0.1 * rng.normal(size=model.n_params)
+    summary = _merged(model, params, X, y, w)
+    _close(model.objective_value(params, summary.loss, summary.sums, summary.weight),
+           model.objective(params, X, y, w)[0])
+    scored = model.scored(params, X, y, w)
+    if model.task == "classification":
+        np.testing.assert_allclose(scored.outputs, model.predict_proba(params, X), rtol=1e-14)
+        np.testing.assert_array_equal(scored.predicted, model.predict(params, X))
+    else:
+        np.testing.assert_allclose(scored.outputs, model.predict(params, X), rtol=1e-14)
+
+
 @pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
 def test_regression_metrics_equal_scikit_learns_far_from_zero(weighted) -> None:
     X = rng.normal(size=(600, 3))
@@ -130,6 +168,7 @@ def test_score_counts_merge_ties_across_shards_and_cost_a_sort() -> None:
            skm.average_precision_score(positive, scores, sample_weight=top_weightless))
     empty = ScoreCounts.of(np.array([]), np.array([], bool), np.array([]))  # a shard of no rows
     assert both.merge(empty) is both and empty.merge(both) is both and empty.merge(empty).scores.size == 0
+    assert len(a.merge(both).runs) == 3  # runs kept as merged, sorted together once when read
 
 
 def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> None:
