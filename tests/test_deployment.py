@@ -364,7 +364,7 @@ def test_a_pipeline_with_everything_at_urls(deployment, on_s3) -> None:
     metrics = json.loads(report.read("metrics.json"))
     assert metrics["success"] and metrics["datasets"] == {"train": f"{folder}/train", "test": f"{folder}/test"}
     assert metrics["cluster"]["workers"] == 2 and metrics["test"]["accuracy"] > 0.8
-    assert sorted(report.children()) == ["curves.json", "curves.png", "metrics.json", "model.npz"]
+    assert sorted(report.children()) == ["curves.json", "curves.png", "metrics.json", "model.npz", "scores.png"]
     _, params, _ = load_params(report / "model.npz")
     _check_optimum(on_s3, params)
     assert checkpoint_exists(Location.of(f"{folder}/checkpoint-pipeline", options))

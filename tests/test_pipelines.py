@@ -59,6 +59,10 @@ def test_shipped_config_runs_and_reports(client, config, tmp_path, data_home) ->
     assert curves["points"] and all("time" in p and "step" in p for p in curves["points"])
     assert curves["heldout_metric"] is not None and any("heldout" in p for p in curves["points"])
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = "reliability" if "accuracy" in written["test"] else "residuals" if "r2" in written["test"] else None
+    assert set(curves["scores"]) == ({"train", "test"} if drawn else set())
+    assert all(drawn in found for found in curves["scores"].values())
+    assert (out / "scores.png").exists() == (drawn is not None)
     assert (out / "model.npz").exists()
     if loaded["data"]["recipe"] is not None:  # built data stays out of the report, in the data home
         assert Path(written["datasets"]["train"]).is_relative_to(data_home)
@@ -175,7 +179,7 @@ def test_a_pipeline_with_data_checkpoint_and_report_on_s3_gives_the_local_runs_b
     ran = run_pipeline(remote, f"{bucket}/pipe-{tag}/reports", client=client)
     assert ran["report"] == f"{bucket}/pipe-{tag}/reports/on-s3"
     report = Location.of(ran["report"], options)
-    assert report.children() == ["curves.json", "curves.png", "metrics.json", "model.npz"]
+    assert report.children() == ["curves.json", "curves.png", "metrics.json", "model.npz", "scores.png"]
     written = json.loads(report.read("metrics.json"))
     assert written["run_id"] == ran["run_id"] and written["datasets"] == urls
     assert written["config"]["storage_options"] == ["client_kwargs", "key", "secret"]  # names, no credentials

@@ -26,24 +26,26 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
     (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and its rendered ``work`` lines."""
     from dasklbfgs.scoring import evaluate  # numpy and the models: not for --help
 
+    # scored at the end of the run (Sandblaster: on its cached shards), else now, by the workers; a run
+    # whose scoring failed (it warned) reports without scores
+    scores = result.scores if "scores" in result else {
+        split: evaluate(model, result.x, dataset, client=client)
+        for split, dataset in (("train", data), ("test", test)) if dataset is not None}
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,
         "solver": result.solver,
         "success": bool(result.success),
         "message": result.message,
-        # scored at the end of the run (Sandblaster: on its cached shards), else now, by the workers
-        "train": result.scores["train"] if "scores" in result else evaluate(model, result.x, data, client=client),
+        **scores,
     }
     report.update(result.stats.summary(result))
-    report.setdefault("objective", report["train"]["objective"])  # the run's own, else scored on the data
+    if "objective" not in report:  # the run's own, else scored on the data
+        report["objective"] = report["train"]["objective"] if "train" in report else float("nan")
     report["work"] = result.stats.lines(result)
     partitions = _partitions(result)
     if partitions is not None:
         report["partitions"] = partitions
-    if test is not None:
-        report["test"] = (result.scores["test"] if "scores" in result and "test" in result.scores
-                          else evaluate(model, result.x, test, client=client))
     return report
 
 

@@ -4,7 +4,9 @@ The report folder (``<output>/<pipeline.name>``, or ``<name>-2``, ... when that 
 ``overwrite`` is off; a local folder or a URL, see :mod:`dasklbfgs.pipeline.report`) holds ``metrics.json`` (the
 resolved config, run id, versions, start time, durations, solver facts and final
 train/held-out metrics), ``curves.json`` and ``curves.png`` (see
-:mod:`dasklbfgs.pipeline.curves`) and ``model.npz``. Data built from a recipe goes to the
+:mod:`dasklbfgs.pipeline.curves`; ``curves.json`` also holds the score curves by split),
+``scores.png`` (ROC, precision-recall and reliability for a classifier, the residuals of a
+regression: :mod:`dasklbfgs.pipeline.score_plots`) and ``model.npz``. Data built from a recipe goes to the
 data home (:mod:`dasklbfgs.data.cache`) or ``data.path``, not into the report. The
 config's ``storage_options`` reach the URLs among the datasets, the checkpoint and the
 output.
@@ -31,6 +33,7 @@ from dasklbfgs.models.persist import save_params
 from dasklbfgs.models.registry import model_options
 from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
+from dasklbfgs.pipeline.score_plots import plot_scores
 from dasklbfgs.solvers import minimize
 from dasklbfgs.solvers.common_options import with_checkpoint_storage, without_held_out
 
@@ -124,8 +127,10 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         staging = folders["staging"]
         save_params(staging / "model.npz", model, result.x, {"pipeline": name, "run_id": result.run_id})
         curves = learning_curves(result.history, solver)
+        curves["scores"] = result.score_curves  # by split: ROC, precision-recall, reliability, residuals
         (staging / "curves.json").write_text(json.dumps(curves, indent=2) + "\n")
         plot_curves(curves, staging / "curves.png", title=f"{name}: {solver}, {result.message}")
+        plot_scores(result.score_curves, staging / "scores.png", title=f"{name}: {model!r} at the end of the run")
         metrics["durations"]["total_seconds"] = time.perf_counter() - started
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
     metrics["report"] = str(folders["path"])  # a folder, or a URL

@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
-             metrics: Sequence[str] | None = None) -> dict[str, Any]:
+             metrics: Sequence[str] | None = None, curves: bool = False) -> dict[str, Any]:
     """The metrics of ``model`` at ``params`` on ``data``: its ``objective``, ``n_samples``,
     and the metrics of its task under scikit-learn's names and definitions (weighted where
     the data has weights; see :data:`~dasklbfgs.scoring.summaries.METRICS`):
@@ -41,7 +41,13 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
     - reconstruction: ``reconstruction_mse``.
 
     ``data``: a :class:`~dasklbfgs.data.ShardedDataset` (or its path or URL). ``metrics``
-    picks some of them (all by default). A dataset on a store is evaluated by the
+    picks some of them (all by default). With ``curves``, the result's ``"curves"`` holds
+    what the score figures draw, computed by the workers too (see
+    :meth:`~dasklbfgs.scoring.summaries.Summary.curves`): a classifier's ``roc`` (``fpr``,
+    ``tpr``) and ``precision_recall`` curves (a few hundred thresholds; per class under
+    ``classes`` for more than two; when the ranking metrics are among ``metrics``) and its
+    ``reliability`` diagram, a regression's
+    ``residuals`` histogram. A dataset on a store is evaluated by the
     workers of ``client`` (or of the active client), a task per shard, and only the
     finished numbers reach this process; with no client, or data in memory, here, one shard
     at a time.
@@ -53,11 +59,11 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
     names = chosen_metrics(model.task, metrics)
     if isinstance(data, (str, os.PathLike)):
         data = as_dataset(data)
-    return evaluated(model, params, data, names, active_client() if client is None else client)
+    return evaluated(model, params, data, names, active_client() if client is None else client, curves=curves)
 
 
 def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], client: Any,
-              cached: list[Any] | None = None) -> dict[str, Any]:
+              cached: list[Any] | None = None, *, curves: bool = False) -> dict[str, Any]:
     """:func:`evaluate`, by the workers of ``client``, or here if it is None; ``cached``:
     futures of the dataset's shards already in the workers' memory, ``(X, y, w)`` each in
     shard order (a Sandblaster run's), summarised where they are, read from no store."""
@@ -65,21 +71,22 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     params = model.check_params(params, "params")
     if client is not None and cached is not None:
         params_future = client.scatter(params, hash=False)  # fetched by the others from the worker holding it
-        summaries = [client.submit(_rows_summary, model, params_future, shard, names, pure=False) for shard in cached]
+        summaries = [client.submit(_rows_summary, model, params_future, shard, names, curves, pure=False)
+                     for shard in cached]
         merged = merged_in_a_tree(summaries, lambda a, b: client.submit(_merged, a, b, pure=False))
-        rows, weight, loss, sums, found = client.submit(_finished, merged, names, pure=False).result()
+        rows, weight, loss, sums, found = client.submit(_finished, merged, names, curves, pure=False).result()
     elif client is not None and hasattr(data, "location"):  # a store the workers read
         import dask
 
         shard = dask.delayed(_shard_summary, pure=True)
         merge = dask.delayed(_merged, pure=True)
         params_ = dask.delayed(params, traverse=False)  # sent once, not inlined in every task
-        summaries = [shard(model, params_, data, index, names) for index in range(data.n_shards)]
-        finished = dask.delayed(_finished, pure=True)(merged_in_a_tree(summaries, merge), names)
+        summaries = [shard(model, params_, data, index, names, curves) for index in range(data.n_shards)]
+        finished = dask.delayed(_finished, pure=True)(merged_in_a_tree(summaries, merge), names, curves)
         rows, weight, loss, sums, found = client.compute(finished).result()
     else:
-        summaries_here = (_shard_summary(model, params, data, index, names) for index in range(data.n_shards))
-        rows, weight, loss, sums, found = _finished(merged_in_a_tree(list(summaries_here), _merged), names)
+        summaries_here = (_shard_summary(model, params, data, index, names, curves) for index in range(data.n_shards))
+        rows, weight, loss, sums, found = _finished(merged_in_a_tree(list(summaries_here), _merged), names, curves)
     return {"objective": model.objective_value(params, loss, sums, weight), "n_samples": rows, **found}
 
 
@@ -115,26 +122,29 @@ def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
     return items[0]
 
 
-def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...]
-                   ) -> Summary:
-    """Task: the summary of shard ``index`` for the metrics ``names``."""
+def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...],
+                   curves: bool) -> Summary:
+    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves)."""
     X, y = data.load_shard(index)
-    return summarize(model, params, X, y, data.load_shard_weights(index), names)
+    return summarize(model, params, X, y, data.load_shard_weights(index), names, curves=curves)
 
 
 def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None],
-                  names: tuple[str, ...]) -> Summary:
+                  names: tuple[str, ...], curves: bool) -> Summary:
     """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again)."""
     X, y, w = shard
-    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w, names)
+    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w, names, curves=curves)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:
     return a.merge(b)
 
 
-def _finished(summary: Summary, names: tuple[str, ...]
+def _finished(summary: Summary, names: tuple[str, ...], curves: bool
               ) -> tuple[int, float, float, np.ndarray | None, dict[str, Any]]:
     """Task: what the client needs of the merged summary: rows, weight, the objective's sums
-    and the finished metrics."""
-    return summary.rows, summary.weight, summary.loss, summary.sums, summary.metrics(names)
+    and the finished metrics (and curves)."""
+    found = summary.metrics(names)
+    if curves:
+        found["curves"] = summary.curves()
+    return summary.rows, summary.weight, summary.loss, summary.sums, found

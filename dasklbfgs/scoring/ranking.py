@@ -47,10 +47,14 @@ class ScoreCounts:
             return self if not other.runs else other
         return ScoreCounts(self.runs + other.runs)
 
+    def curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The distinct scores (descending), and the true and the false positive weight at or
+        above each (scikit-learn's ``_binary_clf_curve``)."""
+        return self._curve
+
     @cached_property
     def _curve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The distinct scores (descending), and the true and the false positive weight at or
-        above each: the runs sorted together (a stable sort merges the sorted runs it finds),
+        """:meth:`curve`: the runs sorted together (a stable sort merges the sorted runs it finds),
         cumulative sums taken in that order and read at each score's last row."""
         if not self.runs:
             return np.empty(0), np.empty(0), np.empty(0)

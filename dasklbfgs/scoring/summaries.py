@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dasklbfgs.scoring.curves import Histogram, Reliability, ranking_curves
 from dasklbfgs.scoring.ranking import ScoreCounts
 
 if TYPE_CHECKING:
@@ -72,11 +73,13 @@ class Summary:
     log_loss: float = 0.0  # sum of weight * -log(clipped probability of the true class)
     brier: float = 0.0  # sum of weight * squared distance of the probabilities to the one-hot label
     counts: tuple[ScoreCounts, ...] = ()  # binary: the positive class's; K > 2: one per class
+    reliability: Reliability | None = None  # binary: of P(y=1); K > 2: of the top class's probability
     # regression and reconstruction
     labels: Moments | None = None
     residuals: Moments | None = None
     squared_error: float = 0.0
     absolute_error: float = 0.0
+    residual_histogram: Histogram | None = None
     n_outputs: int = 1
 
     def merge(self, other: Summary) -> Summary:
@@ -92,6 +95,10 @@ class Summary:
             merged = replace(merged, confusion=self.confusion + other.confusion, present=self.present | other.present,
                              weighted=self.weighted or other.weighted,
                              counts=tuple(a.merge(b) for a, b in zip(self.counts, other.counts)))
+        if self.reliability is not None and other.reliability is not None:
+            merged = replace(merged, reliability=self.reliability.merge(other.reliability))
+        if self.residual_histogram is not None and other.residual_histogram is not None:
+            merged = replace(merged, residual_histogram=self.residual_histogram.merge(other.residual_histogram))
         if self.labels is not None and other.labels is not None:
             merged = replace(merged, labels=self.labels.merge(other.labels))
         if self.residuals is not None and other.residuals is not None:
@@ -103,6 +110,22 @@ class Summary:
         finished = {"classification": self._classification, "regression": self._regression,
                     "reconstruction": self._reconstruction}[self.task]()
         return {name: finished[name] for name in names}
+
+    def curves(self) -> dict[str, Any]:
+        """What the score figures draw (:mod:`~dasklbfgs.scoring.curves`): a classifier's ROC
+        and precision-recall curves (one per class, one-vs-rest, for more than two; from
+        the score counts, when they were computed) and reliability diagram, a regression's
+        residual histogram."""
+        found: dict[str, Any] = {}
+        if len(self.counts) == 1:
+            found.update(ranking_curves(self.counts[0]))
+        elif self.counts:
+            found["classes"] = [ranking_curves(c) for c in self.counts]
+        if self.reliability is not None:
+            found["reliability"] = self.reliability.finished()
+        if self.residual_histogram is not None:
+            found["residuals"] = self.residual_histogram.finished()
+        return found
 
     def _classification(self) -> dict[str, Any]:
         assert self.confusion is not None
@@ -157,9 +180,10 @@ RANKING = ("roc_auc", "average_precision")
 
 
 def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
-              names: tuple[str, ...] = METRICS["classification"]) -> Summary:
-    """The summary of one block of rows, for the metrics ``names`` (the score counts the
-    ranking metrics need only when one of them is asked for), from one
+              names: tuple[str, ...] = METRICS["classification"], *, curves: bool = False) -> Summary:
+    """The summary of one block of rows, for the metrics ``names`` and, with ``curves``,
+    :meth:`Summary.curves` (the score counts, and so the ROC and precision-recall curves,
+    only when a ranking metric is among ``names``), from one
     :meth:`~dasklbfgs.models.base.Model.scored` of the rows."""
     weight = np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
     scored = model.scored(params, X, y, w)
@@ -173,7 +197,8 @@ def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.nda
         residual = np.asarray(y, dtype=np.float64) - scored.outputs
         return replace(base, labels=Moments.of(np.asarray(y, dtype=np.float64), weight),
                        residuals=Moments.of(residual, weight), squared_error=float((weight * residual) @ residual),
-                       absolute_error=float(weight @ np.abs(residual)))
+                       absolute_error=float(weight @ np.abs(residual)),
+                       residual_histogram=Histogram.of(residual, weight) if curves else None)
     dense = X.toarray() if hasattr(X, "toarray") else np.asarray(X)
     residual = np.asarray(scored.outputs) - dense
     return replace(base, squared_error=float(np.einsum("i,ij,ij->", weight, residual, residual)),
@@ -194,5 +219,9 @@ def _classified(base: Summary, proba: np.ndarray, predicted: np.ndarray, y: np.n
     brier = float(weight @ np.einsum("ij,ij->i", off, off))
     classes = ([1] if k == 2 else range(k)) if ranked else []
     counts = tuple(ScoreCounts.of(proba[:, c], y == c, weight) for c in classes)
+    if k == 2:
+        reliability = Reliability.of(proba[:, 1], y == 1, weight)
+    else:
+        reliability = Reliability.of(proba[rows, predicted], predicted == y, weight)
     return replace(base, confusion=confusion, present=present, weighted=weighted, log_loss=log_loss, brier=brier,
-                   counts=counts)
+                   counts=counts, reliability=reliability)

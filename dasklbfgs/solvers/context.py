@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from scipy.optimize import OptimizeResult
 from dasklbfgs._typing import Dataset, DatasetLike
 from dasklbfgs.cluster import resolve_client
 from dasklbfgs.data.sharded import as_dataset
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, MetricsWarning
 from dasklbfgs.models.base import Model
 from dasklbfgs.monitor.events import MetricsStream, start_facts
 from dasklbfgs.optim.lbfgs import MSG_CALLBACK
@@ -110,6 +111,7 @@ class RunContext:
         self.x0, self.callback, self.eval_set = x0, callback, eval_set
         self.scoring = scoring  # score the data with every metric at the end (result.scores)
         self.score_seconds = 0.0  # what that took (result.stats["score_seconds"])
+        self.score_curves: dict[str, dict[str, Any]] = {}  # by split, what the score figures draw
         self.stop_rules: list[StopRule] = []
         self.stopped: str | None = None  # the first reason a callback or stop rule gave
         self.client: Client | None = None
@@ -197,7 +199,9 @@ class RunContext:
     def final_scores(self, params: np.ndarray, cached: list[Any] | None = None) -> dict[str, dict[str, Any]]:
         """Every metric of the model's task at ``params`` on the training data (``cached``:
         futures of its shards in the workers' memory, scored where they are) and the
-        held-out data, by the workers: ``result.scores`` of a run with ``score=True``."""
+        held-out data, by the workers: ``result.scores`` of a run with ``score=True``; the
+        figures' curves of each go to :attr:`score_curves`. Scoring that fails leaves them
+        empty with a :class:`~dasklbfgs.errors.MetricsWarning`: the run's result is kept."""
         from dasklbfgs.scoring.evaluation import evaluated
         from dasklbfgs.scoring.summaries import METRICS, RANKING
 
@@ -205,9 +209,17 @@ class RunContext:
         names = METRICS[self.model.task]
         if getattr(self.model, "n_classes", 2) > MANY_CLASSES:  # sorted counts of every class: rows x classes
             names = tuple(name for name in names if name not in (*RANKING, "confusion_matrix"))
-        scores = {"train": evaluated(self.model, params, self.dataset, names, self.client, cached)}
-        if self.eval_set is not None:
-            scores["test"] = evaluated(self.model, params, self.eval_set, names, self.client)
+        splits = {"train": (self.dataset, cached), **({"test": (self.eval_set, None)} if self.eval_set else {})}
+        scores: dict[str, dict[str, Any]] = {}
+        try:
+            for split, (data, shards) in splits.items():
+                scores[split] = evaluated(self.model, params, data, names, self.client, shards, curves=True)
+        except Exception as exc:  # noqa: BLE001 - the fit is worth more than its scores
+            warnings.warn(f"scoring the run's result failed ({type(exc).__name__}: {exc}); the result is kept, "
+                          "without scores: score it with dasklbfgs.evaluate", MetricsWarning, stacklevel=2)
+            scores = {}
+        curves_by_split = {split: found.pop("curves", {}) for split, found in scores.items()}
+        self.score_curves = {split: drawn for split, drawn in curves_by_split.items() if drawn}
         self.score_seconds = time.perf_counter() - started
         return scores
 

@@ -201,6 +201,7 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
         if context.scoring and "scores" not in result:  # the solver scored none where its shards were
             result.scores = context.final_scores(result.x)
         if context.scoring:
+            result.score_curves = context.score_curves
             result.stats["score_seconds"] = context.score_seconds
         context.finish(result)
     return result

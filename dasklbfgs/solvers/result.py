@@ -25,7 +25,9 @@ class Result(OptimizeResult):
         itself.
     Runs with ``score=True`` also
         ``scores``: ``{"train": metrics, "test": metrics}`` (test with ``eval_data``), every
-        metric of the model's task as :func:`dasklbfgs.evaluate` gives them.
+        metric of the model's task as :func:`dasklbfgs.evaluate` gives them (empty, with a
+        :class:`~dasklbfgs.errors.MetricsWarning`, if scoring failed); ``score_curves``: by
+        split, what the score figures draw (``evaluate(..., curves=True)``'s ``"curves"``).
     Sandblaster also
         ``jac``, ``nfev``, ``njev`` as scipy's; history entries also have ``gnorm``,
         ``step_length`` and ``nfev``.

@@ -11,6 +11,7 @@ from sklearn.preprocessing import label_binarize
 from dasklbfgs import ShardedDataset, evaluate
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax, SparseAutoencoder
+from dasklbfgs.scoring.curves import CURVE_POINTS, Histogram, ranking_curves
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
 from dasklbfgs.scoring.ranking import ScoreCounts
 from dasklbfgs.scoring.summaries import METRICS, summarize
@@ -171,6 +172,60 @@ def test_score_counts_merge_ties_across_shards_and_cost_a_sort() -> None:
     assert len(a.merge(both).runs) == 3  # runs kept as merged, sorted together once when read
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_the_roc_and_precision_recall_curves_are_scikit_learns(weighted) -> None:
+    scores = np.round(rng.random(200), 1)  # ties
+    positive = rng.random(200) < scores
+    w = rng.uniform(0.2, 3.0, 200) if weighted else None
+    counts = merged_in_a_tree([ScoreCounts.of(s, p, np.ones(s.size) if v is None else v)
+                               for s, p, v in zip(np.array_split(scores, 3), np.array_split(positive, 3),
+                                                  np.array_split(w, 3) if weighted else [None] * 3)],
+                              lambda a, b: a.merge(b))
+    found = ranking_curves(counts)  # 11 thresholds: none thinned out
+    fpr, tpr, _ = skm.roc_curve(positive, scores, sample_weight=w, drop_intermediate=False)
+    np.testing.assert_allclose(found["roc"]["fpr"], fpr, rtol=1e-12)
+    np.testing.assert_allclose(found["roc"]["tpr"], tpr, rtol=1e-12)
+    precision, recall, thresholds = skm.precision_recall_curve(positive, scores, sample_weight=w)
+    np.testing.assert_allclose(found["precision_recall"]["precision"], precision[:-1][::-1], rtol=1e-12)
+    np.testing.assert_allclose(found["precision_recall"]["recall"], recall[:-1][::-1], rtol=1e-12)
+    np.testing.assert_array_equal(found["thresholds"], thresholds[::-1])
+
+
+def test_long_curves_are_thinned_keeping_their_ends() -> None:
+    scores = rng.random(50_000)
+    counts = ScoreCounts.of(scores, rng.random(50_000) < scores, np.ones(50_000))
+    found = ranking_curves(counts)
+    fpr, tpr = np.array(found["roc"]["fpr"]), np.array(found["roc"]["tpr"])
+    assert len(fpr) <= CURVE_POINTS + 1 and fpr[0] == tpr[0] == 0 and fpr[-1] == tpr[-1] == 1
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    assert np.trapezoid(tpr, fpr) == pytest.approx(counts.roc_auc(), abs=1e-3)  # the thinned curve, drawn
+
+
+def test_the_reliability_diagram_is_scikit_learns_calibration_curve() -> None:
+    from sklearn.calibration import calibration_curve
+
+    X = rng.normal(size=(600, 4))
+    y = (X[:, 0] + rng.normal(size=600) > 0).astype(np.int64)
+    model = Logistic(4)
+    params = rng.normal(size=model.n_params)
+    found = _merged(model, params, X, y, None).curves()["reliability"]
+    prob_true, prob_pred = calibration_curve(y, model.predict_proba(params, X)[:, 1], n_bins=10)
+    _close(np.array(found["fraction_positive"]), prob_true)
+    np.testing.assert_allclose(found["mean_predicted"], prob_pred, rtol=1e-12)
+    assert sum(found["weight"]) == 600
+
+
+def test_residual_histograms_of_shards_merge_into_the_histogram_of_all() -> None:
+    values = np.concatenate([rng.normal(size=500), 40 + rng.normal(size=300) * 0.01, [-3.0]])  # unequal ranges
+    weight = rng.uniform(0.5, 2.0, values.size)
+    parts = [Histogram.of(v, w) for v, w in zip(np.array_split(values, 4), np.array_split(weight, 4))]
+    merged = merged_in_a_tree(parts, lambda a, b: a.merge(b)).finished()
+    edges = np.array(merged["edges"])
+    assert 1 <= len(merged["weight"]) <= 64 and edges[0] <= values.min() and edges[-1] > values.max()
+    expected, _ = np.histogram(values, bins=edges, weights=weight)
+    np.testing.assert_allclose(merged["weight"], expected, rtol=1e-12)
+
+
 def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> None:
     X = rng.normal(size=(900, 6))
     y = np.argmax(X[:, :3], axis=1)
@@ -187,6 +242,10 @@ def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> Non
         model.objective(params, X, y, w)[0], rel=1e-12)
     _close(on_workers["roc_auc"], skm.roc_auc_score(y, model.predict_proba(params, X), multi_class="ovr",
                                                     sample_weight=w))
+    with_curves = evaluate(model, params, data, client=client, curves=True)
+    assert with_curves["curves"] == evaluated(model, params, data, METRICS["classification"], None,
+                                              curves=True)["curves"]
+    assert len(with_curves["curves"]["classes"]) == 3 and "reliability" in with_curves["curves"]
     picked = evaluate(model, params, data, client=client, metrics=["roc_auc", "log_loss"])
     assert set(picked) == {"objective", "n_samples", "roc_auc", "log_loss"} and picked["roc_auc"] == here["roc_auc"]
 

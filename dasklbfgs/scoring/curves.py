@@ -1,0 +1,143 @@
+"""What the score figures draw, from pieces each shard computes and merges: the ROC and
+precision-recall curves (from the exact :class:`~dasklbfgs.scoring.ranking.ScoreCounts`),
+a reliability (calibration) diagram (:class:`Reliability`: fixed bins of the predicted
+probability) and a histogram of regression residuals (:class:`Histogram`: bins of a
+power-of-two width aligned on its multiples, so two shards' histograms merge exactly
+whatever their ranges). Pure numpy: the workers compute and merge them; only the finished
+points, a few hundred numbers, reach the client.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs.scoring.ranking import ScoreCounts
+
+__all__ = ["CURVE_POINTS", "RELIABILITY_BINS", "Histogram", "Reliability", "ranking_curves"]
+
+#: at most this many points of a ROC or precision-recall curve reach the client (and the figure)
+CURVE_POINTS = 256
+#: the reliability diagram's bins of the predicted probability, uniform on [0, 1] (scikit-learn's
+#: ``calibration_curve`` default ``n_bins=5`` is coarse for large data; its ``strategy="uniform"``)
+RELIABILITY_BINS = 10
+#: a residual histogram has between this many and twice as many bins over its range
+HISTOGRAM_BINS = 32
+
+
+@dataclass(frozen=True)
+class Reliability:
+    """Per bin of the predicted probability: the rows' weight, the weighted sum of their
+    predicted probabilities and the weight of those that were right (positive, for a binary
+    model's P(y=1); the predicted class correct, for a multi-class model's top probability)."""
+
+    weight: np.ndarray
+    predicted: np.ndarray
+    hits: np.ndarray
+
+    @classmethod
+    def of(cls, probability: np.ndarray, hit: np.ndarray, weight: np.ndarray) -> Reliability:
+        # scikit-learn's uniform bins: edges linspace(0, 1, n + 1), a probability on an edge in the bin below it
+        edges = np.linspace(0.0, 1.0, RELIABILITY_BINS + 1)
+        bins = np.searchsorted(edges[1:-1], probability)
+        n = RELIABILITY_BINS
+        return cls(np.bincount(bins, weights=weight, minlength=n), np.bincount(bins, weights=weight * probability,
+                                                                              minlength=n),
+                   np.bincount(bins, weights=weight * hit, minlength=n))
+
+    def merge(self, other: Reliability) -> Reliability:
+        return Reliability(self.weight + other.weight, self.predicted + other.predicted, self.hits + other.hits)
+
+    def finished(self) -> dict[str, list[float]]:
+        """The non-empty bins' mean predicted probability, fraction right and weight (the
+        first two as ``sklearn.calibration.calibration_curve``'s ``prob_pred``, ``prob_true``)."""
+        kept = self.weight > 0
+        return {"mean_predicted": (self.predicted[kept] / self.weight[kept]).tolist(),
+                "fraction_positive": (self.hits[kept] / self.weight[kept]).tolist(),
+                "weight": self.weight[kept].tolist()}
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Weight of values in bins ``[k * width, (k + 1) * width)`` for ``k`` from ``first``:
+    ``width`` a power of two chosen for the range, so a merge re-bins the finer histogram
+    into the coarser one's bins by adding whole groups of bins."""
+
+    width: float
+    first: int
+    weight: np.ndarray
+
+    @classmethod
+    def of(cls, values: np.ndarray, weight: np.ndarray) -> Histogram:
+        finite = np.isfinite(values)
+        values, weight = values[finite], weight[finite]
+        if not values.size:
+            return cls(1.0, 0, np.zeros(0))
+        low, high = float(values.min()), float(values.max())
+        width = _width_for(low, high)
+        first = math.floor(low / width)
+        bins = np.floor(values / width).astype(np.int64) - first
+        return cls(width, first, np.bincount(bins, weights=weight))._within_bounds()
+
+    def merge(self, other: Histogram) -> Histogram:
+        if not other.weight.size or not self.weight.size:
+            return self if not other.weight.size else other
+        width = max(self.width, other.width)
+        a, b = self._rebinned(width), other._rebinned(width)
+        first = min(a.first, b.first)
+        weight = np.zeros(max(a.first + a.weight.size, b.first + b.weight.size) - first)
+        weight[a.first - first: a.first - first + a.weight.size] += a.weight
+        weight[b.first - first: b.first - first + b.weight.size] += b.weight
+        return Histogram(width, first, weight)._within_bounds()
+
+    def _rebinned(self, width: float) -> Histogram:
+        """The same counts in bins ``width`` wide (a power-of-two multiple of this one's)."""
+        if width == self.width:
+            return self
+        factor = int(round(width / self.width))
+        first = math.floor(self.first / factor)
+        index = (self.first + np.arange(self.weight.size)) // factor - first
+        return Histogram(width, first, np.bincount(index, weights=self.weight))
+
+    def _within_bounds(self) -> Histogram:
+        """At most ``2 * HISTOGRAM_BINS`` bins: twice as wide while more."""
+        histogram = self
+        while histogram.weight.size > 2 * HISTOGRAM_BINS:
+            histogram = histogram._rebinned(2 * histogram.width)
+        return histogram
+
+    def finished(self) -> dict[str, list[float]]:
+        """The bins' edges and weights."""
+        edges = (self.first + np.arange(self.weight.size + 1)) * self.width
+        return {"edges": edges.tolist(), "weight": self.weight.tolist()}
+
+
+def _width_for(low: float, high: float) -> float:
+    """The power of two that cuts ``[low, high]`` into between ``HISTOGRAM_BINS`` and twice as many bins."""
+    span, size = high - low, max(abs(low), abs(high))
+    if span <= 0:
+        return 2.0 ** math.floor(math.log2(size)) / HISTOGRAM_BINS if size > 0 else 1.0
+    # never so fine that a bin's index (value / width) leaves the float's exact integers
+    return max(2.0 ** math.floor(math.log2(span / HISTOGRAM_BINS)), 2.0 ** math.ceil(math.log2(size / 2.0 ** 50)))
+
+
+def ranking_curves(counts: ScoreCounts, points: int = CURVE_POINTS) -> dict[str, Any]:
+    """The ROC curve (``fpr``, ``tpr``) and the precision-recall curve (``recall``,
+    ``precision``) at most ``points`` thresholds, spread evenly over the rows' weight (the
+    fraction of the data called positive), with the first and last thresholds always kept;
+    the curves as ``sklearn.metrics.roc_curve`` and ``precision_recall_curve`` compute
+    them, thinned. Empty when one class is absent."""
+    scores, tps, fps = counts.curve()
+    if not tps.size or tps[-1] <= 0 or fps[-1] <= 0:
+        return {}
+    seen = tps + fps
+    chosen = np.unique(np.concatenate([np.searchsorted(seen, np.linspace(0, seen[-1], points - 1)),
+                                       [0, seen.size - 1]]).clip(0, seen.size - 1))
+    tps, fps, seen, scores = tps[chosen], fps[chosen], seen[chosen], scores[chosen]
+    precision = np.divide(tps, seen, out=np.ones_like(tps), where=seen > 0)
+    return {"roc": {"fpr": [0.0, *(fps / fps[-1]).tolist()], "tpr": [0.0, *(tps / tps[-1]).tolist()]},
+            "precision_recall": {"recall": (tps / tps[-1]).tolist(), "precision": precision.tolist()},
+            "thresholds": scores.tolist()}
