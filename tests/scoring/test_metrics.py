@@ -9,7 +9,7 @@ from sklearn import metrics as skm
 from sklearn.preprocessing import label_binarize
 
 from dasklbfgs import ShardedDataset, evaluate
-from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.errors import ConfigurationError, MetricsWarning
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax, SparseAutoencoder
 from dasklbfgs.scoring.curves import CURVE_POINTS, Histogram, ranking_curves
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
@@ -248,6 +248,26 @@ def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> Non
     assert len(with_curves["curves"]["classes"]) == 3 and "reliability" in with_curves["curves"]
     picked = evaluate(model, params, data, client=client, metrics=["roc_auc", "log_loss"])
     assert set(picked) == {"objective", "n_samples", "roc_auc", "log_loss"} and picked["roc_auc"] == here["roc_auc"]
+
+
+class ScoringFails(Logistic):
+    """A model whose evaluation (not its training) raises."""
+
+    def scored(self, params, X, y, w=None):
+        raise RuntimeError("no scores today")
+
+
+def test_a_run_whose_scoring_fails_keeps_its_result_and_says_so(client, tmp_path) -> None:
+    from dasklbfgs import minimize
+
+    X = rng.normal(size=(400, 3))
+    data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=100)
+    with pytest.warns(MetricsWarning, match=r"scoring the run's result failed \(RuntimeError: no scores today\); "
+                                            r"the result is kept, without scores"):
+        result = minimize(ScoringFails(3, l2=0.1), data, "sandblaster", {"maxiter": 5}, client=client, score=True)
+    assert result.scores == {} and result.score_curves == {}
+    reference = minimize(Logistic(3, l2=0.1), data, "sandblaster", {"maxiter": 5}, client=client)
+    np.testing.assert_array_equal(result.x, reference.x)  # the fit, whole
 
 
 def test_a_metric_of_another_task_is_refused_naming_the_task_s_metrics(tmp_path) -> None:
