@@ -104,13 +104,14 @@ def chosen_metrics(task: str, metrics: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(metrics)
 
 
-def held_out_metrics(model: Model, params: np.ndarray, data: Dataset) -> dict[str, Any]:
+def held_out_metrics(model: Model, params: np.ndarray, data: Dataset, client: Any = None) -> dict[str, Any]:
     """The held-out figures a run records as it goes (``eval_`` keys): the objective and the
-    task's scores (:data:`~dasklbfgs.scoring.names.HELD_OUT`), computed in the coordinator
-    (a replica solver's workers are busy with their replicas)."""
+    task's scores (:data:`~dasklbfgs.scoring.names.HELD_OUT`), by the workers of ``client``
+    (Sandblaster's, idle between its evaluations), or with None in this process (a replica
+    solver's workers are busy with their replicas)."""
     from dasklbfgs.scoring.names import HELD_OUT
 
-    found = evaluated(model, params, data, HELD_OUT[model.task], client=None)
+    found = evaluated(model, params, data, HELD_OUT[model.task], client=client)
     return {f"eval_{k}": v for k, v in found.items() if k != "n_samples"}
 
 

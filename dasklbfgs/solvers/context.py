@@ -191,10 +191,11 @@ class RunContext:
         self.evaluations = Cadence(every, step)
         self.checkpoints = Cadence(getattr(self.options, "checkpoint_every", None), step)
 
-    def score(self, params: np.ndarray) -> dict[str, float]:
-        """Held-out metrics of ``params`` (``eval_*`` keys)."""
+    def score(self, params: np.ndarray, *, by_workers: bool = False) -> dict[str, float]:
+        """Held-out metrics of ``params`` (``eval_*`` keys): by the run's workers when the
+        solver leaves them idle between steps (``by_workers``), else in this process."""
         assert self.eval_set is not None, "scored only with held-out data"
-        return held_out_metrics(self.model, params, self.eval_set)
+        return held_out_metrics(self.model, params, self.eval_set, self.client if by_workers else None)
 
     def final_scores(self, params: np.ndarray, cached: list[Any] | None = None) -> dict[str, dict[str, Any]]:
         """Every metric of the model's task at ``params`` on the training data (``cached``:

@@ -189,7 +189,7 @@ class SandblasterRun:
             self._save(self.checkpoint, final)  # the last iterations since a checkpoint: the state it ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
             # held-out scores at the end too, whatever eval_every (None: only here)
-            result.history[-1].update(self.context.score(self._params(result.x)))
+            result.history[-1].update(self.context.score(self._params(result.x), by_workers=True))
         if self.transform is not None:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)
@@ -229,7 +229,7 @@ class SandblasterRun:
         stop, if the callback or a stop rule gave one."""
         context, entry = self.context, state.history[-1]
         if context.evaluation_due(state.nit):
-            entry.update(context.score(self._current_params(state)))
+            entry.update(context.score(self._current_params(state), by_workers=True))  # idle between evaluations
         if (path := self.checkpoint) is not None:
             context.checkpoint_if_due(state.nit, lambda _: self._save(path, state))
         partitions = {} if self.replicas is None else {"partition_bytes": self.replicas.bytes_per_partition()}
