@@ -13,7 +13,8 @@ median of ``--repeats`` rounds:
   dask array then ``da.to_zarr``, and scikit-learn's ``predict_proba`` in one process on the
   rows already in memory (the read into memory timed apart);
 - the training set's metrics at the end of a Sandblaster fit (``score=True``: on the
-  shards it cached) and by ``dasklbfgs.evaluate`` after it (from the store), against one
+  shards it cached; the workers' imports of the scoring code done before the fit, as the
+  fit's median leaves out its first evaluation) and by ``dasklbfgs.evaluate`` after it (from the store), against one
   of the fit's own evaluations (its median), and against the same figures computed in the
   client, shard after shard (the way every report scored before);
 - the exact ROC AUC of ``--auc-rows`` scores (with ties) in 10 shards, from each shard's
@@ -60,6 +61,12 @@ def _write_alone(client: Any, data: Any, where: Path) -> None:
         return stop - start
 
     client.compute([dask.delayed(write, pure=False)(a, b) for a, b in data.shard_bounds], sync=True)
+
+
+def _import_scoring() -> None:
+    import scipy.special  # noqa: F401
+
+    import dasklbfgs.scoring.evaluation  # noqa: F401
 
 
 def _sklearn_estimator(model: Any, x: np.ndarray) -> Any:
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
                            "stored_mb": data.nbytes_stored() / 1e6}
     with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
         client.wait_for_workers(2)
+        client.run(_import_scoring)  # once per worker process, as the fit's median leaves out its first evaluation
         result = sandblaster_lbfgs(model, data, client=client, maxiter=20, score=True)
         x = result.x
         fit_eval = float(result.stats["eval_seconds_median"])

@@ -71,7 +71,9 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     params = model.check_params(params, "params")
     if client is not None and cached is not None:
         params_future = client.scatter(params, hash=False)  # fetched by the others from the worker holding it
-        summaries = [client.submit(_rows_summary, model, params_future, shard, names, curves, pure=False)
+        where = client.who_has(cached)  # summarised where they are: a shard is megabytes, its summary a few numbers
+        summaries = [client.submit(_rows_summary, model, params_future, shard, names, curves, pure=False,
+                                   workers=list(where.get(shard.key, ())) or None, allow_other_workers=True)
                      for shard in cached]
         merged = merged_in_a_tree(summaries, lambda a, b: client.submit(_merged, a, b, pure=False))
         rows, weight, loss, sums, found = client.submit(_finished, merged, names, curves, pure=False).result()
