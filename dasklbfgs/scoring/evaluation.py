@@ -46,11 +46,10 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
     :meth:`~dasklbfgs.scoring.summaries.Summary.curves`): a classifier's ``roc`` (``fpr``,
     ``tpr``) and ``precision_recall`` curves (a few hundred thresholds; per class under
     ``classes`` for more than two; when the ranking metrics are among ``metrics``) and its
-    ``reliability`` diagram, a regression's
-    ``residuals`` histogram. A dataset on a store is evaluated by the
-    workers of ``client`` (or of the active client), a task per shard, and only the
-    finished numbers reach this process; with no client, or data in memory, here, one shard
-    at a time.
+    ``reliability`` diagram, a regression's ``residuals`` histogram. A dataset on a store
+    is evaluated by the workers of ``client`` (or of the active client), a task per shard,
+    and only the finished numbers reach this process; with no client, or data in memory,
+    here, one shard at a time.
     """
     import os
 
