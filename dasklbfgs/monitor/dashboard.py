@@ -8,8 +8,11 @@ dashboard's "More" menu.
 
 It shows one run (a picker lists the runs this scheduler has seen, newest first, and follows
 new runs until the user picks one), optionally overlaid with a second ("compare with"): its
-status and settings, the training objective or mini-batch loss, the gradient norm, the
-held-out loss and metric, against iteration/global step or wall time; for Downpour and the
+status and settings, the training objective or mini-batch loss, the gradient norm, each
+held-out figure the run records (its objective and its task's metrics, each named as
+:mod:`dasklbfgs.scoring.names` names it) against iteration/global step or wall time, with a
+table of their latest values, and the final scores of a run scored at its end (its end
+event's ``scores``: ``result.scores``, train and test by metric); for Downpour and the
 peer methods also updates/s, and for Downpour the pushes per parameter shard and the
 staleness of the pushes; for Sandblaster the rows each worker computed in the last
 evaluation (``rows_per_worker``: an evaluation on cached shards asks the workers directly,
@@ -23,7 +26,8 @@ from __future__ import annotations
 from typing import Any, cast
 
 from dasklbfgs.monitor.events import TOPIC
-from dasklbfgs.monitor.runs import CURVES, RunView, runs_newest_first
+from dasklbfgs.monitor.runs import CURVES, HELD_OUT_KEYS, RunView, runs_newest_first, shown
+from dasklbfgs.scoring.names import held_out_label
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
 
@@ -31,9 +35,17 @@ ROUTE = "/training"
 REFRESH_MS = 500
 NO_RUN = "none"
 X_AXES = ("step", "time")  # the x toggle's choices, in its buttons' order
+
+
+def _sentence(label: str) -> str:
+    """``label`` as a title: its first letter a capital, the rest as it is (``R²``, ``RMSE``)."""
+    return label[:1].upper() + label[1:]
+
+
 #: the plots' titles (their y-axis labels name what each selected run reports)
-TITLES = {"loss": "Training loss", "gnorm": "Gradient norm", "heldout_loss": "Held-out loss",
-          "heldout_metric": "Held-out metric", "rate": "Updates per second"}
+TITLES = {"loss": "Training loss", "gnorm": "Gradient norm", "rate": "Updates per second",
+          **{key: _sentence(held_out_label(key)) for key in HELD_OUT_KEYS}}
+ROW_PX = 25  # the height of a table's row (Bokeh's DataTable default)
 SLOTS = {"run": ("#1f77b4", "solid"), "compare": ("#ff7f0e", "dashed")}  # colour and dash of each run
 
 
@@ -79,6 +91,16 @@ class TrainingPage:
         self.worker_rows = ColumnDataSource({"worker": [], "rows": []})
         self.worker_plot = self._bar_plot("Rows each worker computed in the last evaluation", self.worker_rows,
                                           "worker", "rows", "worker", "rows", categories=True)
+        self.held_out = ColumnDataSource({"metric": [], "value": [], "step": []}, name="held-out-latest")
+        self.held_out_table = DataTable(source=self.held_out, width=420, index_position=None, columns=[
+            TableColumn(field="metric", title="held-out", width=220), TableColumn(field="value", title="latest"),
+            TableColumn(field="step", title="at")])
+        self.scores = ColumnDataSource({"metric": [], "train": [], "test": []}, name="final-scores")
+        self.scores_table = DataTable(source=self.scores, width=560, index_position=None, columns=[
+            TableColumn(field="metric", title="metric", width=240), TableColumn(field="train", title="train"),
+            TableColumn(field="test", title="test")])
+        self.scores_panel = column(Div(text="<b>Final scores</b> (of the training and held-out data, at the end)"),
+                                   self.scores_table)
         self.partitions = ColumnDataSource({"partition": [], "mib": []})
         self.partition_plot = self._bar_plot("Bytes each partition of the replicas sent to the others",
                                              self.partitions, "partition", "mib", "partition", "MiB sent")
@@ -89,7 +111,8 @@ class TrainingPage:
         self.replica_panel = row(p["rate"], self.shard_plot, self.staleness_plot, sizing_mode="stretch_width")
         self.root = column(row(self.picker, self.other, self.x_axis), self.status,
                            row(p["loss"], p["gnorm"], sizing_mode="stretch_width"),
-                           row(p["heldout_loss"], p["heldout_metric"], sizing_mode="stretch_width"),
+                           row(*[p[key] for key in HELD_OUT_KEYS], sizing_mode="stretch_width"),
+                           row(self.held_out_table, self.scores_panel),
                            self.replica_panel, row(self.worker_plot, self.partition_plot, sizing_mode="stretch_width"),
                            table,
                            sizing_mode="stretch_width")
@@ -196,9 +219,24 @@ class TrainingPage:
         self.status.text = main.status()
         rows = main.settings()
         self.settings.data = {"setting": [r[0] for r in rows], "value": [r[1] for r in rows]}
+        self._draw_scores(main)
         self._draw_replica_panel(main)
         self._draw_workers(main)
         self._draw_partitions(main)
+
+    def _draw_scores(self, run: RunView) -> None:
+        """The latest value of each held-out figure, and the final scores if the run has them."""
+        latest = run.held_out()
+        self.held_out_table.visible = bool(latest)
+        self.held_out_table.columns[2].title = run.x_label
+        self.held_out_table.height = ROW_PX * (len(latest) + 1) + 5  # every row, no scroll bar
+        self.held_out.data = {"metric": [r[0] for r in latest], "value": [shown(r[1]) for r in latest],
+                              "step": [shown(r[2]) for r in latest]}
+        scores = run.final_scores()
+        self.scores_panel.visible = bool(scores)
+        self.scores_table.height = ROW_PX * (len(scores) + 1) + 5
+        self.scores.data = {"metric": [r[0] for r in scores], "train": [shown(r[1]) for r in scores],
+                            "test": [shown(r[2]) for r in scores]}
 
     def _draw_replica_panel(self, run: RunView) -> None:
         """Downpour's pushes per shard and staleness, the replica methods' updates/s."""

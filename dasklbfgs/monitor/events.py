@@ -18,7 +18,9 @@ step", what its ``loss`` is, ``loss_name``, whether it reports per-replica progr
 shape, the number of workers and the wall-clock start ``started_at``), ``"step"`` (per
 iteration or progress poll; the replica methods' last one has ``finished=True``) and
 ``"end"`` (once: ``status``, the solver's status name, ``success`` and ``message``; a run
-whose solver raised has ``status="FAILED"`` and the ``error`` type). The run context
+scored at the end (``score=True``) adds its ``scores``, ``result.scores``: ``{"train":
+metrics, "test": metrics}``, whose lists, the confusion matrix's rows, arrive as tuples; a
+run whose solver raised has ``status="FAILED"`` and the ``error`` type). The run context
 :func:`dasklbfgs.minimize` owns (:class:`~dasklbfgs.solvers.context.RunContext`) sends the
 start and end events, the end while the run's cluster is still up.
 """

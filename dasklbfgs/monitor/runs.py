@@ -1,7 +1,9 @@
 """The runs a scheduler has seen, read from the training events (what the Training page shows).
 
 Pure functions of the event messages of :mod:`dasklbfgs.monitor.events`: which runs there
-are, newest first; each run's status, settings and curves. The page turns them into plots.
+are, newest first; each run's status, settings, curves, latest held-out figures and final
+scores, named as :mod:`dasklbfgs.scoring.names` names them. The page turns them into plots
+and tables.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ import html
 import math
 import time
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Any, TypeGuard
 
-from dasklbfgs.scoring.names import SCORE_LABELS, SCORES
+from dasklbfgs.scoring.names import HELD_OUT, held_out_label, metric_label
 
-__all__ = ["RunView", "runs_newest_first", "Curve", "CURVES", "HELD_OUT_NAMES"]
+__all__ = ["RunView", "runs_newest_first", "Curve", "CURVES", "HELD_OUT_KEYS", "shown"]
 
-#: the held-out metric of each task (:data:`~dasklbfgs.scoring.names.SCORES`), as plots name it
-HELD_OUT_NAMES = {score: f"held-out {label}" for score, label in SCORE_LABELS.items()}
+#: every held-out figure a run may record as it goes, in the order the page shows them: the
+#: objective, then each task's :data:`~dasklbfgs.scoring.names.HELD_OUT` metrics
+HELD_OUT_KEYS = tuple(dict.fromkeys(["eval_objective", *(f"eval_{name}" for names in HELD_OUT.values()
+                                                         for name in names)]))
 
 
 @dataclass
@@ -79,6 +84,34 @@ class RunView:
                 ("started", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(s["started_at"])))]
         return rows + [(name, repr(value)) for name, value in s["options"].items()]
 
+    def held_out(self) -> list[tuple[str, float, Any]]:
+        """(label, value, step) of the latest finite value of every held-out figure (``eval_``
+        key) the run recorded: those of :data:`HELD_OUT_KEYS` in its order, then any other."""
+        recorded = dict.fromkeys(k for e in self.steps for k in e if k.startswith("eval_"))
+        rows = []
+        for key in [k for k in HELD_OUT_KEYS if k in recorded] + [k for k in recorded if k not in HELD_OUT_KEYS]:
+            latest = next((e for e in reversed(self.steps) if _finite(e.get(key))), None)
+            if latest is not None:
+                rows.append((held_out_label(key), latest[key], latest.get("step")))
+        return rows
+
+    def final_scores(self) -> list[tuple[str, Any, Any]]:
+        """(label, train, test) of the scores the run's end event carries (``result.scores``;
+        none if it was not scored): every metric in the order they came, the confusion
+        matrix one row per true class; ``test`` None without held-out data."""
+        scores = self.end.get("scores") if self.end is not None else None
+        if not scores:
+            return []
+        train, test = scores.get("train", {}), scores.get("test", {})
+        rows: list[tuple[str, Any, Any]] = []
+        for name in dict.fromkeys([*train, *test]):
+            if name == "confusion_matrix":
+                rows += [(f"{metric_label(name)}, true class {k}", *pair)
+                         for k, pair in enumerate(zip_longest(train.get(name, ()), test.get(name, ())))]
+            else:
+                rows.append((metric_label(name), train.get(name), test.get(name)))
+        return rows
+
     def points(self, curve: Curve, x: str) -> dict[str, list[float]]:
         """The curve's points against ``x`` ("step" or "time"): finite values only, positive
         only on a log axis (a 0 or nan would stretch it to 1e-300 or break the line)."""
@@ -108,7 +141,7 @@ class Curve:
             return ""
         if key == "loss":
             return run.loss_label
-        return CURVE_LABELS.get(key) or HELD_OUT_NAMES.get(key.removeprefix("eval_"), key)
+        return held_out_label(key) if key.startswith("eval_") else CURVE_LABELS.get(key, key)
 
     def values(self, steps: list[dict[str, Any]], key: str) -> list[float]:
         ys = [e.get(key, math.nan) for e in steps]
@@ -119,13 +152,11 @@ class Curve:
                              for a, b, t0, t1 in zip(ys, ys[1:], times, times[1:])]
 
 
-CURVE_LABELS = {"gnorm": "gradient max-norm", "eval_objective": "held-out loss",
-                "pushes": "updates/s (pushes to the shards)", "step": "updates/s (steps)"}
-#: the page's line plots
+CURVE_LABELS = {"gnorm": "gradient max-norm", "pushes": "updates/s (pushes to the shards)",
+                "step": "updates/s (steps)"}
+#: the page's line plots: one for each held-out figure (named by its ``eval_`` key)
 CURVES = {"loss": Curve(("loss",)), "gnorm": Curve(("gnorm",), log=True),
-          "heldout_loss": Curve(("eval_objective",)),
-          "heldout_metric": Curve(tuple(f"eval_{name}" for name in SCORES)),
-          "rate": Curve(("pushes", "step"), rate=True)}
+          **{key: Curve((key,)) for key in HELD_OUT_KEYS}, "rate": Curve(("pushes", "step"), rate=True)}
 
 
 def runs_newest_first(events: list[dict[str, Any]]) -> list[RunView]:
@@ -141,6 +172,18 @@ def runs_newest_first(events: list[dict[str, Any]]) -> list[RunView]:
         else:
             run.steps.append(event)
     return list(reversed(runs.values()))
+
+
+def shown(value: Any) -> str:
+    """A figure as the page's tables show it: six significant digits, whole numbers with
+    thousands separators, lists (a confusion matrix's row) their figures between bars."""
+    if value is None:  # a test score of a run without held-out data
+        return ""
+    if isinstance(value, (list, tuple)):
+        return " | ".join(shown(v) for v in value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _finite(value: Any) -> TypeGuard[float]:

@@ -1,16 +1,28 @@
-"""The score each task reports first (the one a run's progress, its pages and plots show)."""
+"""The names of the metrics: the score each task reports first (the one a run's progress, its
+pages and plots show), the ones a run scores its held-out data with as it goes, and every
+metric's label on plots, pages and reports."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+#: each figure :func:`~dasklbfgs.scoring.evaluate` reports (the metrics of every task, as
+#: :data:`~dasklbfgs.scoring.summaries.METRICS` names them, the ``objective`` and the rows
+#: scored), as plots, pages and reports name it
+METRIC_LABELS = {
+    "objective": "objective", "n_samples": "rows",
+    "log_loss": "log-loss", "accuracy": "accuracy", "roc_auc": "ROC AUC", "average_precision": "average precision",
+    "precision": "precision", "recall": "recall", "f1": "F1", "confusion_matrix": "confusion matrix",
+    "brier_score": "Brier score",
+    "rmse": "RMSE", "mae": "MAE", "r2": "R²", "explained_variance": "explained variance",
+    "reconstruction_mse": "reconstruction error (MSE)",
+}
 #: the held-out score of each task, as :func:`~dasklbfgs.scoring.evaluate` names it, and how reports show it
 SCORES = {"accuracy": "accuracy {accuracy:.4f}", "rmse": "rmse {rmse:.4g}, r2 {r2:.4f}",
           "reconstruction_mse": "reconstruction mse {reconstruction_mse:.4g}"}
 #: each score's name on plots and pages (the dashboard, curves.png)
-SCORE_LABELS = {"accuracy": "accuracy", "rmse": "RMSE", "reconstruction_mse": "reconstruction error (MSE)"}
-assert set(SCORE_LABELS) == set(SCORES), "label every score the models report"
+SCORE_LABELS = {name: METRIC_LABELS[name] for name in SCORES}
 #: the metrics a run scores its held-out data with as it goes, by task (its first is the score above)
 HELD_OUT = {"classification": ("accuracy",), "regression": ("rmse", "r2"), "reconstruction": ("reconstruction_mse",)}
 
@@ -18,3 +30,15 @@ HELD_OUT = {"classification": ("accuracy",), "regression": ("rmse", "r2"), "reco
 def score_name(metrics: Mapping[str, Any], prefix: str = "") -> str | None:
     """The name of the score in ``metrics`` (its key less ``prefix``, e.g. ``"eval_"``), if any."""
     return next((name for name in SCORES if prefix + name in metrics), None)
+
+
+def metric_label(name: str) -> str:
+    """How plots, pages and reports name the figure ``name`` (the name itself for one not in
+    :data:`METRIC_LABELS`)."""
+    return METRIC_LABELS.get(name, name)
+
+
+def held_out_label(key: str) -> str:
+    """How plots and pages name the held-out figure a run records as ``key`` (its history's
+    and events' ``eval_`` keys: ``"eval_r2"`` is ``"held-out R²"``)."""
+    return f"held-out {metric_label(key.removeprefix('eval_'))}"

@@ -172,10 +172,13 @@ class RunContext:
                 raise
 
     def finish(self, result: OptimizeResult) -> None:
-        """The end event of a run that returned ``result``."""
+        """The end event of a run that returned ``result``, with its ``scores`` if it was
+        scored (:meth:`final_scores`, after the solver's loop: this is sent after them)."""
         assert self.metrics is not None, "finish() belongs inside connected()"
         status = getattr(result.status, "name", result.status)
-        self.metrics.send(kind="end", status=status, success=bool(result.success), message=str(result.message))
+        scores = {"scores": result.scores} if "scores" in result else {}
+        self.metrics.send(kind="end", status=status, success=bool(result.success), message=str(result.message),
+                          **scores)
 
     # -- each iteration or progress poll ----------------------------------------------------
 

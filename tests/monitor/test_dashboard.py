@@ -9,11 +9,12 @@ import urllib.request
 import numpy as np
 import pytest
 
-from dasklbfgs import MLP, Logistic, Softmax, connect, sandblaster_lbfgs
+from dasklbfgs import MLP, LeastSquares, Logistic, Softmax, connect, sandblaster_lbfgs
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.monitor import TrainingPage
 from dasklbfgs.monitor.events import TOPIC
 from dasklbfgs.scoring import evaluate
+from dasklbfgs.scoring.names import METRIC_LABELS
 
 
 class FailsOnWorkers(Logistic):
@@ -32,10 +33,21 @@ def _points(page, name, slot="run"):
     return page.sources[slot, name].data
 
 
+def _table(source, *columns):
+    """A table of the page as {first column: (the other columns' texts)}."""
+    data = source.data
+    return {key: tuple(data[c][i] for c in columns) for i, key in enumerate(data["metric"])}
+
+
+def _number(text):
+    return float(text.replace(",", ""))
+
+
 def test_page_is_served_and_shows_each_run(datasets) -> None:
     with connect(n_workers=2, dashboard_address="127.0.0.1:0") as client:
         held_out = datasets["logistic-ill"]  # other rows of the same shape
-        result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client, eval_data=held_out)
+        result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client, eval_data=held_out,
+                                   score=True)
         base = client.dashboard_link.rsplit("/", 1)[0]
         assert base.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{base}/training", timeout=30) as response:
@@ -54,12 +66,36 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert page.plots["loss"].yaxis.axis_label == "objective"
         assert page.plots["loss"].xaxis.axis_label == "iteration"
         assert np.all(np.asarray(_points(page, "gnorm")["y"]) > 0) and page.plots["gnorm"].visible
-        # Held-out curve of a Sandblaster run: scored at every iteration, at that iterate.
-        assert list(_points(page, "heldout_metric")["y"]) == [h["eval_accuracy"] for h in result.history]
-        assert page.plots["heldout_metric"].yaxis.axis_label == "held-out accuracy"
+        # Held-out curves of a Sandblaster run: scored at every iteration, at that iterate, each named.
+        assert list(_points(page, "eval_accuracy")["y"]) == [h["eval_accuracy"] for h in result.history]
+        assert list(_points(page, "eval_objective")["y"]) == [h["eval_objective"] for h in result.history]
+        assert page.plots["eval_accuracy"].yaxis.axis_label == "held-out accuracy"
+        assert page.plots["eval_accuracy"].title.text == "Held-out accuracy"
+        assert page.plots["eval_objective"].yaxis.axis_label == "held-out objective"
+        assert not page.plots["eval_rmse"].visible and not page.plots["eval_r2"].visible  # not this task's
         last = evaluate(Logistic(8, l2=1e-3), result.x, held_out)
         assert result.history[-1]["eval_accuracy"] == last["accuracy"]
         assert result.history[-1]["eval_objective"] == last["objective"]
+        # ... and the latest values by name, at the last iteration
+        latest = _table(page.held_out, "value", "step")
+        assert list(latest) == ["held-out objective", "held-out accuracy"] and page.held_out_table.visible
+        assert _number(latest["held-out accuracy"][0]) == pytest.approx(last["accuracy"], rel=1e-5)
+        assert _number(latest["held-out objective"][0]) == pytest.approx(last["objective"], rel=1e-5)
+        assert latest["held-out accuracy"][1] == str(result.nit)
+        # The final scores (result.scores) by name, train beside test, the confusion matrix a row per true class.
+        scores = _table(page.scores, "train", "test")
+        assert page.scores_panel.visible and {"log-loss", "accuracy", "ROC AUC", "F1", "rows"} <= set(scores)
+        for name, train in result.scores["train"].items():
+            test = result.scores["test"][name]
+            if name == "confusion_matrix":
+                for k, (train_row, test_row) in enumerate(zip(train, test)):
+                    shown = scores[f"confusion matrix, true class {k}"]
+                    assert [[_number(v) for v in text.split(" | ")] for text in shown] == [train_row, test_row]
+            else:
+                assert [_number(text) for text in scores[METRIC_LABELS[name]]] == [
+                    pytest.approx(train, rel=1e-5), pytest.approx(test, rel=1e-5)]
+        assert len(scores) == len(result.scores["train"]) - 1 + 2  # the matrix's 2 rows
+        assert scores["accuracy"] != scores["log-loss"]
         assert "finished" in page.status.text and html_text.escape(result.message, quote=False) in page.status.text
         settings = dict(zip(page.settings.data["setting"], page.settings.data["value"]))
         assert settings["solver"] == "sandblaster" and settings["workers"] == "2" and "gtol" in settings
@@ -84,7 +120,8 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         # The finished event has no mini-batch loss: no nan point is drawn, and no "nan" is shown.
         losses = _points(page, "loss")["y"]
         assert losses and all(math.isfinite(v) for v in losses) and "nan" not in page.status.text
-        assert _points(page, "heldout_loss")["x"][-1] == dp.nit  # the final held-out score is drawn
+        assert _points(page, "eval_objective")["x"][-1] == dp.nit  # the final held-out score is drawn
+        assert not page.scores_panel.visible  # not scored at the end
 
         # The x toggle: wall time in seconds.
         page.x_axis.active = 1
@@ -134,3 +171,20 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         page.picker.value = failed
         assert "failed" in page.status.text and "RuntimeError: a model bug on a worker" in page.status.text
         assert not page.pinned  # the newest run is picked: the page follows new runs again
+
+        # A regression run: its held-out RMSE and R² each in a plot of its own, named; its final scores.
+        reg = sandblaster_lbfgs(LeastSquares(8), datasets["regression"], client=client, maxiter=4,
+                                eval_data=datasets["regression-ill"], score=True)
+        page.update()
+        assert page.run == reg.run_id
+        for key, label in (("eval_rmse", "held-out RMSE"), ("eval_r2", "held-out R²")):
+            assert page.plots[key].visible and page.plots[key].yaxis.axis_label == label
+            assert list(_points(page, key)["y"]) == [h[key] for h in reg.history]
+        assert not page.plots["eval_accuracy"].visible
+        latest = _table(page.held_out, "value")
+        assert list(latest) == ["held-out objective", "held-out RMSE", "held-out R²"]
+        assert _number(latest["held-out R²"][0]) == pytest.approx(reg.history[-1]["eval_r2"], rel=1e-5)
+        scores = _table(page.scores, "train", "test")
+        assert list(scores) == ["objective", "rows", "RMSE", "MAE", "R²", "explained variance"]
+        assert [_number(text) for text in scores["R²"]] == [pytest.approx(reg.scores[split]["r2"], rel=1e-5)
+                                                          for split in ("train", "test")]

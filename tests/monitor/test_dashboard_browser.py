@@ -24,6 +24,8 @@ PAGE_JS = f"""() => ({{
     status: ({MODEL_JS})('status').text,
     navbar: document.querySelector('.navbar') !== null,
     title: document.title,
+    heldOut: ({MODEL_JS})('held-out-latest').data.metric,
+    scores: ({MODEL_JS})('final-scores').data,
 }})"""
 
 
@@ -34,7 +36,8 @@ def test_training_page_in_headless_chromium(datasets, tmp_path) -> None:
     from playwright.sync_api import sync_playwright
 
     with connect(n_workers=2, threads_per_worker=1, dashboard_address="127.0.0.1:0") as client:
-        sb = sandblaster_lbfgs(Logistic(8, l2=1e-4), datasets["logistic-ill"], client=client, maxiter=12)
+        sb = sandblaster_lbfgs(Logistic(8, l2=1e-4), datasets["logistic-ill"], client=client, maxiter=12,
+                               eval_data=datasets["logistic"], score=True)
         dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=20, epochs=2,
                           poll_interval=0.05)
         url = client.dashboard_link.rsplit("/", 1)[0] + "/training"
@@ -60,5 +63,12 @@ def test_training_page_in_headless_chromium(datasets, tmp_path) -> None:
         assert shown["picker"] == [dp.run_id, sb.run_id]  # newest first
         assert shown["navbar"] and shown["title"] == "dasklbfgs: Training"
         assert "finished" in shown["status"]
+    # The held-out figures and the final scores reach the browser by name.
+    assert drawn[sb.run_id]["heldOut"] == ["held-out objective", "held-out accuracy"]
+    scores = drawn[sb.run_id]["scores"]
+    row = scores["metric"].index("log-loss")
+    assert [float(scores[split][row]) for split in ("train", "test")] == [
+        pytest.approx(sb.scores[split]["log_loss"], rel=1e-5) for split in ("train", "test")]
+    assert drawn[dp.run_id]["heldOut"] == [] and drawn[dp.run_id]["scores"]["metric"] == []
     for solver in ("sandblaster", "downpour"):
         assert (tmp_path / f"{solver}.png").stat().st_size > 10_000

@@ -68,6 +68,23 @@ def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> No
     assert (end["status"], end["success"], end["message"]) == (result.status.name, result.success, result.message)
 
 
+def test_the_end_event_carries_the_final_scores(client, datasets) -> None:
+    """A run scored at the end (``score=True``) sends its ``result.scores`` with the end event,
+    after the replica methods' finished poll, which comes before they exist; a run not scored sends none."""
+    result = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=50, epochs=1,
+                          eval_data=datasets["multinomial-ill"], score=True)
+    [end] = _events(client, result.run_id, "end")
+    assert set(end["scores"]) == {"train", "test"}
+    for split, scores in result.scores.items():
+        sent = dict(end["scores"][split])
+        assert [list(row) for row in sent.pop("confusion_matrix")] == scores["confusion_matrix"]  # (rows as tuples)
+        assert sent == {name: value for name, value in scores.items() if name != "confusion_matrix"}
+    assert _events(client, result.run_id)[-1]["finished"] and "scores" not in _events(client, result.run_id)[-1]
+    plain = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client, maxiter=2)
+    [end] = _events(client, plain.run_id, "end")
+    assert "scores" not in end and "scores" not in plain
+
+
 def test_event_payloads_are_plain_json() -> None:
     assert plain_event({"a": np.float64(1.5), "b": [np.int64(2), None], "c": {"1": True}, "p": Path("/d")}) == {
         "a": 1.5, "b": [2, None], "c": {"1": True}, "p": "/d"}
