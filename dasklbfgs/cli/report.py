@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 __all__ = ["format_report", "interrupted_report", "train_report"]
 
 #: what a report's train and test lines add to the task's score (the JSON has every metric)
-MORE_SCORES = (("log_loss", "log-loss"), ("roc_auc", "ROC AUC"), ("mae", "mae"))
+MORE_SCORES = ("log_loss", "roc_auc", "mae")
 
 
 def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Dataset | None, client: Client
@@ -28,9 +28,11 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
 
     # scored at the end of the run (Sandblaster: on its cached shards), else now, by the workers; a run
     # whose scoring failed (it warned) reports without scores
-    scores = result.scores if "scores" in result else {
-        split: evaluate(model, result.x, dataset, client=client)
-        for split, dataset in (("train", data), ("test", test)) if dataset is not None}
+    scores = dict(result.scores) if "scores" in result else {}
+    if "scores" not in result or scores:
+        for split, dataset in (("train", data), ("test", test)):
+            if dataset is not None and split not in scores:
+                scores[split] = evaluate(model, result.x, dataset, client=client)
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,
@@ -77,7 +79,7 @@ def interrupted_report(model: Model, result: OptimizeResult) -> dict[str, Any]:
 
 
 def format_report(report: dict[str, Any]) -> str:
-    from dasklbfgs.scoring.names import SCORES, score_name
+    from dasklbfgs.scoring.names import SCORES, metric_label, score_name
 
     lines = [
         f"model      {report['model']} ({report['n_params']} parameters)",
@@ -95,6 +97,6 @@ def format_report(report: dict[str, Any]) -> str:
             m = report[split]
             name = score_name(m)
             score = "" if name is None else f"{SCORES[name].format(**m)}, "
-            more = "".join(f", {label} {m[key]:.4g}" for key, label in MORE_SCORES if key in m)
+            more = "".join(f", {metric_label(key)} {m[key]:.4g}" for key in MORE_SCORES if key in m)
             lines.append(f"{split:<10} {m['n_samples']} rows: {score}objective {m['objective']:.6g}{more}")
     return "\n".join(lines)
