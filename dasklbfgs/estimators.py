@@ -3,21 +3,22 @@
 ``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso`` and ``MLPClassifier``
 follow scikit-learn's parameter names and objectives, so they drop into ``Pipeline``,
 ``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
-names become ``feature_names_in_``, checked at predict), scipy.sparse matrices (the linear
-estimators: stored as CSR shards, never densified), dask arrays, an ``xarray.Dataset`` with
-``X``/``y`` variables, or a :class:`ShardedDataset`. Other inputs are written to a temporary
-dataset for the duration of the fit, dask arrays by the workers (their rows never pass
-through the client), at ``tmp_store`` or the configured scratch URL on a cluster without a
-shared disk (:mod:`dasklbfgs._fit_stores`). The linear
-estimators take ``warm_start``: a refit starts from the previous ``coef_`` and ``intercept_``.
+names become ``feature_names_in_``, checked at predict; text and categorical columns are one-hot encoded
+or hashed as :meth:`ShardedDataset.from_dataframe` encodes them, and predict applies the same
+transform to the tables it is given: :mod:`dasklbfgs._post_fit`), scipy.sparse matrices (the
+linear estimators: stored as CSR shards, never densified), dask arrays and DataFrames, an
+``xarray.Dataset`` with ``X``/``y`` variables, or a :class:`ShardedDataset`. Other inputs are
+written to a temporary dataset for the duration of the fit, dask input by the workers (its
+rows never pass through the client), at ``tmp_store`` or the configured scratch URL on a
+cluster without a shared disk (:mod:`dasklbfgs._fit_stores`). The linear estimators take
+``warm_start``: a refit starts from the previous ``coef_`` and ``intercept_``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -25,14 +26,16 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, validate_data
 
 from dasklbfgs._checks import check_int
 from dasklbfgs._fit_stores import temporary_dataset
+from dasklbfgs._post_fit import PostFit, ScoredOnTheCluster, check_rows, computed, on_the_cluster, partition_rows
 from dasklbfgs.data import ShardedDataset
-from dasklbfgs.data._client import active_client
 from dasklbfgs.data.constructors import unpack_xarray
 from dasklbfgs.data.dask_input import is_dask_collection
+from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS, FrameFeatures
+from dasklbfgs.data.frame_input import check_encoding, decide_features, feature_rows, is_table, text_columns
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 from dasklbfgs.models._kernels import softmax_rows
@@ -62,6 +65,12 @@ def _check_l1_ratio(value: Any) -> None:
                                  f"elastic net), got {value!r}")
 
 
+def _as_array(values: Any, client: Any) -> Any:
+    """A dask DataFrame or Series as a dask array (its partitions' rows counted by
+    ``client``); other ``values`` as they are."""
+    return values.to_dask_array(lengths=partition_rows(values, client)) if hasattr(values, "to_dask_array") else values
+
+
 def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
     """What an estimator's ``__init__`` does, as scikit-learn asks: store each parameter."""
     for name, value in values.items():
@@ -69,72 +78,7 @@ def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
             setattr(estimator, name, value)
 
 
-def _on_the_cluster(method: Callable[..., np.ndarray]) -> Callable[..., Any]:
-    """``method`` (predict, predict_proba, ...) for numpy and scipy input as scikit-learn's;
-    for a :class:`ShardedDataset` or a dask array or DataFrame, a lazy dask array computed by
-    the workers, a block of rows at a time (as dask-ml's ``ParallelPostFit``)."""
-
-    @functools.wraps(method)
-    def on_the_cluster(self: _ShardedEstimator, X: Any) -> Any:
-        if isinstance(X, ShardedDataset) or is_dask_collection(X):
-            return self._mapped(X, method.__name__)
-        return method(self, X)
-
-    return on_the_cluster
-
-
-def _dask_rows(X: Any, what: str = "X") -> Any:
-    """``X`` (a ShardedDataset, dask array, DataFrame or Series) as a dask array whose
-    chunks hold whole rows (a dataset: one chunk per shard)."""
-    if isinstance(X, ShardedDataset):
-        return X.to_dask()[0]
-    if hasattr(X, "to_dask_array"):  # a dask DataFrame or Series
-        return X.to_dask_array(lengths=True)
-    if not hasattr(X, "map_blocks"):
-        raise ConfigurationError(f"{what} must be a dask array or DataFrame here, got {type(X).__name__}")
-    return X if X.ndim == 1 else X.rechunk({1: -1})
-
-
-class _ScoredOnTheCluster:
-    """``score`` for the estimators, first in their bases (before scikit-learn's mixins):
-    scikit-learn's for numpy input, computed by the workers for a dataset or dask input."""
-
-    def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """scikit-learn's score (accuracy for classifiers, R^2 for regressors); for a
-        ShardedDataset (its own labels and weights) or dask input, computed by the workers."""
-        if not (isinstance(X, ShardedDataset) or is_dask_collection(X)):
-            return float(super().score(X, y, sample_weight=sample_weight))  # type: ignore[misc]
-        import dask.array as da
-
-        if isinstance(X, ShardedDataset):
-            if y is not None or sample_weight is not None:
-                raise ConfigurationError("a ShardedDataset holds its labels and weights: score(dataset) takes no y "
-                                         "or sample_weight")
-            y, sample_weight = X.to_dask()[1], X.weights_to_dask()
-        else:
-            if y is None:
-                raise ConfigurationError("score(X, y) needs y for dask input (only a ShardedDataset holds its labels)")
-            y = _dask_rows(y, "y") if is_dask_collection(y) else da.from_array(np.asarray(y))
-            if y.ndim == 2 and y.shape[1] == 1:  # a column, as scikit-learn's column_or_1d takes it
-                y = y[:, 0]
-            if y.ndim != 1:
-                raise ConfigurationError(f"y must be 1-D, got shape {y.shape}")
-            if sample_weight is not None:
-                sample_weight = (_dask_rows(sample_weight, "sample_weight") if is_dask_collection(sample_weight)
-                                 else da.from_array(np.asarray(sample_weight, dtype=np.float64)))
-        predicted = self.predict(X)  # type: ignore[attr-defined]
-        if isinstance(self, ClassifierMixin):
-            return float(da.average(predicted == y, weights=sample_weight).compute())
-        residual = y - predicted
-        w = da.ones_like(y, dtype=np.float64) if sample_weight is None else sample_weight
-        mean = (w * y).sum() / w.sum()
-        unexplained, spread = da.compute((w * residual**2).sum(), (w * (y - mean) ** 2).sum())
-        if spread == 0:
-            return 1.0 if unexplained == 0 else 0.0
-        return float(1.0 - unexplained / spread)
-
-
-class _ShardedEstimator(BaseEstimator):
+class _ShardedEstimator(PostFit, BaseEstimator):
     """What the estimators share: input handling, solver options, fitted bookkeeping.
 
     scikit-learn's names map onto the solvers' options in :meth:`_options`, the one place
@@ -144,9 +88,6 @@ class _ShardedEstimator(BaseEstimator):
     by the solver's options class.
     """
 
-    #: whether fit and predict take scipy.sparse X (written as a sparse dataset: CSR shards)
-    _accepts_sparse = False
-
     def _check_params(self) -> None:
         get_solver(self.solver)  # a registered solver, or an error listing them
         check_int(self.max_iter, "max_iter")
@@ -155,6 +96,7 @@ class _ShardedEstimator(BaseEstimator):
             raise ConfigurationError(f"warm_start must be True or False, got {self.warm_start!r}")
         if self.solver_options is not None and not isinstance(self.solver_options, dict):
             raise ConfigurationError(f"solver_options must be a dict or None, got {self.solver_options!r}")
+        check_encoding(self.one_hot_max_levels, self.hash_features)
 
     def _options(self, model: Model, data: ShardedDataset) -> Options:
         """The chosen solver's options from this estimator's parameters."""
@@ -248,10 +190,7 @@ class _ShardedEstimator(BaseEstimator):
                 raise ConfigurationError("a ShardedDataset carries its own sample weights (write them with "
                                          "ShardedDataset.create(..., sample_weight=w)); pass sample_weight=None")
             self.n_features_in_ = X.n_features
-            if X.feature_names is not None:
-                self.feature_names_in_ = np.asarray(X.feature_names, dtype=object)
-            elif hasattr(self, "feature_names_in_"):  # from an earlier fit: not this data's
-                del self.feature_names_in_
+            self._record_features(X.feature_names, X.frame_features)
             classes = None
             if classifier:
                 counts = X.label_counts
@@ -267,13 +206,16 @@ class _ShardedEstimator(BaseEstimator):
             yield X, classes
             return
         X, y, _, sample_weight = unpack_xarray(X, y, sample_weight=sample_weight)  # or the Dataset's 'w'
-        client = self.client if self.client is not None else active_client()
+        client = self._client()
+        X, table = self._table_rows_to_fit(X, client)
         if client is not None and any(is_dask_collection(a) for a in (X, y, sample_weight)):
             with self._dask_fit_data(X, y, sample_weight, classifier=classifier, client=client) as fitted:
+                self._record_table(table)
                 yield fitted
             return
         X, y = validate_data(self, X, y, dtype=[np.float64, np.float32], y_numeric=not classifier,
                              accept_sparse="csr" if self._accepts_sparse else False)
+        self._record_table(table)
         if sample_weight is not None:
             sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64)
         classes = None
@@ -293,16 +235,15 @@ class _ShardedEstimator(BaseEstimator):
         the client; a classifier's classes do, found on the workers)."""
         import dask.array as da
 
-        X = X.to_dask_array(lengths=True) if hasattr(X, "to_dask_array") else da.asarray(X)
-        if X.ndim != 2:
-            raise InvalidDataError(f"X must be 2-D (samples x features), got shape {X.shape}")
+        X, y, sample_weight = (_as_array(a, client) for a in (X, y, sample_weight))
+        X = da.asarray(X)
+        check_rows(X.shape)
         self.n_features_in_ = int(X.shape[1])
         if hasattr(self, "feature_names_in_"):  # from an earlier fit: not this data's
             del self.feature_names_in_
-        y = y.to_dask_array(lengths=True) if hasattr(y, "to_dask_array") else y
         classes = None
         if classifier:
-            classes = np.asarray(da.unique(da.asarray(y)).compute(), dtype=np.asarray(y[:0]).dtype) \
+            classes = np.asarray(computed(client, da.unique(da.asarray(y)))[0], dtype=np.asarray(y[:0]).dtype) \
                 if is_dask_collection(y) else np.unique(np.asarray(y))
             self._check_classes(classes)
             y = da.map_blocks(np.searchsorted, classes, da.asarray(y), dtype=np.int64) if is_dask_collection(y) \
@@ -312,6 +253,42 @@ class _ShardedEstimator(BaseEstimator):
                 where, X, y, sample_weight, shard_rows=shard_rows, client=client, compressor=None)) as data:
             yield data, classes
 
+    def _table_rows_to_fit(self, X: Any, client: Any) -> tuple[Any, FrameFeatures | None]:
+        """A table with text or categorical columns as the rows of its features, encoded as
+        :meth:`ShardedDataset.from_dataframe` encodes them (one-hot up to ``one_hot_max_levels``
+        levels, else hashed into ``hash_features`` columns), with how (for predict): a pandas
+        table here, a Dask one by the workers of ``client`` (a lazy dask array). Any other
+        ``X`` as it is, with None."""
+        if not is_table(X) or not text_columns(X):
+            return X, None
+        if is_dask_collection(X) and client is None:
+            X = X.compute()  # no cluster: in this process, as other dask input without a client
+        table, rows = decide_features(X, label=None, one_hot_max_levels=self.one_hot_max_levels,
+                                      hash_features=self.hash_features, client=client)
+        if table.sparse and not self._accepts_sparse:
+            raise ConfigurationError(f"{type(self).__name__} takes dense rows, but hash_features={self.hash_features} "
+                                     "makes a table's rows sparse: leave it None (text columns one-hot encoded, up to "
+                                     "one_hot_max_levels levels each)")
+        return (feature_rows(table, X, rows) if is_dask_collection(X) else table.features(X)), table
+
+    def _record_features(self, names: list[str] | None, table: FrameFeatures | None) -> None:
+        """``feature_names_in_`` (the names of the columns of X) and ``frame_features_`` (how
+        a table's columns became them) of this fit; an earlier fit's go when this one has none."""
+        for attribute, value in (("feature_names_in_", None if names is None else np.asarray(names, dtype=object)),
+                                 ("frame_features_", table)):
+            if value is not None:
+                setattr(self, attribute, value)
+            elif hasattr(self, attribute):
+                delattr(self, attribute)
+
+    def _record_table(self, table: FrameFeatures | None) -> None:
+        """After a fit from arrays or a table: the table's transform and the names of the
+        columns it makes, or none (the names of other input are scikit-learn's)."""
+        if table is not None:
+            self._record_features(table.feature_names, table)
+        elif hasattr(self, "frame_features_"):  # from an earlier fit: not this data's
+            del self.frame_features_
+
     def _check_classes(self, classes: np.ndarray | None) -> None:
         """A classifier needs two classes or more (checked before any data is written)."""
         if classes is not None and len(classes) < 2:
@@ -320,28 +297,8 @@ class _ShardedEstimator(BaseEstimator):
                 f"{classes.tolist()}"
             )
 
-    def _checked(self, X: Any) -> np.ndarray:
-        """``X`` to predict from, once fitted, checked against the fitted features."""
-        check_is_fitted(self)
-        return validate_data(self, X, reset=False, dtype=[np.float64, np.float32],
-                             accept_sparse="csr" if self._accepts_sparse else False)
-
     def _decision(self, X: Any) -> np.ndarray:
         return self._checked(X) @ self.coef_.T + self.intercept_
-
-    def _mapped(self, X: Any, method: str) -> Any:
-        """``method`` over the rows of ``X`` (see :func:`_on_the_cluster`), lazily."""
-        check_is_fitted(self)
-        rows = _dask_rows(X)
-        if rows.ndim != 2 or rows.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {rows.shape[-1]} features, but {type(self).__name__} is expecting "
-                             f"{self.n_features_in_} features as input.")
-        compute = getattr(self, method)
-        probe = compute(np.zeros((1, self.n_features_in_), dtype=rows.dtype))  # what a block gives back
-        meta = np.empty((0, *probe.shape[1:]), dtype=probe.dtype)
-        if probe.ndim == 1:
-            return rows.map_blocks(compute, drop_axis=1, dtype=probe.dtype, meta=meta)
-        return rows.map_blocks(compute, chunks=(rows.chunks[0], probe.shape[1:]), dtype=probe.dtype, meta=meta)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -403,7 +360,7 @@ def _logistic_penalty(penalty: Any, C: float, l1_ratio: float | None) -> tuple[f
     return 1.0 / C, share
 
 
-class LogisticRegression(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
+class LogisticRegression(ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
     """Logistic regression (binary or multinomial) with scikit-learn's penalties, trained on Dask.
 
     Minimises scikit-learn's ``C * sum_i loss_i + l1_ratio ||w||_1 + (1 - l1_ratio) ||w||^2 / 2``,
@@ -442,6 +399,13 @@ class LogisticRegression(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator
     solver_options
         Any other option of the chosen solver, by its name in the solver's options class
         (e.g. ``{"history": 20}`` for Sandblaster, ``{"n_fetch": 4}`` for Downpour).
+    one_hot_max_levels, hash_features
+        How the text and categorical columns of a pandas or Dask DataFrame become features,
+        as :meth:`~dasklbfgs.data.ShardedDataset.from_dataframe` makes them: a column with at
+        most ``one_hot_max_levels`` levels is one-hot encoded (unseen levels set no column),
+        one with more hashed into ``hash_features`` columns (None: refused, naming it); the
+        fit records the transform in ``frame_features_`` and predict applies it to the
+        tables it is given.
     shard_rows
         Rows per shard of the temporary dataset arrays are written to (default: 8 shards).
     tmp_store
@@ -461,7 +425,9 @@ class LogisticRegression(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator
                  warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
                  learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
-                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None,
                  tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
@@ -500,12 +466,12 @@ class LogisticRegression(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator
             return balanced_class_weight(data, len(classes))
         return [float(v) for v in compute_class_weight(self.class_weight, classes=classes, y=classes)]
 
-    @_on_the_cluster
+    @on_the_cluster
     def decision_function(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
         return scores[:, 0] if scores.shape[1] == 1 else scores
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict_proba(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
         if scores.shape[1] == 1:
@@ -513,18 +479,18 @@ class LogisticRegression(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator
             return np.column_stack([1.0 - p1, p1])
         return softmax_rows(scores)
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict_log_proba(self, X: Any) -> np.ndarray:
         return np.log(self.predict_proba(X))
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
         scores = self._decision(X)
         index = (scores[:, 0] > 0).astype(int) if scores.shape[1] == 1 else scores.argmax(axis=1)
         return self.classes_[index]
 
 
-class _LeastSquaresEstimator(_ScoredOnTheCluster, RegressorMixin, _ShardedEstimator):
+class _LeastSquaresEstimator(ScoredOnTheCluster, RegressorMixin, _ShardedEstimator):
     """Least squares with a penalty: what LinearRegression, ElasticNet and Lasso share (the
     model, the fit and predict). Each checks its penalty parameters in ``_check_penalty()``
     and gives the model's ``l2`` and ``l1`` for the data in ``_penalties(data)``."""
@@ -546,7 +512,7 @@ class _LeastSquaresEstimator(_ScoredOnTheCluster, RegressorMixin, _ShardedEstima
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
         return self
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
         return self._checked(X) @ self.coef_ + self.intercept_
 
@@ -563,7 +529,9 @@ class LinearRegression(_LeastSquaresEstimator):
                  tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
                  learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
-                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None,
                  tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
@@ -590,7 +558,9 @@ class ElasticNet(_LeastSquaresEstimator):
                  max_iter: int = 200, tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster",
                  standardize: bool = True, learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
-                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None,
                  tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
@@ -613,7 +583,9 @@ class Lasso(ElasticNet):
                  warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
                  learning_rate: float = _REPLICAS.default("learning_rate"),
                  batch_size: int = _REPLICAS.default("batch_size"), n_replicas: int = _REPLICAS.default("n_replicas"),
-                 solver_options: dict[str, Any] | None = None, shard_rows: int | None = None,
+                 solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None,
                  tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
@@ -621,7 +593,7 @@ class Lasso(ElasticNet):
         return 1.0
 
 
-class MLPClassifier(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
+class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
     """A multi-layer perceptron classifier (:class:`~dasklbfgs.models.MLP`) trained on Dask.
 
     Names follow scikit-learn's ``MLPClassifier``: it minimises the mean cross-entropy plus
@@ -638,6 +610,7 @@ class MLPClassifier(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
                  alpha: float = 1e-4, max_iter: int = 200, tol: float = 1e-4, solver: str = "sandblaster",
                  learning_rate_init: float = 0.05, batch_size: int = _REPLICAS.default("batch_size"),
                  n_replicas: int = _REPLICAS.default("n_replicas"), solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
                  shard_rows: int | None = None, tmp_store: Any = None, random_state: int | None = None,
                  client: Any = None) -> None:
         _store_parameters(self, locals())
@@ -671,16 +644,16 @@ class MLPClassifier(_ScoredOnTheCluster, ClassifierMixin, _ShardedEstimator):
         flat = np.concatenate([a.ravel() for pair in zip(self.coefs_, self.intercepts_) for a in pair])
         return model, flat, X
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict_proba(self, X: Any) -> np.ndarray:
         model, params, X = self._params(X)
         return model.predict_proba(params, X)
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict_log_proba(self, X: Any) -> np.ndarray:
         return np.log(self.predict_proba(X))
 
-    @_on_the_cluster
+    @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
         model, params, X = self._params(X)
         return self.classes_[model.predict(params, X)]

@@ -19,7 +19,8 @@ LAYERS = {
     2: {"models", "data", "_wire", "checkpoint_store"},
     3: {"cluster", "monitor", "parallel", "_actors", "scoring"},
     4: {"solvers"},
-    5: {"estimators", "_fit_stores", "cli", "pipeline", "sandblaster", "downpour", "events", "__init__", "__main__"},
+    5: {"estimators", "_fit_stores", "_post_fit", "cli", "pipeline", "sandblaster", "downpour", "events", "__init__",
+        "__main__"},
 }
 LAYER_OF = {part: layer for layer, parts in LAYERS.items() for part in parts}
 SOLVER_FAMILIES = ("sandblaster", "downpour", "peers")

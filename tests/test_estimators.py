@@ -264,6 +264,8 @@ def test_not_converging_warns(client) -> None:
         (LogisticRegression(l1_ratio=0.5, solver="easgd"), r"solver 'easgd' does not minimise an l1 penalty"),
         (LogisticRegression(class_weight="even"), r"class_weight must be None, 'balanced' or a dict \{label: weight\}, "
                                                   r"got 'even'"),
+        (LogisticRegression(hash_features=0), r"hash_features must be a positive integer, got 0"),
+        (MLPClassifier(one_hot_max_levels=-1), r"one_hot_max_levels must be a non-negative integer, got -1"),
     ],
 )
 def test_parameter_errors(client, estimator, match) -> None:

@@ -1,7 +1,8 @@
 """How a table's columns become ``X``, ``y`` and weights: recorded in the dataset's schema.
 
 A :class:`FrameFeatures` is decided once from a whole table (:mod:`dasklbfgs.data.frame_input`)
-and then applied to every partition, on the workers, and later to new data to be scored:
+and then applied to every partition, on the workers, and later to new data to be scored (the
+estimators apply the one their fit recorded to the tables given to ``predict``):
 
 - numeric and boolean columns are features as they are;
 - a string or categorical column with few levels is one-hot encoded (one column per level,
@@ -18,12 +19,13 @@ Columns are laid out numeric first, then the one-hot blocks, then the hashed blo
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from dasklbfgs.errors import InvalidDataError
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
 __all__ = ["FrameFeatures", "DEFAULT_ONE_HOT_MAX_LEVELS"]
 
@@ -35,9 +37,10 @@ CROSS_SEPARATOR = "^"
 
 @dataclass(frozen=True)
 class FrameFeatures:
-    """The columns of a table as features; see the module docstring."""
+    """The columns of a table as features; see the module docstring. ``label`` is None for a
+    table of features alone (an estimator's ``X``, its labels given apart)."""
 
-    label: str
+    label: str | None
     weight: str | None = None
     numeric: tuple[str, ...] = ()
     one_hot: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (column, its levels in order)
@@ -67,6 +70,10 @@ class FrameFeatures:
         crossed = [c for pair in self.crosses for c in pair]
         return list(dict.fromkeys([*self.numeric, *(c for c, _ in self.one_hot), *self.hashed, *crossed]))
 
+    def missing(self, columns: Iterable[Any]) -> list[str]:
+        """The columns the features read that ``columns`` (a table's) lack, in order."""
+        return _absent(self.columns, columns)
+
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "weight": self.weight, "numeric": list(self.numeric),
                 "one_hot": {column: list(levels) for column, levels in self.one_hot},
@@ -83,17 +90,19 @@ class FrameFeatures:
 
     def transform(self, frame: Any, *, first_row: int = 0) -> tuple[Any, np.ndarray, np.ndarray | None]:
         """``(X, y, w)`` of a pandas DataFrame (``first_row``: where it starts, for errors)."""
-        if missing := [c for c in [self.label, *self.columns, *([self.weight] if self.weight else [])]
-                       if c not in frame.columns]:
-            raise InvalidDataError(f"the rows starting at row {first_row} have no column(s) {missing}; "
-                                   f"found {list(map(str, frame.columns))}")
-        return self.features(frame, first_row=first_row), self._labels(frame, first_row), (
+        label = self.label
+        if label is None:
+            raise ConfigurationError("these features were decided for a table without labels: take its rows' "
+                                     "features(frame)")
+        _check_columns(frame, [label, *self.columns, *([self.weight] if self.weight else [])], first_row)
+        return self.features(frame, first_row=first_row), self._labels(frame[label], label, first_row), (
             None if self.weight is None else _numbers(frame[self.weight], self.weight, first_row))
 
     def features(self, frame: Any, *, first_row: int = 0) -> Any:
         """``X`` of a pandas DataFrame: dense float64, or CSR when hashed."""
         import scipy.sparse as sp  # loaded with sparse data only
 
+        _check_columns(frame, self.columns, first_row)
         rows = len(frame)
         numeric = [_numbers(frame[c], c, first_row) for c in self.numeric]
         coded = []  # (column offset, code per row: -1 for none)
@@ -128,15 +137,27 @@ class FrameFeatures:
         X_sparse.sort_indices()  # coo to csr adds up colliding features
         return X_sparse
 
-    def _labels(self, frame: Any, first_row: int) -> np.ndarray:
+    def _labels(self, series: Any, label: str, first_row: int) -> np.ndarray:
         if self.classes is None:
-            return _numbers(frame[self.label], self.label, first_row)
-        codes = _level_codes(frame[self.label], self.classes)
+            return _numbers(series, label, first_row)
+        codes = _level_codes(series, self.classes)
         if (codes < 0).any():
             row = int(np.argmax(codes < 0))
-            raise InvalidDataError(f"label column {self.label!r} has {frame[self.label].iloc[row]!r} at row "
+            raise InvalidDataError(f"label column {label!r} has {series.iloc[row]!r} at row "
                                    f"{first_row + row}, not one of the classes {list(self.classes)}")
         return codes.astype(np.int64)
+
+
+def _check_columns(frame: Any, wanted: Iterable[str], first_row: int) -> None:
+    """Refuse a table without one of the ``wanted`` columns, naming those it lacks."""
+    if missing := _absent(wanted, frame.columns):
+        raise InvalidDataError(f"the rows starting at row {first_row} have no column(s) {missing}; "
+                               f"found {list(map(str, frame.columns))}")
+
+
+def _absent(wanted: Iterable[str], columns: Iterable[Any]) -> list[str]:
+    present = {str(c) for c in columns}
+    return [c for c in wanted if c not in present]
 
 
 def _numbers(series: Any, name: str, first_row: int) -> np.ndarray:
@@ -149,7 +170,7 @@ def _numbers(series: Any, name: str, first_row: int) -> np.ndarray:
     if series.isna().any():
         row = int(np.argmax(series.isna().to_numpy()))
         raise InvalidDataError(f"column {name!r} has a missing value at row {first_row + row}; drop or impute "
-                               "such rows before writing")
+                               "such rows first")
     return series.to_numpy(dtype=np.int64 if getattr(series.dtype, "kind", "f") in "biu" else np.float64)
 
 

@@ -1,9 +1,12 @@
-"""DataFrames (Dask or pandas) as the pieces of a worker-side write.
+"""DataFrames (Dask or pandas) as the pieces of a worker-side write, or as the rows of an
+estimator's ``X``.
 
 One pass over the partitions, on the workers, counts their rows and collects the levels of
 the string and categorical columns (at most ``one_hot_max_levels + 1`` per column and
-partition reach the client); that decides the :class:`FrameFeatures`. The write then turns
-each partition into ``(X, y, w)`` where it is read (:mod:`dasklbfgs.data.worker_writes`).
+partition reach the client); that decides the :class:`FrameFeatures`
+(:func:`decide_features`). The write then turns each partition into ``(X, y, w)`` where it
+is read (:mod:`dasklbfgs.data.worker_writes`); an estimator takes the ``X`` of each
+partition as a chunk of a lazy dask array (:func:`feature_rows`).
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from dasklbfgs.data._shard_format import MAX_LABELS_COUNTED, ShardFormat
 from dasklbfgs.data.frame_features import FrameFeatures
 from dasklbfgs.data.worker_writes import piece_starts
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
-__all__ = ["frame_pieces"]
+__all__ = ["check_encoding", "decide_features", "feature_rows", "frame_pieces", "is_table", "text_columns"]
 
 
 def frame_pieces(
@@ -31,14 +36,33 @@ def frame_pieces(
 
     if isinstance(frame, pd.DataFrame):
         frame = dd.from_pandas(frame, chunksize=partition_rows, sort=False)
-    if not isinstance(frame, dd.DataFrame):
+    features_, rows = decide_features(frame, label=label, features=features, weight=weight,
+                                      one_hot_max_levels=one_hot_max_levels, hash_features=hash_features,
+                                      crosses=crosses, client=client)
+    pieces = [dask.delayed(features_.transform, pure=True)(p, first_row=start)
+              for p, start in zip(frame.to_delayed(), piece_starts(rows))]
+    probe = features_.transform(frame._meta, first_row=0)
+    shard_format = ShardFormat.of_first_block(*probe, shard_rows=shard_rows, dtype=dtype, compressors=compressors)
+    return pieces, rows, shard_format, features_
+
+
+def decide_features(
+    frame: Any, *, label: str | None, features: Sequence[str] | None = None, weight: str | None = None,
+    one_hot_max_levels: int, hash_features: int | None, crosses: Sequence[tuple[str, str]] = (), client: Any,
+) -> tuple[FrameFeatures, list[int]]:
+    """How the columns of ``frame`` become features, and its rows per partition: a Dask
+    DataFrame's partitions scanned by the workers of ``client``, a pandas DataFrame here (one
+    partition; ``client`` unused, None). ``label`` None: the table holds features only (an
+    estimator's ``X``)."""
+    import dask
+    import pandas as pd
+
+    if not is_table(frame):
         raise ConfigurationError(f"expected a Dask or pandas DataFrame, got {type(frame).__name__}")
-    if hash_features is not None and (not isinstance(hash_features, int) or hash_features <= 0):
-        raise ConfigurationError(f"hash_features must be a positive integer, got {hash_features!r}")
-    if not isinstance(one_hot_max_levels, int) or one_hot_max_levels < 0:
-        raise ConfigurationError(f"one_hot_max_levels must be a non-negative integer, got {one_hot_max_levels!r}")
+    check_encoding(one_hot_max_levels, hash_features)
     columns = [str(c) for c in frame.columns]
-    named = [label, *([weight] if weight else []), *(features or []), *(c for pair in crosses for c in pair)]
+    named = [*([label] if label else []), *([weight] if weight else []), *(features or []),
+             *(c for pair in crosses for c in pair)]
     if missing := [c for c in named if c not in columns]:
         raise InvalidDataError(f"the table has no column(s) {missing}; its columns are {columns}")
     chosen = list(features) if features is not None else [c for c in columns if c not in (label, weight)]
@@ -47,24 +71,61 @@ def frame_pieces(
         if not _is_text(frame.dtypes[c]) and not pd.api.types.is_numeric_dtype(frame.dtypes[c]):
             raise InvalidDataError(f"column {c!r} holds {frame.dtypes[c]} values, neither numbers nor text; convert "
                                    "it or leave it out of features")
-    string_label = _is_text(frame.dtypes[label])
-    scanned = list(dict.fromkeys(texts + ([label] if string_label else [])))
-    parts = frame.to_delayed()
-    scans = client.gather(client.compute([dask.delayed(_scan)(p, scanned, one_hot_max_levels, label) for p in parts]))
+    string_label = label is not None and _is_text(frame.dtypes[label])
+    scanned = list(dict.fromkeys(texts + ([label] if label is not None and string_label else [])))
+    if isinstance(frame, pd.DataFrame):
+        scans = [_scan(frame, scanned, one_hot_max_levels, label)]
+    else:
+        scans = client.gather(client.compute([dask.delayed(_scan)(p, scanned, one_hot_max_levels, label)
+                                              for p in frame.to_delayed()]))
     rows = [n for n, _ in scans]
     levels: dict[str, set[str] | None] = {c: set() for c in scanned}
     for _, found in scans:
         for c, values in found.items():
-            merged = None if levels[c] is None or values is None else levels[c] | values
+            known = levels[c]
+            merged = None if known is None or values is None else known | values
             # partitions under the cap each may be over it together
             levels[c] = None if merged is None or len(merged) > _level_cap(c, label, one_hot_max_levels) else merged
-    features_ = _decide(chosen, texts, levels, label=label, weight=weight, string_label=string_label,
-                        crosses=crosses, hash_features=hash_features, one_hot_max_levels=one_hot_max_levels)
-    pieces = [dask.delayed(features_.transform, pure=True)(p, first_row=start)
-              for p, start in zip(parts, piece_starts(rows))]
-    probe = features_.transform(frame._meta, first_row=0)
-    shard_format = ShardFormat.of_first_block(*probe, shard_rows=shard_rows, dtype=dtype, compressors=compressors)
-    return pieces, rows, shard_format, features_
+    return _decide(chosen, texts, levels, label=label, weight=weight, string_label=string_label, crosses=crosses,
+                   hash_features=hash_features, one_hot_max_levels=one_hot_max_levels), rows
+
+
+def feature_rows(features: FrameFeatures, frame: Any, rows: Sequence[int]) -> Any:
+    """The ``X`` of a Dask DataFrame as a lazy dask array, a chunk per partition (of ``rows``
+    rows each), each made by a worker: dense float64, or CSR chunks when hashed."""
+    import dask
+    import dask.array as da
+    import scipy.sparse as sp  # loaded with sparse data only
+
+    width = features.n_features
+    meta = sp.csr_array((0, width)) if features.sparse else np.empty((0, width))
+    blocks = [da.from_delayed(dask.delayed(features.features, pure=True)(part, first_row=start),
+                              shape=(int(n_rows), width), dtype=np.float64, meta=meta)
+              for part, start, n_rows in zip(frame.to_delayed(), piece_starts(rows)[:-1], rows, strict=True)]
+    return da.concatenate(blocks, axis=0)
+
+
+def check_encoding(one_hot_max_levels: Any, hash_features: Any) -> None:
+    """Refuse encoding options out of range (naming the value)."""
+    if hash_features is not None and (not isinstance(hash_features, int) or hash_features <= 0):
+        raise ConfigurationError(f"hash_features must be a positive integer, got {hash_features!r}")
+    if not isinstance(one_hot_max_levels, int) or one_hot_max_levels < 0:
+        raise ConfigurationError(f"one_hot_max_levels must be a non-negative integer, got {one_hot_max_levels!r}")
+
+
+def is_table(value: Any) -> bool:
+    """Whether ``value`` is a pandas or Dask DataFrame (loading neither for other values)."""
+    if not type(value).__module__.startswith(("pandas", "dask")):
+        return False
+    import dask.dataframe as dd
+    import pandas as pd
+
+    return isinstance(value, (pd.DataFrame, dd.DataFrame))
+
+
+def text_columns(frame: Any) -> list[str]:
+    """The string and categorical columns of a Dask or pandas DataFrame."""
+    return [str(c) for c, dtype in frame.dtypes.items() if _is_text(dtype)]
 
 
 def _is_text(dtype: Any) -> bool:
@@ -74,7 +135,7 @@ def _is_text(dtype: Any) -> bool:
                 or isinstance(dtype, pd.CategoricalDtype))
 
 
-def _scan(part: Any, columns: list[str], cap: int, label: str) -> tuple[int, dict[str, set[str] | None]]:
+def _scan(part: Any, columns: list[str], cap: int, label: str | None) -> tuple[int, dict[str, set[str] | None]]:
     """Task: a partition's rows and, per text column, its levels (None past ``cap``; the
     label's up to :data:`MAX_LABELS_COUNTED`)."""
     found: dict[str, set[str] | None] = {}
@@ -84,16 +145,16 @@ def _scan(part: Any, columns: list[str], cap: int, label: str) -> tuple[int, dic
     return len(part), found
 
 
-def _level_cap(column: str, label: str, cap: int) -> int:
+def _level_cap(column: str, label: str | None, cap: int) -> int:
     """How many levels of ``column`` are counted before it counts as having too many."""
     return MAX_LABELS_COUNTED if column == label else cap
 
 
-def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | None], *, label: str,
+def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | None], *, label: str | None,
             weight: str | None, string_label: bool, crosses: Sequence[tuple[str, str]], hash_features: int | None,
             one_hot_max_levels: int) -> FrameFeatures:
     classes = None
-    if string_label:
+    if label is not None and string_label:
         found = levels[label]
         if found is None:
             raise InvalidDataError(f"label column {label!r} holds text with more than {MAX_LABELS_COUNTED} distinct "

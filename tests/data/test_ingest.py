@@ -15,37 +15,20 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file, load_svmlight_files
 from sklearn.feature_extraction import FeatureHasher
-from sklearn.preprocessing import OneHotEncoder
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
-
-CITIES = ["oslo", "paris", "rome"]
-
-
-def _table(n: int = 900, seed: int = 0) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    return pd.DataFrame({
-        "age": rng.integers(18, 90, n), "income": rng.normal(size=n), "member": rng.random(n) < 0.5,
-        "city": pd.Series(rng.choice([*CITIES, None], n), dtype=object),
-        "user": [f"u{i}" for i in rng.integers(0, 400, n)],
-        "label": rng.choice(["no", "yes"], n), "w": rng.uniform(0.5, 2.0, n),
-    })
-
-
-def _one_hot(df: pd.DataFrame) -> np.ndarray:
-    encoder = OneHotEncoder(categories=[CITIES], handle_unknown="ignore")
-    return encoder.fit_transform(df[["city"]].fillna("missing")).toarray()
+from tests._tables import one_hot, table
 
 
 def test_a_parquet_table_with_text_columns_is_one_hot_encoded_as_scikit_learn_does(client, tmp_path) -> None:
-    df = _table()
+    df = table()
     df.to_parquet(tmp_path / "table.parquet", row_group_size=200)
     frame = dd.read_parquet(tmp_path / "table.parquet", split_row_groups=True)
     data = ShardedDataset.from_dataframe(tmp_path / "data", frame, label="label", weight="w",
                                          features=["age", "income", "member", "city"], shard_rows=128, client=client)
     X, y = data.load_rows(0, data.n_samples)
-    expected = np.column_stack([df.age, df.income, df.member.astype(float), _one_hot(df)])
+    expected = np.column_stack([df.age, df.income, df.member.astype(float), one_hot(df)])
     np.testing.assert_array_equal(X, expected)
     np.testing.assert_array_equal(y, (df.label == "yes").astype(np.int64))
     np.testing.assert_array_equal(data.load_weights(0, data.n_samples), df.w)
@@ -59,14 +42,14 @@ def test_a_parquet_table_with_text_columns_is_one_hot_encoded_as_scikit_learn_do
 
 
 def test_many_levels_and_crosses_are_hashed_as_feature_hasher_does(client, tmp_path) -> None:
-    df = _table(seed=1)
+    df = table(seed=1)
     data = ShardedDataset.from_dataframe(
         tmp_path / "hashed", dd.from_pandas(df, npartitions=5), label="label", features=["age", "city", "user"],
         hash_features=2**10, crosses=[("city", "user")], one_hot_max_levels=10, shard_rows=200, client=client)
     rows = [[f"user={u}"] + ([f"city={c}^user={u}"] if isinstance(c, str) else [])
             for c, u in zip(df.city, df.user)]
     hashed = FeatureHasher(2**10, input_type="string").transform(rows)
-    expected = sp.hstack([sp.csr_array(df[["age"]].to_numpy(float)), sp.csr_array(_one_hot(df)), hashed])
+    expected = sp.hstack([sp.csr_array(df[["age"]].to_numpy(float)), sp.csr_array(one_hot(df)), hashed])
     X, _ = data.load_rows(0, data.n_samples)
     assert data.is_sparse and data.n_features == 4 + 2**10 and data.feature_names is None
     np.testing.assert_array_equal(X.toarray(), expected.toarray())
@@ -75,19 +58,19 @@ def test_many_levels_and_crosses_are_hashed_as_feature_hasher_does(client, tmp_p
 
 def test_a_csv_table_on_s3_is_read_by_the_workers(client, tmp_path, s3) -> None:
     bucket, options = s3
-    df = _table(400, seed=2)[["age", "income", "city", "w"]].assign(label=lambda t: t.age > 50)
+    df = table(400, seed=2)[["age", "income", "city", "w"]].assign(label=lambda t: t.age > 50)
     csv = f"{bucket}/tables-{uuid.uuid4().hex[:6]}/part.csv"
     df.to_csv(csv, index=False, storage_options=options)
     data = ShardedDataset.from_dataframe(tmp_path / "csv", dd.read_csv(csv, storage_options=options, blocksize=4000),
                                          label="label", features=["age", "income", "city"], shard_rows=64,
                                          client=client)
     X, y = data.load_rows(0, 400)
-    np.testing.assert_allclose(X, np.column_stack([df.age, df.income, _one_hot(df)]), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(X, np.column_stack([df.age, df.income, one_hot(df)]), rtol=0, atol=1e-15)
     np.testing.assert_array_equal(y, df.label.astype(np.int64))
 
 
 def test_bad_tables_are_refused_naming_the_column(client, tmp_path) -> None:
-    df = _table(200, seed=3)
+    df = table(200, seed=3)
     frame = dd.from_pandas(df, npartitions=2)
     with pytest.raises(InvalidDataError, match=r"no column\(s\) \['price'\]"):
         ShardedDataset.from_dataframe(tmp_path / "a", frame, label="price", shard_rows=50, client=client)
@@ -169,7 +152,7 @@ def _import(*args: str) -> subprocess.CompletedProcess:
 
 def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cluster(client, tmp_path, s3) -> None:
     bucket, options = s3
-    df = _table(300, seed=5)
+    df = table(300, seed=5)
     source = f"{bucket}/tables-{uuid.uuid4().hex[:6]}"
     df.to_parquet(f"{source}/part-0.parquet", storage_options=options)
     dest = f"{bucket}/imported-{uuid.uuid4().hex[:6]}.zarr"
