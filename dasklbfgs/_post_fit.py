@@ -34,7 +34,7 @@ from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data._client import active_client
 from dasklbfgs.data.dask_input import is_dask_collection
 from dasklbfgs.data.frame_input import feature_rows, is_table
-from dasklbfgs.errors import ConfigurationError, InvalidDataError
+from dasklbfgs.errors import ConfigurationError, InvalidDataError, ModelDataMismatchError
 
 if TYPE_CHECKING:
     from dasklbfgs.data.frame_features import FrameFeatures
@@ -155,6 +155,9 @@ class PostFit:
         whether they are the fitted features already (else they are checked a block at a
         time as scikit-learn checks numpy input)."""
         if isinstance(X, ShardedDataset):
+            if X.is_sparse and not self._accepts_sparse:
+                raise ModelDataMismatchError(f"{type(self).__name__} takes dense rows, but X at {X.url!r} is sparse; "
+                                             "the linear estimators predict on sparse datasets")
             return X.to_dask()[0], True
         client = self._client()
         features = self._recorded_transform(X)

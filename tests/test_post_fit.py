@@ -19,7 +19,7 @@ from sklearn.preprocessing import StandardScaler
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.data.frame_input import decide_features
-from dasklbfgs.errors import ConfigurationError, InvalidDataError
+from dasklbfgs.errors import ConfigurationError, InvalidDataError, ModelDataMismatchError
 from dasklbfgs.estimators import LinearRegression, LogisticRegression, MLPClassifier
 from tests._tables import one_hot, table
 
@@ -139,6 +139,17 @@ def test_x_that_is_not_2_d_is_refused_naming_its_shape(client) -> None:
         fitted.predict(da.from_array(X[:, :1, None], chunks=50))
     column = fitted.predict(da.from_array(X[:, :1], chunks=50)).compute()  # the advice taken
     np.testing.assert_array_equal(column, fitted.predict(X[:, :1]))
+
+
+def test_a_sparse_dataset_is_refused_by_an_estimator_of_dense_rows(client, tmp_path) -> None:
+    import scipy.sparse as sparse
+
+    X, y = _wine()
+    fitted = MLPClassifier((4,), max_iter=5).fit(X[:60, :4], (y[:60] > y.mean()).astype(int))
+    data = ShardedDataset.create(tmp_path / "csr", sparse.csr_matrix(X[:60, :4]), (y[:60] > y.mean()).astype(int),
+                                 shard_rows=30)
+    with pytest.raises(ModelDataMismatchError, match=r"MLPClassifier takes dense rows, but X at '.*csr' is sparse"):
+        fitted.predict(data)
 
 
 def _graphs_sent(by: Client, since: float) -> int:
