@@ -21,7 +21,7 @@ import dask
 import numpy as np
 import pytest
 
-from dasklbfgs import Logistic, ShardedDataset, connect, make_dataset, sandblaster_lbfgs
+from dasklbfgs import Logistic, ShardedDataset, connect, make_dataset, predict, sandblaster_lbfgs
 from tests._s3 import storage_flags
 
 
@@ -374,8 +374,8 @@ def test_a_pipeline_with_everything_at_urls(deployment, on_s3) -> None:
 
 
 def test_local_paths_the_workers_do_not_share_are_refused(deployment, on_s3) -> None:
-    """A dataset, a worker-written dataset and a sharded checkpoint at paths on the client's
-    disk: each refused with the error naming the path, before anything is written."""
+    """A dataset, a worker-written dataset, predictions and a sharded checkpoint at paths on
+    the client's disk: each refused with the error naming the path, before anything is written."""
     import dask.array as da
 
     from dasklbfgs.errors import CheckpointError, DatasetError, StoreError
@@ -393,6 +393,12 @@ def test_local_paths_the_workers_do_not_share_are_refused(deployment, on_s3) -> 
             with pytest.raises(StoreError, match=rf"cannot see the folder this process writes '{at}/written' in"):
                 ShardedDataset.from_dask(local / "written", rows, on_s3["y"], shard_rows=500, client=client)
             assert not (local / "written").exists()
+            for fmt in ("zarr", "parquet"):
+                with pytest.raises(StoreError, match=rf"cannot see the folder this process writes '{at}/scores' in: "
+                                                     "the workers write the predictions themselves"):
+                    predict(Logistic(6), np.zeros(7), on_s3["train"], output=local / "scores", format=fmt,
+                            client=client)
+                assert not (local / "scores").exists()
             with pytest.raises(CheckpointError, match=r"cannot see the folder the checkpoint is written in \("
                                                       rf"'{at}/\.checkpoint\.writing-"):
                 sandblaster_lbfgs(Logistic(6, l2=1e-3), on_s3["train"], client=client, state="sharded",

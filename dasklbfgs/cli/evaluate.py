@@ -4,11 +4,11 @@ computed by the workers."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
-from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
+from dasklbfgs.cli.format import json_text
+from dasklbfgs.cli.saved_model_args import add_saved_model_arguments, saved_model_and_data
 
 __all__ = ["add_parser", "format_metrics"]
 
@@ -19,29 +19,24 @@ def add_parser(sub: Any) -> None:
         description="Score the model saved in --params (by 'dasklbfgs train --output' or a pipeline) on the "
                     "dataset --data: the objective and the metrics of the model's task under scikit-learn's "
                     "names, weighted where the data has weights, computed by the cluster's workers a shard each.")
-    command_parser.add_argument("--params", required=True, metavar="FILE",
-                                help="the model file (.npz; a local path or a URL)")
-    command_parser.add_argument("--data", required=True, metavar="PATH", help="the dataset (a local path or a URL)")
+    add_saved_model_arguments(command_parser)
     command_parser.add_argument("--metrics", metavar="NAME,NAME",
                                 help="the metrics to compute (default: all of the model's task)")
-    command_parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-    add_storage_arguments(command_parser)
+    command_parser.add_argument("--json", action="store_true",
+                                help="print JSON instead of text (a metric the data leaves undefined, such as the "
+                                     "ROC AUC of one class, is null)")
     add_cluster_arguments(command_parser)
     command_parser.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
-    from dasklbfgs.data import ShardedDataset
-    from dasklbfgs.models.persist import load_params
     from dasklbfgs.scoring.evaluation import chosen_metrics, evaluated
 
-    model, params, _ = load_params(args.params, storage_options=storage_options_from_args(args, args.params))
+    model, params, data = saved_model_and_data(args, labels=True)  # before a cluster starts
     names = chosen_metrics(model.task, args.metrics.split(",") if args.metrics else None)
-    data = ShardedDataset.open(args.data, storage_options=storage_options_from_args(args, args.data))
-    model.check_data(data)  # before a cluster starts
     with cluster_from_args(args) as client:
         found = evaluated(model, params, data, names, client)
-    print(json.dumps(found, indent=2) if args.json else format_metrics(found))
+    print(json_text(found) if args.json else format_metrics(found))
     return 0
 
 

@@ -1,8 +1,13 @@
-"""Human-readable rendering of sizes and dataset summaries for the command line."""
+"""Human-readable rendering of sizes and dataset summaries for the command line, and
+JSON other programs can read."""
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
+
+import numpy as np
 
 from dasklbfgs._format import human_bytes
 
@@ -42,3 +47,24 @@ def _short_repr(value: Any, shown: int = 10) -> str:
         head = ", ".join(map(repr, value[:shown]))
         return f"[{head}, ... {len(value) - shown} more]"
     return repr(value)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as valid JSON, indented: a NaN or infinite number (a metric the data leaves
+    undefined, such as the ROC AUC of one class) is ``null``, a numpy number a plain one."""
+    return json.dumps(_finite(value), indent=2, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with numpy arrays and numbers made Python ones, and non-finite floats None."""
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [_finite(item) for item in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value

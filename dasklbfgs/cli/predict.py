@@ -1,5 +1,6 @@
 """``dasklbfgs predict --params FILE --data PATH --output PATH``: a saved model's predictions
-for every row of a dataset, written by the workers as a Zarr store beside the data."""
+for every row of a dataset, written by the workers as a Zarr store or Parquet files beside
+the data, with a progress line on a terminal."""
 
 from __future__ import annotations
 
@@ -9,54 +10,79 @@ import time
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
-from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
+from dasklbfgs.cli.saved_model_args import add_saved_model_arguments, saved_model_and_data
+from dasklbfgs.cli.storage_args import storage_options_from_args
 
 __all__ = ["add_parser"]
 
 
 def add_parser(sub: Any) -> None:
-    from dasklbfgs.scoring.predictions import KINDS, PREDICTIONS
+    from dasklbfgs.scoring.predictions import FORMATS, KINDS, PREDICTIONS
 
     command_parser = sub.add_parser(
         "predict", help="write a saved model's predictions for a dataset (by the workers)",
         description="Compute the predictions of the model saved in --params for every row of --data on the "
-                    "cluster's workers, a shard each, and write them to --output as a Zarr store (array "
-                    f"'{PREDICTIONS}', chunked like the dataset's shards, row for row), committed atomically.")
-    command_parser.add_argument("--params", required=True, metavar="FILE",
-                                help="the model file (.npz; a local path or a URL)")
-    command_parser.add_argument("--data", required=True, metavar="PATH", help="the dataset (a local path or a URL)")
+                    "cluster's workers, a shard each, and write them to --output, committed atomically: a Zarr "
+                    f"store (array '{PREDICTIONS}', chunked like the dataset's shards, row for row), or a folder of "
+                    "Parquet files, one per shard in order, with the column 'row' (the row's index in --data) then "
+                    "the predictions.")
+    add_saved_model_arguments(command_parser)
     command_parser.add_argument("--output", required=True, metavar="PATH",
                                 help="where to write the predictions (a path the workers share, or a URL)")
     command_parser.add_argument("--kind", choices=list(KINDS), default="predict",
                                 help="labels or values (predict), class probabilities (proba) or scores before "
                                      "the link (decision) (default: predict)")
-    command_parser.add_argument("--overwrite", action="store_true", help="replace a store already at --output")
-    command_parser.add_argument("--quiet", action="store_true", help="no summary")
-    add_storage_arguments(command_parser)
+    command_parser.add_argument("--format", choices=list(FORMATS), default="zarr",
+                                help="a Zarr store, or a folder of Parquet files part-00000.parquet... with the "
+                                     "columns row, then prediction, proba_0.., decision or decision_0.. (default: "
+                                     "zarr)")
+    command_parser.add_argument("--overwrite", action="store_true", help="replace predictions already at --output")
+    command_parser.add_argument("--quiet", action="store_true",
+                                help="no progress line (it only shows on a terminal) and no summary")
     add_cluster_arguments(command_parser)
     command_parser.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
-    from dasklbfgs.data import ShardedDataset
     from dasklbfgs.data.location import Location
-    from dasklbfgs.models.persist import load_params
     from dasklbfgs.scoring.predictions import predict
 
-    model, params, _ = load_params(args.params, storage_options=storage_options_from_args(args, args.params))
-    data = ShardedDataset.open(args.data, storage_options=storage_options_from_args(args, args.data))
-    model.check_features(data)  # before a cluster starts
+    model, params, data = saved_model_and_data(args, labels=False)  # before a cluster starts
     output = Location.of(args.output, storage_options_from_args(args, args.output))
     started = time.perf_counter()
     with cluster_from_args(args) as client:
         try:
-            written = predict(model, params, data, output=output, kind=args.kind, client=client,
-                              overwrite=args.overwrite)
-        except KeyboardInterrupt:  # the tasks are cancelled and what they wrote removed
+            with WriteProgress(data.n_shards, "predicting", quiet=args.quiet) as progress:
+                written = predict(model, params, data, output=output, kind=args.kind, format=args.format,
+                                  client=client, overwrite=args.overwrite, on_progress=progress)
+        except KeyboardInterrupt:  # the tasks are cancelled, and what they wrote removed once they have ended
             print(f"interrupted; nothing written to {output.url}", file=sys.stderr)
             return EXIT_INTERRUPTED
     if not args.quiet:
-        print(f"wrote {args.kind} predictions, shape {tuple(written.shape)}, to {output.url} in "
-              f"{time.perf_counter() - started:.1f} s")
+        shape = f"shape {tuple(written.shape)}" if args.format == "zarr" else \
+            f"{data.n_samples} rows of {', '.join(written.columns)}"
+        print(f"wrote {args.kind} predictions, {shape}, to {output.url} in {time.perf_counter() - started:.1f} s")
     return 0
+
+
+class WriteProgress:
+    """The progress line of a write by the workers a shard at a time (on a terminal, unless
+    ``quiet``): shards written against the total, rows written a second, the time left.
+    ``with WriteProgress(...) as progress:`` call ``progress(shards, rows)``; the line ends
+    on leaving."""
+
+    def __init__(self, n_shards: int, label: str, *, quiet: bool = False) -> None:
+        from dasklbfgs.monitor.progress import Progress
+
+        self.line = Progress(n_shards, label, enabled=False if quiet else None)
+        self.started = time.perf_counter()
+
+    def __call__(self, shards: int, rows: int) -> None:
+        self.line.update(shards, **{"rows/s": round(rows / max(time.perf_counter() - self.started, 1e-9))})
+
+    def __enter__(self) -> WriteProgress:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.line.close()

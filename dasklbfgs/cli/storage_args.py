@@ -16,9 +16,9 @@ __all__ = ["add_storage_arguments", "merged_storage_options", "storage_options_f
 def add_storage_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage-option", action="append", default=[], metavar="KEY=VALUE",
-        help="an option of the filesystem of the datasets, checkpoint and output given as URLs (s3://, gs://, "
-             "...), repeatable; dotted keys nest (client_kwargs.endpoint_url=http://...), values are JSON where "
-             "they parse (true, 3, {...}), else strings")
+        help="an option of the filesystem of the datasets, model files, checkpoint and output given as URLs "
+             "(s3://, gs://, ...), repeatable; dotted keys nest (client_kwargs.endpoint_url=http://...), values "
+             "are JSON where they parse (true, 3, {...}), else strings")
 
 
 def storage_options_from_args(args: argparse.Namespace, where: str | None = None) -> dict[str, Any] | None:

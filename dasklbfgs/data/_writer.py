@@ -23,8 +23,8 @@ import zarr
 
 from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows, resolve_compressor
 from dasklbfgs.data._sparse import is_sparse, vstack_csr
-from dasklbfgs.data.location import WRITING_MARKER, Location
-from dasklbfgs.errors import DatasetExistsError, InvalidDataError, StoreError
+from dasklbfgs.data.location import COMMITS, WRITING_MARKER, Location
+from dasklbfgs.errors import DaskLBFGSError, DatasetExistsError, InvalidDataError, StoreError
 
 
 class ShardWriter:
@@ -83,8 +83,9 @@ def block_arrays(block: Any) -> tuple[Any, np.ndarray, np.ndarray | None]:
 
 
 def is_replaceable(path: Path) -> bool:
-    """Whether ``overwrite=True`` may replace ``path``: a Zarr store, or a folder of them."""
-    if (path / "zarr.json").is_file():
+    """Whether ``overwrite=True`` may replace ``path``: a Zarr store or a folder of files a
+    write committed (:data:`~dasklbfgs.data.location.COMMITS`), or a folder of Zarr stores."""
+    if any((path / key).is_file() for key in COMMITS):
         return True
     if not path.is_dir():
         return False
@@ -92,16 +93,19 @@ def is_replaceable(path: Path) -> bool:
     return bool(entries) and all((e / "zarr.json").is_file() for e in entries)
 
 
-def check_target(target: Path, overwrite: bool) -> None:
-    """Refuse an existing target without ``overwrite``, and anything but our own stores with it."""
+#: why an existing location that is not ours is not replaced
+NOT_OURS = "it is not a Zarr store or a folder of them, nor a folder of Parquet predictions"
+
+
+def check_target(target: Path, overwrite: bool, exists_error: type[DaskLBFGSError] = DatasetExistsError) -> None:
+    """Refuse an existing target without ``overwrite``, and anything but our own stores with
+    it, with ``exists_error``."""
     if not target.exists():
         return
     if not overwrite:
-        raise DatasetExistsError(f"{str(target)!r} already exists; pass overwrite=True to replace it")
+        raise exists_error(f"{str(target)!r} already exists; pass overwrite=True to replace it")
     if not is_replaceable(target):
-        raise DatasetExistsError(
-            f"refusing to overwrite {str(target)!r}: it is not a Zarr store or a folder of them"
-        )
+        raise exists_error(f"refusing to overwrite {str(target)!r}: {NOT_OURS}")
 
 
 def write_dataset(
@@ -132,48 +136,52 @@ def write_dataset(
 
 
 @contextlib.contextmanager
-def written_atomically(target: Location, *, overwrite: bool) -> Iterator[Callable[[], Location]]:
+def written_atomically(target: Location, *, overwrite: bool, commit: str = "zarr.json",
+                       exists_error: type[DaskLBFGSError] = DatasetExistsError) -> Iterator[Callable[[], Location]]:
     """Yield what gives the location to write a dataset into (called once its first block
     has passed its checks), such that readers of ``target`` find the old dataset, none, or
     the complete new one, and a write that fails leaves the old dataset as it was. A local
     folder is written aside and renamed into place (:func:`written_aside`). An object store
     has no rename: a new dataset is written where it will stay and counts as one only once
-    its schema is in the root group's ``zarr.json``, one object the writer puts last
-    (:func:`written_in_place`); one that replaces a dataset is written beside it and copied
-    over it, store-side, once complete (:func:`written_beside`)."""
+    ``commit`` is there (the root group's ``zarr.json`` with the schema; for a folder of
+    files, its description :data:`~dasklbfgs.data.location.FILES_COMMIT`), one object the
+    writer puts last (:func:`written_in_place`); one that replaces a dataset is written
+    beside it and copied over it, store-side, once complete (:func:`written_beside`). An
+    existing ``target`` without ``overwrite``, or one that is not ours, is refused with
+    ``exists_error``."""
     if target.is_local:
-        with written_aside(target.path, overwrite=overwrite) as temp:
+        with written_aside(target.path, overwrite=overwrite, exists_error=exists_error) as temp:
             yield lambda: Location(str(temp))
         return
-    check_remote_target(target, overwrite)
+    check_remote_target(target, overwrite, exists_error)
     if target.exists() and not target.exists(WRITING_MARKER) and not target.is_bucket:  # something to keep
-        with written_beside(target) as open_target:
+        with written_beside(target, commit) as open_target:
             yield open_target
     else:
-        with written_in_place(target) as open_target:
+        with written_in_place(target, commit) as open_target:
             yield open_target
 
 
-def check_remote_target(target: Location, overwrite: bool) -> None:
+def check_remote_target(target: Location, overwrite: bool,
+                        exists_error: type[DaskLBFGSError] = DatasetExistsError) -> None:
     """Refuse an existing ``target`` (an object store) without ``overwrite``, and anything but
-    our own stores (or what a killed write left) with it."""
+    our own stores (or what a killed write left) with it, with ``exists_error``."""
     if target.exists():
         if not overwrite:
-            raise DatasetExistsError(f"{target.url!r} already exists; pass overwrite=True to replace it")
+            raise exists_error(f"{target.url!r} already exists; pass overwrite=True to replace it")
         if not target.is_replaceable():
-            raise DatasetExistsError(f"refusing to overwrite {target.url!r}: it is not a Zarr store or a folder of "
-                                     "them")
+            raise exists_error(f"refusing to overwrite {target.url!r}: {NOT_OURS}")
 
 
 @contextlib.contextmanager
-def written_in_place(target: Location) -> Iterator[Callable[[], Location]]:
+def written_in_place(target: Location, commit: str = "zarr.json") -> Iterator[Callable[[], Location]]:
     """Yield what readies ``target`` (an object store, checked by :func:`check_remote_target`)
     to be written into, and returns it. Opening puts a :data:`WRITING_MARKER` first, then
     clears what is there (what a killed write left, or a dataset at a bucket's root: its
     ``zarr.json`` first, so readers stop finding it). The marker goes once the write has
-    committed; a failed write is removed, and what a killed one leaves (files and the
-    marker, no schema) is refused by :class:`~dasklbfgs.data.sharded.ShardedDataset` and
-    replaced by ``overwrite=True``."""
+    committed (put ``commit`` last); a failed write is removed, ``commit`` first, and what
+    a killed one leaves (files and the marker, no schema) is refused by
+    :class:`~dasklbfgs.data.sharded.ShardedDataset` and replaced by ``overwrite=True``."""
     opened = False
 
     def open_target() -> Location:
@@ -188,7 +196,7 @@ def written_in_place(target: Location) -> Iterator[Callable[[], Location]]:
     except BaseException:
         if opened:
             with contextlib.suppress(Exception):  # the write's own error is the one to hear
-                target.remove("zarr.json")
+                target.remove(commit)
                 target.remove()
         raise
     if opened:
@@ -196,15 +204,15 @@ def written_in_place(target: Location) -> Iterator[Callable[[], Location]]:
 
 
 @contextlib.contextmanager
-def written_beside(target: Location) -> Iterator[Callable[[], Location]]:
+def written_beside(target: Location, commit: str = "zarr.json") -> Iterator[Callable[[], Location]]:
     """Yield what gives a fresh location beside ``target`` (an object store holding a
     dataset) to write the new dataset into. Once it has committed, it replaces the old one:
-    a :data:`WRITING_MARKER` is put, the old ``zarr.json`` deleted (readers then find no
-    dataset, never a mix), the old objects removed, the new ones copied store-side (no byte
-    passes through this process) with the root ``zarr.json`` last, and the marker removed.
-    A write that fails leaves the old dataset untouched; what a process killed while
-    copying leaves is refused by ``open`` and replaced by ``overwrite=True``. The price is
-    a copy of the new dataset, store-side, when one is replaced."""
+    a :data:`WRITING_MARKER` is put, the old commit (``zarr.json``) deleted (readers then
+    find no dataset, never a mix), the old objects removed, the new ones copied store-side
+    (no byte passes through this process) with ``commit`` last, and the marker removed. A
+    write that fails leaves the old dataset untouched; what a process killed while copying
+    leaves is refused by ``open`` and replaced by ``overwrite=True``. The price is a copy
+    of the new dataset, store-side, when one is replaced."""
     beside = target.parent / f".{target.url.rsplit('/', 1)[-1]}.writing-{uuid.uuid4().hex[:8]}"
     try:
         yield lambda: beside
@@ -214,7 +222,7 @@ def written_beside(target: Location) -> Iterator[Callable[[], Location]]:
         raise
     _cleared_for_writing(target)
     try:
-        beside.copy_to(target, last="zarr.json")
+        beside.copy_to(target, last=commit)
     except BaseException as exc:  # the old dataset is gone: the new one beside is the only copy, kept
         raise StoreError(f"replacing {target.url!r} failed while copying the new dataset over it ({exc}); the "
                          f"complete new dataset is kept at {beside.url!r}: open it there, or write again") from exc
@@ -224,19 +232,23 @@ def written_beside(target: Location) -> Iterator[Callable[[], Location]]:
 
 
 def _cleared_for_writing(target: Location) -> None:
-    """Mark ``target`` (remote) as being written, then delete what it holds: its root
-    ``zarr.json`` first, so readers stop finding a dataset there at once."""
+    """Mark ``target`` (remote) as being written, then delete what it holds: what committed
+    it (:data:`~dasklbfgs.data.location.COMMITS`: a Zarr store's root ``zarr.json``, a
+    folder's description) first, so readers stop finding a dataset there at once."""
     target.put(WRITING_MARKER, uuid.uuid4().hex.encode())
-    target.remove("zarr.json")
+    for key in COMMITS:
+        target.remove(key)
     target.remove_all_but(WRITING_MARKER)
 
 
 @contextlib.contextmanager
-def written_aside(target: Path, *, overwrite: bool) -> Iterator[Path]:
+def written_aside(target: Path, *, overwrite: bool,
+                  exists_error: type[DaskLBFGSError] = DatasetExistsError) -> Iterator[Path]:
     """Yield a temporary path beside ``target`` to write into; on success it replaces
     ``target`` (see :func:`replace_path`), on any failure it is removed. So readers find the
-    old store or the complete new one, never a half-written one."""
-    check_target(target, overwrite)
+    old store or the complete new one, never a half-written one. An existing ``target`` is
+    refused as :func:`check_target` says."""
+    check_target(target, overwrite, exists_error)
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.parent / f".{target.name}.writing-{uuid.uuid4().hex[:8]}"
     try:

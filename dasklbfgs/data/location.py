@@ -22,7 +22,7 @@ from typing import Any
 
 from dasklbfgs.errors import ConfigurationError, StoreError
 
-__all__ = ["Location", "has_scheme", "options_for", "refuse_url"]
+__all__ = ["COMMITS", "FILES_COMMIT", "WRITING_MARKER", "Location", "has_scheme", "options_for", "refuse_url"]
 
 #: URL scheme -> (the package that reaches it, the dasklbfgs extra that installs it)
 EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
@@ -30,6 +30,11 @@ EXTRAS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)(://|::)")
 #: the object a dataset write puts first and removes once committed: what it leaves if killed
 WRITING_MARKER = ".dasklbfgs-writing"
+#: the description a write of a folder of plain files (predictions as Parquet) puts last, as a Zarr
+#: store's ``zarr.json`` is; Parquet readers skip names starting with "_"
+FILES_COMMIT = "_dasklbfgs.json"
+#: the objects whose presence makes a write at a URL count: it is put last, and removed first
+COMMITS = ("zarr.json", FILES_COMMIT)
 
 
 def has_scheme(where: str) -> bool:
@@ -166,11 +171,12 @@ class Location:
             return None
 
     def is_replaceable(self) -> bool:
-        """Whether ``overwrite=True`` may replace this location: a Zarr store, what a killed
-        dataset write left (:data:`WRITING_MARKER`), or a folder holding Zarr stores only."""
+        """Whether ``overwrite=True`` may replace this location: a Zarr store or a folder of
+        files a write committed (:data:`COMMITS`), what a killed write left
+        (:data:`WRITING_MARKER`), or a folder holding Zarr stores only."""
         if self.is_local:
             raise ConfigurationError("local folders are replaced by rename (dasklbfgs.data._writer)")
-        if self.exists("zarr.json") or self.exists(WRITING_MARKER):
+        if any(self.exists(key) for key in (*COMMITS, WRITING_MARKER)):
             return True
         names = self.children()
         return bool(names) and all(self.exists(f"{name}/zarr.json") for name in names)
@@ -182,8 +188,12 @@ class Location:
         return sorted(str(entry).rstrip("/").rsplit("/", 1)[-1] for entry in entries)
 
     def put(self, key: str, data: bytes) -> None:
-        """Write the object ``key`` below this location ("" this location itself; remote):
-        one put, so readers find the old object or the whole new one."""
+        """Write the object ``key`` below this location ("" this location itself): at a URL
+        one put, so readers find the old object or the whole new one; a local file is
+        written in place (local writes are made atomic by renaming their folder)."""
+        if self.is_local:
+            (self.path / key if key else self.path).write_bytes(data)
+            return
         fs, path = self.filesystem()
         _store_call(self.url, lambda: fs.pipe_file(f"{path}/{key}" if key else path, data))
 

@@ -18,9 +18,9 @@ __all__ = ["workers_not_seeing"]
 
 
 def workers_not_seeing(client: Any, written: Location) -> list[str]:
-    """The addresses of the workers of ``client`` on which the file ``written`` (local,
-    just written by this process) does not exist, sorted; [] for a URL."""
+    """The addresses of the workers of ``client`` on which the file or folder ``written``
+    (local, just made by this process) does not exist, sorted; [] for a URL."""
     if not written.is_local:
         return []
-    answers = client.run(os.path.isfile, written.url)
+    answers = client.run(os.path.exists, written.url)
     return sorted(worker for worker, seen in answers.items() if not seen)

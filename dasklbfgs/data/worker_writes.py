@@ -11,13 +11,18 @@ no row passes through it.
 
 A bad row anywhere fails the write: every task is waited for, then the error of the first
 failing shard is raised and the partial dataset removed
-(:func:`~dasklbfgs.data._writer.written_atomically`).
+(:func:`~dasklbfgs.data._writer.written_atomically`). An interrupted write (Ctrl-C) cancels
+the tasks and waits for those already running to end before anything is removed
+(:func:`results_once_all_ended`).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import zarr
@@ -28,7 +33,16 @@ from dasklbfgs.data.location import Location
 from dasklbfgs.data.shared_paths import workers_not_seeing
 from dasklbfgs.errors import InvalidDataError, StoreError
 
-__all__ = ["results_once_all_ended", "write_on_workers", "shard_pieces", "piece_starts"]
+__all__ = ["CANCEL_GRACE", "ended_on_workers", "results_once_all_ended", "write_on_workers", "shard_pieces",
+           "piece_starts"]
+
+logger = logging.getLogger(__name__)
+
+#: seconds an interrupted write waits for its cancelled tasks still running on the workers to end
+CANCEL_GRACE = 60.0
+#: the states of a task on a worker that may still run it (or be running it, cancelled: a
+#: thread cannot be stopped, so a cancelled task that has started runs to its end)
+_MAY_RUN = frozenset({"waiting", "ready", "constrained", "executing", "long-running", "cancelled", "resumed"})
 
 
 def piece_starts(piece_rows: Sequence[int]) -> list[int]:
@@ -106,21 +120,64 @@ def _gathered_in_order(client: Any, futures: list[Any]) -> WrittenRows:
     return written
 
 
-def results_once_all_ended(client: Any, futures: list[Any]) -> list[Any]:
+def results_once_all_ended(client: Any, futures: list[Any], on_ended: Callable[[int], Any] | None = None, *,
+                           grace: float = CANCEL_GRACE) -> list[Any]:
     """The results of the tasks that write into a store, once every one has ended; else the
     first failing one's error (in task order), raised only then, so that no task writes
-    into what the failed write removes. Interrupted while waiting: the tasks are cancelled."""
-    from distributed import wait
+    into what the failed write removes. ``on_ended(i)`` is called as the task of
+    ``futures[i]`` ends (a progress line). Interrupted while waiting (Ctrl-C, or
+    ``on_ended`` raising): the tasks are cancelled, and the interruption raised once those
+    already running have ended too (:func:`ended_on_workers`, at most ``grace`` seconds),
+    so that what they write is there for the caller's clean-up to remove."""
+    from distributed import as_completed
 
+    index_of = {future.key: index for index, future in enumerate(futures)}
     try:
-        wait(futures)
+        for future in as_completed(futures):
+            if on_ended is not None:
+                on_ended(index_of[future.key])
     except BaseException:
         client.cancel(futures)
+        if not ended_on_workers(client, list(index_of), grace):
+            logger.warning("%d cancelled write tasks had not ended %.0f s after they were cancelled; what they write "
+                           "from now on is left where they write it", len(futures), grace)
         raise
     for future in futures:
         if future.status != "finished":
             future.result()  # raises the task's own error, with its message naming shard and row
     return list(client.gather(futures))
+
+
+def ended_on_workers(client: Any, keys: list[Hashable], timeout: float, poll: float = 0.05) -> bool:
+    """Wait until no worker of ``client`` may run the tasks ``keys`` (cancelled: the
+    scheduler has forgotten them, and no worker holds one in a state that runs it), for at
+    most ``timeout`` seconds; whether they ended. Twice in a row, ``poll`` seconds apart: a
+    task the scheduler sent just before the cancel may reach its worker after a first look.
+    Errors asking (a worker gone, the client closing) count as not knowing, never raised:
+    the interruption is the error the caller hears."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while True:
+        with contextlib.suppress(Exception):
+            busy = client.run_on_scheduler(_known_to_scheduler, keys) or any(
+                client.run(_may_run_here, keys, on_error="ignore").values())
+            quiet = 0 if busy else quiet + 1
+            if quiet == 2:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll)
+
+
+def _known_to_scheduler(keys: list[Hashable], dask_scheduler: Any = None) -> int:
+    """(On the scheduler) how many of ``keys`` it still knows."""
+    return sum(key in dask_scheduler.tasks for key in keys)
+
+
+def _may_run_here(keys: list[Hashable], dask_worker: Any = None) -> int:
+    """(On a worker) how many of ``keys`` it may still run, or is running."""
+    tasks = dask_worker.state.tasks
+    return sum(key in tasks and tasks[key].state in _MAY_RUN for key in keys)
 
 
 def _write_shard(where: Location, shard_format: ShardFormat, first_row: int,

@@ -4,10 +4,13 @@ through the client, and a bad row anywhere failing the whole write with nothing 
 from __future__ import annotations
 
 import filecmp
+import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
+import cloudpickle
 import dask
 import dask.array as da
 import numpy as np
@@ -18,8 +21,10 @@ import zarr
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.data.location import Location
-from dasklbfgs.data.worker_writes import shard_pieces
+from dasklbfgs.data.worker_writes import results_once_all_ended, shard_pieces
 from dasklbfgs.errors import InvalidDataError
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the slow write task below, on the workers
 
 
 def _same_bytes(a: Path, b: Path) -> None:
@@ -156,3 +161,45 @@ def test_a_write_by_the_workers_without_a_client_says_how_to_get_one(tmp_path) -
     assert done.returncode == 1 and "ConfigurationError: from_dask is done by the workers of a Dask cluster, and " \
         "there is no Dask client: pass client=" in done.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def _slow_write(folder: str, index: int, seconds: float) -> int:
+    """Task: mark its start in ``folder``, then after ``seconds`` mark its end (the folder
+    made if missing, as a write into a removed store would make it again)."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"{index}.started").touch()
+    time.sleep(seconds)
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"{index}.written").touch()
+    return index
+
+
+def _marked(folder: Path, mark: str) -> set[str]:
+    """The tasks that have marked ``mark`` in ``folder``."""
+    return {p.name.split(".")[0] for p in folder.glob(f"*.{mark}")} if folder.exists() else set()
+
+
+def test_an_interrupted_write_ends_once_its_running_tasks_have_ended(client, tmp_path) -> None:
+    """Ctrl-C (here ``on_ended`` raising as the first task ends, once another is running)
+    cancels the tasks and is raised only once those already running have written: nothing
+    is written after, where the caller's clean-up has removed the store."""
+    folder = tmp_path / "store"
+    tasks = [dask.delayed(_slow_write, pure=False)(str(folder), index, 0.2 if index == 0 else 2.0)
+             for index in range(5)]
+    futures = [client.compute(tasks[0], priority=1), *client.compute(tasks[1:])]
+
+    def interrupt(index: int) -> None:
+        deadline = time.monotonic() + 30
+        while not _marked(folder, "started") - _marked(folder, "written"):  # until a task is running
+            assert time.monotonic() < deadline, "no task ran to be interrupted"
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        results_once_all_ended(client, futures, interrupt)
+    started, written = _marked(folder, "started"), _marked(folder, "written")
+    assert len(started) >= 2 and written == started  # the tasks running at the cancel were waited for
+    assert len(started) < 5  # the others never ran
+    time.sleep(2.5)
+    assert (_marked(folder, "started"), _marked(folder, "written")) == (started, written)  # nothing ran after
+    assert all(future.status == "cancelled" for future in futures)

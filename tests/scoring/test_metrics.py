@@ -305,6 +305,41 @@ def test_the_command_line_scores_a_saved_model_on_the_running_cluster(client, tm
     assert "metrics ['rmse'] are not metrics of a classification model" in capsys.readouterr().err
 
 
+def test_the_command_line_s_json_has_null_for_a_metric_the_data_leaves_undefined(client, tmp_path, capsys) -> None:
+    """One class only: no ROC AUC (scikit-learn's is NaN too); the JSON says null, never NaN."""
+    import json
+
+    from sklearn.exceptions import UndefinedMetricWarning
+
+    from dasklbfgs.cli.main import main
+    from dasklbfgs.models.persist import save_params
+
+    X = rng.normal(size=(60, 3))
+    data = ShardedDataset.create(tmp_path / "d", X, np.zeros(60, dtype=np.int64), shard_rows=20)
+    save_params(tmp_path / "m.npz", Logistic(3), rng.normal(size=4))
+    with pytest.warns(UndefinedMetricWarning, match="Only one class"):
+        assert np.isnan(skm.roc_auc_score(np.zeros(60), X[:, 0]))
+    assert main(["evaluate", "--params", str(tmp_path / "m.npz"), "--data", str(data.path), "--json",
+                 "--scheduler", client.scheduler.address]) == 0
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} is not JSON")
+
+    found = json.loads(capsys.readouterr().out, parse_constant=refuse)
+    assert found["roc_auc"] is None and found["n_samples"] == 60 and isinstance(found["accuracy"], float)
+
+
+def test_json_for_other_programs_has_plain_numbers_and_null_for_the_undefined() -> None:
+    import json
+
+    from dasklbfgs.cli.format import json_text
+
+    value = {"a": np.float64("nan"), "b": [np.int64(3), float("inf"), np.array([1.5, -np.inf])], "c": np.bool_(True),
+             "d": "text", "e": None}
+    assert json.loads(json_text(value)) == {"a": None, "b": [3, None, [1.5, None]], "c": True, "d": "text",
+                                            "e": None}
+
+
 def test_runs_with_score_report_every_metric_of_their_data(client, tmp_path) -> None:
     """Sandblaster scores sparse shards it holds compact, the replica methods from the store;
     both as ``evaluate`` gives them; ``score`` is refused unless a bool."""
