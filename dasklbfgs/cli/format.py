@@ -52,7 +52,7 @@ def _short_repr(value: Any, shown: int = 10) -> str:
 def json_text(value: Any) -> str:
     """``value`` as valid JSON, indented: a NaN or infinite number (a metric the data leaves
     undefined, such as the ROC AUC of one class) is ``null``, a numpy number a plain one."""
-    return json.dumps(_finite(value), indent=2, allow_nan=False)
+    return json.dumps(_finite(value), indent=2, allow_nan=False, default=float)
 
 
 def _finite(value: Any) -> Any:

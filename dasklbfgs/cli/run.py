@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
+from dasklbfgs.cli.format import json_text
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.storage_args import add_storage_arguments, merged_storage_options, storage_options_from_args
 
@@ -39,7 +39,7 @@ def command(args: argparse.Namespace) -> int:
     if not args.quiet:
         summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
         summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
-        print(json.dumps(summary, indent=2, default=float))
+        print(json_text(summary))
         print(f"report in {metrics['report']}/ (metrics.json, curves.json, curves.png, scores.png, model.npz)")
     return 0 if metrics["success"] else 1
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
+from dasklbfgs.cli.format import json_text
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.report import format_report, interrupted_report, train_report
 from dasklbfgs.cli.solver_flags import add_option_flags, add_solver_flags, given_options, options_from_args
@@ -86,7 +86,7 @@ def command(args: argparse.Namespace) -> int:
             print(interrupted_line(result.nit, get_solver(args.solver).unit, args.output), file=sys.stderr)
             return EXIT_INTERRUPTED
         if args.json:
-            print(json.dumps(report, indent=2, default=float))
+            print(json_text(report))
         else:
             print(format_report(report))
             print(f"saved      {args.output}")
