@@ -1,15 +1,15 @@
 """Exact ranking metrics (ROC AUC, average precision) from per-shard sorted score counts.
 
-A shard's :class:`ScoreCounts` holds its distinct scores, in descending order, with the
-weight of the positive and of the negative rows at each: a sorted *run*. Counts merge by
-keeping the runs (:meth:`ScoreCounts.merge`, in the order merged); the first time the
-dataset's counts are read, its k runs are merged at once, by one stable sort of their
-concatenation (a merge of sorted runs: about ``n log k`` for ``n`` scores, never a
-comparison of every pair). The true and false positive weights above each distinct score
-are then cumulative sums read at the last row of each score, as scikit-learn's
-``_binary_clf_curve`` forms them, so tied scores are one threshold. Equal scores of
-different runs keep their run order, so the figures do not depend on where the runs were
-computed. Pure numpy: no Dask here.
+A shard's :class:`ScoreCounts` holds its rows' scores, in descending order, with the weight
+of each if positive and if negative (equal scores collapsed into one entry where there are
+many): a sorted *run*. Counts merge by keeping the runs (:meth:`ScoreCounts.merge`, in the
+order merged); the first time the dataset's counts are read, its k runs are merged at
+once, by one stable sort of their concatenation (a merge of sorted runs: about ``n log k``
+for ``n`` scores, never a comparison of every pair). The true and false positive weights
+above each distinct score are then cumulative sums read at the last row of each score, as
+scikit-learn's ``_binary_clf_curve`` forms them, so tied scores are one threshold. Equal
+scores of different runs keep their run order, so the figures do not depend on where the
+runs were computed. Pure numpy: no Dask here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["ScoreCounts"]
 
-#: a run: its distinct scores negated (so ascending), and the positive and the negative weight at each
+#: a run: scores negated (so ascending), and the positive and the negative weight at each
 Run = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
@@ -33,12 +33,20 @@ class ScoreCounts:
 
     @classmethod
     def of(cls, scores: np.ndarray, is_positive: np.ndarray, weight: np.ndarray) -> ScoreCounts:
-        """The counts of rows with ``scores``, positive where ``is_positive``, weighing ``weight``."""
-        keys, inverse = np.unique(-np.asarray(scores, dtype=np.float64), return_inverse=True)
+        """The counts of rows with ``scores``, positive where ``is_positive``, weighing
+        ``weight``: the rows sorted by score, descending; equal scores collapsed into one
+        entry when they are many (they are collapsed anyway when the counts are read)."""
+        keys = -np.asarray(scores, dtype=np.float64)
         if not keys.size:
             return cls(())
-        positive = np.bincount(inverse, weights=weight * is_positive, minlength=keys.size)
-        negative = np.bincount(inverse, weights=weight * ~is_positive, minlength=keys.size)
+        order = np.argsort(keys)
+        keys = keys[order]
+        positive = np.where(is_positive, weight, 0.0)[order]
+        negative = np.where(is_positive, 0.0, weight)[order]
+        starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
+        if 2 * starts.size < keys.size:  # mostly ties: fewer numbers to send and sort
+            keys, positive, negative = (keys[starts], np.add.reduceat(positive, starts),
+                                        np.add.reduceat(negative, starts))
         return cls(((keys, positive, negative),))
 
     def merge(self, other: ScoreCounts) -> ScoreCounts:
@@ -60,14 +68,14 @@ class ScoreCounts:
             return np.empty(0), np.empty(0), np.empty(0)
         if len(self.runs) == 1:
             keys, positive, negative = self.runs[0]
-            return -keys, np.cumsum(positive), np.cumsum(negative)
-        keys = np.concatenate([run[0] for run in self.runs])
-        order = np.argsort(keys, kind="stable")
-        keys = keys[order]
+        else:
+            keys = np.concatenate([run[0] for run in self.runs])
+            order = np.argsort(keys, kind="stable")
+            keys = keys[order]
+            positive = np.concatenate([run[1] for run in self.runs])[order]
+            negative = np.concatenate([run[2] for run in self.runs])[order]
         last = np.flatnonzero(np.append(keys[1:] != keys[:-1], True))  # the last row of each distinct score
-        tps = np.cumsum(np.concatenate([run[1] for run in self.runs])[order])[last]
-        fps = np.cumsum(np.concatenate([run[2] for run in self.runs])[order])[last]
-        return -keys[last], tps, fps
+        return -keys[last], np.cumsum(positive)[last], np.cumsum(negative)[last]
 
     @property
     def scores(self) -> np.ndarray:
