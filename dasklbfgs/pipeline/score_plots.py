@@ -76,7 +76,7 @@ def _precision_recall(ax: Any, curves: dict[str, dict[str, Any]]) -> None:
 
 
 def _reliability(ax: Any, curves: dict[str, dict[str, Any]]) -> None:
-    binary = all("classes" not in found for found in curves.values())
+    binary = all(found["reliability"]["of"] == "positive" for found in curves.values() if "reliability" in found)
     for split, found in curves.items():
         if "reliability" in found:
             points = found["reliability"]

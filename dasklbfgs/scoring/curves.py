@@ -85,7 +85,9 @@ class Histogram:
     def merge(self, other: Histogram) -> Histogram:
         if not other.weight.size or not self.weight.size:
             return self if not other.weight.size else other
-        width = max(self.width, other.width)
+        low = min(self.first * self.width, other.first * other.width)
+        high = max((self.first + self.weight.size) * self.width, (other.first + other.weight.size) * other.width)
+        width = max(self.width, other.width, _width_for(low, high))  # bins for the union's range: a few dozen
         a, b = self._rebinned(width), other._rebinned(width)
         first = min(a.first, b.first)
         weight = np.zeros(max(a.first + a.weight.size, b.first + b.weight.size) - first)
@@ -94,13 +96,14 @@ class Histogram:
         return Histogram(width, first, weight)._within_bounds()
 
     def _rebinned(self, width: float) -> Histogram:
-        """The same counts in bins ``width`` wide (a power-of-two multiple of this one's)."""
+        """The same counts in bins ``width`` wide (a power-of-two multiple of this one's);
+        the bins' indices in Python integers, which no ratio of widths overflows."""
         if width == self.width:
             return self
-        factor = int(round(width / self.width))
-        first = math.floor(self.first / factor)
-        index = (self.first + np.arange(self.weight.size)) // factor - first
-        return Histogram(width, first, np.bincount(index, weights=self.weight))
+        factor = 2 ** (math.frexp(width)[1] - math.frexp(self.width)[1])  # both powers of two: exact
+        index = [(self.first + k) // factor for k in range(self.weight.size)]  # at most 2 * HISTOGRAM_BINS
+        first = index[0]
+        return Histogram(width, first, np.bincount(np.asarray(index) - first, weights=self.weight))
 
     def _within_bounds(self) -> Histogram:
         """At most ``2 * HISTOGRAM_BINS`` bins: twice as wide while more."""
@@ -116,12 +119,17 @@ class Histogram:
 
 
 def _width_for(low: float, high: float) -> float:
-    """The power of two that cuts ``[low, high]`` into between ``HISTOGRAM_BINS`` and twice as many bins."""
-    span, size = high - low, max(abs(low), abs(high))
-    if span <= 0:
-        return 2.0 ** math.floor(math.log2(size)) / HISTOGRAM_BINS if size > 0 else 1.0
-    # never so fine that a bin's index (value / width) leaves the float's exact integers
-    return max(2.0 ** math.floor(math.log2(span / HISTOGRAM_BINS)), 2.0 ** math.ceil(math.log2(size / 2.0 ** 50)))
+    """The power of two that cuts ``[low, high]`` into between ``HISTOGRAM_BINS`` and twice as
+    many bins; never so fine that a bin's index (value / width) leaves the float's exact
+    integers, and a normal float (no overflow or underflow at the ends of the range)."""
+    half_span, size = high / 2 - low / 2, max(abs(low), abs(high))  # halves: no overflow near the largest floats
+    if size == 0:
+        return 1.0
+    scale = int(math.log2(HISTOGRAM_BINS))
+    exponent = (math.floor(math.log2(half_span)) + 1 - scale if half_span > 0
+                else math.floor(math.log2(size)) - scale)
+    exponent = max(exponent, math.ceil(math.log2(size)) - 50, -1022)
+    return math.ldexp(1.0, min(exponent, 1023))
 
 
 def ranking_curves(counts: ScoreCounts, points: int = CURVE_POINTS) -> dict[str, Any]:

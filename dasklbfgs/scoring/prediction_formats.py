@@ -109,6 +109,7 @@ class ZarrPredictions(PredictionFormat):
         return da.from_zarr(target.zarr_store(read_only=True), component=PREDICTIONS)
 
 
+@dataclass(frozen=True)  # its own __init__, which calls its __post_init__
 class ParquetPredictions(PredictionFormat):
     """A folder of Parquet files, ``part-00000.parquet`` and on, one per shard in order, each
     with the int64 column ``row`` (the row's index in the input), then the prediction

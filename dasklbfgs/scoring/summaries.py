@@ -121,8 +121,9 @@ class Summary:
             found.update(ranking_curves(self.counts[0]))
         elif self.counts:
             found["classes"] = [ranking_curves(c) for c in self.counts]
-        if self.reliability is not None:
-            found["reliability"] = self.reliability.finished()
+        if self.reliability is not None:  # of P(y = 1) for two classes, of the top class's probability for more
+            of = "positive" if self.confusion is not None and self.confusion.shape[0] == 2 else "top_class"
+            found["reliability"] = {**self.reliability.finished(), "of": of}
         if self.residual_histogram is not None:
             found["residuals"] = self.residual_histogram.finished()
         return found

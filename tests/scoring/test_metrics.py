@@ -226,6 +226,20 @@ def test_residual_histograms_of_shards_merge_into_the_histogram_of_all() -> None
     np.testing.assert_allclose(merged["weight"], expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("parts", [
+    [np.linspace(0, 1e-9, 50), 1e6 + np.linspace(0, 1e-3, 50)],  # tight ranges far apart
+    [np.array([-1e308, 1e308]), np.array([0.0])],  # the ends of the floats
+    [np.array([5e-324]), np.array([5e-324, 1e-320])],  # subnormals
+    [np.array([3.0, 3.0]), np.array([-2.0])],  # a constant shard
+], ids=["far apart", "largest", "subnormal", "constant"])
+def test_residual_histograms_merge_whatever_their_ranges(parts) -> None:
+    merged = merged_in_a_tree([Histogram.of(p, np.ones(p.size)) for p in parts], lambda a, b: a.merge(b)).finished()
+    values = np.concatenate(parts)
+    assert 1 <= len(merged["weight"]) <= 64 and sum(merged["weight"]) == values.size
+    edges = np.array(merged["edges"])
+    assert edges[0] <= values.min() and (edges[-1] > values.max() or not np.isfinite(edges[-1]))
+
+
 def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> None:
     X = rng.normal(size=(900, 6))
     y = np.argmax(X[:, :3], axis=1)
@@ -245,7 +259,7 @@ def test_the_workers_compute_the_bits_this_process_does(client, tmp_path) -> Non
     with_curves = evaluate(model, params, data, client=client, curves=True)
     assert with_curves["curves"] == evaluated(model, params, data, METRICS["classification"], None,
                                               curves=True)["curves"]
-    assert len(with_curves["curves"]["classes"]) == 3 and "reliability" in with_curves["curves"]
+    assert len(with_curves["curves"]["classes"]) == 3 and with_curves["curves"]["reliability"]["of"] == "top_class"
     picked = evaluate(model, params, data, client=client, metrics=["roc_auc", "log_loss"])
     assert set(picked) == {"objective", "n_samples", "roc_auc", "log_loss"} and picked["roc_auc"] == here["roc_auc"]
 
