@@ -29,6 +29,7 @@ __all__ = [
     "InsufficientMemoryError",
     "DaskLBFGSWarning",
     "PerformanceWarning",
+    "ConvergenceWarning",
 ]
 
 
@@ -114,6 +115,12 @@ class DaskLBFGSWarning(UserWarning):
 
 class PerformanceWarning(DaskLBFGSWarning):
     """A setting that works but will be much slower than it needs to be."""
+
+
+class ConvergenceWarning(DaskLBFGSWarning):
+    """A replica method's run ended without success (it made no progress on its start, or
+    diverged): the result is returned, ``result.success`` is False and the message says
+    what happened and what to change. The estimators turn it into scikit-learn's."""
 
 
 class MetricsWarning(DaskLBFGSWarning):

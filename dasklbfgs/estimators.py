@@ -28,6 +28,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, validate_data
 
+from dasklbfgs import errors
 from dasklbfgs._checks import check_int
 from dasklbfgs._fit_stores import temporary_dataset
 from dasklbfgs._post_fit import PostFit, ScoredOnTheCluster, check_rows, computed, on_the_cluster, partition_rows
@@ -147,21 +148,23 @@ class _ShardedEstimator(PostFit, BaseEstimator):
         return np.concatenate([W, np.broadcast_to(np.asarray(self.intercept_, dtype=np.float64), (model.n_outputs,))])
 
     def _solve(self, model: Model, data: ShardedDataset, x0: np.ndarray | None = None) -> Any:
-        result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
+        with warnings.catch_warnings():  # said below, as scikit-learn's warning
+            warnings.simplefilter("ignore", errors.ConvergenceWarning)
+            result = minimize(model, data, self.solver, self._options(model, data), client=self.client, x0=x0)
         # passes over the data, at most max_iter (a sync replica with fewer rows steps on empty batches)
         self.n_iter_ = np.array([min(result.stats.iterations(result.nit), self.max_iter)], dtype=np.int32)
         self.loss_curve_ = [h["loss"] for h in result.history if "loss" in h]
         if not result.success:
             if result.status == Status.LINE_SEARCH_FAILED:
-                advice = ("the objective stopped decreasing before the gradient met tol; tol may be "
+                advice = ("; the objective stopped decreasing before the gradient met tol; tol may be "
                           "below the precision of the data (float32?)")
-            elif result.status in (Status.NON_FINITE, Status.DIVERGED):
-                advice = "lower learning_rate"
+            elif result.status in (Status.NON_FINITE, Status.DIVERGED, Status.NO_PROGRESS):
+                advice = "" if "learning_rate" in result.message else "; lower learning_rate"
             else:
-                advice = "increase max_iter or scale the features" + (
+                advice = "; increase max_iter or scale the features" + (
                     " (standardize=True)" if hasattr(self, "standardize") else "")
             warnings.warn(
-                f"{type(self).__name__} did not converge: {result.message}; {advice}.",
+                f"{type(self).__name__} did not converge: {result.message}{advice}.",
                 ConvergenceWarning,
                 stacklevel=3,
             )

@@ -12,8 +12,10 @@ __all__ = ["EXIT_CODES", "Parser", "unknown_flag_message"]
 
 EXIT_CODES = """\
 exit codes:
-  0    the run converged (or the command did its work)
-  1    the run ended without converging (a limit such as --maxiter was reached)
+  0    the run succeeded: it converged (Sandblaster), or ran its epochs and lowered
+       the objective (the replica methods); or the command did its work
+  1    the run ended without success: a limit such as --maxiter was reached, the
+       loss diverged or became non-finite, or the epochs ended no better than the start
   2    bad usage or input (one line on stderr says what and what to do)
   130  interrupted by Ctrl-C (train and run save the parameters reached)"""
 

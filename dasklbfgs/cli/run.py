@@ -11,6 +11,7 @@ from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
 from dasklbfgs.cli.format import json_text
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.storage_args import add_storage_arguments, merged_storage_options, storage_options_from_args
+from dasklbfgs.cli.training import endings_in_the_report
 
 __all__ = ["add_parser"]
 
@@ -31,7 +32,7 @@ def command(args: argparse.Namespace) -> int:
     # and a recipe's datasets are built here, once (the report counts that time).
     data = open_datasets(config)
     with Interrupt() as interrupt:
-        with cluster_from_args(args, interrupt) as client:
+        with cluster_from_args(args, interrupt) as client, endings_in_the_report():
             metrics = run_pipeline(config, args.output, client=client, overwrite=args.overwrite,
                                    callback=interrupt.check, data=data)
         if metrics["message"] == INTERRUPTED:

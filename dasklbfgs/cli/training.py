@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from dasklbfgs.cli.interrupt import Interrupt
+from dasklbfgs.errors import ConvergenceWarning
 from dasklbfgs.solvers.common_options import without_held_out
 from dasklbfgs.solvers.registry import get_solver, minimize
 
@@ -16,14 +20,24 @@ if TYPE_CHECKING:
     from dasklbfgs.models.base import Model
     from dasklbfgs.options import Options
 
-__all__ = ["train_with_progress"]
+__all__ = ["endings_in_the_report", "train_with_progress"]
+
+
+@contextlib.contextmanager
+def endings_in_the_report() -> Iterator[None]:
+    """A run that did not succeed says so in the command's report (its ``stopped`` line or
+    ``message``) and its exit code, not in a Python warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        yield
 
 
 def train_with_progress(client: Client, model: Model, data: Dataset, solver: str, options: Options, *,
                         eval_data: Dataset | None = None, quiet: bool = False, interrupt: Interrupt | None = None
                         ) -> OptimizeResult:
     """``minimize`` with a one-line progress display on a terminal (none when ``quiet``),
-    stopped at the next iteration or step once ``interrupt`` has seen Ctrl-C."""
+    stopped at the next iteration or step once ``interrupt`` has seen Ctrl-C (and its
+    ending told in the report: :func:`endings_in_the_report`)."""
     from dasklbfgs.monitor.progress import Progress
 
     chosen = get_solver(solver)
@@ -42,7 +56,8 @@ def train_with_progress(client: Client, model: Model, data: Dataset, solver: str
 
     options = without_held_out(options, eval_data)
     try:
-        return minimize(model, data, solver, options, client=client, callback=show, eval_data=eval_data,
-                        score=True)
+        with endings_in_the_report():
+            return minimize(model, data, solver, options, client=client, callback=show, eval_data=eval_data,
+                            score=True)
     finally:
         progress.close()

@@ -33,10 +33,14 @@ Evaluate = Callable[[np.ndarray], tuple[float, np.ndarray]]
 class Status(IntEnum):
     """``OptimizeResult.status`` of every solver (0-2 as scipy's L-BFGS-B, 99 as scipy's callbacks).
 
-    The replica methods use ``CONVERGED`` for a run that completed its epochs or
-    ``max_steps``, ``NON_FINITE`` when a replica's loss became NaN or infinite, ``DIVERGED``
-    when the loss grew to ``DIVERGENCE_FACTOR`` times the loss at the start (the watch loop
-    of :mod:`dasklbfgs.solvers._replicas.watch`), and ``CALLBACK_STOP``.
+    Sandblaster's L-BFGS ends ``CONVERGED`` (a tolerance was met), ``LIMIT``,
+    ``LINE_SEARCH_FAILED``, ``NON_FINITE`` or ``CALLBACK_STOP``. The replica methods (the
+    watch loop of :mod:`dasklbfgs.solvers._replicas.watch`) end ``COMPLETED`` when they ran
+    their epochs or ``max_steps`` and the objective fell below its value at the start,
+    ``NO_PROGRESS`` when they ran them and it did not, ``DIVERGED`` when a loss grew past
+    ``DIVERGENCE_FACTOR`` times the start and the run was stopped, ``NON_FINITE`` when a
+    replica's loss became NaN or infinite, or ``CALLBACK_STOP``. A run succeeded
+    (``result.success``, :attr:`succeeded`) when it ended ``CONVERGED`` or ``COMPLETED``.
     """
 
     CONVERGED = 0
@@ -44,7 +48,14 @@ class Status(IntEnum):
     LINE_SEARCH_FAILED = 2
     NON_FINITE = 3
     DIVERGED = 4
+    COMPLETED = 5
+    NO_PROGRESS = 6
     CALLBACK_STOP = 99
+
+    @property
+    def succeeded(self) -> bool:
+        """Whether a run that ended with this status succeeded (``result.success``)."""
+        return self in (Status.CONVERGED, Status.COMPLETED)
 
 
 MSG_GTOL = "CONVERGENCE: NORM OF PROJECTED GRADIENT <= GTOL"
@@ -181,7 +192,7 @@ def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
                 break
         status, message = _check_convergence(space, state, opts)
     result = OptimizeResult(x=space.x(), fun=state.f, jac=space.g(), nit=state.nit, nfev=state.nfev,
-                            njev=state.nfev, status=status, success=status == Status.CONVERGED,
+                            njev=state.nfev, status=status, success=status.succeeded,
                             message=message, history=list(state.history))
     return result, state
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -191,12 +192,32 @@ def test_train_with_downpour(tmp_path) -> None:
         "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "50", "--workers", "2",
         "--output", str(out), "--json").stdout)
     assert report["solver"] == "downpour" and report["success"]
+    assert re.fullmatch(r"all replicas finished their epochs; the objective on 1,000 training rows fell from 1\.099 "
+                        r"at the start to 0\.\d+", report["message"]), report["message"]
     assert report["steps"] == 2 * 2 * 47  # 2 replicas x 2 epochs x ceil(3000 / 64) batches
     # two epochs of SGD come within 0.02 of the converged linear fit (measured: within 0.005)
     assert report["test"]["accuracy"] >= reference_accuracy(tmp_path / "mn") - 0.02
     assert (tmp_path / "ckpt" / "zarr.json").exists()
     model, params, _ = load_params(out)
     assert model.n_classes == 3 and params.shape == (21,)
+
+
+def test_a_run_that_got_worse_does_not_report_success(client, tmp_path) -> None:
+    """Plain SGD at a rate of 50 on a softmax: the loss leaves its start (log 3) at once. The
+    run stops as diverged, says so in its report (not in a Python warning) and exits 1."""
+    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
+        "--classes", "3", "--shard-rows", "2000")
+    proc = run("train", "--solver", "downpour", "--data", str(tmp_path / "mn" / "train"), "--optimizer", "sgd",
+               "--learning-rate", "50", "--epochs", "1", "--replicas", "2", "--scheduler", client.scheduler.address,
+               "--output", str(tmp_path / "dp.npz"), check=False)
+    assert proc.returncode == 1, proc.stderr
+    stopped = next(line for line in proc.stdout.splitlines() if line.startswith("stopped "))
+    # stopped once its loss stayed far above the start, or judged at the end of its epoch
+    assert re.fullmatch(r"stopped    (the mini-batch loss stayed above 4 times the loss at the start \(1\.099\) for 3 "
+                        r"polls, at \S+ at global step \d+: the run diverged and was stopped|all replicas finished "
+                        r"their epochs, but the objective on 1,000 training rows went from 1\.099 at the start to "
+                        r"\S+: the run made no progress); lower learning_rate \(success=False\)", stopped), stopped
+    assert "Warning" not in proc.stderr
 
 
 def test_sandblaster_sharded_state_checkpoint_and_resume_from_the_command_line(tmp_path) -> None:

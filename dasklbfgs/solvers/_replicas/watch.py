@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -22,26 +23,18 @@ import numpy as np
 from dask.utils import parse_bytes
 from distributed import Future
 
-from dasklbfgs._typing import Dataset
-from dasklbfgs.models.base import Model
+from dasklbfgs.errors import ConvergenceWarning
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.solvers._replicas.batches import is_non_finite
+from dasklbfgs.solvers._replicas.ending import Divergence, judged_end, sample_objective, sample_ranges
 from dasklbfgs.solvers.common_options import ReplicaOptions
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.stats import RunStats
 
-__all__ = ["Coordinator", "Progress", "WatchedRun", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE",
-           "DIVERGENCE_FACTOR"]
+__all__ = ["Coordinator", "Progress", "WatchedRun", "watch", "replies_or_none", "step_timing", "DONE_MESSAGE"]
 
 DONE_MESSAGE = "all replicas finished their epochs"
-# A run whose loss reaches this multiple of its starting loss has diverged. Mini-batch noise
-# moves a loss average by a small factor, and a training run's loss falls below its start
-# within a few steps; 100 times the start (for a 3-class softmax at zero: 110 nats per
-# example, a probability of e^-110 on the true class) is far past anything a converging run
-# shows, while an exploding one (a rate 1e3 times too large) passes it within its first steps.
-DIVERGENCE_FACTOR = 100.0
-START_SAMPLE_ROWS = 1000  # rows of replica 0's subset the starting loss is measured on
 
 
 @dataclass
@@ -85,10 +78,11 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
     Each poll with news becomes a history entry, reported through the run's context
     (:class:`~dasklbfgs.solvers.context.RunContext`: held-out scores and checkpoints on
     their cadences from ``start_steps``, the metrics event, the callback and stop rules).
-    Status ``CONVERGED``: epochs done or ``max_steps`` reached; ``NON_FINITE``: a replica's
+    Status ``COMPLETED``: epochs done or ``max_steps`` reached (judged at the end: see
+    :mod:`~dasklbfgs.solvers._replicas.ending`); ``NON_FINITE``: a replica's
     loss became non-finite; ``DIVERGED``: the mini-batch loss average or the held-out loss
-    exceeded ``DIVERGENCE_FACTOR`` times the loss at the start (:func:`diverged`), and the
-    run was stopped; ``CALLBACK_STOP``: the callback raised ``StopIteration`` (or a stop
+    grew far past the loss at the start (:class:`~dasklbfgs.solvers._replicas.ending.Divergence`),
+    and the run was stopped; ``CALLBACK_STOP``: the callback raised ``StopIteration`` (or a stop
     rule stopped the run). With ``options.defer_eval``, the parameters due for held-out
     scoring are kept and scored once the replicas have finished, so that scoring does not
     take CPU from them (the entries keep the times the parameters were taken at).
@@ -98,9 +92,10 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
     assert isinstance(options, ReplicaOptions)
     context.start_cadences(start_steps)
     history: list[dict[str, Any]] = []
-    status, message = Status.CONVERGED, DONE_MESSAGE
+    status, message = Status.COMPLETED, DONE_MESSAGE
     last_loss = (0.0, 0)
     deferred: list[tuple[dict[str, Any], np.ndarray]] = []
+    divergence = Divergence()
     while True:
         time.sleep(options.poll_interval)
         progress = run.poll()
@@ -119,7 +114,7 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
         elif scored:
             entry.update(context.score(run.current_params()))
         context.checkpoint_if_due(steps, run.checkpoint)
-        if status != Status.DIVERGED and (message_diverged := diverged(entry, run.start_loss)):
+        if status != Status.DIVERGED and (message_diverged := divergence.seen(entry, run.start_loss)):
             status, message = Status.DIVERGED, message_diverged
             run.stop(message)
         if loss_count or scored:
@@ -131,31 +126,11 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
         if reason is not None and is_non_finite(reason):
             status, message = Status.NON_FINITE, reason
         elif reason and reason.startswith("max_steps") and status not in (Status.CALLBACK_STOP, Status.DIVERGED):
-            status, message = Status.CONVERGED, reason
+            status, message = Status.COMPLETED, reason
         if progress.finished:
             for due, params in deferred:
                 due.update(context.score(params))
             return history, status, message
-
-
-def diverged(entry: dict[str, Any], start: float) -> str | None:
-    """Why the run has diverged, if a loss in this history ``entry`` exceeds
-    ``DIVERGENCE_FACTOR`` times the loss at the start (a start loss of 0 or less: never)."""
-    losses = [(entry[key], name) for key, name in (("eval_objective", "held-out"), ("loss", "mini-batch"))
-              if key in entry]
-    if not losses:
-        return None
-    for loss, name in losses:
-        if start > 0 and loss > DIVERGENCE_FACTOR * start:
-            return (f"the {name} loss reached {loss:.4g} at global step {entry['step']}, more than "
-                    f"{DIVERGENCE_FACTOR:g} times the loss at the start ({start:.4g}): the run diverged "
-                    "and was stopped; lower learning_rate")
-    return None
-
-
-def _sample_objective(model: Model, data: Dataset, rows: tuple[int, int], params: np.ndarray) -> float:
-    X, y = data.load_rows(*rows)
-    return float(model.objective(params, X, y, data.load_weights(*rows))[0])
 
 
 def step_timing(tallies: list[dict[str, Any]]) -> dict[str, float]:
@@ -254,17 +229,30 @@ class Coordinator:
         return replies
 
     def measure_start_loss(self) -> None:
-        """Set ``self.start_loss``, what :func:`diverged` compares losses with: the objective
-        at the starting parameters ``self.x_start`` on the first ``START_SAMPLE_ROWS`` rows of
-        replica 0's subset, computed on a worker (the data may not be readable from this
-        process). Measured before the replicas start (one small task), so every poll can be
-        judged at once: a fast exploding run would otherwise pass its first polls unjudged,
-        and the task does not compete with the replicas for a worker."""
-        a, b = self.rows[0]
-        future = self.client.submit(_sample_objective, self.model, self.data, (a, min(b, a + START_SAMPLE_ROWS)),
-                                    self._ahead(self.x_start, None), pure=False)
+        """Set ``self.start_loss``, what the run is judged against (:mod:`~dasklbfgs.solvers._replicas.ending`):
+        the objective at the starting parameters on :attr:`judged_rows`, computed on a worker
+        (the data may not be readable from this process). Measured before the replicas start
+        (one small task), so every poll can be judged at once: a fast exploding run would
+        otherwise pass its first polls unjudged, and the task does not compete with the
+        replicas for a worker."""
+        self.start_loss = self.sample_objective(self.x_start)
+
+    def end_loss(self, x: np.ndarray, history: list[dict[str, Any]]) -> tuple[float, str]:
+        """The loss the run's end is judged by, at its final parameters ``x``, and what it is
+        (for the message): the objective on :attr:`judged_rows`, as at the start."""
+        return self.sample_objective(x), f"the objective on {sum(b - a for a, b in self.judged_rows):,} training rows"
+
+    @property
+    def judged_rows(self) -> list[tuple[int, int]]:
+        """The training rows the start and the end are measured on: the first of each replica's."""
+        return sample_ranges(self.rows)
+
+    def sample_objective(self, params: np.ndarray) -> float:
+        """The objective at ``params`` on :attr:`judged_rows`, computed by a worker."""
+        future = self.client.submit(sample_objective, self.model, self.data, self.judged_rows,
+                                    self._ahead(params, None), pure=False)
         try:
-            self.start_loss = future.result()
+            return future.result()
         finally:
             future.release()
 
@@ -375,9 +363,16 @@ class Coordinator:
 
     def result(self, x: np.ndarray, steps: int, watched: tuple[list[dict[str, Any]], Status, str],
                stats: RunStats, event: dict[str, Any] | None = None, **extra: Any) -> Result:
-        """The run's :class:`Result`. Its final entry (with eval data: held-out metrics of
+        """The run's :class:`Result`, its ending judged (:mod:`~dasklbfgs.solvers._replicas.ending`;
+        a :class:`~dasklbfgs.errors.ConvergenceWarning` for a run that did not succeed, unless
+        its callback stopped it). Its final entry (with eval data: held-out metrics of
         ``x``, also appended to the history) is streamed as the finished event."""
         history, status, message = watched
+        if status == Status.COMPLETED:  # ran its course: judged by the loss it reached
+            status, message = judged_end(message, self.start_loss, *self.end_loss(x, history))
+        if not status.succeeded and status != Status.CALLBACK_STOP:
+            warnings.warn(f"{self.method} did not succeed ({status.name}): {message}", ConvergenceWarning,
+                          stacklevel=5)
         final: dict[str, Any] = {"step": steps, "time": stats["wall_seconds"]}
         if self.eval_set is not None:
             final.update(self.context.score(x))
@@ -386,6 +381,6 @@ class Coordinator:
         losses = [entry["loss"] for entry in history if "loss" in entry]
         return Result(
             x=x, fun=losses[-1] if losses else math.nan, nit=steps, status=status,
-            success=status == Status.CONVERGED, message=message, history=history, stats=stats,
+            success=status.succeeded, message=message, history=history, stats=stats,
             run_id=self.metrics.run, solver=self.method, **extra,
         )

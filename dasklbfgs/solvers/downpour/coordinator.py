@@ -10,6 +10,7 @@ shards when to stop.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -278,14 +279,22 @@ class _DownpourRun(Coordinator):
 
     def measure_start_loss(self) -> None:
         """With model_partitions no worker holds the whole model, so the loss the run is judged
-        against (:func:`~dasklbfgs.solvers._replicas.watch.diverged`) is the loss of the first
-        push shard 0 took (computed at the start, on the first mini-batches), read at the
-        first poll that has it."""
+        against (:mod:`~dasklbfgs.solvers._replicas.ending`) is the loss of the first push
+        shard 0 took (computed at the start, on the first mini-batches), read at the first
+        poll that has it."""
         self.start_loss_pending = self.partitioned is not None
         if self.start_loss_pending:
             self.start_loss = 0.0  # nothing is judged until then
         else:
             super().measure_start_loss()
+
+    def end_loss(self, x: np.ndarray, history: list[dict[str, Any]]) -> tuple[float, str]:
+        """With model_partitions, the mini-batch loss of the last poll that measured one,
+        against the first push's (no worker holds the whole model to evaluate it)."""
+        if self.partitioned is None:
+            return super().end_loss(x, history)
+        losses = [entry["loss"] for entry in history if "loss" in entry]
+        return (losses[-1] if losses else math.nan), "the mini-batch loss (first push, last poll)"
 
     def replica_tallies(self) -> list[dict[str, Any]]:
         """Each replica's tallies; a partitioned replica's are its partition 0's (all take the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from types import SimpleNamespace
 
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dasklbfgs import ShardedDataset, make_dataset
+from dasklbfgs import ShardedDataset, Status, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
-from dasklbfgs.errors import ConfigurationError, WorkerLostError
+from dasklbfgs.errors import ConfigurationError, ConvergenceWarning, WorkerLostError
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.models.sums import SparseSum, as_dense
 from dasklbfgs.monitor.events import TOPIC
@@ -183,8 +184,12 @@ def test_sync_sgd_equals_single_process_large_batch_sgd(client, tmp_path, n_repl
     data = ShardedDataset.create(tmp_path / "d", X, y, shard_rows=250)
     model = Softmax(4, 3, l2=1e-2)
     # 1001 rows over 3 replicas: 333, 334, 334 rows, so replica 0 runs out of batches first
-    result = sync_sgd(model, data, client=client, n_replicas=n_replicas, batch_size=40, epochs=2, seed=5,
-                      optimizer="momentum", learning_rate=0.3, eval_data=data, eval_every=5)
+    with pytest.warns(ConvergenceWarning, match=r"sync did not succeed \(NO_PROGRESS\): all replicas finished their "
+                      r"epochs, but the objective on 1,00[01] training rows went from 1\.09\d+ at the start to "):
+        # random labels: nothing to learn, and the run ends honestly without success
+        result = sync_sgd(model, data, client=client, n_replicas=n_replicas, batch_size=40, epochs=2, seed=5,
+                          optimizer="momentum", learning_rate=0.3, eval_data=data, eval_every=5)
+    assert result.status == Status.NO_PROGRESS and not result.success
     expected = _reference_sync_sgd(model, data, n_replicas, 40, 2, 5, make_rule("momentum", learning_rate=0.3))
     np.testing.assert_allclose(result.x, expected, rtol=1e-10, atol=1e-12)
     for replica in result.replicas:  # every replica took the same steps
@@ -210,8 +215,10 @@ def _reference_local_sgd(model, X, y, rows, batch_size, epochs, seed, replica, r
 def test_easgd_with_alpha_zero_is_independent_sgd(client, softmax_data) -> None:
     train = softmax_data["train"]
     model = Softmax(10, 3, l2=1e-3)
-    result = easgd(model, train, client=client, n_replicas=2, batch_size=100, epochs=1, seed=4, alpha=0.0,
-                   tau=3, learning_rate=0.2)
+    with pytest.warns(ConvergenceWarning, match=r"the objective on 1,000 training rows went from 1\.099 at the start "
+                      r"to 1\.099: the run made no progress; raise learning_rate or train longer"):
+        result = easgd(model, train, client=client, n_replicas=2, batch_size=100, epochs=1, seed=4, alpha=0.0,
+                       tau=3, learning_rate=0.2)  # the center, the result, never moves: no progress
     X, y = train.load_rows(0, train.n_samples)
     rows = replica_rows(train.n_samples, 2)
     for r, replica in enumerate(result.replicas):
@@ -270,7 +277,9 @@ def test_max_steps_and_callback_stop_every_method(client, softmax_data) -> None:
     for method in (sync_sgd, easgd, gossip_sgd, neighbour_sgd):
         result = method(model, softmax_data["train"], client=client, n_replicas=2, batch_size=10, epochs=3,
                         max_steps=200, learning_rate=0.05)
-        assert result.success and result.message == "max_steps (200) reached", method
+        assert result.status == Status.COMPLETED and result.success, method
+        assert re.fullmatch(r"max_steps \(200\) reached; the objective on 1,000 training rows fell from 1\.099 at the "
+                            r"start to 0\.\d+", result.message), result.message
         assert result.nit == 200 and result.stats["steps_per_replica"] == [100, 100], method  # no overshoot
 
     def stop(entry):
@@ -281,11 +290,33 @@ def test_max_steps_and_callback_stop_every_method(client, softmax_data) -> None:
     assert result.status == 99 and result.nit < 2 * 3 * 960
 
 
+def test_a_peer_run_is_judged_by_its_start(client, softmax_data) -> None:
+    """A rate that trains completes with success, both objectives in the message; plain SGD
+    at a rate of 1000 explodes from its first steps and is stopped as diverged, with a warning."""
+    model = Softmax(10, 3)
+    healthy = gossip_sgd(model, softmax_data["train"], client=client, n_replicas=2, batch_size=50, epochs=1,
+                         learning_rate=0.2)
+    assert healthy.status == Status.COMPLETED and healthy.success
+    expected = evaluate(model, healthy.x, softmax_data["train"])["objective"]  # on all rows: below the start too
+    start = float(np.log(3))
+    assert expected < start
+    assert re.fullmatch(r"all replicas finished their epochs; the objective on 1,000 training rows fell from 1\.099 "
+                        r"at the start to 0\.\d+", healthy.message), healthy.message
+    with pytest.warns(ConvergenceWarning, match=r"gossip did not succeed \(DIVERGED\): the (mini-batch|held-out) "
+                                                r"loss (reached \S+ at global step \d+, more than 100|stayed above 4) "
+                                                r"times the loss"):
+        exploded = gossip_sgd(model, softmax_data["train"], client=client, n_replicas=2, batch_size=50, epochs=5,
+                              learning_rate=1e3)
+    assert exploded.status == Status.DIVERGED and not exploded.success
+    assert exploded.nit < 2 * 5 * 60 / 3  # 2 replicas x 5 epochs x 60 batches: stopped well before
+
+
 @pytest.mark.parametrize("method", [sync_sgd, gossip_sgd, neighbour_sgd])
 def test_non_finite_loss_stops_the_run(client, tmp_path, method) -> None:
     X = np.ones((400, 2))
     data = ShardedDataset.create(tmp_path / "d", X, np.full(400, 1e200), shard_rows=200)
-    result = method(LeastSquares(2), data, client=client, n_replicas=2, batch_size=10, learning_rate=0.1)
+    with pytest.warns(ConvergenceWarning, match=r"did not succeed \(NON_FINITE\): .*non-finite loss"):
+        result = method(LeastSquares(2), data, client=client, n_replicas=2, batch_size=10, learning_rate=0.1)
     assert result.status == 3 and not result.success
     assert "non-finite loss" in result.message and result.nit == 0
     assert np.all(np.isfinite(result.x))
