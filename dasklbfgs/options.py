@@ -112,6 +112,8 @@ KINDS: dict[str, Kind] = {
                          {"type": _parse_bool_or_auto, "metavar": "{true,false,auto}"}, (bool, str)),
     "choice": Kind(lambda v: v, "one of", {}, (str,)),  # the flag's choices come from the spec
     "path": Kind(_path, "a path or URL", {"metavar": "PATH"}, (str,)),
+    "text": Kind(lambda v: v if isinstance(v, str) and v.strip() else _BAD, "a non-empty string",
+                 {"metavar": "TEXT"}, (str,)),
     "ints": Kind(_ints, "a list of integers", {"type": parse_ints, "metavar": "N,N"}, (list, int)),
     "mapping": Kind(lambda v: dict(v) if isinstance(v, Mapping) and all(isinstance(k, str) for k in v) else _BAD,
                     "a mapping of names to values", {"type": parse_mapping, "metavar": "NAME=VALUE,..."}, (dict,)),

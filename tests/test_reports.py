@@ -10,7 +10,14 @@ import pytest
 
 from dasklbfgs.data.cache import recipe_datasets, recipe_folder
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError
-from dasklbfgs.pipeline.curves import honest_limits, learning_curves, plot_curves, smoothed, smoothing_weight
+from dasklbfgs.pipeline.curves import (
+    curves_figure,
+    honest_limits,
+    learning_curves,
+    plot_curves,
+    smoothed,
+    smoothing_weight,
+)
 from dasklbfgs.pipeline.report import staged_report, versions
 
 WINE = {"rows": None, "features": None, "shard_rows": 60, "seed": 0, "n_classes": None, "ill_conditioned": False,
@@ -53,6 +60,29 @@ def test_learning_curves_say_what_they_are(tmp_path) -> None:
     for curve in (curves, exact):
         png = plot_curves(curve, tmp_path / f"{curve['solver']}.png", title="t")
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_curves_png_marks_the_best_held_out_point() -> None:
+    """A run that overfits after iteration 8: the star sits at the best held-out accuracy and
+    the lowest held-out objective, and the legend says where; the suboptimality panel says
+    what it is relative to."""
+    import matplotlib.pyplot as plt
+
+    accuracy = [0.5, 0.6, 0.7, 0.75, 0.8, 0.82, 0.84, 0.86, 0.85, 0.83, 0.8, 0.79]
+    history = [{"step": i, "time": 0.1 * i, "loss": 1.0 / i, "gnorm": 0.1 / i, "eval_accuracy": a,
+                "eval_objective": 1.2 - a} for i, a in enumerate(accuracy, start=1)]
+    fig = curves_figure(learning_curves(history, "sandblaster"), title="t")
+    try:
+        by_title = {ax.get_title(): ax for ax in fig.axes if ax.get_visible()}
+        assert "Suboptimality (relative to the lowest objective reached)" in by_title
+        stars = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata()))
+                 for ax in fig.axes for line in ax.get_lines() if line.get_marker() == "*"}
+        assert stars == {"best held-out accuracy 0.86 at iteration 8": ([8], [0.86]),
+                         "best held-out objective 0.34 at iteration 8": ([8], [pytest.approx(0.34)])}
+        legend = [t.get_text() for t in by_title["Held-out accuracy"].get_legend().get_texts()]
+        assert "best held-out accuracy 0.86 at iteration 8" in legend
+    finally:
+        plt.close(fig)
 
 
 def test_a_report_is_written_whole_or_not_at_all(tmp_path) -> None:

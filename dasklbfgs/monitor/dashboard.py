@@ -6,9 +6,13 @@ The page lives in the scheduler's process and reads the events the solvers log o
 ``--preload dasklbfgs.monitor.dashboard``. It is served at ``/training`` and listed in the
 dashboard's "More" menu.
 
-It shows one run (a picker lists the runs this scheduler has seen, newest first, and follows
-new runs until the user picks one), optionally overlaid with a second ("compare with"): its
-status and settings, the training objective or mini-batch loss, the gradient norm, each
+It shows one run (a picker lists the runs this scheduler has seen, newest first, each by its
+name, start time, solver, dataset and key settings, and follows new runs until the user picks
+one; a pinned view says when a newer run exists), optionally overlaid with a second ("compare
+with", on an x axis both share: :func:`~dasklbfgs.monitor.runs.shared_axis`; each line
+labelled by what it is, the settings side by side with the differences marked): its status
+and settings, the training objective or mini-batch loss (smoothed, the raw series faint), the
+gradient norm, each
 held-out figure the run records (its objective and its task's metrics, each named as
 :mod:`dasklbfgs.scoring.names` names it) against iteration/global step or wall time, with a
 table of their latest values, and the final scores of a run scored at its end (its end
@@ -18,15 +22,31 @@ staleness of the pushes; for Sandblaster the rows each worker computed in the la
 evaluation (``rows_per_worker``: an evaluation on cached shards asks the workers directly,
 so Dask's task stream does not show it); for a run whose replicas are partitioned
 (``model_partitions``), the bytes each partition has sent to the others (the events'
-``partition_bytes``, Sandblaster's and Downpour's).
+``partition_bytes``, Sandblaster's and Downpour's). The best held-out point is marked. The
+axes follow the rules of ``curves.png`` (:mod:`dasklbfgs.monitor.curve_rules`), a rate's axis
+clips its spikes (:data:`~dasklbfgs.monitor.runs.RATE_CLIP`), and the layout is fixed when a
+run starts: the panels a run fills are known from its start event, shown empty until their
+data comes.
 """
 
 from __future__ import annotations
 
+import html
 from typing import Any, cast
 
+from dasklbfgs.monitor.curve_rules import smoothed, smoothing_weight
 from dasklbfgs.monitor.events import TOPIC
-from dasklbfgs.monitor.runs import CURVES, HELD_OUT_KEYS, RunView, runs_newest_first, shown
+from dasklbfgs.monitor.runs import (
+    CURVES,
+    HELD_OUT_KEYS,
+    RATE_CLIP,
+    RunView,
+    axis_range,
+    runs_newest_first,
+    settings_side_by_side,
+    shared_axis,
+    shown,
+)
 from dasklbfgs.scoring.names import held_out_label
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
@@ -35,6 +55,10 @@ ROUTE = "/training"
 REFRESH_MS = 500
 NO_RUN = "none"
 X_AXES = ("step", "time")  # the x toggle's choices, in its buttons' order
+EMPTY = ("<b>No run yet</b>: start one with <code>dasklbfgs train --data PATH --scheduler {address}</code>, or "
+         "<code>dasklbfgs.minimize(model, data, client=Client(\"{address}\"))</code> (or any solver function with "
+         "that client) on this cluster; its curves appear here as it trains.")
+NO_POINTS: dict[str, list[float]] = {"x": [], "y": []}
 
 
 def _sentence(label: str) -> str:
@@ -47,6 +71,7 @@ TITLES = {"loss": "Training loss", "gnorm": "Gradient norm", "rate": "Updates pe
           **{key: _sentence(held_out_label(key)) for key in HELD_OUT_KEYS}}
 ROW_PX = 25  # the height of a table's row (Bokeh's DataTable default)
 SLOTS = {"run": ("#1f77b4", "solid"), "compare": ("#ff7f0e", "dashed")}  # colour and dash of each run
+RAW_ALPHA = 0.3  # a smoothed curve's raw series, faint (as curves.png draws it)
 
 
 class TrainingPage:
@@ -68,19 +93,30 @@ class TrainingPage:
         self.pinned = False  # the user picked a run: stop following new ones
         self.seen: tuple[int, float] = (0, 0.0)  # number and time of the events last read
         self.updating = False  # the page itself is changing the pickers
-        self.picker = Select(title="run (newest first)", options=[], width=380, name="run-picker")
+        self.picker = Select(title="run (newest first)", options=[], width=560, name="run-picker")
         no_run: list[str | tuple[Any, str]] = [NO_RUN]  # (a Select's options: values, or (value, label) pairs)
-        self.other = Select(title="compare with", options=no_run, value=NO_RUN, width=380)
-        self.x_axis = RadioButtonGroup(labels=["iteration / global step", "wall time (s)"], active=0)
-        self.status = Div(text="No dasklbfgs training has logged events yet.", sizing_mode="stretch_width",
-                          name="status")
-        self.settings = ColumnDataSource({"setting": [], "value": []})
-        table = DataTable(source=self.settings, height=220, sizing_mode="stretch_width", index_position=None,
-                          columns=[TableColumn(field="setting", title="setting", width=140),
-                                   TableColumn(field="value", title="value", width=500)])
-        # named, so that a browser (and the browser test) can find each curve's data
-        self.sources = {(slot, name): ColumnDataSource({"x": [], "y": []}, name=f"{slot}-{name}")
+        self.other = Select(title="compare with", options=no_run, value=NO_RUN, width=560, name="compare-picker")
+        self.x_axis = RadioButtonGroup(labels=["progress (iteration, global step or epoch)", "wall time (s)"],
+                                       active=0)
+        address = getattr(scheduler, "address", "") or "SCHEDULER"
+        self.status = Div(text=EMPTY.format(address=address), sizing_mode="stretch_width", name="status")
+        self.settings = ColumnDataSource({"differs": [], "setting": [], "run": [], "compare": []}, name="settings")
+        self.settings_columns = [TableColumn(field="differs", title="", width=20),
+                                 TableColumn(field="setting", title="setting", width=140),
+                                 TableColumn(field="run", title="value", width=420),
+                                 TableColumn(field="compare", title="compared with", width=420, visible=False)]
+        table = DataTable(source=self.settings, height=260, sizing_mode="stretch_width", index_position=None,
+                          columns=self.settings_columns)
+        # named, so that a browser (and the browser test) can find each curve's data: the raw
+        # points, their smoothed line (noisy curves only) and the best held-out point
+        self.sources = {(slot, name): ColumnDataSource(dict(NO_POINTS), name=f"{slot}-{name}")
                         for slot in SLOTS for name in CURVES}
+        self.smooth = {(slot, name): ColumnDataSource(dict(NO_POINTS), name=f"{slot}-{name}-smoothed")
+                       for slot in SLOTS for name in CURVES}
+        self.best = {(slot, name): ColumnDataSource(dict(NO_POINTS), name=f"{slot}-{name}-best")
+                     for slot in SLOTS for name in CURVES}
+        self.renderers: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self.legend_items: dict[tuple[str, str, str], Any] = {}
         self.plots = {name: self._line_plot(name) for name in CURVES}
         self.shards = ColumnDataSource({"shard": [], "pushes": []})
         self.staleness = ColumnDataSource({"staleness": [], "pushes": []})
@@ -116,23 +152,38 @@ class TrainingPage:
                            self.replica_panel, row(self.worker_plot, self.partition_plot, sizing_mode="stretch_width"),
                            table,
                            sizing_mode="stretch_width")
+        self._draw_empty()
 
     def _line_plot(self, name: str) -> Any:
-        from bokeh.models import LogTicker, LogTickFormatter
+        """A plot of curve ``name``: for each run its raw points, a smoothed line (a noisy
+        curve's) and its best held-out point; the legend below the plot, off the data."""
+        from bokeh.models import LogTicker, LogTickFormatter, Range1d
+        from bokeh.models.annotations.legends import Legend, LegendItem
         from bokeh.plotting import figure
 
         log = CURVES[name].log
-        fig = figure(title=TITLES[name], height=280, sizing_mode="stretch_width",
+        low, high = _UNIT_RANGE[log]
+        fig = figure(title=TITLES[name], height=340, sizing_mode="stretch_width", y_range=Range1d(start=low, end=high),
                      y_axis_type="log" if log else "linear", tools="pan,wheel_zoom,box_zoom,reset,save")
+        fig.xaxis.axis_label_text_font_style = "normal"
+        fig.xaxis.name = f"x-axis-{name}"  # (named for a browser, as the sources are)
         if log:  # labels at 1, 2 and 5 times a power of ten when the range spans less than a few decades
             fig.yaxis.ticker = LogTicker(mantissas=[1, 2, 5])
             fig.yaxis.formatter = LogTickFormatter()
         for slot, (colour, dash) in SLOTS.items():
-            source = self.sources[slot, name]
-            fig.line("x", "y", source=source, line_width=2, color=colour, line_dash=dash, legend_label=slot)
-            fig.scatter("x", "y", source=source, size=4, color=colour)
-        fig.legend.location = "top_right"
-        fig.legend.background_fill_alpha = 0.6  # the curve stays readable under it
+            raw: Any = fig.line("x", "y", source=self.sources[slot, name], line_width=2, color=colour, line_dash=dash)
+            dots = fig.scatter("x", "y", source=self.sources[slot, name], size=4, color=colour)
+            smooth: Any = fig.line("x", "y", source=self.smooth[slot, name], line_width=2.5, color=colour,
+                                   line_dash=dash)
+            best: Any = fig.scatter("x", "y", source=self.best[slot, name], marker="star", size=16, color=colour,
+                               line_color="black")
+            self.renderers[slot, name] = (raw, dots, smooth, best)
+            self.legend_items[slot, name, "line"] = LegendItem(label="", renderers=[raw, smooth])
+            self.legend_items[slot, name, "best"] = LegendItem(label="", renderers=[best])
+        legend: Any = Legend(items=[], name=f"legend-{name}", visible=False, label_text_font_size="11px", spacing=0,
+                             border_line_alpha=0)
+        legend.padding = legend.margin = 4
+        fig.add_layout(legend, "below")
         return fig
 
     @staticmethod
@@ -171,7 +222,7 @@ class TrainingPage:
             return  # nothing new: the scheduler's thread has better things to do
         self.seen = (len(events), events[-1][0])
         self.runs = runs_newest_first([message for _, message in events])
-        options: list[str | tuple[Any, str]] = [(r.run, f"{r.run} ({r.state})") for r in self.runs]
+        options: list[str | tuple[Any, str]] = [(r.run, r.label()) for r in self.runs]
         self.updating = True
         try:
             if options != self.picker.options:
@@ -195,58 +246,117 @@ class TrainingPage:
 
     def draw(self) -> None:
         """Show the selected run (and the one to compare with) as the x toggle says."""
-        from bokeh.core.properties import value
-
         main = self.view(self.run)
         if main is None:
+            self._draw_empty()
             return
         other = self.view(self.other.value)
         active = self.x_axis.active
         assert active is not None, "a radio group the page starts with a button active keeps one active"
-        x = X_AXES[active]
+        x, x_title = shared_axis(main, other, X_AXES[active])
+        shown_runs = {"run": main, "compare": other}
         for name, curve in CURVES.items():
-            for slot, run in (("run", main), ("compare", other)):
-                points = run.points(curve, x) if run is not None else {"x": [], "y": []}
-                if points != dict(self.sources[slot, name].data):
-                    self.sources[slot, name].data = points
             fig = self.plots[name]
-            fig.visible = bool(self.sources["run", name].data["x"])
-            fig.yaxis.axis_label = curve.label(main)
-            fig.xaxis.axis_label = "wall time (s)" if x == "time" else main.x_label
-            for item, run in zip(fig.legend.items, (main, other)):
-                item.label = value(run.run if run is not None else "")
-            fig.legend.visible = other is not None  # one run: the status line names it
-        self.status.text = main.status()
-        rows = main.settings()
-        self.settings.data = {"setting": [r[0] for r in rows], "value": [r[1] for r in rows]}
+            fig.visible = any(run is not None and run.fills(name) for run in shown_runs.values())
+            items, labels, values = [], [], []
+            for slot, run in shown_runs.items():
+                if run is not None and not run.fills(name):
+                    run = None  # not the run's panel (a Sandblaster run compared on the replicas' updates/s)
+                points = run.points(curve, x) if run is not None else NO_POINTS
+                weight = smoothing_weight(len(points["y"])) if run is not None and run.is_noisy(curve) else 0.0
+                smooth = {"x": points["x"], "y": smoothed(points["y"], weight).tolist()} if weight else NO_POINTS
+                best = run.best(curve, x) if run is not None else None
+                _set(self.sources[slot, name], points)
+                _set(self.smooth[slot, name], smooth)
+                _set(self.best[slot, name], {"x": [best[0]], "y": [best[1]]} if best else NO_POINTS)
+                raw, dots, _, _ = self.renderers[slot, name]
+                raw.glyph.line_alpha, raw.glyph.line_width = (RAW_ALPHA, 1) if weight else (1.0, 2)
+                dots.visible = not weight
+                if run is not None and points["x"]:
+                    label = run.series_label(curve, bool(weight))
+                    items.append(_labelled(self.legend_items[slot, name, "line"], label))
+                    labels.append(curve.label(run))
+                    values += points["y"]
+                if best is not None:
+                    items.append(_labelled(self.legend_items[slot, name, "best"], best[2]))
+            legend = fig.legend[0]
+            if legend.items != items:
+                legend.items = items
+            legend.visible = bool(items)
+            fig.yaxis.axis_label = " / ".join(dict.fromkeys(labels))
+            fig.xaxis.axis_label = x_title
+            self._set_range(fig, curve, values)
+        self.status.text = self._status(main, other)
+        self._draw_settings(main, other)
         self._draw_scores(main)
-        self._draw_replica_panel(main)
+        self._draw_replica_panel(main, other)
         self._draw_workers(main)
         self._draw_partitions(main)
+
+    def _set_range(self, fig: Any, curve: Any, values: list[float]) -> None:
+        """The y range of :func:`~dasklbfgs.monitor.runs.axis_range` (set when it changes: a
+        user's zoom stays until the data moves), and a note on a rate axis that clips."""
+        limits = axis_range(curve, values)
+        if limits is None:
+            return
+        low, high, clipped = limits
+        if (fig.y_range.start, fig.y_range.end) != (low, high):
+            fig.y_range.start, fig.y_range.end = low, high
+        if clipped:
+            fig.yaxis.axis_label += f" (axis clipped at {RATE_CLIP:g}x the 90th percentile)"
+
+    def _status(self, main: RunView, other: RunView | None) -> str:
+        """The run's status line; the compared run's; and, when the view is pinned, whether a newer run exists."""
+        text = main.status()
+        if other is not None:
+            text += f"<br>compared with {other.status()}"
+        if self.pinned and self.runs and self.runs[0] is not main:
+            newer = html.escape(self.runs[0].label(), quote=False)
+            text += (f"<br><b style='color:#c60'>a newer run exists</b>: {newer}; pick it to follow new runs "
+                     "again")
+        return text
+
+    def _draw_settings(self, main: RunView, other: RunView | None) -> None:
+        """Both runs' settings side by side, the ones that differ marked."""
+        rows = settings_side_by_side(main, other)
+        self.settings.data = {"differs": ["≠" if r[3] else "" for r in rows], "setting": [r[0] for r in rows],
+                              "run": [r[1] for r in rows], "compare": [r[2] for r in rows]}
+        _, _, mine, theirs = self.settings_columns
+        mine.title = main.name
+        theirs.visible = other is not None
+        theirs.title = other.name if other is not None else "compared with"
+
+    def _draw_empty(self) -> None:
+        """No run yet: the status says how to start one, the first row of plots stays, empty."""
+        for name, fig in self.plots.items():
+            fig.visible = name == "loss"
+        for panel in (self.held_out_table, self.scores_panel, self.replica_panel, self.worker_plot,
+                      self.partition_plot):
+            panel.visible = False
 
     def _draw_scores(self, run: RunView) -> None:
         """The latest value of each held-out figure, and the final scores if the run has them."""
         latest = run.held_out()
-        self.held_out_table.visible = bool(latest)
+        self.held_out_table.visible = run.fills("held_out")
         self.held_out_table.columns[2].title = run.x_label
         self.held_out_table.height = ROW_PX * (len(latest) + 1) + 5  # every row, no scroll bar
         self.held_out.data = {"metric": [r[0] for r in latest], "value": [shown(r[1]) for r in latest],
                               "step": [shown(r[2]) for r in latest]}
         scores = run.final_scores()
-        self.scores_panel.visible = bool(scores)
+        self.scores_panel.visible = run.fills("scores")
         self.scores_table.height = ROW_PX * (len(scores) + 1) + 5
         self.scores.data = {"metric": [r[0] for r in scores], "train": [shown(r[1]) for r in scores],
                             "test": [shown(r[2]) for r in scores]}
 
-    def _draw_replica_panel(self, run: RunView) -> None:
-        """Downpour's pushes per shard and staleness, the replica methods' updates/s."""
-        self.replica_panel.visible = run.has_replicas
+    def _draw_replica_panel(self, run: RunView, other: RunView | None) -> None:
+        """Downpour's pushes per shard and staleness, the replica methods' updates/s (either run's)."""
+        self.replica_panel.visible = run.fills("rate") or (other is not None and other.fills("rate"))
         pushes = next((e["pushes_per_shard"] for e in reversed(run.steps) if "pushes_per_shard" in e), None)
-        self.shard_plot.visible = pushes is not None
+        self.shard_plot.visible = run.fills("shards")
         if pushes is not None:
             self.shards.data = {"shard": list(range(len(pushes))), "pushes": list(pushes)}
         staleness = next((e["staleness"] for e in reversed(run.steps) if "staleness" in e), None)
-        self.staleness_plot.visible = staleness is not None
+        self.staleness_plot.visible = run.fills("staleness")
         if staleness is not None:
             ages = sorted(staleness, key=int)
             self.staleness.data = {"staleness": [int(a) for a in ages], "pushes": [staleness[a] for a in ages]}
@@ -254,7 +364,7 @@ class TrainingPage:
     def _draw_workers(self, run: RunView) -> None:
         """The rows each worker computed in the run's last evaluation (Sandblaster)."""
         rows = next((e["rows_per_worker"] for e in reversed(run.steps) if "rows_per_worker" in e), None)
-        self.worker_plot.visible = bool(rows)  # none for streamed rows: any worker reads any portion
+        self.worker_plot.visible = run.fills("workers")  # empty for streamed rows: any worker reads any portion
         if rows:
             names = [worker.split("://")[-1] for worker in sorted(rows)]
             self.worker_plot.x_range.factors = names
@@ -263,9 +373,27 @@ class TrainingPage:
     def _draw_partitions(self, run: RunView) -> None:
         """The bytes each partition sent (runs with partitioned replicas only)."""
         sent = next((e["partition_bytes"] for e in reversed(run.steps) if "partition_bytes" in e), None)
-        self.partition_plot.visible = sent is not None
+        self.partition_plot.visible = run.fills("partitions")
         if sent is not None:
             self.partitions.data = {"partition": list(range(len(sent))), "mib": [b / 2**20 for b in sent]}
+
+
+_UNIT_RANGE = {False: (0.0, 1.0), True: (0.1, 1.0)}  # a plot's y range before it has data
+
+
+def _set(source: Any, data: dict[str, list[float]]) -> None:
+    """Send ``data`` to the browser only if it changed."""
+    if data != dict(source.data):
+        source.data = data
+
+
+def _labelled(item: Any, label: str) -> Any:
+    """The legend item with ``label`` (set only if it changed)."""
+    from bokeh.core.properties import value
+
+    if item.label != value(label):
+        item.label = value(label)
+    return item
 
 
 def training_doc(scheduler: Any, extra: dict[str, Any], doc: Any) -> None:

@@ -12,10 +12,14 @@ scalars into Python ones and paths into str). Dask refuses to serialize anything
 a dict with int keys, and the event would be lost: a failure to send is a
 :class:`~dasklbfgs.errors.MetricsWarning`.
 
-Kinds: ``"start"`` (once: what the run's steps count, ``unit``: "iteration" or "global
-step", what its ``loss`` is, ``loss_name``, whether it reports per-replica progress,
-``has_replicas``; the model, its number of parameters, the resolved options, the dataset's path and
-shape, the number of workers and the wall-clock start ``started_at``), ``"step"`` (per
+Kinds: ``"start"`` (once: the run's ``name`` (its ``name`` option; None: unnamed), what its
+steps count, ``unit``: "iteration" or "global step", and how many make an epoch,
+``steps_per_epoch`` (None: the steps are not mini-batches), what its ``loss`` is,
+``loss_name``, whether it reports per-replica progress, ``has_replicas``, the other figures
+its steps carry, ``event_figures``, its model's ``task`` and whether it scores held-out data
+as it goes, ``held_out``; the model, its number of parameters, the resolved options, the dataset's path and
+shape, the number of workers, the wall-clock start ``started_at`` and whether it is scored at
+its end, ``scored``), ``"step"`` (per
 iteration or progress poll; the replica methods' last one has ``finished=True``) and
 ``"end"`` (once: ``status``, the solver's status name, ``success`` and ``message``; a run
 scored at the end (``score=True``) adds its ``scores``, ``result.scores``: ``{"train":
@@ -84,10 +88,14 @@ class MetricsStream:
                           f"will miss it): {type(exc).__name__}: {exc}", MetricsWarning, stacklevel=2)
 
 
-def start_facts(solver: Any, model: Any, dataset: Any, options: Any) -> dict[str, Any]:
+def start_facts(solver: Any, model: Any, dataset: Any, options: Any, held_out: bool) -> dict[str, Any]:
     """What the start event says of a run of ``solver`` (a registered
-    :class:`~dasklbfgs.solvers.registry.Solver`), but for its cluster."""
-    return plain_event({"unit": solver.stats.unit, "loss_name": solver.stats.loss_name,
-                        "has_replicas": solver.stats.has_replicas, "model": repr(model), "n_params": model.n_params,
+    :class:`~dasklbfgs.solvers.registry.Solver`), but for its cluster; ``held_out``: whether
+    it scores held-out data as it goes."""
+    return plain_event({"name": getattr(options, "name", None), "unit": solver.stats.unit,
+                        "loss_name": solver.stats.loss_name, "has_replicas": solver.stats.has_replicas,
+                        "event_figures": solver.stats.event_figures, "task": model.task, "held_out": held_out,
+                        "steps_per_epoch": options.planned_work(dataset.n_samples).per_epoch,
+                        "model": repr(model), "n_params": model.n_params,
                         "options": options.to_json(), "dataset": {"path": dataset.url, "n_samples": dataset.n_samples,
                                     "n_features": dataset.n_features}}, f"{solver.name} start event")

@@ -3,8 +3,10 @@
 The curves say what they are: a full-batch objective (Sandblaster) or a mini-batch loss,
 which is noisy (Downpour and the peer methods: drawn faint, with a smoothed line over it);
 the held-out objective overlaid on the training one; the suboptimality of an exact
-objective and the gradient norm on log scales. Axis ranges never shrink below a decade
-(log) or a tenth of the values' size (linear), so noise does not look like learning.
+objective (relative to the lowest objective reached) and the gradient norm on log scales;
+the best held-out point marked. Axis ranges never shrink below a decade (log) or a tenth of
+the values' size (linear), so noise does not look like learning: the rules of
+:mod:`dasklbfgs.monitor.curve_rules`, which the dashboard's Training page follows too.
 """
 
 from __future__ import annotations
@@ -13,18 +15,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from dasklbfgs.scoring.names import SCORE_LABELS, score_name
+from dasklbfgs.monitor.curve_rules import best_point, honest_limits, is_noisy, smoothed, smoothing_weight
+from dasklbfgs.scoring.names import SCORE_LABELS, metric_label, score_name
 from dasklbfgs.solvers import get_solver
 
-__all__ = ["learning_curves", "plot_curves", "smoothed", "smoothing_weight", "honest_limits"]
-
-#: TensorBoard's default smoothing weight for its scalar curves
-SMOOTHING = 0.9
-_MIN_LINEAR_SPAN = 0.1  # of the largest absolute value
-_MIN_DECADES = 1.0
-
+# the rules the Training page shares (dasklbfgs.monitor.curve_rules), where the reports found them
+__all__ = ["learning_curves", "plot_curves", "curves_figure", "smoothed", "smoothing_weight", "honest_limits"]
 
 def learning_curves(history: list[dict[str, Any]], solver: str) -> dict[str, Any]:
     """``curves.json``: what the training curve is, the held-out metric's name, and one
@@ -43,40 +39,29 @@ def learning_curves(history: list[dict[str, Any]], solver: str) -> dict[str, Any
             "points": points}
 
 
-def smoothing_weight(n_points: int) -> float:
-    """TensorBoard's 0.9, lighter for short curves (about a tenth of the points in the
-    average), none under 20 points: smoothing a handful of points only makes them lag."""
-    return min(SMOOTHING, max(0.0, 1.0 - 10.0 / n_points)) if n_points >= 20 else 0.0
-
-
-def smoothed(values: list[float], weight: float = SMOOTHING) -> np.ndarray:
-    """Exponential moving average with the start-up bias removed (TensorBoard's smoothing)."""
-    out, average = np.empty(len(values)), 0.0
-    for i, value in enumerate(values):
-        average = weight * average + (1 - weight) * value
-        out[i] = average / (1 - weight ** (i + 1))
-    return out
-
-
 def _panels(curves: dict[str, Any]) -> list[dict[str, Any]]:
-    """The panels this run has data for: title, y label, log or not, and the lines."""
-    points, exact, metric = curves["points"], curves["train"] == "objective", curves["heldout_metric"]
+    """The panels this run has data for: title, y label, log or not, the lines, and the
+    held-out figures whose best point is marked (``best``: name, x, y)."""
+    points, exact, metric = curves["points"], not is_noisy(curves["train"]), curves["heldout_metric"]
 
     def series(key: str) -> tuple[list[float], list[float]]:
         chosen = [p for p in points if key in p]
         return [p["step"] for p in chosen], [p[key] for p in chosen]
 
     train_label = "training objective (full batch)" if exact else "mini-batch loss (noisy)"
-    loss: dict[str, Any] = {"title": "Loss", "ylabel": "loss", "lines": [(train_label, *series("train"), not exact)]}
+    loss: dict[str, Any] = {"title": "Loss", "ylabel": "loss", "lines": [(train_label, *series("train"), not exact)],
+                            "best": []}
     if any("heldout_objective" in p for p in points):
         loss["lines"].append(("held-out objective", *series("heldout_objective"), False))
+        loss["best"].append(("objective", *series("heldout_objective")))
     panels = [loss]
     if exact:
         x, f = series("train")
         if f:
             best = min(f)
             gap = [(i, v - best) for i, v in zip(x, f, strict=True) if v > best]
-            panels.append({"title": "Suboptimality", "ylabel": "objective − lowest objective reached",
+            panels.append({"title": "Suboptimality (relative to the lowest objective reached)",
+                           "ylabel": "objective − lowest objective reached",
                            "log": True, "lines": [("estimated suboptimality", [i for i, _ in gap],
                                                    [g for _, g in gap], False)]})
     if any("gnorm" in p for p in points):
@@ -85,29 +70,25 @@ def _panels(curves: dict[str, Any]) -> list[dict[str, Any]]:
     if metric is not None:
         label = SCORE_LABELS[metric]
         panels.append({"title": f"Held-out {label}", "ylabel": label, "log": False,
-                       "lines": [(f"held-out {label}", *series("heldout"), False)]})
+                       "lines": [(f"held-out {label}", *series("heldout"), False)],
+                       "best": [(metric, *series("heldout"))]})
     loss["log"] = all(v > 0 for _, _, ys, _ in loss["lines"] for v in ys)
     return panels
 
 
-def honest_limits(values: list[float], log: bool) -> tuple[float, float] | None:
-    """y limits that cover ``values`` and span at least a decade (log) or a tenth of the
-    largest absolute value (linear), centred on the data, so small wiggles stay small."""
-    finite = [v for v in values if math.isfinite(v) and (v > 0 or not log)]
-    if not finite:
-        return None
-    low, high = min(finite), max(finite)
-    if log:
-        low, high = math.log10(low), math.log10(high)
-        widen = max(0.0, _MIN_DECADES - (high - low)) / 2 + 0.05 * (high - low)
-        return 10 ** (low - widen), 10 ** (high + widen)
-    floor = _MIN_LINEAR_SPAN * max(abs(low), abs(high)) or 1.0
-    widen = max(0.0, floor - (high - low)) / 2 + 0.05 * (high - low)
-    return low - widen, high + widen
-
-
 def plot_curves(curves: dict[str, Any], path: Path, *, title: str) -> Path:
-    """The panels of :func:`_panels`, two to a row, against the iteration or global step."""
+    """``curves.png``: the figure of :func:`curves_figure`, written to ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = curves_figure(curves, title=title)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def curves_figure(curves: dict[str, Any], *, title: str) -> Any:
+    """The panels of :func:`_panels`, two to a row, against the iteration or global step (a
+    matplotlib figure, which the caller closes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,9 +104,7 @@ def plot_curves(curves: dict[str, Any], path: Path, *, title: str) -> Path:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     fig.suptitle(title)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _draw(ax: Any, panel: dict[str, Any], curves: dict[str, Any]) -> None:
@@ -140,6 +119,11 @@ def _draw(ax: Any, panel: dict[str, Any], curves: dict[str, Any]) -> None:
         values += y
     if not values:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+    for metric, x, y in panel.get("best", []):
+        if (best := best_point(x, y, metric)) is not None:
+            ax.plot(*best, linestyle="none", marker="*", markersize=13, color="tab:red", zorder=3,
+                    label=f"best held-out {metric_label(metric)} {best[1]:.4g} at {curves['x']} "
+                          f"{best[0]:g}")
     limits = honest_limits(values, panel["log"])
     if panel["log"] and limits is not None:
         _log_axis(ax, limits)
@@ -149,7 +133,7 @@ def _draw(ax: Any, panel: dict[str, Any], curves: dict[str, Any]) -> None:
     ax.set_xlabel(_x_label(curves))
     ax.set_ylabel(panel["ylabel"])
     ax.grid(alpha=0.3, which="both" if panel["log"] else "major")
-    if len(panel["lines"]) > 1 or any(noisy for *_, noisy in panel["lines"]):
+    if len(panel["lines"]) > 1 or any(noisy for *_, noisy in panel["lines"]) or panel.get("best"):
         ax.legend(fontsize="small")
 
 

@@ -18,7 +18,16 @@ from dasklbfgs.optim.updates import RULES
 from dasklbfgs.options import Options, PlannedWork, option
 
 __all__ = ["CheckpointOptions", "HeldOutOptions", "ModelPartitionOptions", "ParamShardOptions", "ReplicaOptions",
-           "global_steps_per_epoch", "replica_rows", "with_checkpoint_storage", "without_held_out"]
+           "RunNameOptions", "global_steps_per_epoch", "replica_rows", "with_checkpoint_storage", "without_held_out"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunNameOptions(Options):
+    """Every solver's: what the user calls the run (the dashboard's run picker, the start event)."""
+
+    name: str | None = option(
+        None, "the run's name on the dashboard's Training page (its picker, legends and settings)", "text",
+        nullable=True, none_means="the run's id, e.g. sandblaster-1a2b3c4d")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,7 +120,7 @@ def global_steps_per_epoch(n_samples: int, n_replicas: int, batch_size: int) -> 
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReplicaOptions(HeldOutOptions):
+class ReplicaOptions(HeldOutOptions, RunNameOptions):
     """Downpour's and the peer methods' shared options: replicas, batches, the update rule."""
 
     n_replicas: int = option(2, "model replicas; replica r trains on the r-th contiguous block of rows", "int",

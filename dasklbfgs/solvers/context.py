@@ -161,8 +161,9 @@ class RunContext:
             self.client, self.metrics = active, MetricsStream(active, self.solver.name)
             self.started = time.perf_counter()
             workers = len(active.scheduler_info(n_workers=-1)["workers"])
-            self.metrics.send(kind="start", **start_facts(self.solver, self.model, self.dataset, self.options),
-                              n_workers=workers, started_at=time.time())
+            self.metrics.send(kind="start", **start_facts(self.solver, self.model, self.dataset, self.options,
+                                                               self.eval_set is not None),
+                              n_workers=workers, started_at=time.time(), scored=self.scoring)
             try:
                 yield active
             except BaseException as exc:  # Ctrl-C too: the page must not show the run as running forever

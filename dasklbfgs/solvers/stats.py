@@ -32,6 +32,9 @@ class RunStats(dict[str, Any]):
     loss_name: ClassVar[str]
     #: the dashboard's Training page shows a panel of per-replica progress
     has_replicas: ClassVar[bool] = False
+    #: the other figures the run's step events carry that the Training page draws (it reserves
+    #: their panels when the run starts, so that none appears mid-run)
+    event_figures: ClassVar[tuple[str, ...]] = ()
 
     def summary(self, result: Result) -> dict[str, Any]:
         """The figures a report keeps of ``result`` (its ``objective`` where the run measured
@@ -53,6 +56,7 @@ class SandblasterStats(RunStats):
 
     unit = "iteration"
     loss_name = "objective"
+    event_figures = ("gnorm", "rows_per_worker")
 
     def summary(self, result: Result) -> dict[str, Any]:
         return {"objective": result.fun, "iterations": result.nit, "evaluations": result.nfev,
@@ -93,6 +97,8 @@ class _ReplicaStats(RunStats):
 
 class DownpourStats(_ReplicaStats):
     """Also staleness, pushes and bytes per shard, recoveries and hand-overs of shards."""
+
+    event_figures = ("pushes_per_shard", "staleness")
 
     def summary(self, result: Result) -> dict[str, Any]:
         return {**super().summary(result), "staleness": self["staleness"]}

@@ -57,3 +57,18 @@ def test_an_unknown_flag_is_one_line_with_the_closest_flag(capsys, argv, message
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_is_named_by_train_name_and_a_pipelines_name_key() -> None:
+    from dasklbfgs.cli.solver_flags import options_from_args
+    from dasklbfgs.errors import ConfigurationError
+    from dasklbfgs.pipeline.config import validate_train
+
+    args = build_parser().parse_args(["train", "--data", "d", "--solver", "downpour", "--name", "sgd-fast"])
+    assert options_from_args(args, "downpour").name == "sgd-fast"
+    args = build_parser().parse_args(["train", "--data", "d", "--name", ""])
+    with pytest.raises(ConfigurationError, match="sandblaster option name must be a non-empty string or None, got ''"):
+        options_from_args(args, "sandblaster")
+    assert validate_train({"solver": "sync", "name": "peer run"})["options"].name == "peer run"
+    with pytest.raises(ConfigurationError, match=r"train: sync option name must be a non-empty string or None, got 7"):
+        validate_train({"solver": "sync", "name": 7})

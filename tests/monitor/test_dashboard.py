@@ -13,6 +13,7 @@ from dasklbfgs import MLP, LeastSquares, Logistic, Softmax, connect, sandblaster
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.monitor import TrainingPage
 from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.monitor.runs import shown as as_shown
 from dasklbfgs.scoring import evaluate
 from dasklbfgs.scoring.names import METRIC_LABELS
 
@@ -45,9 +46,14 @@ def _number(text):
 
 def test_page_is_served_and_shows_each_run(datasets) -> None:
     with connect(n_workers=2, dashboard_address="127.0.0.1:0") as client:
+        # Before any run: the page says how to start one on this cluster.
+        empty = TrainingPage(client.cluster.scheduler)
+        empty.update()
+        assert "No run yet" in empty.status.text and client.scheduler.address in empty.status.text
+        assert [name for name, fig in empty.plots.items() if fig.visible] == ["loss"]
         held_out = datasets["logistic-ill"]  # other rows of the same shape
         result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client, eval_data=held_out,
-                                   score=True)
+                                   score=True, name="first <fit>")
         base = client.dashboard_link.rsplit("/", 1)[0]
         assert base.startswith("http://127.0.0.1:")
         with urllib.request.urlopen(f"{base}/training", timeout=30) as response:
@@ -61,6 +67,7 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         page = TrainingPage(client.cluster.scheduler)
         page.update()
         assert page.run == result.run_id
+        assert page.picker.options[0][1].startswith("first <fit> · ") and "<b>first &lt;fit&gt;</b>" in page.status.text
         loss = _points(page, "loss")
         assert list(loss["x"]) == list(range(1, result.nit + 1)) and loss["y"][-1] == result.fun
         assert page.plots["loss"].yaxis.axis_label == "objective"
@@ -97,7 +104,7 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert len(scores) == len(result.scores["train"]) - 1 + 2  # the matrix's 2 rows
         assert scores["accuracy"] != scores["log-loss"]
         assert "finished" in page.status.text and html_text.escape(result.message, quote=False) in page.status.text
-        settings = dict(zip(page.settings.data["setting"], page.settings.data["value"]))
+        settings = dict(zip(page.settings.data["setting"], page.settings.data["run"]))
         assert settings["solver"] == "sandblaster" and settings["workers"] == "2" and "gtol" in settings
         assert not page.replica_panel.visible
         # Where the last evaluation's rows were computed (direct calls leave no task to show)
@@ -130,13 +137,36 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert page.plots["loss"].xaxis.axis_label == "wall time (s)"
         page.x_axis.active = 0
 
-        # Overlay: the Sandblaster run compared with the Downpour run, both named in the legend.
+        # Overlay: the Sandblaster run compared with the Downpour run, on the axis they share
+        # (iterations and global steps differ: wall time), each line named by what it is.
         page.picker.value = result.run_id  # as the user picks it
         page.other.value = dp.run_id
-        assert list(_points(page, "loss")["x"]) == list(range(1, result.nit + 1))
+        assert list(_points(page, "loss")["x"]) == [h["time"] for h in result.history]
+        assert page.plots["loss"].xaxis.axis_label == (
+            f"wall time (s) (shared: first <fit> counts iterations, {dp.run_id} global steps)")
+        assert page.plots["loss"].yaxis.axis_label == "objective / mini-batch loss"
         assert len(_points(page, "loss", "compare")["x"]) == len(losses)
-        legend = page.plots["loss"].legend.items
-        assert [item.label.value for item in legend] == [result.run_id, dp.run_id]
+        legend = page.plots["loss"].legend[0].items
+        noisy = "smoothed" if len(losses) >= 20 else "noisy"
+        assert [item.label.value for item in legend] == ["first <fit>: objective (full batch)",
+                                                         f"{dp.run_id}: mini-batch loss ({noisy})"]
+        # only the lines drawn are in a legend: Downpour has no gradient norm; the best held-out points are marked
+        assert [item.label.value for item in page.plots["gnorm"].legend[0].items] == [
+            "first <fit>: gradient max-norm"]
+        assert page.plots["rate"].visible and not _points(page, "rate")["x"]  # Downpour's panel: no Sandblaster line
+        assert [item.label.value for item in page.plots["rate"].legend[0].items] == [
+            f"{dp.run_id}: updates/s (pushes to the shards)"]
+        best = max(h["eval_accuracy"] for h in result.history)
+        at = next(h["step"] for h in result.history if h["eval_accuracy"] == best)
+        assert list(_points(page, "eval_accuracy")["y"]).count(best) >= 1
+        assert page.best["run", "eval_accuracy"].data["y"] == [best]
+        assert f"first <fit>: best held-out accuracy {as_shown(best)} at iteration {at}" in [
+            item.label.value for item in page.plots["eval_accuracy"].legend[0].items]
+        settings = page.settings.data
+        row = settings["setting"].index("solver")
+        assert (settings["run"][row], settings["compare"][row], settings["differs"][row]) == (
+            "sandblaster", "downpour", "≠")
+        page.other.value = "none"
 
         # A run with partitioned replicas: the bytes each partition sent to the others.
         assert not page.partition_plot.visible
@@ -167,7 +197,9 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
             sandblaster_lbfgs(FailsOnWorkers(8, l2=1e-3), datasets["logistic"], client=client)
         page.update()
         failed = page.picker.options[0][0]
-        assert page.run == result.run_id and page.picker.options[0][1] == f"{failed} (failed)"
+        label = page.picker.options[0][1]
+        assert page.run == result.run_id and label.startswith(f"{failed} · ") and label.endswith(" (failed)")
+        assert "a newer run exists" in page.status.text and label in page.status.text  # pinned, and told so
         page.picker.value = failed
         assert "failed" in page.status.text and "RuntimeError: a model bug on a worker" in page.status.text
         assert not page.pinned  # the newest run is picked: the page follows new runs again

@@ -1,12 +1,27 @@
-"""What the Training page reads from the events: runs newest first, status, labelled curves."""
+"""What the Training page reads from the events: runs newest first and named, status, labelled curves, the
+axis two runs share, their settings side by side, the panels reserved, honest axes and the best held-out point."""
 
 from __future__ import annotations
 
 import math
 
-from dasklbfgs.monitor.runs import CURVES, HELD_OUT_KEYS, runs_newest_first, shown
+import pytest
+
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.monitor.curve_rules import best_point, honest_limits
+from dasklbfgs.monitor.runs import (
+    CURVES,
+    HELD_OUT_KEYS,
+    RATE_CLIP,
+    axis_range,
+    runs_newest_first,
+    settings_side_by_side,
+    shared_axis,
+    shown,
+)
 from dasklbfgs.scoring.names import HELD_OUT, METRIC_LABELS, held_out_label
 from dasklbfgs.scoring.summaries import METRICS
+from dasklbfgs.solvers import get_solver, solver_names
 
 START = {"kind": "start", "unit": "global step", "loss_name": "mini-batch loss", "has_replicas": True,
          "model": "Autoencoder(...)", "n_params": 10, "options": {},
@@ -104,3 +119,104 @@ def test_the_final_scores_are_named_train_beside_test() -> None:
                                   ("confusion matrix, true class 1", (7, 40), None)]
     assert [shown(v) for v in (0.123456789, 6000, [50, 3], None, math.nan)] == ["0.123457", "6,000", "50 | 3", "",
                                                                                "nan"]
+
+
+def _named(run: str, solver: str, **facts) -> list[dict]:
+    """A run's start event with these facts (a name, steps per epoch, options, ...) and a few steps."""
+    start = {**START, "started_at": 1_700_000_000.0, **facts}
+    steps = [{"step": 10 * i, "time": 0.5 * i, "loss": 1.0 / i} for i in range(1, 4)]
+    return [{"run": run, "solver": solver, **start}, *({"run": run, "solver": solver, "kind": "step", **e}
+                                                       for e in steps)]
+
+
+def test_the_name_option_is_checked_for_every_solver() -> None:
+    for solver in solver_names():
+        options = get_solver(solver).options
+        assert options(name="baseline").name == "baseline" and options().name is None
+        for bad in ("", "  ", 3):
+            with pytest.raises(ConfigurationError, match=rf"{solver} option name must be a non-empty string or None, "
+                                                         rf"got {bad!r}"):
+                options(name=bad)
+
+
+def test_the_picker_names_a_run_by_its_name_start_solver_dataset_and_settings() -> None:
+    options = {"optimizer": "sgd", "learning_rate": 0.5, "batch_size": 20, "n_replicas": 2, "epochs": 3,
+               "max_steps": None, "name": "sgd-fast"}
+    named, unnamed = runs_newest_first(_named("a", "downpour", name="sgd-fast", options=options)
+                                       + _named("b", "downpour", options={"epochs": 1}))[::-1]
+    assert named.name == "sgd-fast" and named.label() == (
+        "sgd-fast · 22:13:20 UTC · downpour · d · optimizer=sgd learning_rate=0.5 batch_size=20 n_replicas=2 "
+        "epochs=3 (running)")
+    assert unnamed.name == "b" and unnamed.label().startswith("b · 22:13:20 UTC · downpour · d · epochs=1")
+
+
+def test_two_runs_share_an_x_axis_that_means_the_same_for_both() -> None:
+    sandblaster = {"unit": "iteration", "loss_name": "objective", "has_replicas": False, "steps_per_epoch": None}
+    runs = runs_newest_first(_named("sb", "sandblaster", **sandblaster) + _named("dp", "downpour", steps_per_epoch=20)
+                             + _named("dp2", "downpour", steps_per_epoch=40)
+                             + _named("dp3", "downpour", steps_per_epoch=20, name="again"))
+    again, dp2, dp, sb = runs
+    assert shared_axis(sb, None, "step") == ("step", "iteration")
+    assert shared_axis(sb, dp, "step") == ("time", "wall time (s) (shared: sb counts iterations, dp global steps)")
+    assert shared_axis(dp, dp2, "step") == ("epoch", "epoch (shared: dp counts global steps, dp2 global steps of "
+                                                     "other sizes)")
+    assert dp.points(CURVES["loss"], "epoch")["x"] == [0.5, 1.0, 1.5]  # 10, 20, 30 global steps of 20 an epoch
+    assert shared_axis(dp, again, "step") == ("step", "global step")  # the same steps: the same axis
+    assert shared_axis(dp, again, "time") == ("time", "wall time (s)")
+    # Each line says what it is, by the run's name.
+    assert sb.series_label(CURVES["loss"]) == "sb: objective (full batch)"
+    assert again.series_label(CURVES["loss"], smoothed=True) == "again: mini-batch loss (smoothed)"
+    assert again.series_label(CURVES["loss"]) == "again: mini-batch loss (noisy)"  # too few points to smooth
+
+
+def test_settings_side_by_side_mark_what_differs() -> None:
+    a, b = runs_newest_first(_named("a", "sync", options={"epochs": 1, "seed": 0})
+                             + _named("b", "sync", options={"epochs": 3, "seed": 0, "max_steps": 9}))[::-1]
+    rows = {r[0]: r[1:] for r in settings_side_by_side(a, b)}
+    assert rows["epochs"] == ("1", "3", True) and rows["seed"] == ("0", "0", False)
+    assert rows["max_steps"] == ("", "9", True)  # only one run has it
+    assert rows["started"][2] is False  # two runs always start at different times: not a difference worth marking
+    assert not any(differs for *_, differs in settings_side_by_side(a, None))
+
+
+def test_the_page_reserves_the_panels_a_run_fills_from_its_start() -> None:
+    """The layout is known when the run starts: no panel appears mid-run."""
+    [run] = runs_newest_first([{"run": "p", "solver": "sync", **START, "task": "reconstruction",
+                                "held_out": True, "event_figures": [], "scored": False}])
+    assert not run.steps  # nothing measured yet
+    assert run.fills("loss") and run.fills("eval_objective") and run.fills("eval_reconstruction_mse")
+    assert run.fills("held_out") and run.fills("rate")
+    assert not any(run.fills(p) for p in ("eval_accuracy", "gnorm", "shards", "workers", "partitions", "scores"))
+    [downpour] = runs_newest_first([{"run": "d", "solver": "downpour", **START, "held_out": False,
+                                     "event_figures": ["pushes_per_shard", "staleness"],
+                                     "options": {"model_partitions": 2}}])
+    assert downpour.fills("shards") and downpour.fills("staleness") and downpour.fills("partitions")
+    assert not downpour.fills("eval_objective")
+
+
+def test_axes_follow_the_honest_limits_and_clip_rate_spikes() -> None:
+    low, high, clipped = axis_range(CURVES["eval_accuracy"], [0.552, 0.559, 0.555])
+    assert (low, high) == honest_limits([0.552, 0.559, 0.555], log=False) and not clipped
+    assert high - low >= 0.0559  # a tenth of the values, not the 0.007 they span
+    low, high, _ = axis_range(CURVES["gnorm"], [1e-3, 1.2e-3, 0.0])
+    assert math.log10(high / low) >= 1.0  # a decade at least
+    rates = [300.0 + (i % 5) * 10 for i in range(30)] + [2300.0]
+    low, high, clipped = axis_range(CURVES["rate"], rates)
+    assert low == 0 and clipped and high == RATE_CLIP * 340.0  # twice the 90th percentile: the spike is off the axis
+    assert axis_range(CURVES["rate"], rates[:-1])[1:] == (pytest.approx(340 * 1.05), False)
+    assert axis_range(CURVES["loss"], [math.nan]) is None
+
+
+def test_the_best_held_out_point_is_found_by_its_direction() -> None:
+    accuracy = [0.6, 0.8, 0.86, 0.83]
+    steps = [{"step": i, "time": 0.1 * i, "loss": 1.0, "eval_accuracy": a, "eval_objective": 1.2 - a}
+             for i, a in enumerate(accuracy, start=1)]
+    start = {**START, "unit": "iteration", "loss_name": "objective", "name": "digits"}
+    [run] = runs_newest_first([{"run": "s", "solver": "sandblaster", **start},
+                               *({"run": "s", "solver": "sandblaster", "kind": "step", **e} for e in steps)])
+    assert run.best(CURVES["eval_accuracy"], "step") == (3, 0.86, "digits: best held-out accuracy 0.86 at iteration 3")
+    x, y, label = run.best(CURVES["eval_objective"], "time")
+    assert (x, y) == (pytest.approx(0.3), pytest.approx(0.34)) and label.endswith("at iteration 3")  # the lowest
+    assert run.best(CURVES["loss"], "step") is None  # not a held-out figure
+    assert best_point([1, 2, 3], [0.5, math.nan, 0.4], "r2") == (1, 0.5)
+    assert best_point([1, 2], [math.nan, math.nan], "rmse") is None

@@ -48,6 +48,8 @@ def other_value(default, spec: OptionSpec):
         return False, ["false"]
     if kind == "path":
         return "ckpt.zarr", ["ckpt.zarr"]
+    if kind == "text":
+        return "my run", ["my run"]
     if kind == "ints":
         return (2, 3), ["2,3"]
     if kind == "mapping":

@@ -13,6 +13,7 @@ from dasklbfgs.solvers.common_options import (
     HeldOutOptions,
     ModelPartitionOptions,
     ParamShardOptions,
+    RunNameOptions,
 )
 from dasklbfgs.solvers.sandblaster.portions import DEFAULT_PORTIONS
 
@@ -20,7 +21,8 @@ __all__ = ["SandblasterOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOptions, HeldOutOptions, LBFGSOptions):
+class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOptions, HeldOutOptions, RunNameOptions,
+                         LBFGSOptions):
     solver: ClassVar[str] = "sandblaster"
 
     # Every iteration is a pass over the whole dataset on the cluster: a run that has not
