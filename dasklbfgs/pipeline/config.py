@@ -44,7 +44,7 @@ def load_config(path: os.PathLike[str] | str, overrides: list[str] | tuple[str, 
 
     where = str(path)
     try:
-        raw = yaml.safe_load(Path(path).read_text())
+        raw = yaml.load(Path(path).read_text(), Loader=_loader())
     except FileNotFoundError:
         raise ConfigurationError(f"pipeline config {where!r} does not exist") from None
     except yaml.YAMLError as exc:
@@ -149,5 +149,20 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         raw.setdefault(section, {})
         if not isinstance(raw[section], dict):
             raise ConfigurationError(f"override {item!r}: section {section!r} is not a mapping")
-        raw[section][key] = yaml.safe_load(text)
+        raw[section][key] = yaml.load(text, Loader=_loader())
     return raw
+
+
+def _loader() -> type:
+    """PyYAML's safe loader reading numbers as YAML 1.2 does: ``1e-4`` is a float (YAML 1.1,
+    PyYAML's, wants ``1.0e-4`` and reads ``1e-4`` as a string)."""
+    import re
+
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    number = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", number, list("-+0123456789."))
+    return Loader
