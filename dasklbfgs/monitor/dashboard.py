@@ -26,12 +26,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.monitor.route import ROUTE
 from dasklbfgs.monitor.runs import CURVES, HELD_OUT_KEYS, RunView, runs_newest_first, shown
 from dasklbfgs.scoring.names import held_out_label
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
 
-ROUTE = "/training"
 REFRESH_MS = 500
 NO_RUN = "none"
 X_AXES = ("step", "time")  # the x toggle's choices, in its buttons' order
