@@ -1,4 +1,5 @@
-"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``.
+"""``connect()``: a Dask client for an existing cluster or an embedded ``LocalCluster``;
+``local_cluster()``: the same cluster, long-lived, for many runs to join.
 
 An embedded cluster is started ready for a first run (:func:`prepare_embedded_clusters`): its
 workers start with the worker plugins the solvers registered (Sandblaster's portion service),
@@ -17,6 +18,7 @@ import contextlib
 import gc
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator
 from importlib import import_module
@@ -26,11 +28,20 @@ from dasklbfgs.data._client import active_client
 from dasklbfgs.errors import ClusterConnectionError, ConfigurationError
 
 if TYPE_CHECKING:
-    from distributed import Client
+    from distributed import Client, LocalCluster
 
-__all__ = ["connect", "resolve_client", "prepare_embedded_clusters", "SCHEDULER_ENV"]
+__all__ = ["connect", "resolve_client", "prepare_embedded_clusters", "local_cluster", "check_dashboard_address",
+           "SCHEDULER_ENV", "DASHBOARD_ADDRESS", "EVENTS_KEPT"]
 
 SCHEDULER_ENV = "DASKLBFGS_SCHEDULER"
+#: where an embedded cluster's dashboard listens unless told (loopback only; Dask takes another
+#: port when this one is busy, and warns)
+DASHBOARD_ADDRESS = "127.0.0.1:8787"
+#: events a long-lived cluster's scheduler keeps per topic (Dask keeps 1,000): the Training page
+#: lists runs from them, so that a day's runs stay on it (a run logs one event per iteration or
+#: progress poll)
+EVENTS_KEPT = 20_000
+_DASHBOARD_ADDRESS = re.compile(r"(?:(?P<host>[A-Za-z0-9._-]*):)?(?P<port>[0-9]{1,5})")
 logger = logging.getLogger(__name__)
 
 #: ``(module, class)`` of the worker plugins an embedded cluster's workers start with.
@@ -58,7 +69,7 @@ def connect(
     threads_per_worker: int = 1,
     memory_limit: str | int | None = "auto",
     security: Any = None,
-    dashboard_address: str | None = "127.0.0.1:8787",
+    dashboard_address: str | None = DASHBOARD_ADDRESS,
     timeout: float = 30.0,
     tune_allocator: bool = True,
 ) -> Client:
@@ -85,8 +96,9 @@ def connect(
         Seconds to wait for an existing scheduler before raising
         :class:`~dasklbfgs.errors.ClusterConnectionError`.
     dashboard_address
-        Where the embedded cluster serves its dashboard (``None`` disables it). The default
-        binds loopback only; use ``":8787"`` to expose it.
+        Where the embedded cluster serves its dashboard, ``[HOST]:PORT`` (``None`` disables
+        it; port 0 is any free port; a busy port, another one). The default binds loopback
+        only; use ``":8787"`` to expose it.
     tune_allocator
         Register :class:`dasklbfgs.allocator.AllocatorTuning` on the workers: glibc
         reuses freed large temporaries instead of page-faulting fresh ones every step
@@ -99,10 +111,9 @@ def connect(
         scheduler_file = from_env
     elif from_env:
         address = from_env
-    if threads_per_worker < 1:
-        raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
-    if n_workers is not None and n_workers < 1:
-        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}")
+    _check_shape(n_workers, threads_per_worker)
+    if dashboard_address is not None and address is None and scheduler_file is None:
+        check_dashboard_address(dashboard_address)
     client = _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, security,
                    dashboard_address, timeout)
     if tune_allocator:
@@ -126,27 +137,10 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
                       scheduler_file=os.fspath(scheduler_file), **extra)
     if address is not None:
         return _reach(f"the Dask scheduler at {address!r}", timeout, address=address, **extra)
-    if dashboard_address:
-        from dasklbfgs.monitor.dashboard import register
-
-        register()  # the "Training" page, before the scheduler builds its dashboard
     from distributed import Client
 
-    plugins = tuple(getattr(import_module(module), name)() for module, name in _WORKER_PLUGINS)
+    cluster_kwargs = _local_cluster_kwargs(n_workers, threads_per_worker, memory_limit, dashboard_address)
     threading.Thread(target=_while_workers_start, name="dasklbfgs-while-workers-start", daemon=True).start()
-    cluster_kwargs = dict(
-        n_workers=n_workers or (os.cpu_count() or 1),
-        threads_per_worker=threads_per_worker,
-        processes=True,
-        host="127.0.0.1",
-        dashboard_address=dashboard_address,
-        # Without a dashboard the scheduler still serves HTTP (health, metrics): keep it
-        # on loopback and on a free port rather than the default 8787.
-        scheduler_kwargs=None if dashboard_address else {"dashboard_address": "127.0.0.1:0"},
-        memory_limit=memory_limit,
-        # a plugin of every worker the cluster starts (restarts and scale-ups too)
-        plugins=plugins,
-    )
     if security is None:
         return _low_latency(Client(direct_to_workers=True, **cluster_kwargs))
     # Client(security=...) secures only the client; the cluster needs the same credentials.
@@ -160,6 +154,69 @@ def _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, 
     client = Client(cluster, security=security, direct_to_workers=True)
     client._start_arg = None  # the client owns this cluster: close it with the client
     return _low_latency(client)
+
+
+def _local_cluster_kwargs(n_workers: int | None, threads_per_worker: int, memory_limit: str | int | None,
+                          dashboard_address: str | None) -> dict[str, Any]:
+    """A ``LocalCluster`` on loopback whose workers start with the solvers' plugins and whose
+    dashboard (if any) has the Training page."""
+    if dashboard_address:
+        from dasklbfgs.monitor.dashboard import register
+
+        register()  # the "Training" page, before the scheduler builds its dashboard
+    return dict(
+        n_workers=n_workers or (os.cpu_count() or 1),
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address=dashboard_address,
+        # Without a dashboard the scheduler still serves HTTP (health, metrics): keep it
+        # on loopback and on a free port rather than the default 8787.
+        scheduler_kwargs=None if dashboard_address else {"dashboard_address": "127.0.0.1:0"},
+        memory_limit=memory_limit,
+        # a plugin of every worker the cluster starts (restarts and scale-ups too)
+        plugins=tuple(getattr(import_module(module), name)() for module, name in _WORKER_PLUGINS),
+    )
+
+
+def local_cluster(*, n_workers: int | None = None, threads_per_worker: int = 1, memory_limit: str | int | None = "auto",
+                  dashboard_address: str = DASHBOARD_ADDRESS) -> LocalCluster:
+    """A long-lived ``LocalCluster`` on loopback that many runs join (``dasklbfgs cluster
+    start``): the embedded cluster of :func:`connect`, whose scheduler keeps
+    :data:`EVENTS_KEPT` events per topic so that the Training page lists the runs of a day.
+
+    Raises :class:`~dasklbfgs.errors.ConfigurationError` for fewer than one worker or thread, or a
+    malformed ``dashboard_address`` (see :func:`check_dashboard_address`).
+    """
+    import dask
+    from distributed import LocalCluster
+
+    _check_shape(n_workers, threads_per_worker)
+    check_dashboard_address(dashboard_address)
+    kwargs = _local_cluster_kwargs(n_workers, threads_per_worker, memory_limit, dashboard_address)
+    # read once, as the scheduler is built (it sizes the scheduler's other logs too, such as
+    # its task transitions)
+    with dask.config.set({"distributed.admin.low-level-log-length": EVENTS_KEPT}):
+        return LocalCluster(**kwargs)
+
+
+def _check_shape(n_workers: int | None, threads_per_worker: int) -> None:
+    if threads_per_worker < 1:
+        raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
+    if n_workers is not None and n_workers < 1:
+        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}")
+
+
+def check_dashboard_address(address: str | int, name: str = "dashboard_address") -> str | int:
+    """``address`` if it is ``[HOST]:PORT`` or a port (``":8787"``, ``"127.0.0.1:0"``: port 0
+    is any free port); else a :class:`~dasklbfgs.errors.ConfigurationError` naming it as
+    ``name`` (a keyword, or a command's flag)."""
+    text = str(address) if isinstance(address, int) and not isinstance(address, bool) else address
+    match = _DASHBOARD_ADDRESS.fullmatch(text) if isinstance(text, str) else None
+    if match is None or int(match["port"]) > 65535:
+        raise ConfigurationError(f"{name} {address!r} is not HOST:PORT or :PORT (such as :8787, 127.0.0.1:8787, "
+                                 "or 127.0.0.1:0 for any free port)")
+    return address
 
 
 def _while_workers_start() -> None:

@@ -52,12 +52,24 @@ def test_address_scheduler_file_and_environment(tmp_path, monkeypatch) -> None:
         ({"scheduler_file": "/nonexistent/s.json"}, r"scheduler file '/nonexistent/s.json' does not exist"),
         ({"threads_per_worker": 0}, r"threads_per_worker must be >= 1, got 0"),
         ({"n_workers": 0}, r"n_workers must be >= 1, got 0"),
+        ({"dashboard_address": "localhost"}, r"dashboard_address 'localhost' is not HOST:PORT or :PORT \(such as "),
     ],
 )
 def test_connect_errors(kwargs, match, monkeypatch) -> None:
     monkeypatch.delenv(SCHEDULER_ENV, raising=False)
     with pytest.raises(ConfigurationError, match=match):
         connect(**kwargs)
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"n_workers": 0}, r"n_workers must be >= 1, got 0"),
+    ({"dashboard_address": "127.0.0.1:80:80"}, r"dashboard_address '127.0.0.1:80:80' is not HOST:PORT"),
+])
+def test_local_cluster_errors(kwargs, match) -> None:
+    from dasklbfgs.cluster import local_cluster
+
+    with pytest.raises(ConfigurationError, match=match):
+        local_cluster(**kwargs)
 
 
 def test_mutual_tls_cluster_refuses_clients_without_credentials(tmp_path) -> None:

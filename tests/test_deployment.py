@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs import Logistic, ShardedDataset, connect, make_dataset, predict, sandblaster_lbfgs
+from dasklbfgs.cli.cluster_args import dashboard_line
 from tests._s3 import storage_flags
 
 
@@ -105,6 +106,9 @@ def test_cli_trains_against_the_scheduler_file(deployment) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert (root / "m.npz").exists()
+    port = json.loads(scheduler_file.read_text())["services"]["dashboard"]  # the page the run is on, preloaded
+    assert out.stderr.splitlines()[0] == (f"dashboard  http://127.0.0.1:{port}/status "
+                                          f"(training curves: http://127.0.0.1:{port}/training)")
     report = json.loads(out.stdout)
     assert report["success"] and report["test"]["accuracy"] > 0.6
 
@@ -141,6 +145,9 @@ def test_a_dataset_a_worker_cannot_see_is_one_line_naming_it(tmp_path) -> None:
             time.sleep(0.1)
         with connect(scheduler_file=scheduler_file) as client:
             client.wait_for_workers(1, timeout=60)
+            # a scheduler started without the page: the command says what to add
+            assert dashboard_line(client) == (f"dashboard  {client.dashboard_link} (no Training page: start the "
+                                              "scheduler with --preload dasklbfgs.monitor.dashboard)")
         proc = subprocess.run([sys.executable, "-m", "dasklbfgs.cli", "train", "--scheduler-file", str(scheduler_file),
                                "--data", str(train.path), "--output", str(tmp_path / "m.npz")],
                               capture_output=True, text=True, timeout=120, env=env)

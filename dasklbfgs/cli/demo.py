@@ -10,7 +10,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dasklbfgs.cli.cluster_args import closing, dashboard_line, dashboard_link
+from dasklbfgs.cli.cluster_args import (
+    add_embedded_cluster_arguments,
+    check_cluster_arguments,
+    closing,
+    dashboard_line,
+    embedded_dashboard_address,
+    keep_open,
+)
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line, shielded_start
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.training import train_with_progress
@@ -39,27 +46,23 @@ def add_parser(sub: Any) -> None:
     demo.add_argument("--features", type=int, default=50, help="features per row")
     demo.add_argument("--shard-rows", type=int, default=25_000, help="rows per Zarr shard")
     demo.add_argument("--l2", type=float, default=1e-4, help="L2 penalty of the logistic model")
-    demo.add_argument("--workers", type=int, default=None,
-                      help="workers of the embedded cluster (default: one per core)")
-    demo.add_argument("--dashboard-address", default="127.0.0.1:8787",
-                      help="where the dashboard listens (port 0: any free port)")
+    add_embedded_cluster_arguments(demo)
     demo.add_argument("--keep", metavar="DIR", default=None,
                       help="keep the sample dataset (and, after Ctrl-C, the parameters) under DIR "
                            "(default: a temporary folder, removed)")
-    demo.add_argument("--keep-open", action="store_true",
-                      help="after the run, keep the cluster and its dashboard up until Ctrl-C")
     demo.set_defaults(func=command)
 
 
 def command(args: argparse.Namespace) -> int:
     from dasklbfgs.cluster import connect
 
+    check_cluster_arguments(args)
     with contextlib.ExitStack() as stack:
         folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
         train, test = _write_data(args, folder / "demo-data")
         interrupt = stack.enter_context(Interrupt())
         with shielded_start():
-            client = connect(n_workers=args.workers, dashboard_address=args.dashboard_address)
+            client = connect(n_workers=args.workers, dashboard_address=embedded_dashboard_address(args))
         stack.enter_context(closing(client, interrupt))
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         print(f"cluster    embedded LocalCluster, {n_workers} workers x 1 thread")
@@ -68,7 +71,7 @@ def command(args: argparse.Namespace) -> int:
         if args.keep:
             print(f"kept       {folder / 'demo-data'}")
         if args.keep_open and code != EXIT_INTERRUPTED:
-            _wait_for_ctrl_c(client, interrupt)
+            keep_open(client, interrupt)
     return code
 
 
@@ -101,11 +104,3 @@ def _train(args: argparse.Namespace, client: Client, train: Any, test: Any, inte
     print(format_report(train_report(model, result, train, test, client)))
     return 0 if result.success else 1
 
-
-def _wait_for_ctrl_c(client: Client, interrupt: Interrupt) -> None:
-    """``--keep-open``: the dashboard stays up, so that its printed address keeps working."""
-    link = dashboard_link(client)
-    print(f"dashboard open at {link}; Ctrl-C to stop" if link else "cluster open (no dashboard); Ctrl-C to stop",
-          flush=True)
-    while not interrupt.requested:
-        time.sleep(0.2)

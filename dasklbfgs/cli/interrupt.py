@@ -31,17 +31,19 @@ class Interrupt:
     """``with Interrupt() as interrupt:`` pass ``interrupt.check`` to the solver as its
     callback (or call it from yours); the result's message is then :data:`INTERRUPTED`."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, signals: tuple[signal.Signals, ...] = (signal.SIGINT,)) -> None:
         self.stream = stream if stream is not None else sys.stderr
+        self.signals = signals  # SIGTERM too for a command that serves until stopped
         self.requested = False
-        self._previous: Any = None
+        self._previous: dict[signal.Signals, Any] = {}
 
     def __enter__(self) -> Interrupt:
-        self._previous = signal.signal(signal.SIGINT, self._on_signal)
+        self._previous = {number: signal.signal(number, self._on_signal) for number in self.signals}
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        signal.signal(signal.SIGINT, self._previous)
+        for number, previous in self._previous.items():
+            signal.signal(number, previous)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self.requested:

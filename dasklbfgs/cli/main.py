@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from dasklbfgs.cli import data, demo, evaluate, info, predict, run, train
+from dasklbfgs.cli import cluster, data, demo, evaluate, info, predict, run, train
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
 from dasklbfgs.cli.parser import EXIT_CODES, Parser, TopFormatter
 from dasklbfgs.errors import DaskLBFGSError
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (info, data, train, evaluate, predict, demo, run)
+COMMANDS = (info, data, train, evaluate, predict, demo, run, cluster)
 
 
 def build_parser() -> Parser:

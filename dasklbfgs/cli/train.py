@@ -6,7 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from dasklbfgs.cli.cluster_args import add_cluster_arguments, cluster_from_args
+from dasklbfgs.cli.cluster_args import (
+    add_cluster_arguments,
+    check_cluster_arguments,
+    cluster_from_args,
+    dashboard_line,
+    keep_open,
+)
 from dasklbfgs.cli.format import json_text
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.report import format_report, interrupted_report, train_report
@@ -43,7 +49,8 @@ def add_parser(sub: Any) -> None:
                             "URL (s3://bucket/model.npz, written with one put) (default dasklbfgs-model.npz)")
     train.add_argument("--overwrite", action="store_true", help="replace an existing --output file or object")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
-    train.add_argument("--quiet", action="store_true", help="no progress line (it only shows on a terminal)")
+    train.add_argument("--quiet", action="store_true",
+                       help="no dashboard line, and no progress line (it only shows on a terminal)")
     add_cluster_arguments(train)
     train.set_defaults(func=command)
 
@@ -57,6 +64,7 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.solvers.common_options import with_checkpoint_storage
 
     # Bad flags, missing datasets and a model that does not fit the data fail before a cluster starts.
+    check_cluster_arguments(args)
     # --storage-option reaches a checkpoint at a URL too (the datasets get theirs below)
     options = with_checkpoint_storage(options_from_args(args, args.solver), storage_options_from_args(args))
     output = Location.of(args.output, storage_options_from_args(args, args.output))  # a file, or an object at a URL
@@ -68,16 +76,19 @@ def command(args: argparse.Namespace) -> int:
     data = ShardedDataset.open(args.data, storage_options_from_args(args, args.data))
     test = ShardedDataset.open(args.test, storage_options_from_args(args, args.test)) if args.test else None
     model = model_for_dataset(args.model or default_model(data), data, **given_options(args, ModelOptions.fields()))
-    with Interrupt() as interrupt:  # until the command returns: a second Ctrl-C aborts the saving too
-        with cluster_from_args(args, interrupt) as client:
-            for dataset in (data, test) if test is not None else (data,):
-                dataset.check_workers_can_read(client)
-            result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
-                                         quiet=args.quiet or args.json, interrupt=interrupt)
-            if result.message == INTERRUPTED:
-                report = interrupted_report(model, result)
-            else:
-                report = train_report(model, result, data, test, client)
+    # Ctrl-C until the command returns (a second one aborts the saving too); the cluster until
+    # then as well, for --keep-open
+    with Interrupt() as interrupt, cluster_from_args(args, interrupt) as client:
+        for dataset in (data, test) if test is not None else (data,):
+            dataset.check_workers_can_read(client)
+        if not args.quiet:
+            print(dashboard_line(client), file=sys.stderr, flush=True)
+        result = train_with_progress(client, model, data, args.solver, options, eval_data=test,
+                                     quiet=args.quiet or args.json, interrupt=interrupt)
+        if result.message == INTERRUPTED:
+            report = interrupted_report(model, result)
+        else:
+            report = train_report(model, result, data, test, client)
         report["dataset"] = data.url
         report["options"] = options.to_json()
         save_params(output, model, result.x, report)
@@ -90,4 +101,6 @@ def command(args: argparse.Namespace) -> int:
         else:
             print(format_report(report))
             print(f"saved      {args.output}")
+        if args.keep_open:
+            keep_open(client, interrupt, sys.stderr)
         return 0 if result.success else 1

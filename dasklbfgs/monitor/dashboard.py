@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from dasklbfgs.monitor.curve_rules import smoothed, smoothing_weight
 from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.monitor.route import ROUTE
 from dasklbfgs.monitor.runs import (
     CURVES,
     HELD_OUT_KEYS,
@@ -51,7 +52,6 @@ from dasklbfgs.scoring.names import held_out_label
 
 __all__ = ["TrainingPage", "training_doc", "register", "ROUTE"]
 
-ROUTE = "/training"
 REFRESH_MS = 500
 NO_RUN = "none"
 X_AXES = ("step", "time")  # the x toggle's choices, in its buttons' order
