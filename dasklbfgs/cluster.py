@@ -102,7 +102,7 @@ def connect(
     if threads_per_worker < 1:
         raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
     if n_workers is not None and n_workers < 1:
-        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}")
+        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}", parameters=("n_workers",))
     client = _open(address, scheduler_file, n_workers, threads_per_worker, memory_limit, security,
                    dashboard_address, timeout)
     if tune_allocator:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from dasklbfgs.cli import data, demo, evaluate, info, predict, run, train
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
+from dasklbfgs.cli.messages import command_parser, in_flags
 from dasklbfgs.cli.parser import EXIT_CODES, Parser, TopFormatter
 from dasklbfgs.errors import DaskLBFGSError
 
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except DaskLBFGSError as exc:
-        print(f"dasklbfgs: error: {exc}", file=sys.stderr)
+        print(f"dasklbfgs: error: {in_flags(exc, command_parser(parser, args))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C before a run started (while writing data, say)
         print("interrupted", file=sys.stderr)

@@ -127,9 +127,9 @@ def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
     ("args", "message"),
     [
         (["info", "/nonexistent/x"], "no dataset at '/nonexistent/x': the path does not exist"),
-        (["data", "make", "logistic", "{tmp}/d", "--rows", "10"], "the 'logistic' recipe needs rows and features"),
+        (["data", "make", "logistic", "{tmp}/d", "--rows", "10"], "the 'logistic' recipe needs --rows and --features"),
         (["data", "make", "logistic", "{tmp}/d", "--rows", "10", "--features", "2", "--shard-rows", "0"],
-         "shard_rows must be an integer >= 1, got 0"),
+         "--shard-rows must be an integer >= 1, got 0"),
         (["train", "--data", "/nonexistent/x", "--workers", "1"], "no dataset at '/nonexistent/x'"),
         # an earlier run's output is never replaced unasked (and nothing starts)
         (["train", "--data", "/nonexistent/x", "--output", "{tmp}"],
@@ -261,7 +261,7 @@ def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
     assert model.hidden == (16, 8) and params.shape == (model.n_params,)
     bad = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--embed-dim", "4",
               "--workers", "1", check=False)
-    assert bad.returncode == 2 and "model 'mlp' does not take option(s) ['embed_dim']" in bad.stderr
+    assert bad.returncode == 2 and "model 'mlp' does not take option(s) ['--embed-dim']" in bad.stderr
     widths = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--hidden", "16,x",
                  check=False)
     assert widths.returncode == 2 and "must be comma-separated integers like 256,256, got '16,x'" in widths.stderr
