@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dasklbfgs.cli import data, demo, evaluate, info, predict, run, train
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
 from dasklbfgs.cli.messages import command_parser, in_flags
-from dasklbfgs.cli.parser import EXIT_CODES, Parser, TopFormatter
+from dasklbfgs.cli.parser import EXIT_CODES, Parser
 from dasklbfgs.errors import DaskLBFGSError
 
 __all__ = ["build_parser", "main"]
@@ -23,7 +23,6 @@ def build_parser() -> Parser:
         prog="dasklbfgs",
         description="Sandblaster L-BFGS, Downpour SGD and their peers on Dask over sharded Zarr datasets.",
         epilog=f"{EXIT_CODES}\n\n'dasklbfgs COMMAND --help' lists a command's options and their defaults.",
-        formatter_class=TopFormatter,
     )
     parser.add_argument("--version", action="version", version=f"dasklbfgs {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
