@@ -68,7 +68,7 @@ def test_data_make_and_info(tmp_path) -> None:
     train = ShardedDataset.open(tmp_path / "mn" / "train")
     assert train.n_samples == 3000 and set(train.label_counts) == {0, 1, 2, 3}
     info = run("info", str(tmp_path / "mn" / "train")).stdout
-    assert "labels    4 distinct" in info and "on disk" in info
+    assert "labels    4 distinct" in info and " raw (stored/raw " in info
     both = json.loads(run("info", str(tmp_path / "mn"), "--json").stdout)
     assert [d["n_samples"] for d in both] == [600, 3000]
 

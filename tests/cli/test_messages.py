@@ -1,5 +1,5 @@
-"""The command's errors in its own words: flags where the library names keywords, and a path
-that holds no dataset said so."""
+"""The command in its user's words: flags where the library names keywords, a path that holds
+no dataset said so, sizes and counts as tables and ratios the way the docs define them."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import zarr
 
+from dasklbfgs._format import human_bytes
 from dasklbfgs.cli.main import main
 from dasklbfgs.data import make_dataset
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError
@@ -85,3 +86,30 @@ def test_a_train_test_folder_given_to_train_points_at_its_train_split(capsys, fo
     assert error_of(capsys, "train", "--data", str(folder)) == (
         f"dasklbfgs: error: '{folder}' holds the datasets ['test', 'train'], not one dataset; open one of them, "
         f"e.g. '{folder / 'train'}'")
+
+
+def test_info_gives_the_size_ratio_as_stored_over_raw(capsys, folder) -> None:
+    from dasklbfgs import ShardedDataset
+
+    train = ShardedDataset.open(folder / "train")
+    raw = 300 * 3 * 8 + 300 * 8  # X and y in float64 (what nbytes_in_memory counts)
+    stored = train.nbytes_stored()
+    assert train.nbytes_in_memory == raw
+    assert main(["info", str(folder / "train")]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("size"))
+    assert line == f"size      {human_bytes(stored)} stored of 9.4 KiB raw (stored/raw {stored / raw:.2f})"
+
+
+def test_downpour_staleness_is_a_table(capsys, client, folder, tmp_path) -> None:
+    from dasklbfgs.models.persist import load_params
+
+    argv = ["train", "--data", str(folder / "train"), "--solver", "downpour", "--replicas", "2", "--batch-size", "20",
+            "--epochs", "1", "--scheduler", client.scheduler.address, "--output", str(tmp_path / "m.npz")]
+    assert main(argv) in (0, 1)
+    out = capsys.readouterr().out.splitlines()
+    staleness = load_params(tmp_path / "m.npz")[2]["staleness"]  # the saved report's counts, by lag
+    start = out.index("staleness  updates behind  pushes")
+    lines = out[start + 1:start + 1 + len(staleness)]
+    assert {lag: int(pushes) for lag, pushes in map(str.split, lines)} == {str(k): n for k, n in staleness.items()}
+    assert all(line.startswith(" " * 11) and len(line) == len(out[start]) for line in lines)  # aligned
+    assert not any("{" in line for line in out)  # no Python dict
