@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
 from dasklbfgs.cli import data, demo, evaluate, info, predict, run, train
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
 from dasklbfgs.cli.messages import command_parser, in_flags
-from dasklbfgs.cli.parser import EXIT_CODES, Parser
+from dasklbfgs.cli.parser import EXIT_CLOSED_PIPE, EXIT_CODES, Parser
 from dasklbfgs.errors import DaskLBFGSError
 
 __all__ = ["build_parser", "main"]
@@ -32,6 +33,21 @@ def build_parser() -> Parser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` (default: the process's arguments) names; its exit code."""
+    try:
+        try:
+            return _command(argv)
+        finally:  # what is still buffered (--help's text too) meets a closed pipe here, not at exit
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``dasklbfgs info DATA | head -1``): stop quietly, as Python's
+        # docs advise (signal module, "Note on SIGPIPE"): stdout onto devnull, so that the
+        # flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
+
+
+def _command(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

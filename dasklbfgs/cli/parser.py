@@ -8,14 +8,19 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-__all__ = ["EXIT_CODES", "DefaultsFormatter", "Parser", "closest", "invalid_choice_message", "unknown_flag_message"]
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_CODES", "DefaultsFormatter", "Parser", "closest", "invalid_choice_message",
+           "unknown_flag_message"]
 
 EXIT_CODES = """\
 exit codes:
   0    the run converged (or the command did its work)
   1    the run ended without converging (a limit such as --maxiter was reached)
   2    bad usage or input (one line on stderr says what and what to do)
-  130  interrupted by Ctrl-C (train and run save the parameters reached)"""
+  130  interrupted by Ctrl-C (train and run save the parameters reached)
+  141  the output was closed early (a pipe into head, say): stopped quietly"""
+
+#: 128 + SIGPIPE: what a shell reports for a command a closed pipe ended
+EXIT_CLOSED_PIPE = 141
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
