@@ -204,7 +204,7 @@ def _check_shape(n_workers: int | None, threads_per_worker: int) -> None:
     if threads_per_worker < 1:
         raise ConfigurationError(f"threads_per_worker must be >= 1, got {threads_per_worker!r}")
     if n_workers is not None and n_workers < 1:
-        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}")
+        raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}", parameters=("n_workers",))
 
 
 def check_dashboard_address(address: str | int, name: str = "dashboard_address") -> str | int:

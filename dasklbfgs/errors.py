@@ -7,6 +7,8 @@ array, shard or argument).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "MetricsWarning",
     "DaskLBFGSError",
@@ -34,7 +36,17 @@ __all__ = [
 
 
 class DaskLBFGSError(Exception):
-    """Base class of every error dasklbfgs raises on purpose."""
+    """Base class of every error dasklbfgs raises on purpose.
+
+    ``parameters`` are the keyword arguments (or options) the message names, spelled as in
+    the message (``n_workers``, ``overwrite=True``): a front end that calls them otherwise
+    rewrites those words, as the command line does with its flags
+    (:func:`dasklbfgs.cli.messages.in_flags`); the Python API's message keeps the keywords.
+    """
+
+    def __init__(self, *args: object, parameters: Iterable[str] = ()) -> None:
+        super().__init__(*args)
+        self.parameters: tuple[str, ...] = tuple(parameters)
 
 
 class ConfigurationError(DaskLBFGSError, ValueError):

@@ -145,7 +145,8 @@ class OptionSpec:
             return None
         checked = _BAD if value is None else KINDS[self.kind].normalise(value)
         if checked is _BAD or not self._valid(checked):
-            raise ConfigurationError(f"{owner} option {name} must be {self.expected()}, got {value!r}")
+            raise ConfigurationError(f"{owner} option {name} must be {self.expected()}, got {value!r}",
+                                     parameters=(name,))
         return checked
 
     def _valid(self, value: Any) -> bool:
@@ -282,7 +283,7 @@ class Options:
         try:
             return cls(**cls.canonical(values))
         except ConfigurationError as exc:
-            raise ConfigurationError(f"{where}{exc}") from None
+            raise ConfigurationError(f"{where}{exc}", parameters=exc.parameters) from None
 
     def replace(self: T, **values: Any) -> T:
         """A copy with ``values`` (option names or older spellings) changed, checked anew."""

@@ -14,7 +14,6 @@ from dasklbfgs._format import human_bytes
 
 def format_description(info: dict[str, Any]) -> str:
     """Render :meth:`ShardedDataset.describe` output as a short report."""
-    ratio = info["nbytes_in_memory"] / max(info["nbytes_stored"], 1)
     y_shape = "x".join(map(str, info["y_shape"]))
     lines = [
         f"dataset   {info['path']}",
@@ -26,8 +25,9 @@ def format_description(info: dict[str, Any]) -> str:
             f"(mean {info['total_weight'] / info['n_samples']:.4g})"]
           if info.get("weighted") else []),
         f"shards    {info['n_shards']} of up to {info['shard_rows']} rows",
-        f"size      {human_bytes(info['nbytes_stored'])} on disk, "
-        f"{human_bytes(info['nbytes_in_memory'])} in memory (ratio {ratio:.2f})",
+        # the ratio as the guide's codec measurements give it: stored / raw (below 1: compressed)
+        f"size      {human_bytes(info['nbytes_stored'])} stored of {human_bytes(info['nbytes_in_memory'])} raw "
+        f"(stored/raw {info['nbytes_stored'] / max(info['nbytes_in_memory'], 1):.2f})",
     ]
     counts = info.get("label_counts")
     if counts:

@@ -24,10 +24,11 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.cli.format import format_description
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.data.location import Location
+    from dasklbfgs.data.sharded import datasets_below
 
     location = Location.of(args.path, storage_options_from_args(args, args.path))
     # train/test of a recipe, say
-    splits = location.groups_below() if location.exists() and not location.exists("zarr.json") else []
+    splits = datasets_below(location) if location.exists() and not location.exists("zarr.json") else []
     datasets = [ShardedDataset.open(location / name) for name in splits] or [ShardedDataset.open(location)]
     infos = [d.describe() for d in datasets]
     if args.json:

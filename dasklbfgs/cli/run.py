@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Any
 
@@ -16,6 +15,7 @@ from dasklbfgs.cli.cluster_args import (
 )
 from dasklbfgs.cli.format import json_text
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
+from dasklbfgs.cli.logs import show_our_logs
 from dasklbfgs.cli.storage_args import add_storage_arguments, merged_storage_options, storage_options_from_args
 from dasklbfgs.cli.training import endings_in_the_report
 
@@ -34,7 +34,7 @@ def command(args: argparse.Namespace) -> int:
     if args.workers is None:
         args.workers = config["cluster"]["workers"]
     if not args.quiet:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        show_our_logs()
     # The data before the cluster: a missing dataset fails without waiting for a scheduler,
     # and a recipe's datasets are built here, once (the report counts that time).
     data = open_datasets(config)

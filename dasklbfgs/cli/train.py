@@ -22,7 +22,15 @@ from dasklbfgs.cli.training import train_with_progress
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import OutputExistsError
 
-__all__ = ["add_parser"]
+__all__ = ["EXAMPLES", "add_parser"]
+
+#: the end of ``dasklbfgs train --help``
+EXAMPLES = """\
+examples:
+  dasklbfgs data make multinomial data/mn --rows 100000 --features 20 --classes 5
+  dasklbfgs train --data data/mn/train --test data/mn/test --l2 1e-4 --output mn.npz
+  dasklbfgs train --data data/mn/train --solver downpour --replicas 4 --learning-rate 0.1 --epochs 2
+  dasklbfgs train --data s3://bucket/mn/train --scheduler tcp://10.0.0.5:8786 --storage-option profile=ml"""
 
 
 def add_parser(sub: Any) -> None:
@@ -32,6 +40,7 @@ def add_parser(sub: Any) -> None:
 
     names = solver_names()
     train = sub.add_parser("train", help="train a model on a sharded dataset with any solver",
+                           usage="%(prog)s --data PATH [options]", epilog=EXAMPLES,
                            description="Train a model on a sharded dataset. Solvers: " + "; ".join(
                                f"{n} ({get_solver(n).options.__name__})" for n in names))
     train.add_argument("--data", required=True, help="training dataset (a ShardedDataset's path or URL)")

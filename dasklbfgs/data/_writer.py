@@ -103,7 +103,8 @@ def check_target(target: Path, overwrite: bool, exists_error: type[DaskLBFGSErro
     if not target.exists():
         return
     if not overwrite:
-        raise exists_error(f"{str(target)!r} already exists; pass overwrite=True to replace it")
+        raise exists_error(f"{str(target)!r} already exists; pass overwrite=True to replace it",
+                           parameters=("overwrite",))
     if not is_replaceable(target):
         raise exists_error(f"refusing to overwrite {str(target)!r}: {NOT_OURS}")
 
@@ -168,7 +169,8 @@ def check_remote_target(target: Location, overwrite: bool,
     our own stores (or what a killed write left) with it, with ``exists_error``."""
     if target.exists():
         if not overwrite:
-            raise exists_error(f"{target.url!r} already exists; pass overwrite=True to replace it")
+            raise exists_error(f"{target.url!r} already exists; pass overwrite=True to replace it",
+                               parameters=("overwrite",))
         if not target.is_replaceable():
             raise exists_error(f"refusing to overwrite {target.url!r}: {NOT_OURS}")
 

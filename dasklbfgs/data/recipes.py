@@ -168,7 +168,7 @@ def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callabl
 
 def _synthetic_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
     if o.rows is None or o.features is None:
-        raise ConfigurationError(f"the {kind!r} recipe needs rows and features")
+        raise ConfigurationError(f"the {kind!r} recipe needs rows and features", parameters=("rows", "features"))
     n_classes = _classes(kind, o) if kind == "multinomial" else 2
     problem = SyntheticProblem(kind, n_features=int(o.features), n_classes=n_classes, seed=o.seed,
                                ill_conditioned=o.ill_conditioned)
@@ -181,7 +181,8 @@ def _synthetic_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
 
 def _ctr_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
     if o.rows is None:
-        raise ConfigurationError("the 'ctr' recipe needs rows (impressions; 1,000,000 or more is realistic)")
+        raise ConfigurationError("the 'ctr' recipe needs rows (impressions; 1,000,000 or more is realistic)",
+                                 parameters=("rows",))
     logs = ClickLogs(int(o.features) if o.features is not None else DEFAULT_HASHED_FEATURES, o.seed)
     attrs = {"task": RECIPES[kind].task, "n_classes": 2, "source": "synthetic:ctr", "seed": o.seed,
              "fields": N_FIELDS, "crosses": len(CROSSES), "hashed_features": logs.n_features}
@@ -230,7 +231,7 @@ def _generated_splits(blocks, rows, test_fraction, attrs, names=None, **test_opt
 
 def _acoustic_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
     if o.rows is None:
-        raise ConfigurationError("the 'acoustic' recipe needs rows")
+        raise ConfigurationError("the 'acoustic' recipe needs rows", parameters=("rows",))
     frames = AcousticFrames(n_classes=_classes(kind, o), seed=o.seed)
     attrs = {"task": RECIPES[kind].task, "n_classes": frames.n_classes, "source": "synthetic:acoustic",
              "frames": FRAMES, "bands": BANDS, "seed": o.seed}
@@ -244,7 +245,8 @@ def _patch_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
     rows = o.rows
     if rows is None:
         if source == "synthetic":
-            raise ConfigurationError("the 'patches' recipe with image_source='synthetic' needs rows")
+            raise ConfigurationError("the 'patches' recipe with image_source='synthetic' needs rows",
+                                     parameters=("image_source", "rows"))
         rows = DIGIT_PATCHES_DEFAULT_ROWS
     attrs = {"task": RECIPES[kind].task, "patch_size": patches.patch_size, "source": source,
              "scaled_range": [0.1, 0.9], "seed": o.seed}

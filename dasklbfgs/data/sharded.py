@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     import xarray
     from zarr.core.metadata import ArrayV3Metadata
 
-__all__ = ["ShardedDataset"]
+__all__ = ["ShardedDataset", "datasets_below"]
 
 
 
@@ -467,20 +467,34 @@ def _sparse_shard_X(data: ShardedDataset, index: int) -> Any:
     return data.load_shard(index)[0]
 
 
+#: what the message about a path without a dataset says one is
+WHAT_A_DATASET_IS = ("a dataset is a Zarr (format 3) group of X and y arrays chunked by rows: write one with "
+                     "ShardedDataset.create or make_dataset, or 'dasklbfgs data make' or 'dasklbfgs data import'")
+
+
+def datasets_below(location: Location) -> list[str]:
+    """The names of the datasets directly below ``location`` (a recipe's ``test`` and
+    ``train``): the Zarr groups there holding a ``y`` array, sorted."""
+    return [name for name in location.groups_below() if location.exists(f"{name}/y/zarr.json")]
+
+
 def _open_group(location: Location) -> zarr.Group:
     if not location.exists("zarr.json"):
         if not location.exists():
             raise NotADatasetError(f"no dataset at {location.url!r}: the path does not exist")
-        splits = location.groups_below()
+        splits = datasets_below(location)
         if splits:
+            example = "train" if "train" in splits else splits[0]  # what a training command wants
             raise NotADatasetError(
                 f"{location.url!r} holds the datasets {splits}, not one dataset; "
-                f"open one of them, e.g. {(location / splits[0]).url!r}"
+                f"open one of them, e.g. {(location / example).url!r}"
             )
-        if not location.is_local:
-            raise NotADatasetError(f"{location.url!r} is not a Zarr (format 3) group: it has no zarr.json (a write "
-                                   "that did not finish can leave files without one; write it again with "
-                                   "overwrite=True)")
+        if location.is_local:
+            found = "it is a file" if location.path.is_file() else "it is a folder without a zarr.json"
+        else:
+            found = "it has no zarr.json (a write that did not finish can leave files without one; write it again " \
+                    "with overwrite=True)"
+        raise NotADatasetError(f"no dataset at {location.url!r}: {found}; {WHAT_A_DATASET_IS}")
     try:
         node = zarr.open(location.zarr_store(read_only=True), mode="r", zarr_format=3)
     except Exception as exc:  # zarr raises several types for "not zarr here"

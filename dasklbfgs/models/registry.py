@@ -101,7 +101,8 @@ def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ConfigurationError(
-            f"model {name!r} does not take option(s) {unknown}; it takes {list(allowed) or 'none'}"
+            f"model {name!r} does not take option(s) {unknown}; it takes {list(allowed) or 'none'}",
+            parameters=(*unknown, *allowed),
         )
     cls = CLASSES[name]
     if class_weight is not None and not cls.takes_class_weight:

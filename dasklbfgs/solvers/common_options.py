@@ -77,7 +77,8 @@ class CheckpointOptions(Options):
     def check_together(self) -> None:
         super().check_together()
         if self.resume and self.checkpoint_path is None:
-            raise ConfigurationError(f"{self.solver}: resume=True needs checkpoint_path")
+            raise ConfigurationError(f"{self.solver}: resume=True needs checkpoint_path",
+                                     parameters=("resume", "checkpoint_path"))
 
     def checkpoint_location(self, data: Dataset) -> Location | None:
         """Where the checkpoint is (None: no checkpoints). A URL given as a string is reached

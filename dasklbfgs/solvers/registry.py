@@ -214,7 +214,8 @@ def _refuse_l1(chosen: Solver, options: Options, model: Model) -> None:
     fix = f"pass optimizer={chosen.l1_optimizers[0]!r}" if chosen.l1_optimizers else "train it with another solver"
     raise ConfigurationError(
         f"solver {chosen.name!r} does not minimise an l1 penalty{given}, and {model!r} has one; {fix} or set "
-        f"l1=0 (l1 is minimised by solver {able})"
+        f"l1=0 (l1 is minimised by solver {able})",
+        parameters=("optimizer",),  # not l1: the model's repr holds one
     )
 
 

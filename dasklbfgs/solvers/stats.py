@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dasklbfgs._format import human_bytes
+from dasklbfgs._format import human_bytes, table_lines
 
 if TYPE_CHECKING:
     from dasklbfgs.solvers.result import Result
@@ -104,8 +104,8 @@ class DownpourStats(_ReplicaStats):
         return {**super().summary(result), "staleness": self["staleness"]}
 
     def lines(self, result: Result) -> list[str]:
-        return [*super().lines(result),
-                f"staleness  {self['staleness']} (pushes by how many updates they lagged)"]
+        lags = sorted((int(lag), pushes) for lag, pushes in self["staleness"].items())  # str keys from events
+        return [*super().lines(result), *table_lines("staleness", ("updates behind", "pushes"), lags)]
 
 
 class PeerStats(_ReplicaStats):

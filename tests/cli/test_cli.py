@@ -69,7 +69,7 @@ def test_data_make_and_info(tmp_path) -> None:
     train = ShardedDataset.open(tmp_path / "mn" / "train")
     assert train.n_samples == 3000 and set(train.label_counts) == {0, 1, 2, 3}
     info = run("info", str(tmp_path / "mn" / "train")).stdout
-    assert "labels    4 distinct" in info and "on disk" in info
+    assert "labels    4 distinct" in info and " raw (stored/raw " in info
     both = json.loads(run("info", str(tmp_path / "mn"), "--json").stdout)
     assert [d["n_samples"] for d in both] == [600, 3000]
 
@@ -128,9 +128,9 @@ def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
     ("args", "message"),
     [
         (["info", "/nonexistent/x"], "no dataset at '/nonexistent/x': the path does not exist"),
-        (["data", "make", "logistic", "{tmp}/d", "--rows", "10"], "the 'logistic' recipe needs rows and features"),
+        (["data", "make", "logistic", "{tmp}/d", "--rows", "10"], "the 'logistic' recipe needs --rows and --features"),
         (["data", "make", "logistic", "{tmp}/d", "--rows", "10", "--features", "2", "--shard-rows", "0"],
-         "shard_rows must be an integer >= 1, got 0"),
+         "--shard-rows must be an integer >= 1, got 0"),
         (["train", "--data", "/nonexistent/x", "--workers", "1"], "no dataset at '/nonexistent/x'"),
         # an earlier run's output is never replaced unasked (and nothing starts)
         (["train", "--data", "/nonexistent/x", "--output", "{tmp}"],
@@ -282,7 +282,7 @@ def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
     assert model.hidden == (16, 8) and params.shape == (model.n_params,)
     bad = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--embed-dim", "4",
               "--workers", "1", check=False)
-    assert bad.returncode == 2 and "model 'mlp' does not take option(s) ['embed_dim']" in bad.stderr
+    assert bad.returncode == 2 and "model 'mlp' does not take option(s) ['--embed-dim']" in bad.stderr
     widths = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "mlp", "--hidden", "16,x",
                  check=False)
     assert widths.returncode == 2 and "must be comma-separated integers like 256,256, got '16,x'" in widths.stderr

@@ -40,7 +40,7 @@ def test_every_option_says_what_it_does_and_its_default() -> None:
 def test_the_help_lists_the_exit_codes() -> None:
     text = build_parser().format_help()
     for line in ("0    the run converged", "1    the run ended without converging", "2    bad usage or input",
-                 "130  interrupted by Ctrl-C"):
+                 "130  interrupted by Ctrl-C", "141  the output was closed early"):
         assert line in text
 
 
@@ -50,6 +50,17 @@ def test_the_help_lists_the_exit_codes() -> None:
     (["demo", "--keep-opne"], "dasklbfgs demo: error: unrecognized argument --keep-opne; did you mean --keep-open?"),
     (["data", "make", "logistic", "p", "--rwos", "3"], "did you mean --rows?"),
     (["train", "--data", "d", "--zzzzzz"], "unrecognized argument --zzzzzz; 'dasklbfgs train --help' lists"),
+    (["train", "--data", "d", "--maxitr", "3"], "dasklbfgs train: error: unrecognized argument --maxitr; did you mean "
+                                                "--maxiter?"),
+    # a guess only when close: --ftol shares two letters with --foo
+    (["train", "--data", "d", "--foo"], "dasklbfgs train: error: unrecognized argument --foo; 'dasklbfgs train --help' "
+                                        "lists the options"),
+    (["trian", "--data", "d"], "dasklbfgs: error: unknown command 'trian'; did you mean 'train'?"),
+    (["xyz"], "dasklbfgs: error: unknown command 'xyz'; 'dasklbfgs --help' lists the commands"),
+    (["data", "mak", "logistic", "p"], "dasklbfgs data: error: unknown command 'mak'; did you mean 'make'?"),
+    (["train", "--data", "d", "--solver", "sandblastr"],
+     "dasklbfgs train: error: argument --solver: invalid choice: 'sandblastr'; did you mean 'sandblaster'? "
+     "(choose from 'sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours')"),
 ])
 def test_an_unknown_flag_is_one_line_with_the_closest_flag(capsys, argv, message) -> None:
     with pytest.raises(SystemExit) as stopped:
@@ -57,6 +68,8 @@ def test_an_unknown_flag_is_one_line_with_the_closest_flag(capsys, argv, message
     assert stopped.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+    if message.startswith("dasklbfgs"):  # the whole line
+        assert err == message + "\n"
 
 
 def test_a_run_is_named_by_train_name_and_a_pipelines_name_key() -> None:
@@ -72,3 +85,16 @@ def test_a_run_is_named_by_train_name_and_a_pipelines_name_key() -> None:
     assert validate_train({"solver": "sync", "name": "peer run"})["options"].name == "peer run"
     with pytest.raises(ConfigurationError, match=r"train: sync option name must be a non-empty string or None, got 7"):
         validate_train({"solver": "sync", "name": 7})
+
+
+def test_train_help_has_a_short_usage_and_examples_that_parse() -> None:
+    from dasklbfgs.cli.train import EXAMPLES
+
+    parser = build_parser()
+    text = next(p for p in every_parser(parser) if p.prog == "dasklbfgs train").format_help()
+    assert text.startswith("usage: dasklbfgs train --data PATH [options]\n\n")
+    assert text.endswith(EXAMPLES + "\n")
+    examples = [line.split(maxsplit=1)[1] for line in EXAMPLES.splitlines()[1:]]
+    assert len(examples) == 4 and examples[1].startswith("train --data")
+    for example in examples:  # real commands: every flag known, every value valid
+        assert parser.parse_args(example.split()).func

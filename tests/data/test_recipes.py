@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import zarr
 from sklearn.datasets import load_wine
 
 from dasklbfgs import ShardedDataset, make_dataset
@@ -60,7 +61,11 @@ def test_bundled_wine_is_split_stratified(tmp_path) -> None:
 
 def test_opening_the_folder_points_at_its_splits(tmp_path) -> None:
     make_dataset("breast_cancer", tmp_path / "bc", shard_rows=100)
-    with pytest.raises(NotADatasetError, match=r"holds the datasets \['test', 'train'\], not one dataset"):
+    with pytest.raises(NotADatasetError, match=r"holds the datasets \['test', 'train'\], not one dataset; open one of "
+                                               r"them, e.g. '.*bc/train'"):  # the one a training command wants
+        ShardedDataset.open(tmp_path / "bc")
+    zarr.create_group(store=str(tmp_path / "bc" / "scratch"), zarr_format=3)  # a group without y: not a dataset
+    with pytest.raises(NotADatasetError, match=r"holds the datasets \['test', 'train'\], not one"):
         ShardedDataset.open(tmp_path / "bc")
 
 

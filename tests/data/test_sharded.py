@@ -280,8 +280,12 @@ def test_open_errors(tmp_path, Xy) -> None:
     with pytest.raises(NotADatasetError, match=r"the path does not exist"):
         ShardedDataset.open(tmp_path / "missing")
     (tmp_path / "plain").mkdir()
-    with pytest.raises(NotADatasetError, match=r"is not a Zarr \(format 3\) group"):
+    with pytest.raises(NotADatasetError, match=r"no dataset at '.*plain': it is a folder without a zarr.json; a "
+                                               r"dataset is a Zarr \(format 3\) group of X and y arrays"):
         ShardedDataset.open(tmp_path / "plain")
+    (tmp_path / "plain" / "notes.txt").write_text("not data")
+    with pytest.raises(NotADatasetError, match=r"no dataset at '.*notes.txt': it is a file; a dataset is"):
+        ShardedDataset.open(tmp_path / "plain" / "notes.txt")
     group = zarr.create_group(store=str(tmp_path / "noy"), zarr_format=3)
     group.create_array("X", shape=(3, 2), dtype="f8")
     with pytest.raises(NotADatasetError, match=r"has no 'y' array"):

@@ -216,7 +216,7 @@ def test_the_command_line_writes_predictions_to_a_bucket(client, softmax_data, t
     stored = zarr.open_array(Location.of(url, s3[1]).zarr_store(read_only=True), path="predictions", mode="r")
     np.testing.assert_array_equal(stored[:], model.predict(params, X))
     assert main(args) == 2
-    assert "already exists; pass overwrite=True" in capsys.readouterr().err
+    assert "already exists; pass --overwrite to replace it" in capsys.readouterr().err
     assert main([*args, "--overwrite", "--kind", "proba", "--quiet"]) == 0 and capsys.readouterr().out == ""
 
 
@@ -232,7 +232,7 @@ def test_the_command_line_writes_parquet_to_a_bucket_and_replaces_a_store_there(
     assert main([*args, "--kind", "proba"]) == 0  # a Zarr store first
     capsys.readouterr()
     assert main([*args, "--kind", "proba", "--format", "parquet"]) == 2
-    assert f"'{url}' already exists; pass overwrite=True" in capsys.readouterr().err
+    assert f"'{url}' already exists; pass --overwrite to replace it" in capsys.readouterr().err
     assert main([*args, "--kind", "proba", "--format", "parquet", "--overwrite"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith(f"wrote proba predictions, 530 rows of row, proba_0, proba_1, proba_2, to {url} in ")

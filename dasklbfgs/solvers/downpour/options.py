@@ -50,15 +50,16 @@ class DownpourOptions(ReplicaOptions, ParamShardOptions, CheckpointOptions, Mode
     def check_together(self) -> None:
         super().check_together()
         if self.checkpoint_every is not None and self.checkpoint_path is None:
-            raise ConfigurationError("downpour: checkpoint_every needs checkpoint_path")
+            raise ConfigurationError("downpour: checkpoint_every needs checkpoint_path",
+                                     parameters=("checkpoint_every", "checkpoint_path"))
         if self.overlap and self.sparse:
             raise ConfigurationError(
                 "downpour: overlap=True needs dense transfer: a row-sparse fetch must arrive before the batch "
-                "that reads its rows; pass sparse=False"
+                "that reads its rows; pass sparse=False", parameters=("overlap", "sparse")
             )
         if self.model_partitions > 1 and (self.overlap or self.sparse):
             raise ConfigurationError(
                 f"downpour: model_partitions={self.model_partitions} runs each partition's pushes in lockstep with "
                 f"its peers' and moves whole slices; pass {'overlap=False' if self.overlap else 'sparse=False'} "
-                "(or model_partitions=1)"
+                "(or model_partitions=1)", parameters=("model_partitions", "overlap", "sparse")
             )

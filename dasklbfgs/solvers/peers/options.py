@@ -99,7 +99,8 @@ class NeighbourOptions(PeerOptions):
         super().check_together()
         if self.torus_shape is not None and self.topology != "torus":
             raise ConfigurationError(
-                f"neighbours: torus_shape {self.torus_shape!r} is only for topology='torus', not {self.topology!r}"
+                f"neighbours: torus_shape {self.torus_shape!r} is only for topology='torus', not {self.topology!r}",
+                parameters=("torus_shape", "topology"),
             )
 
     def grid(self, n_replicas: int) -> tuple[int, int] | None:

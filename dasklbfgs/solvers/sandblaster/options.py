@@ -57,7 +57,8 @@ class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOpt
         if self.state == "local" and self.n_param_shards is not None:
             raise ConfigurationError(
                 f"sandblaster option n_param_shards applies to state='sharded' (L-BFGS vectors on parameter-shard "
-                f"actors), got n_param_shards={self.n_param_shards} with state='local'"
+                f"actors), got n_param_shards={self.n_param_shards} with state='local'",
+                parameters=("n_param_shards", "state"),
             )
 
     def planned_work(self, n_samples: int) -> PlannedWork:
