@@ -39,7 +39,8 @@ def test_every_option_says_what_it_does_and_its_default() -> None:
 
 def test_the_help_lists_the_exit_codes() -> None:
     text = build_parser().format_help()
-    for line in ("0    the run converged", "1    the run ended without converging", "2    bad usage or input",
+    for line in ("0    the run succeeded: it converged (Sandblaster), or ran its epochs and lowered",
+                 "1    the run ended without success", "2    bad usage or input",
                  "130  interrupted by Ctrl-C", "141  the output was closed early"):
         assert line in text
 
