@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.data._client import active_client
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.ranking import PARTS, RankedPart
@@ -73,7 +74,8 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     params = model.check_params(params, "params")
     parts = PARTS if model.task == "classification" and any(name in RANKING for name in names) else 1
     if client is not None and cached is not None:
-        params_future = client.scatter(params, hash=False)  # fetched by the others from the worker holding it
+        params_future = (client.scatter(params, hash=False) if params.nbytes > INLINE_PARAMS_BYTES
+                         else params)  # a large one fetched by the others from the worker holding it
         where = client.who_has(cached)  # summarised where they are: a shard is megabytes, its summary a few numbers
         summaries = [client.submit(_rows_summary, model, params_future, shard, names, curves, pure=False,
                                    workers=list(where.get(shard.key, ())) or None, allow_other_workers=True)

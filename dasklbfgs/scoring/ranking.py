@@ -235,8 +235,9 @@ def _sorted(keys: np.ndarray, weights: np.ndarray | None) -> Side:
     else:
         order = np.argsort(keys)
         keys, weights = keys[order], np.asarray(weights, dtype=np.float64)[order]
-    starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]]))
-    if 2 * starts.size < keys.size:
+    new = keys[1:] != keys[:-1]
+    if 2 * (1 + np.count_nonzero(new)) < keys.size:
+        starts = np.flatnonzero(np.concatenate([[True], new]))
         weights = (np.diff(np.append(starts, keys.size)).astype(np.float64) if weights is None
                    else np.add.reduceat(weights, starts))
         keys = keys[starts]
