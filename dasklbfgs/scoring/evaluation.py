@@ -1,12 +1,12 @@
 """Evaluate a fitted model on a dataset: by the workers, a task per shard, the client
-receiving the finished numbers only.
+receiving a few hundred numbers, never rows.
 
 Each shard's task loads its rows and computes its :class:`~dasklbfgs.scoring.summaries.Summary`.
 The ranking metrics are finished in parts of the score range, side by side on the workers
 (:mod:`~dasklbfgs.scoring.ranking`): each part's task merges every summary in a fixed tree
 (neighbours first, so the figures do not depend on which worker did what) and ranks its part
-of the scores; the last task adds the parts up and finishes the metrics. Without a Dask
-client the same tasks run in this process, one after another.
+of the scores; this process adds the parts up (a few hundred numbers each) and finishes the
+metrics. Without a Dask client the same tasks run in this process, one after another.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
         pieces = [client.submit(_ranked_part, summaries, index, parts, pure=False, allow_other_workers=True,
                                 workers=[holding[index % len(holding)]] if holding else None)
                   for index in range(parts)]
-        rows, weight, loss, sums, found = client.submit(_finished, pieces, names, curves, pure=False).result()
+        rows, weight, loss, sums, found = _finished(client.gather(pieces), names, curves)
     elif client is not None and hasattr(data, "location"):  # a store the workers read
         import dask
 
@@ -92,8 +92,7 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
         params_ = dask.delayed(params, traverse=False)  # sent once, not inlined in every task
         summaries = [shard(model, params_, data, index, names, curves) for index in range(data.n_shards)]
         ranked = [dask.delayed(_ranked_part, pure=True)(summaries, index, parts) for index in range(parts)]
-        finished = dask.delayed(_finished, pure=True)(ranked, names, curves)
-        rows, weight, loss, sums, found = client.compute(finished).result()
+        rows, weight, loss, sums, found = _finished(client.gather(client.compute(ranked)), names, curves)
     else:
         summaries_here = [_shard_summary(model, params, data, index, names, curves) for index in range(data.n_shards)]
         rows, weight, loss, sums, found = _finished([_ranked_part(summaries_here, index, parts)
@@ -163,7 +162,7 @@ def _ranked_part(summaries: Sequence[Summary], index: int, parts: int
 
 def _finished(pieces: Sequence[tuple[Summary | None, tuple[RankedPart, ...]]], names: tuple[str, ...], curves: bool
               ) -> tuple[int, float, float, np.ndarray | None, dict[str, Any]]:
-    """Task: what the client needs of the merged summary and its ranked parts (every
+    """What the client needs of the merged summary and its ranked parts (every
     :func:`_ranked_part`, in order): rows, weight, the objective's sums and the finished
     metrics (and curves)."""
     summary = pieces[0][0]
