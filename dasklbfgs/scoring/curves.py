@@ -37,9 +37,14 @@ class Reliability:
     hits: np.ndarray
 
     @classmethod
-    def of(cls, probability: np.ndarray, hit: np.ndarray, weight: np.ndarray) -> Reliability:
+    def of(cls, probability: np.ndarray, hit: np.ndarray, weight: np.ndarray | None = None) -> Reliability:
+        """The bins of rows with ``probability``, right where ``hit``, weighing ``weight``
+        (None: 1 each)."""
         bins = _uniform_bins(probability)
         n = RELIABILITY_BINS
+        if weight is None:  # the rows and the right ones counted at once
+            counts = np.bincount(bins + n * hit, minlength=2 * n).astype(np.float64)
+            return cls(counts[:n] + counts[n:], np.bincount(bins, weights=probability, minlength=n), counts[n:])
         return cls(np.bincount(bins, weights=weight, minlength=n), np.bincount(bins, weights=weight * probability,
                                                                               minlength=n),
                    np.bincount(bins, weights=weight * hit, minlength=n))

@@ -52,15 +52,15 @@ class ScoreCounts:
     def of(cls, scores: np.ndarray, is_positive: np.ndarray, weight: np.ndarray | None = None) -> ScoreCounts:
         """The counts of rows with ``scores``, positive where ``is_positive``, weighing
         ``weight`` (None, or every weight 1: the rows counted, no weights kept)."""
-        keys = -np.asarray(scores, dtype=np.float64)
-        if not keys.size:
+        scores = np.asarray(scores, dtype=np.float64)
+        if not scores.size:
             return cls(())
         is_positive = np.asarray(is_positive, dtype=bool)
         if weight is not None and bool(np.all(weight == 1.0)):
             weight = None
         negative = ~is_positive
-        return cls(((_sorted(keys[is_positive], None if weight is None else weight[is_positive]),
-                     _sorted(keys[negative], None if weight is None else weight[negative])),))
+        return cls(((_sorted(scores[is_positive], None if weight is None else weight[is_positive]),
+                     _sorted(scores[negative], None if weight is None else weight[negative])),))
 
     def merge(self, other: ScoreCounts) -> ScoreCounts:
         """The counts of both sets of rows, this one's runs first."""
@@ -227,11 +227,13 @@ class Ranked:
                      for name in ("scores", "tps", "fps"))  # type: ignore[return-value]
 
 
-def _sorted(keys: np.ndarray, weights: np.ndarray | None) -> Side:
-    """A side of a run: ``keys`` sorted with their ``weights``; equal keys collapsed into one
-    entry weighing their total when they are many (fewer numbers to send and sort)."""
+def _sorted(scores: np.ndarray, weights: np.ndarray | None) -> Side:
+    """A side of a run: ``scores`` (a copy, negated and sorted here) as keys with their
+    ``weights``; equal keys collapsed into one entry weighing their total when they are many
+    (fewer numbers to send and sort)."""
+    keys = np.negative(scores, out=scores)
     if weights is None:
-        keys = np.sort(keys)
+        keys.sort()
     else:
         order = np.argsort(keys)
         keys, weights = keys[order], np.asarray(weights, dtype=np.float64)[order]

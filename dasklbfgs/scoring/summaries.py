@@ -231,26 +231,33 @@ def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.nda
 def _classified(base: Summary, proba: np.ndarray, predicted: np.ndarray, y: np.ndarray, weight: np.ndarray, *,
                 weighted: bool, ranked: bool) -> Summary:
     k = proba.shape[1]
+    weights = weight if weighted else None  # None: every row weighs 1, counted rather than weighed
     present = np.zeros(k, dtype=bool)
     present[y] = present[predicted] = True
     rows = np.arange(y.size)
-    confusion = np.bincount(y * k + predicted, weights=weight, minlength=k * k).reshape(k, k)
+    confusion = np.bincount(y * k + predicted, weights=weights, minlength=k * k).reshape(k, k).astype(np.float64)
     eps = np.finfo(proba.dtype).eps
     if k == 2:  # the positive class's probability alone (scikit-learn's brier_score_loss)
         positive = y == 1
-        log_loss = float(weight @ -np.log(np.clip(np.where(positive, proba[:, 1], proba[:, 0]), eps, 1 - eps)))
+        right = np.where(positive, proba[:, 1], proba[:, 0])
         off = proba[:, 1] - positive
-        brier = float(weight @ (off * off))
+        brier = _total(np.square(off, out=off), weights)
     else:
-        log_loss = float(weight @ -np.log(np.clip(proba[rows, y], eps, 1 - eps)))
+        right = proba[rows, y]
         off = proba.copy()  # the distance of the probabilities to the one-hot label
         off[rows, y] -= 1.0
-        brier = float(weight @ np.einsum("ij,ij->i", off, off))
+        brier = _total(np.einsum("ij,ij->i", off, off), weights)
+    log_loss = -_total(np.log(np.clip(right, eps, 1 - eps, out=right), out=right), weights)
     classes = ([1] if k == 2 else range(k)) if ranked else []
-    counts = tuple(ScoreCounts.of(proba[:, c], y == c, weight if weighted else None) for c in classes)
+    counts = tuple(ScoreCounts.of(proba[:, c], y == c, weights) for c in classes)
     if k == 2:
-        reliability = Reliability.of(proba[:, 1], y == 1, weight)
+        reliability = Reliability.of(proba[:, 1], positive, weights)
     else:
-        reliability = Reliability.of(proba[rows, predicted], predicted == y, weight)
+        reliability = Reliability.of(proba[rows, predicted], predicted == y, weights)
     return replace(base, confusion=confusion, present=present, weighted=weighted, log_loss=log_loss, brier=brier,
                    counts=counts, reliability=reliability)
+
+
+def _total(values: np.ndarray, weight: np.ndarray | None) -> float:
+    """The sum of ``values`` weighted by ``weight`` (None: 1 each)."""
+    return float(values.sum() if weight is None else weight @ values)
