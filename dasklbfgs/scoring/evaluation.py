@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from dasklbfgs._wire import INLINE_PARAMS_BYTES
+from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data._client import active_client
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.ranking import PARTS, RankedPart
@@ -135,16 +135,20 @@ def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
 
 def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...],
                    curves: bool) -> Summary:
-    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves)."""
+    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves); the
+    parameters, arrived over the wire, aligned (numpy hands only aligned arrays to BLAS:
+    other bits, and a slower product, otherwise)."""
     X, y = data.load_shard(index)
-    return summarize(model, params, X, y, data.load_shard_weights(index), names, curves=curves)
+    return summarize(model, aligned(params), X, y, data.load_shard_weights(index), names, curves=curves)
 
 
 def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None],
                   names: tuple[str, ...], curves: bool) -> Summary:
-    """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again)."""
+    """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again;
+    rows and parameters that came over the wire aligned, as in :func:`_shard_summary`)."""
     X, y, w = shard
-    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w, names, curves=curves)
+    return summarize(model, aligned(params), aligned(X.to_csr() if hasattr(X, "to_csr") else X), aligned(y),
+                     None if w is None else aligned(w), names, curves=curves)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:

@@ -424,3 +424,25 @@ def test_runs_with_score_report_every_metric_of_their_data(client, tmp_path) -> 
     assert "test" not in replicas.scores
     with pytest.raises(ConfigurationError, match="score must be True or False, got 'yes'"):
         minimize(model, train, client=client, score="yes")
+
+
+def _unaligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` starting one byte into its buffer, as arrays that arrive in a message can."""
+    buffer = bytearray(a.nbytes + 1)
+    copy = np.frombuffer(memoryview(buffer)[1:], dtype=a.dtype).reshape(a.shape)
+    copy[...] = a
+    return copy
+
+
+def test_rows_and_parameters_that_came_unaligned_give_the_same_bits() -> None:
+    from dasklbfgs.scoring.evaluation import _rows_summary
+
+    X = rng.normal(size=(300, 5))
+    y = (X[:, 0] > 0).astype(np.int64)
+    model = Logistic(5, l2=0.1)
+    params = rng.normal(size=model.n_params)
+    assert not _unaligned(X).flags.aligned and not _unaligned(params).flags.aligned
+    names = METRICS["classification"]
+    here = _rows_summary(model, params, (X, y, None), names, True)
+    arrived = _rows_summary(model, _unaligned(params), (_unaligned(X), _unaligned(y), None), names, True)
+    assert arrived.metrics(names) == here.metrics(names) and arrived.curves() == here.curves()
