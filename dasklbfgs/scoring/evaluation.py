@@ -136,8 +136,8 @@ def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
 def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...],
                    curves: bool) -> Summary:
     """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves); the
-    parameters, arrived over the wire, aligned (numpy hands only aligned arrays to BLAS:
-    other bits, and a slower product, otherwise)."""
+    parameters, arrived over the wire, aligned (:func:`~dasklbfgs._wire.aligned`: numpy
+    hands only aligned arrays to BLAS; its own loop is about 3x slower)."""
     X, y = data.load_shard(index)
     return summarize(model, aligned(params), X, y, data.load_shard_weights(index), names, curves=curves)
 
