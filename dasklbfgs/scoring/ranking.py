@@ -237,6 +237,12 @@ def _sorted(scores: np.ndarray, weights: np.ndarray | None) -> Side:
     else:
         order = np.argsort(keys)
         keys, weights = keys[order], np.asarray(weights, dtype=np.float64)[order]
+    return _collapsed(keys, weights)
+
+
+def _collapsed(keys: np.ndarray, weights: np.ndarray | None) -> Side:
+    """Sorted ``keys`` with their ``weights``, equal keys collapsed into one entry weighing
+    their total when they are many."""
     new = keys[1:] != keys[:-1]
     if 2 * (1 + np.count_nonzero(new)) < keys.size:
         starts = np.flatnonzero(np.concatenate([[True], new]))
@@ -261,7 +267,8 @@ def _merged(slices: list[Side]) -> Side:
     """Sorted slices of runs, sorted together (the keys alone, when no weights are kept)."""
     keys = np.concatenate([keys for keys, _ in slices]) if slices else np.empty(0)
     if all(weights is None for _, weights in slices):
-        return np.sort(keys), None
+        keys.sort()  # in place: no second array of them
+        return keys, None
     weights = np.concatenate([_weights_of(k, w) for k, w in slices])
     order = np.argsort(keys, kind="stable")
     return keys[order], weights[order]
