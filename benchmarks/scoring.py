@@ -19,7 +19,7 @@ median of ``--repeats`` rounds:
   evaluations (its median), and against the same figures computed in the client, shard
   after shard (the way every report scored before);
 - the exact ROC AUC of ``--auc-rows`` scores (with ties) in 10 shards, from each shard's
-  sorted score counts merged once (one stable sort of the runs), against
+  sorted score counts finished in their parts of the score range (here, one after another), against
   ``sklearn.metrics.roc_auc_score`` on the whole array.
 """
 
@@ -204,7 +204,7 @@ def render(out: dict[str, Any]) -> str:
         "released with the fit).", "",
         f"**Exact ROC AUC of {a['rows']:,} scores** (rounded to 5 decimals: ties), 10 shards:", "",
         "| | seconds | AUC |", "|---|---:|---:|",
-        f"| sorted score counts per shard, merged once | {a['ours_seconds']:.2f} | {a['ours']:.15f} |",
+        f"| sorted score counts per shard, finished in parts | {a['ours_seconds']:.2f} | {a['ours']:.15f} |",
         f"| `sklearn.metrics.roc_auc_score`, one array | {a['sklearn_seconds']:.2f} | {a['sklearn']:.15f} |", "",
         f"Difference {a['difference']:.1e}.", ""]
     return "\n".join(lines) + "\n"

@@ -9,7 +9,11 @@ import numpy as np
 from dasklbfgs._typing import is_sparse
 from dasklbfgs.models.compact_rows import CompactColumns
 
-__all__ = ["aligned", "free_answered_calls"]
+__all__ = ["INLINE_PARAMS_BYTES", "aligned", "free_answered_calls"]
+
+#: Parameters up to this size travel inside each task instead of being scattered first (a
+#: round trip saved; 8 tasks' copies of a 64 KiB vector are 0.5 MiB through the scheduler).
+INLINE_PARAMS_BYTES = 64 * 1024
 
 
 def aligned(a: np.ndarray) -> np.ndarray:

@@ -15,12 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.scoring.ranking import ScoreCounts
+from dasklbfgs.scoring.ranking import CURVE_POINTS, Ranked, ScoreCounts
 
 __all__ = ["CURVE_POINTS", "RELIABILITY_BINS", "Histogram", "Reliability", "ranking_curves"]
 
-#: at most this many points of a ROC or precision-recall curve reach the client (and the figure)
-CURVE_POINTS = 256
 #: the reliability diagram's bins of the predicted probability, uniform on [0, 1] (scikit-learn's
 #: ``calibration_curve`` default ``n_bins=5`` is coarse for large data; its ``strategy="uniform"``)
 RELIABILITY_BINS = 10
@@ -39,11 +37,14 @@ class Reliability:
     hits: np.ndarray
 
     @classmethod
-    def of(cls, probability: np.ndarray, hit: np.ndarray, weight: np.ndarray) -> Reliability:
-        # scikit-learn's uniform bins: edges linspace(0, 1, n + 1), a probability on an edge in the bin below it
-        edges = np.linspace(0.0, 1.0, RELIABILITY_BINS + 1)
-        bins = np.searchsorted(edges[1:-1], probability)
+    def of(cls, probability: np.ndarray, hit: np.ndarray, weight: np.ndarray | None = None) -> Reliability:
+        """The bins of rows with ``probability``, right where ``hit``, weighing ``weight``
+        (None: 1 each)."""
+        bins = _uniform_bins(probability)
         n = RELIABILITY_BINS
+        if weight is None:  # the rows and the right ones counted at once
+            counts = np.bincount(bins + n * hit, minlength=2 * n).astype(np.float64)
+            return cls(counts[:n] + counts[n:], np.bincount(bins, weights=probability, minlength=n), counts[n:])
         return cls(np.bincount(bins, weights=weight, minlength=n), np.bincount(bins, weights=weight * probability,
                                                                               minlength=n),
                    np.bincount(bins, weights=weight * hit, minlength=n))
@@ -58,6 +59,21 @@ class Reliability:
         return {"mean_predicted": (self.predicted[kept] / self.weight[kept]).tolist(),
                 "fraction_positive": (self.hits[kept] / self.weight[kept]).tolist(),
                 "weight": self.weight[kept].tolist()}
+
+
+def _uniform_bins(probability: np.ndarray) -> np.ndarray:
+    """scikit-learn's uniform bins of ``probability`` (``calibration_curve``): edges
+    ``linspace(0, 1, n + 1)``, a probability on an edge in the bin below it, NaN in the last
+    (``np.searchsorted(edges[1:-1], probability)``), from ``floor(n * probability)``, which a
+    rounding puts at most one bin off, moved where an edge says so (a few passes, no search)."""
+    n = RELIABILITY_BINS
+    below = np.concatenate([[-np.inf], np.linspace(0.0, 1.0, n + 1)[1:-1], [np.inf, np.inf]])  # bin k: below[k + 1]
+    scaled = np.clip(probability * n, 0, n)
+    scaled[np.isnan(scaled)] = n - 1
+    bins = scaled.astype(np.int64)
+    bins -= below[bins] >= probability  # on or under its lower edge: the bin below
+    bins += below[bins + 1] < probability  # over its upper edge: the bin above
+    return bins
 
 
 @dataclass(frozen=True)
@@ -132,19 +148,19 @@ def _width_for(low: float, high: float) -> float:
     return math.ldexp(1.0, min(exponent, 1023))
 
 
-def ranking_curves(counts: ScoreCounts, points: int = CURVE_POINTS) -> dict[str, Any]:
+def ranking_curves(ranked: Ranked | ScoreCounts) -> dict[str, Any]:
     """The ROC curve (``fpr``, ``tpr``) and the precision-recall curve (``recall``,
-    ``precision``) at most ``points`` thresholds, spread evenly over the rows' weight (the
-    fraction of the data called positive), with the first and last thresholds always kept;
-    the curves as ``sklearn.metrics.roc_curve`` and ``precision_recall_curve`` compute
-    them, thinned. Empty when one class is absent."""
-    scores, tps, fps = counts.curve()
+    ``precision``) at most :data:`CURVE_POINTS` thresholds, spread evenly over the rows'
+    weight (the fraction of the data called positive), with the first and last thresholds
+    always kept (:meth:`~dasklbfgs.scoring.ranking.Ranked.thinned`); the curves as
+    ``sklearn.metrics.roc_curve`` and ``precision_recall_curve`` compute them, thinned.
+    Empty when one class is absent."""
+    if isinstance(ranked, ScoreCounts):
+        ranked = ranked.ranked()
+    scores, tps, fps = ranked.thinned()
     if not tps.size or tps[-1] <= 0 or fps[-1] <= 0:
         return {}
     seen = tps + fps
-    chosen = np.unique(np.concatenate([np.searchsorted(seen, np.linspace(0, seen[-1], points - 1)),
-                                       [0, seen.size - 1]]).clip(0, seen.size - 1))
-    tps, fps, seen, scores = tps[chosen], fps[chosen], seen[chosen], scores[chosen]
     precision = np.divide(tps, seen, out=np.ones_like(tps), where=seen > 0)
     return {"roc": {"fpr": [0.0, *(fps / fps[-1]).tolist()], "tpr": [0.0, *(tps / tps[-1]).tolist()]},
             "precision_recall": {"recall": (tps / tps[-1]).tolist(), "precision": precision.tolist()},

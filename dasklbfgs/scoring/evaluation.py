@@ -1,10 +1,12 @@
 """Evaluate a fitted model on a dataset: by the workers, a task per shard, the client
-receiving the finished numbers only.
+receiving a few hundred numbers, never rows.
 
-Each shard's task loads its rows and computes its :class:`~dasklbfgs.scoring.summaries.Summary`;
-summaries merge pairwise on the workers in a fixed tree (neighbours first, so the figures do
-not depend on which worker did what); the last task finishes the metrics. Without a Dask
-client the same tree is computed in this process, one shard at a time.
+Each shard's task loads its rows and computes its :class:`~dasklbfgs.scoring.summaries.Summary`.
+The ranking metrics are finished in parts of the score range, side by side on the workers
+(:mod:`~dasklbfgs.scoring.ranking`): each part's task merges every summary in a fixed tree
+(neighbours first, so the figures do not depend on which worker did what) and ranks its part
+of the scores; this process adds the parts up (a few hundred numbers each) and finishes the
+metrics. Without a Dask client the same tasks run in this process, one after another.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data._client import active_client
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.scoring.summaries import METRICS, Summary, summarize
+from dasklbfgs.scoring.ranking import PARTS, RankedPart
+from dasklbfgs.scoring.summaries import METRICS, RANKING, Summary, summarize
 
 if TYPE_CHECKING:
     from dasklbfgs._typing import Dataset
@@ -68,26 +72,31 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     shard order (a Sandblaster run's), summarised where they are, read from no store."""
     model.check_data(data)
     params = model.check_params(params, "params")
+    parts = PARTS if model.task == "classification" and any(name in RANKING for name in names) else 1
     if client is not None and cached is not None:
-        params_future = client.scatter(params, hash=False)  # fetched by the others from the worker holding it
+        params_future = (client.scatter(params, hash=False) if params.nbytes > INLINE_PARAMS_BYTES
+                         else params)  # a large one fetched by the others from the worker holding it
         where = client.who_has(cached)  # summarised where they are: a shard is megabytes, its summary a few numbers
         summaries = [client.submit(_rows_summary, model, params_future, shard, names, curves, pure=False,
                                    workers=list(where.get(shard.key, ())) or None, allow_other_workers=True)
                      for shard in cached]
-        merged = merged_in_a_tree(summaries, lambda a, b: client.submit(_merged, a, b, pure=False))
-        rows, weight, loss, sums, found = client.submit(_finished, merged, names, curves, pure=False).result()
+        holding = sorted({worker for workers in where.values() for worker in workers})  # the parts side by side
+        pieces = [client.submit(_ranked_part, summaries, index, parts, pure=False, allow_other_workers=True,
+                                workers=[holding[index % len(holding)]] if holding else None)
+                  for index in range(parts)]
+        rows, weight, loss, sums, found = _finished(client.gather(pieces), names, curves)
     elif client is not None and hasattr(data, "location"):  # a store the workers read
         import dask
 
         shard = dask.delayed(_shard_summary, pure=True)
-        merge = dask.delayed(_merged, pure=True)
         params_ = dask.delayed(params, traverse=False)  # sent once, not inlined in every task
         summaries = [shard(model, params_, data, index, names, curves) for index in range(data.n_shards)]
-        finished = dask.delayed(_finished, pure=True)(merged_in_a_tree(summaries, merge), names, curves)
-        rows, weight, loss, sums, found = client.compute(finished).result()
+        ranked = [dask.delayed(_ranked_part, pure=True)(summaries, index, parts) for index in range(parts)]
+        rows, weight, loss, sums, found = _finished(client.gather(client.compute(ranked)), names, curves)
     else:
-        summaries_here = (_shard_summary(model, params, data, index, names, curves) for index in range(data.n_shards))
-        rows, weight, loss, sums, found = _finished(merged_in_a_tree(list(summaries_here), _merged), names, curves)
+        summaries_here = [_shard_summary(model, params, data, index, names, curves) for index in range(data.n_shards)]
+        rows, weight, loss, sums, found = _finished([_ranked_part(summaries_here, index, parts)
+                                                     for index in range(parts)], names, curves)
     return {"objective": model.objective_value(params, loss, sums, weight), "n_samples": rows, **found}
 
 
@@ -126,27 +135,44 @@ def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
 
 def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...],
                    curves: bool) -> Summary:
-    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves)."""
+    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves); the
+    parameters, arrived over the wire, aligned (:func:`~dasklbfgs._wire.aligned`: numpy
+    hands only aligned arrays to BLAS; its own loop is about 3x slower)."""
     X, y = data.load_shard(index)
-    return summarize(model, params, X, y, data.load_shard_weights(index), names, curves=curves)
+    return summarize(model, aligned(params), X, y, data.load_shard_weights(index), names, curves=curves)
 
 
 def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None],
                   names: tuple[str, ...], curves: bool) -> Summary:
-    """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again)."""
+    """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again;
+    rows and parameters that came over the wire aligned, as in :func:`_shard_summary`)."""
     X, y, w = shard
-    return summarize(model, params, X.to_csr() if hasattr(X, "to_csr") else X, y, w, names, curves=curves)
+    return summarize(model, aligned(params), aligned(X.to_csr() if hasattr(X, "to_csr") else X), aligned(y),
+                     None if w is None else aligned(w), names, curves=curves)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:
     return a.merge(b)
 
 
-def _finished(summary: Summary, names: tuple[str, ...], curves: bool
+def _ranked_part(summaries: Sequence[Summary], index: int, parts: int
+                 ) -> tuple[Summary | None, tuple[RankedPart, ...]]:
+    """Task: the shards' summaries merged (:func:`merged_in_a_tree`: the same order wherever
+    it runs), and part ``index`` of ``parts`` of its ranked scores; the first part also
+    returns the merged summary without its score counts."""
+    summary = merged_in_a_tree(list(summaries), _merged)
+    return (summary.without_counts() if index == 0 else None), summary.ranked_part(index, parts)
+
+
+def _finished(pieces: Sequence[tuple[Summary | None, tuple[RankedPart, ...]]], names: tuple[str, ...], curves: bool
               ) -> tuple[int, float, float, np.ndarray | None, dict[str, Any]]:
-    """Task: what the client needs of the merged summary: rows, weight, the objective's sums
-    and the finished metrics (and curves)."""
-    found = summary.metrics(names)
+    """What the client needs of the merged summary and its ranked parts (every
+    :func:`_ranked_part`, in order): rows, weight, the objective's sums and the finished
+    metrics (and curves)."""
+    summary = pieces[0][0]
+    assert summary is not None
+    ranked = summary.ranked([part for _, part in pieces])
+    found = summary.metrics(names, ranked)
     if curves:
-        found["curves"] = summary.curves()
+        found["curves"] = summary.curves(ranked)
     return summary.rows, summary.weight, summary.loss, summary.sums, found

@@ -10,13 +10,14 @@ the finished numbers travel to the client.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dasklbfgs.scoring.curves import Histogram, Reliability, ranking_curves
-from dasklbfgs.scoring.ranking import ScoreCounts
+from dasklbfgs.scoring.ranking import PARTS, Ranked, RankedPart, ScoreCounts
 
 if TYPE_CHECKING:
     from dasklbfgs.models.base import Model
@@ -71,7 +72,7 @@ class Summary:
     present: np.ndarray | None = None  # (K,) whether a row has the class as label or prediction, whatever its weight
     weighted: bool = False  # whether some rows had sample weights (a confusion matrix of counts otherwise)
     log_loss: float = 0.0  # sum of weight * -log(clipped probability of the true class)
-    brier: float = 0.0  # sum of weight * squared distance of the probabilities to the one-hot label
+    brier: float = 0.0  # sum of weight * squared distance of the probabilities to the one-hot label (binary: of P(y=1))
     counts: tuple[ScoreCounts, ...] = ()  # binary: the positive class's; K > 2: one per class
     reliability: Reliability | None = None  # binary: of P(y=1); K > 2: of the top class's probability
     # regression and reconstruction
@@ -105,22 +106,43 @@ class Summary:
             merged = replace(merged, residuals=self.residuals.merge(other.residuals))
         return merged
 
-    def metrics(self, names: tuple[str, ...]) -> dict[str, Any]:
-        """The metrics ``names`` (of :data:`METRICS` for this task), finished."""
-        finished = {"classification": self._classification, "regression": self._regression,
+    def ranked_part(self, index: int, parts: int = PARTS) -> tuple[RankedPart, ...]:
+        """Part ``index`` of ``parts`` of the score range of each of :attr:`counts`
+        (:meth:`~dasklbfgs.scoring.ranking.ScoreCounts.part`): what the parts, computed
+        anywhere, finish the ranking metrics and curves with."""
+        return tuple(counts.part(index, parts) for counts in self.counts)
+
+    def ranked(self, parts: Sequence[tuple[RankedPart, ...]] | None = None) -> tuple[Ranked, ...]:
+        """The ranked scores of each of :attr:`counts`, from their ``parts`` (every
+        :meth:`ranked_part`, in order), or with None all computed here."""
+        if parts is None:
+            parts = [self.ranked_part(index) for index in range(PARTS)]
+        return tuple(Ranked(tuple(part[k] for part in parts)) for k in range(len(parts[0]) if parts else 0))
+
+    def without_counts(self) -> Summary:
+        """This summary without its score counts (the rows' scores): what finishes the
+        metrics with the ranked parts, a few numbers."""
+        return replace(self, counts=())
+
+    def metrics(self, names: tuple[str, ...], ranked: tuple[Ranked, ...] | None = None) -> dict[str, Any]:
+        """The metrics ``names`` (of :data:`METRICS` for this task), finished; the ranking
+        ones from ``ranked`` (:meth:`ranked`: computed here when None)."""
+        ranked = self.ranked() if ranked is None else ranked
+        finished = {"classification": lambda: self._classification(ranked), "regression": self._regression,
                     "reconstruction": self._reconstruction}[self.task]()
         return {name: finished[name] for name in names}
 
-    def curves(self) -> dict[str, Any]:
+    def curves(self, ranked: tuple[Ranked, ...] | None = None) -> dict[str, Any]:
         """What the score figures draw (:mod:`~dasklbfgs.scoring.curves`): a classifier's ROC
         and precision-recall curves (one per class, one-vs-rest, for more than two; from
-        the score counts, when they were computed) and reliability diagram, a regression's
-        residual histogram."""
+        ``ranked`` as in :meth:`metrics`, when the score counts were computed) and
+        reliability diagram, a regression's residual histogram."""
+        ranked = self.ranked() if ranked is None else ranked
         found: dict[str, Any] = {}
-        if len(self.counts) == 1:
-            found.update(ranking_curves(self.counts[0]))
-        elif self.counts:
-            found["classes"] = [ranking_curves(c) for c in self.counts]
+        if len(ranked) == 1:
+            found.update(ranking_curves(ranked[0]))
+        elif ranked:
+            found["classes"] = [ranking_curves(r) for r in ranked]
         if self.reliability is not None:  # of P(y = 1) for two classes, of the top class's probability for more
             of = "positive" if self.confusion is not None and self.confusion.shape[0] == 2 else "top_class"
             found["reliability"] = {**self.reliability.finished(), "of": of}
@@ -128,15 +150,15 @@ class Summary:
             found["residuals"] = self.residual_histogram.finished()
         return found
 
-    def _classification(self) -> dict[str, Any]:
+    def _classification(self, ranked: tuple[Ranked, ...]) -> dict[str, Any]:
         assert self.confusion is not None
         C = self.confusion
         binary = C.shape[0] == 2
         predicted, actual, hits = C.sum(axis=0), C.sum(axis=1), np.diag(C)
         precision, recall, f1 = _ratio(hits, predicted), _ratio(hits, actual), _ratio(2 * hits, predicted + actual)
         present = self.present  # scikit-learn's macro average: the labels in y_true or y_pred
-        aucs = [c.roc_auc() for c in self.counts] or [float("nan")]  # none: not asked for
-        precisions = [c.average_precision() for c in self.counts] or [float("nan")]
+        aucs = [r.roc_auc() for r in ranked] or [float("nan")]  # none: not asked for
+        precisions = [r.average_precision() for r in ranked] or [float("nan")]
         return {
             "log_loss": self.log_loss / self.weight,
             "accuracy": float(hits.sum() / self.weight),
@@ -146,7 +168,7 @@ class Summary:
             "recall": float(recall[1] if binary else recall[present].mean()),
             "f1": float(f1[1] if binary else f1[present].mean()),
             "confusion_matrix": (C if self.weighted else C.astype(np.int64)).tolist(),
-            "brier_score": self.brier / self.weight / (2.0 if binary else 1.0),
+            "brier_score": self.brier / self.weight,
         }
 
     def _regression(self) -> dict[str, Any]:
@@ -209,20 +231,33 @@ def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.nda
 def _classified(base: Summary, proba: np.ndarray, predicted: np.ndarray, y: np.ndarray, weight: np.ndarray, *,
                 weighted: bool, ranked: bool) -> Summary:
     k = proba.shape[1]
+    weights = weight if weighted else None  # None: every row weighs 1, counted rather than weighed
     present = np.zeros(k, dtype=bool)
     present[y] = present[predicted] = True
     rows = np.arange(y.size)
-    confusion = np.bincount(y * k + predicted, weights=weight, minlength=k * k).reshape(k, k)
+    confusion = np.bincount(y * k + predicted, weights=weights, minlength=k * k).reshape(k, k).astype(np.float64)
     eps = np.finfo(proba.dtype).eps
-    log_loss = float(weight @ -np.log(np.clip(proba[rows, y], eps, 1 - eps)))
-    off = proba.copy()  # the distance of the probabilities to the one-hot label
-    off[rows, y] -= 1.0
-    brier = float(weight @ np.einsum("ij,ij->i", off, off))
-    classes = ([1] if k == 2 else range(k)) if ranked else []
-    counts = tuple(ScoreCounts.of(proba[:, c], y == c, weight) for c in classes)
-    if k == 2:
-        reliability = Reliability.of(proba[:, 1], y == 1, weight)
+    if k == 2:  # the positive class's probability alone (scikit-learn's brier_score_loss)
+        positive = y == 1
+        right = np.where(positive, proba[:, 1], proba[:, 0])
+        off = proba[:, 1] - positive
+        brier = _total(np.square(off, out=off), weights)
     else:
-        reliability = Reliability.of(proba[rows, predicted], predicted == y, weight)
+        right = proba[rows, y]
+        off = proba.copy()  # the distance of the probabilities to the one-hot label
+        off[rows, y] -= 1.0
+        brier = _total(np.einsum("ij,ij->i", off, off), weights)
+    log_loss = -_total(np.log(np.clip(right, eps, 1 - eps, out=right), out=right), weights)
+    classes = ([1] if k == 2 else range(k)) if ranked else []
+    counts = tuple(ScoreCounts.of(proba[:, c], y == c, weights) for c in classes)
+    if k == 2:
+        reliability = Reliability.of(proba[:, 1], positive, weights)
+    else:
+        reliability = Reliability.of(proba[rows, predicted], predicted == y, weights)
     return replace(base, confusion=confusion, present=present, weighted=weighted, log_loss=log_loss, brier=brier,
                    counts=counts, reliability=reliability)
+
+
+def _total(values: np.ndarray, weight: np.ndarray | None) -> float:
+    """The sum of ``values`` weighted by ``weight`` (None: 1 each)."""
+    return float(values.sum() if weight is None else weight @ values)

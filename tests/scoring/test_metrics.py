@@ -201,6 +201,55 @@ def test_long_curves_are_thinned_keeping_their_ends() -> None:
     assert np.trapezoid(tpr, fpr) == pytest.approx(counts.roc_auc(), abs=1e-3)  # the thinned curve, drawn
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize("parts", [1, 2, 3, 4, 9])
+def test_ranked_parts_add_up_to_scikit_learns_figures_wherever_the_cuts_fall(weighted, parts) -> None:
+    scores = np.round(rng.random(400), 1)  # 11 distinct scores, tied within and across shards and at the cuts
+    positive = rng.random(400) < scores
+    w = rng.uniform(0.2, 3.0, 400) if weighted else None
+    counts = merged_in_a_tree([ScoreCounts.of(s, p, v) for s, p, v in
+                               zip(np.array_split(scores, 5), np.array_split(positive, 5),
+                                   np.array_split(w, 5) if weighted else [None] * 5)], lambda a, b: a.merge(b))
+    assert counts.cuts(parts).size == min(parts - 1, 10) and np.isin(-counts.cuts(parts), scores).all()
+    ranked = counts.ranked(parts)
+    _close(ranked.roc_auc(), skm.roc_auc_score(positive, scores, sample_weight=w))
+    _close(ranked.average_precision(), skm.average_precision_score(positive, scores, sample_weight=w))
+    found = ranking_curves(ranked)
+    fpr, tpr, _ = skm.roc_curve(positive, scores, sample_weight=w, drop_intermediate=False)
+    np.testing.assert_allclose(found["roc"]["fpr"], fpr, rtol=1e-12)
+    np.testing.assert_allclose(found["roc"]["tpr"], tpr, rtol=1e-12)
+    precision, _, thresholds = skm.precision_recall_curve(positive, scores, sample_weight=w)
+    np.testing.assert_allclose(found["precision_recall"]["precision"], precision[:-1][::-1], rtol=1e-12)
+    np.testing.assert_array_equal(found["thresholds"], thresholds[::-1])
+
+
+def test_thinned_curves_pick_the_same_thresholds_whatever_the_parts() -> None:
+    scores = np.round(rng.random(60_000), 4)
+    positive = rng.random(60_000) < scores
+    counts = ScoreCounts.of(scores, positive)
+    whole = ranking_curves(counts.ranked(1))
+    assert CURVE_POINTS - 2 <= len(whole["thresholds"]) <= CURVE_POINTS  # thinned
+    for parts in (2, 4, 7):
+        assert ranking_curves(counts.ranked(parts)) == whole  # counts of rows: the same sums, exactly
+        assert counts.ranked(parts).roc_auc() == counts.ranked(1).roc_auc()  # areas of counts: integers, exact
+        _close(counts.ranked(parts).average_precision(), skm.average_precision_score(positive, scores))
+
+
+def test_unit_weights_are_counted_as_no_weights() -> None:
+    scores, positive = rng.random(100), rng.random(100) < 0.5
+    assert all(side[1] is None for side in ScoreCounts.of(scores, positive, np.ones(100)).runs[0])
+    assert all(side[1] is not None for side in ScoreCounts.of(scores, positive, np.full(100, 2.0)).runs[0])
+
+
+def test_the_reliability_bins_are_scikit_learns_at_their_edges() -> None:
+    from dasklbfgs.scoring.curves import RELIABILITY_BINS, _uniform_bins
+
+    edges = np.linspace(0.0, 1.0, RELIABILITY_BINS + 1)
+    near = (edges[:, None] + np.arange(-20, 21) * np.spacing(1.0) / 2).ravel()
+    probability = np.concatenate([np.clip(near, 0.0, 1.0), rng.random(1000), [np.nan, 5e-324]])
+    np.testing.assert_array_equal(_uniform_bins(probability), np.searchsorted(edges[1:-1], probability))
+
+
 def test_the_reliability_diagram_is_scikit_learns_calibration_curve() -> None:
     from sklearn.calibration import calibration_curve
 
@@ -375,3 +424,25 @@ def test_runs_with_score_report_every_metric_of_their_data(client, tmp_path) -> 
     assert "test" not in replicas.scores
     with pytest.raises(ConfigurationError, match="score must be True or False, got 'yes'"):
         minimize(model, train, client=client, score="yes")
+
+
+def _unaligned(a: np.ndarray) -> np.ndarray:
+    """A copy of ``a`` starting one byte into its buffer, as arrays that arrive in a message can."""
+    buffer = bytearray(a.nbytes + 1)
+    copy = np.frombuffer(memoryview(buffer)[1:], dtype=a.dtype).reshape(a.shape)
+    copy[...] = a
+    return copy
+
+
+def test_rows_and_parameters_that_came_unaligned_give_the_same_bits() -> None:
+    from dasklbfgs.scoring.evaluation import _rows_summary
+
+    X = rng.normal(size=(300, 5))
+    y = (X[:, 0] > 0).astype(np.int64)
+    model = Logistic(5, l2=0.1)
+    params = rng.normal(size=model.n_params)
+    assert not _unaligned(X).flags.aligned and not _unaligned(params).flags.aligned
+    names = METRICS["classification"]
+    here = _rows_summary(model, params, (X, y, None), names, True)
+    arrived = _rows_summary(model, _unaligned(params), (_unaligned(X), _unaligned(y), None), names, True)
+    assert arrived.metrics(names) == here.metrics(names) and arrived.curves() == here.curves()

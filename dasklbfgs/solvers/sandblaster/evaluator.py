@@ -58,6 +58,7 @@ import numpy as np
 from distributed import Client, Future
 
 from dasklbfgs._typing import Dataset
+from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
@@ -74,9 +75,6 @@ from dasklbfgs.solvers.sandblaster.tasks import column_moments, shard_column_mom
 __all__ = ["EvaluatorStats", "MegaBatchEvaluator"]
 
 GATHER_TIMEOUT_SECONDS = 5.0
-#: Parameters up to this size travel inside each portion task instead of being scattered
-#: first (a round trip saved; 8 portions of a 64 KiB vector are 0.5 MiB through the scheduler).
-INLINE_PARAMS_BYTES = 64 * 1024
 #: The parameters a client sends per evaluation by direct calls (one copy per worker asked):
 #: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
 #: parameters once and let the workers copy them from each other, off the client's link.
