@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 
 import numpy as np
@@ -49,10 +48,18 @@ def test_a_checkpoint_at_a_url_reads_as_written_and_keeps_one_version(s3) -> Non
 
 
 WRITER = """
-import sys, numpy as np
+import sys, time, numpy as np, zarr
 from dasklbfgs.checkpoint_store import write_checkpoint
 from dasklbfgs.data.location import Location
 location = Location.of(sys.argv[1], {options!r})
+create_array = zarr.Group.create_array
+def stalled_in_the_second_write(self, *args, **kwargs):  # the array's metadata is written, its chunks are not
+    array = create_array(self, *args, **kwargs)
+    if i == 2:
+        print("middle", i, flush=True)
+        time.sleep(600)
+    return array
+zarr.Group.create_array = stalled_in_the_second_write
 i = 0
 while True:
     i += 1
@@ -63,16 +70,16 @@ while True:
 
 
 def test_a_writer_killed_mid_write_leaves_the_previous_checkpoint_readable_and_intact(s3) -> None:
-    """16 MB per checkpoint takes seconds to put on the test server: the kill half a
-    second into the second write lands in the middle of it."""
+    """The writer is killed while its second write has created its array but written none of
+    its chunks (it stalls there and says so, so the kill lands mid-write whatever the
+    machine's speed)."""
     location = _location(s3, "killed")
     script = textwrap.dedent(WRITER.format(options=s3[1]))
     proc = subprocess.Popen([sys.executable, "-c", script, location.url], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     try:
-        lines = [proc.stdout.readline().split() for _ in range(3)]
-        assert lines == [["writing", "1"], ["done", "1"], ["writing", "2"]]
-        time.sleep(0.5)  # into the second write
+        lines = [proc.stdout.readline().split() for _ in range(4)]
+        assert lines == [["writing", "1"], ["done", "1"], ["writing", "2"], ["middle", "2"]]
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
