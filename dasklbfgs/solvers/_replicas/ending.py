@@ -5,7 +5,7 @@ Downpour and the peer methods have no tolerance to meet: they run their epochs (
 ``max_steps``). Finishing them says nothing about the result, so a run is judged against
 its start instead. Before the replicas start, the objective at the starting parameters is
 measured on a fixed sample of training rows (:func:`sample_ranges`: the first rows of
-every replica's block, so that it sees what the replicas' mini-batches see). While the run
+the replicas' blocks, so that it sees what their mini-batches see). While the run
 goes, polls whose mini-batch loss average, or held-out objective, grow far past that start
 stop the run as ``DIVERGED`` (:class:`Divergence`).
 At the end, the objective at the final parameters on the same rows decides
@@ -44,13 +44,17 @@ SUSTAINED_POLLS = 3
 EXPLOSION_FACTOR = 100.0
 #: training rows the objective at the start and at the end is measured on
 SAMPLE_ROWS = 1000
+#: replicas' blocks those rows are taken from, at most (evenly spread over the replicas)
+SAMPLED_BLOCKS = 8
 
 
 def sample_ranges(rows: list[tuple[int, int]], total: int = SAMPLE_ROWS) -> list[tuple[int, int]]:
-    """The rows the run is judged on: the first ``total / len(rows)`` rows (at least one) of
-    each replica's block ``rows``."""
-    each = max(1, math.ceil(total / len(rows)))
-    return [(a, min(b, a + each)) for a, b in rows]
+    """The rows the run is judged on: the first ``total / k`` rows (at least one) of the
+    blocks ``rows`` of ``k`` replicas, evenly spread, at most ``SAMPLED_BLOCKS`` of them
+    (each range reads the chunk that holds it: a hundred replicas would read a hundred)."""
+    blocks = rows[:: math.ceil(len(rows) / SAMPLED_BLOCKS)]
+    each = max(1, math.ceil(total / len(blocks)))
+    return [(a, min(b, a + each)) for a, b in blocks]
 
 
 def sample_objective(model: Model, data: Dataset, ranges: list[tuple[int, int]], params: np.ndarray) -> float:
