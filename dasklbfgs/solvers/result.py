@@ -11,18 +11,17 @@ class Result(OptimizeResult):
     """A scipy ``OptimizeResult`` (a dict with attribute access) of one shape for every solver.
 
     Fields
-        ``x`` (final parameters), ``fun`` (Sandblaster: the objective at ``x``; the replica
-        methods: the mean mini-batch loss of the last progress poll, ``nan`` if none was
-        reported), ``nit`` (what ``stats.unit`` says: iterations or global steps),
-        ``status`` (a :class:`~dasklbfgs.optim.lbfgs.Status`), ``success`` (``status ==
-        Status.CONVERGED``), ``message``, ``history`` (one dict per iteration or progress
-        poll, every entry with ``step`` and ``time``, with ``loss`` (the quantity
-        ``stats.loss_name`` names) where one was measured and ``eval_*`` where held-out data
-        was scored), ``solver`` (its registered name), ``run_id`` (the id of its metrics
-        events on the dashboard) and ``stats``: the solver family's :class:`~dasklbfgs.solvers.stats.RunStats`, a
+        ``x`` (final parameters), ``fun`` (Sandblaster: the objective at ``x``; the replica methods:
+        the mean mini-batch loss of the last progress poll, ``nan`` if none was reported), ``nit``
+        (what ``stats.unit`` says: iterations or global steps), ``status`` (a
+        :class:`~dasklbfgs.optim.lbfgs.Status`), ``success`` (``status.succeeded``: ``CONVERGED``,
+        or a replica method's ``COMPLETED``), ``message``, ``history`` (one dict per iteration or
+        progress poll, every entry with ``step`` and ``time``, with ``loss`` (the quantity
+        ``stats.loss_name`` names) where one was measured and ``eval_*`` where held-out data was
+        scored), ``solver`` (its registered name), ``run_id`` (the id of its metrics events on the
+        dashboard) and ``stats``: the solver family's :class:`~dasklbfgs.solvers.stats.RunStats`, a
         dict that summarises (:meth:`~dasklbfgs.solvers.stats.RunStats.summary`) and renders
-        (:meth:`~dasklbfgs.solvers.stats.RunStats.lines`)
-        itself.
+        (:meth:`~dasklbfgs.solvers.stats.RunStats.lines`) itself.
     Runs with ``score=True`` also
         ``scores``: ``{"train": metrics, "test": metrics}`` (test with ``eval_data``), every
         metric of the model's task as :func:`dasklbfgs.evaluate` gives them (empty, with a
