@@ -207,15 +207,16 @@ def _check_shape(n_workers: int | None, threads_per_worker: int) -> None:
         raise ConfigurationError(f"n_workers must be >= 1, got {n_workers!r}", parameters=("n_workers",))
 
 
-def check_dashboard_address(address: str | int, name: str = "dashboard_address") -> str | int:
+def check_dashboard_address(address: str | int) -> str | int:
     """``address`` if it is ``[HOST]:PORT`` or a port (``":8787"``, ``"127.0.0.1:0"``: port 0
-    is any free port); else a :class:`~dasklbfgs.errors.ConfigurationError` naming it as
-    ``name`` (a keyword, or a command's flag)."""
+    is any free port); else a :class:`~dasklbfgs.errors.ConfigurationError` naming it (as
+    ``dashboard_address``, which the command line says as its flag)."""
     text = str(address) if isinstance(address, int) and not isinstance(address, bool) else address
     match = _DASHBOARD_ADDRESS.fullmatch(text) if isinstance(text, str) else None
     if match is None or int(match["port"]) > 65535:
-        raise ConfigurationError(f"{name} {address!r} is not HOST:PORT or :PORT (such as :8787, 127.0.0.1:8787, "
-                                 "or 127.0.0.1:0 for any free port)")
+        raise ConfigurationError(f"dashboard_address {address!r} is not HOST:PORT or :PORT (such as :8787, "
+                                 "127.0.0.1:8787, or 127.0.0.1:0 for any free port)",
+                                 parameters=("dashboard_address",))
     return address
 
 

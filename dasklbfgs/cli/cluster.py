@@ -50,11 +50,8 @@ def add_parser(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    from dasklbfgs.cluster import SCHEDULER_ENV, check_dashboard_address, local_cluster
+    from dasklbfgs.cluster import SCHEDULER_ENV, local_cluster
 
-    if args.workers is not None and args.workers < 1:
-        raise ConfigurationError(f"--workers must be at least 1, got {args.workers}")
-    check_dashboard_address(args.dashboard_address, "--dashboard-address")
     path = Path(args.scheduler_file).absolute()
     _check_can_write(path)
     with Interrupt(signals=(signal.SIGINT, signal.SIGTERM)) as interrupt:

@@ -65,7 +65,7 @@ def check_cluster_arguments(args: argparse.Namespace) -> None:
             raise ConfigurationError(f"--dashboard-address sets the embedded cluster's dashboard, but this run joins "
                                      f"{joined}, whose dashboard is set where it was started; drop "
                                      "--dashboard-address")
-        check_dashboard_address(args.dashboard_address, "--dashboard-address")
+        check_dashboard_address(args.dashboard_address)
     if args.keep_open and joined:
         raise ConfigurationError(f"--keep-open keeps the embedded cluster up after the run, but this run joins "
                                  f"{joined}, which stays up on its own; drop --keep-open")

@@ -89,7 +89,7 @@ def test_a_scheduler_file_that_is_not_one_is_left_alone(tmp_path, capsys) -> Non
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--workers", "0"], "--workers must be at least 1, got 0"),
+    (["--workers", "0"], "--workers must be >= 1, got 0"),
     (["--dashboard-address", "localhost:http"],
      "--dashboard-address 'localhost:http' is not HOST:PORT or :PORT (such as :8787, 127.0.0.1:8787, "
      "or 127.0.0.1:0 for any free port)"),
