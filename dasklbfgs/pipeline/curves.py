@@ -22,6 +22,7 @@ from dasklbfgs.solvers import get_solver
 # the rules the Training page shares (dasklbfgs.monitor.curve_rules), where the reports found them
 __all__ = ["learning_curves", "plot_curves", "curves_figure", "smoothed", "smoothing_weight", "honest_limits"]
 
+
 def learning_curves(history: list[dict[str, Any]], solver: str) -> dict[str, Any]:
     """``curves.json``: what the training curve is, the held-out metric's name, and one
     point per history entry (``step``: an iteration or a global step, ``time`` and whichever of ``train``, ``gnorm``,
