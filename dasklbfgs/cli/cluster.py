@@ -67,7 +67,7 @@ def command(args: argparse.Namespace) -> int:
             print("running until Ctrl-C", flush=True)
             wait_for_ctrl_c(interrupt)
         finally:
-            with interrupt.quiet_shutdown():
+            with interrupt.quiet_shutdown(cluster):
                 cluster.close()
             path.unlink(missing_ok=True)
     return 0

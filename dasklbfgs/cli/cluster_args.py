@@ -114,7 +114,7 @@ def closing(client: Client, interrupt: Interrupt | None = None) -> Iterator[Clie
     try:
         yield client
     finally:
-        with interrupt.quiet_shutdown() if interrupt is not None else contextlib.nullcontext():
+        with interrupt.quiet_shutdown(client.cluster) if interrupt is not None else contextlib.nullcontext():
             client.close()
 
 

@@ -65,21 +65,37 @@ class Interrupt:
             raise StopIteration(INTERRUPTED)
 
     @contextlib.contextmanager
-    def quiet_shutdown(self) -> Iterator[None]:
+    def quiet_shutdown(self, embedded: Any = None) -> Iterator[None]:
         """After Ctrl-C, silence the cluster's shutdown logs (closed streams and comms of
-        a run that was cut short); a run that was not interrupted keeps them."""
+        a run that was cut short), in this process and in the worker processes of the
+        ``embedded`` cluster (a ``LocalCluster`` this process started), which share the
+        terminal: a worker's heartbeat can meet the closed scheduler. A run that was not
+        interrupted keeps them."""
         if not self.requested:
             yield
             return
-        loggers = [logging.getLogger(name) for name in ("distributed", "tornado", "asyncio")]
+        if embedded is not None:  # never the workers of a cluster this process did not start
+            from distributed import Client
+
+            with contextlib.suppress(Exception), Client(embedded, set_as_default=False) as client:
+                client.run(_silence_shutdown_logs)
+        loggers = [logging.getLogger(name) for name in SHUTDOWN_LOGGERS]
         levels = [logger.level for logger in loggers]
-        for logger in loggers:
-            logger.setLevel(logging.CRITICAL + 1)
+        _silence_shutdown_logs()
         try:
             yield
         finally:
             for logger, level in zip(loggers, levels):
                 logger.setLevel(level)
+
+
+#: the loggers that tell of a cluster's closing comms
+SHUTDOWN_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def _silence_shutdown_logs() -> None:
+    for name in SHUTDOWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def interrupted_line(count: int, unit: str, saved: str | None) -> str:

@@ -118,3 +118,42 @@ print("not aborted")
     assert proc.returncode == 130 and proc.stdout == "first: interrupted\n"
     assert proc.stderr.strip() == "interrupted again: stopped without saving"
     assert time.monotonic() - started < 20
+
+
+def _levels() -> dict[str, int]:
+    import logging
+
+    from dasklbfgs.cli.interrupt import SHUTDOWN_LOGGERS
+
+    return {name: logging.getLogger(name).level for name in SHUTDOWN_LOGGERS}
+
+
+def _set_levels(levels: dict[str, int]) -> None:
+    import logging
+
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_after_ctrl_c_the_embedded_cluster_closes_quietly(client) -> None:
+    """The workers of an embedded cluster share the terminal: after Ctrl-C their shutdown
+    logs (a heartbeat meeting the closed scheduler) are silenced too, and this process's
+    levels come back after the close."""
+    import logging
+
+    from dasklbfgs.cli.interrupt import Interrupt
+
+    silent = logging.CRITICAL + 1
+    ours, workers = _levels(), client.run(_levels)
+    interrupt = Interrupt()
+    try:
+        with interrupt.quiet_shutdown(client.cluster):  # not interrupted: nothing changes
+            assert _levels() == ours and client.run(_levels) == workers
+        interrupt.requested = True
+        with interrupt.quiet_shutdown(client.cluster):
+            assert set(_levels().values()) == {silent}
+            assert all(set(levels.values()) == {silent} for levels in client.run(_levels).values())
+        assert _levels() == ours
+    finally:
+        for address, levels in workers.items():
+            client.run(_set_levels, levels, workers=[address])

@@ -113,8 +113,9 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert sum(page.worker_rows.data["rows"]) == datasets["logistic"].n_samples
 
         # A new run: the page follows it; the picker lists the runs newest first.
-        dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=50, epochs=1,
-                          eval_data=datasets["multinomial"])
+        # (long enough for several polls of its progress, however fast the machine: 600 steps)
+        dp = downpour_sgd(Softmax(8, 3), datasets["multinomial"], client=client, batch_size=10, epochs=1,
+                          eval_data=datasets["multinomial"], poll_interval=0.01)
         page.update()
         assert page.run == dp.run_id
         assert [run for run, _ in page.picker.options] == [dp.run_id, result.run_id]
