@@ -63,17 +63,12 @@ class Reliability:
 
 def _uniform_bins(probability: np.ndarray) -> np.ndarray:
     """scikit-learn's uniform bins of ``probability`` (``calibration_curve``): edges
-    ``linspace(0, 1, n + 1)``, a probability on an edge in the bin below it, NaN in the last
-    (``np.searchsorted(edges[1:-1], probability)``), from ``floor(n * probability)``, which a
-    rounding puts at most one bin off, moved where an edge says so (a few passes, no search)."""
-    n = RELIABILITY_BINS
-    below = np.concatenate([[-np.inf], np.linspace(0.0, 1.0, n + 1)[1:-1], [np.inf, np.inf]])  # bin k: below[k + 1]
-    scaled = np.clip(probability * n, 0, n)
-    scaled[np.isnan(scaled)] = n - 1
-    bins = scaled.astype(np.int64)
-    bins -= below[bins] >= probability  # on or under its lower edge: the bin below
-    bins += below[bins + 1] < probability  # over its upper edge: the bin above
-    return bins
+    ``linspace(0, 1, n + 1)``, a probability on an edge in the bin below it, NaN in the last."""
+    return np.searchsorted(_INNER_EDGES, probability)
+
+
+#: the reliability bins' edges between 0 and 1
+_INNER_EDGES = np.linspace(0.0, 1.0, RELIABILITY_BINS + 1)[1:-1]
 
 
 @dataclass(frozen=True)

@@ -242,12 +242,18 @@ def test_unit_weights_are_counted_as_no_weights() -> None:
 
 
 def test_the_reliability_bins_are_scikit_learns_at_their_edges() -> None:
-    from dasklbfgs.scoring.curves import RELIABILITY_BINS, _uniform_bins
+    from sklearn.calibration import calibration_curve
+
+    from dasklbfgs.scoring.curves import RELIABILITY_BINS, Reliability
 
     edges = np.linspace(0.0, 1.0, RELIABILITY_BINS + 1)
     near = (edges[:, None] + np.arange(-20, 21) * np.spacing(1.0) / 2).ravel()
-    probability = np.concatenate([np.clip(near, 0.0, 1.0), rng.random(1000), [np.nan, 5e-324]])
-    np.testing.assert_array_equal(_uniform_bins(probability), np.searchsorted(edges[1:-1], probability))
+    probability = np.concatenate([np.clip(near, 0.0, 1.0), rng.random(1000), [5e-324]])
+    hit = rng.random(probability.size) < 0.5
+    prob_true, prob_pred = calibration_curve(hit, probability, n_bins=RELIABILITY_BINS)
+    finished = Reliability.of(probability, hit).finished()
+    np.testing.assert_allclose(finished["mean_predicted"], prob_pred, rtol=1e-12)
+    np.testing.assert_allclose(finished["fraction_positive"], prob_true, rtol=1e-12)
 
 
 def test_the_reliability_diagram_is_scikit_learns_calibration_curve() -> None:
