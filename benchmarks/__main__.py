@@ -53,6 +53,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "first_run": ("first-run", ["--rows", "200000", "--repeats", "1", "--starts", "2"]),
     "ingest": ("ingest", ["--rows", "200000", "--partition-rows", "50000", "--shard-rows", "50000"]),
     "scoring": ("scoring", ["--rows", "200000", "--shard-rows", "25000", "--auc-rows", "1000000", "--repeats", "1"]),
+    "online_start": ("online-start", ["--rows", "50000", "--features", "262144"]),
 }
 
 

@@ -68,10 +68,21 @@ class SandblasterStats(RunStats):
         per_evaluation = self["eval_seconds_median"] or math.nan
         return [f"work       {result.nit} iterations, {result.nfev} evaluations, {self['total_seconds']:.2f} s "
                 f"({1e3 * per_evaluation:.1f} ms per evaluation)",
-                f"backups    {self['backups_launched']} launched, {self['backups_won']} won"]
+                f"backups    {self['backups_launched']} launched, {self['backups_won']} won",
+                *_online_lines(self.get("online"))]
 
     def iterations(self, nit: int) -> int:
         return nit
+
+
+def _online_lines(online: dict[str, Any] | None) -> list[str]:
+    """The report's line on Sandblaster's online start, if it made one."""
+    if not online:
+        return []
+    passes = online["passes"]
+    losses = ", ".join(f"{loss:.4g}" for loss in online["progressive_loss"])
+    return [f"online     {passes} pass{'' if passes == 1 else 'es'} of Adagrad before L-BFGS, "
+            f"{online['seconds']:.2f} s (progressive loss {losses})"]
 
 
 class _ReplicaStats(RunStats):

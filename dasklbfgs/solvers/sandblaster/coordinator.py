@@ -22,6 +22,7 @@ from dasklbfgs.checkpoint_store import checkpoint_exists
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.models.linear import LinearModel
+from dasklbfgs.models.online_pass import averaged
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.parallel import partition
@@ -88,6 +89,7 @@ class SandblasterRun:
         self.saved_nit = None if self.saved is None else self.saved.nit  # the iteration last checkpointed
         self.space: ShardedSpace | None = None
         self.transform: Standardizer | None = None
+        self.online: dict[str, Any] | None = None  # what the online passes did (online_passes > 0)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -163,6 +165,8 @@ class SandblasterRun:
 
     def _minimize(self, client: Client) -> OptimizeResult:
         opts = self.options
+        if opts.online_passes and self.saved is None:  # (a resumed run continues its own iterates)
+            self.x_start = self._online_start(self.x_start)
         if opts.standardize:
             assert isinstance(self.model, LinearModel), "standardize=True is refused for other models (__init__)"
             moments = combine_moments(self.evaluator.column_moments())
@@ -194,6 +198,27 @@ class SandblasterRun:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)
         return result
+
+    def _online_start(self, x: np.ndarray | None) -> np.ndarray:
+        """The point ``online_passes`` passes of Adagrad over the shards reach from ``x`` (None:
+        zeros), each pass's per-shard results averaged (:func:`~dasklbfgs.models.online_pass.averaged`)."""
+        opts = self.options
+        x = np.zeros(self.model.n_params) if x is None else x
+        started, losses = time.perf_counter(), []
+        for number in range(opts.online_passes):
+            passes = self.evaluator.online_pass(x, opts.online_learning_rate, number)
+            x = averaged(x, passes)
+            losses.append(sum(p.loss for p in passes) / max(sum(p.rows_weight for p in passes), 1e-300))
+            if not (np.all(np.isfinite(x)) and np.isfinite(losses[-1])):
+                raise NonFiniteObjectiveError(
+                    f"online pass {number + 1} of {opts.online_passes} diverged (online_learning_rate="
+                    f"{opts.online_learning_rate:g}, progressive loss {losses[-1]:g}): lower the rate "
+                    f"(dataset {self.dataset.url!r})")
+        self.online = {"passes": opts.online_passes, "seconds": time.perf_counter() - started,
+                       "progressive_loss": losses}
+        logger.info("online start: %d pass(es) of Adagrad in %.2f s, progressive loss %s", opts.online_passes,
+                    self.online["seconds"], ", ".join(f"{v:.5g}" for v in losses))
+        return x
 
     def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
         """L-BFGS, or OWL-QN with the model's l1 weights (in ``theta``'s coordinates)."""
@@ -243,6 +268,8 @@ class SandblasterRun:
                                  cached=self.evaluator.cache, n_portions=len(self.evaluator.portions))
         if bytes_received is not None:
             stats["coordinator_bytes_received"] = bytes_received
+        if self.online is not None:
+            stats["online"] = self.online
         result.stats, result.run_id, result.solver = stats, self.context.run_id, self.context.solver.name
         if not result.success:
             logger.info("Sandblaster L-BFGS stopped early: %s", result.message)

@@ -52,8 +52,20 @@ class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOpt
                                "evaluation (False), or cache when they fit in half the workers' memory "
                                "('auto')", "bool_or_auto")
 
+    online_passes: int = option(0, "passes of Adagrad over the shards before L-BFGS starts: each shard's rows "
+                                "from the same point, the results averaged, L-BFGS (or OWL-QN) from there "
+                                "(0: none)", "int", minimum=0)
+    online_learning_rate: float = option(0.05, "Adagrad's learning rate in the online passes", "float",
+                                         positive=True)
+
     def check_together(self) -> None:
         super().check_together()
+        if self.online_passes and self.model_partitions > 1:
+            raise ConfigurationError(
+                f"sandblaster option online_passes steps the whole model on each shard's worker; with "
+                f"model_partitions={self.model_partitions} no worker holds it (online_passes={self.online_passes})",
+                parameters=("online_passes", "model_partitions"),
+            )
         if self.state == "local" and self.n_param_shards is not None:
             raise ConfigurationError(
                 f"sandblaster option n_param_shards applies to state='sharded' (L-BFGS vectors on parameter-shard "

@@ -1,4 +1,5 @@
-"""Functions that run on the workers: load a shard, evaluate a portion, column statistics."""
+"""Functions that run on the workers: load a shard, evaluate a portion, column statistics,
+an online pass."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dasklbfgs._typing import Dataset, is_sparse
 from dasklbfgs._wire import aligned
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.compact_rows import CompactColumns
+from dasklbfgs.models.online_pass import PassResult, adagrad_pass
 
 
 @sizeof.register(CompactColumns)
@@ -98,3 +100,16 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
 def _column_sums(A: Any, w: np.ndarray | None) -> np.ndarray:
     """The column sums of ``A`` (dense or sparse) in float64, weighted by ``w`` if given."""
     return np.asarray(A.sum(axis=0, dtype=np.float64) if w is None else A.T @ w, dtype=np.float64).ravel()
+
+
+def shard_online_pass(shard: Shard, *, model: Model, x: np.ndarray, learning_rate: float) -> PassResult:
+    """One online pass of Adagrad over a cached shard's rows from ``x``
+    (:func:`~dasklbfgs.models.online_pass.adagrad_pass`)."""
+    X, y, w = aligned_shard(shard)
+    return adagrad_pass(model, aligned(x), X, y, w, learning_rate=learning_rate)
+
+
+def stored_shard_online_pass(data: Dataset, index: int, *, model: Model, x: np.ndarray,
+                             learning_rate: float) -> PassResult:
+    """:func:`shard_online_pass` of shard ``index`` read from Zarr (out-of-core runs)."""
+    return shard_online_pass(load_shard(data, index), model=model, x=x, learning_rate=learning_rate)

@@ -489,3 +489,48 @@ def test_l1_runs_owlqn_to_the_in_process_and_scikit_learn_optimum(client, datase
     np.testing.assert_allclose(sharded_run.jac, local_run.jac, rtol=1e-7, atol=1e-10)
     with pytest.raises(ConfigurationError, match=r"solver 'downpour' does not minimise an l1 penalty.*'sandblaster'"):
         train(model, data, "downpour", client=client)
+
+
+@pytest.fixture(scope="module")
+def wide_sparse(tmp_path_factory) -> ShardedDataset:
+    """Sparse logistic rows (a few values a row over 300 columns), 8 shards."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(21)
+    n, d = 4000, 300
+    X = sp.random(n, d, density=0.02, format="csr", random_state=4, data_rvs=lambda k: np.ones(k))
+    truth = rng.normal(size=d) * 2
+    y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(X @ truth)))).astype(np.int64)
+    return ShardedDataset.create(tmp_path_factory.mktemp("wide") / "d", X, y, shard_rows=500)
+
+
+def test_an_online_start_then_lbfgs_reaches_scipys_optimum_with_the_same_bits_anywhere(client, wide_sparse) -> None:
+    """Online passes of Adagrad per shard, averaged in shard order, then L-BFGS: the optimum is
+    scipy's, and the bits are the same whether the passes ran on cached shards or on shards
+    read from Zarr by whichever worker."""
+    model = Logistic(wide_sparse.n_features, l2=1e-3)
+    X, y = wide_sparse.load_rows(0, wide_sparse.n_samples)
+    reference = minimize(lambda x: model.objective(x, X, y), np.zeros(model.n_params), jac=True, method="L-BFGS-B",
+                         options={"gtol": 1e-10, "ftol": 1e-15, "maxiter": 5000})
+    runs = [sandblaster_lbfgs(model, wide_sparse, client=client, online_passes=2, online_learning_rate=0.1,
+                              gtol=1e-9, ftol=1e-15, cache=cache) for cache in (True, False)]
+    cached, streamed = runs
+    np.testing.assert_array_equal(cached.x, streamed.x, strict=True)
+    assert cached.success and cached.fun == pytest.approx(reference.fun, rel=1e-10)
+    np.testing.assert_allclose(cached.x, reference.x, atol=1e-5)
+    online = cached.stats["online"]
+    losses = online["progressive_loss"]
+    assert online["passes"] == 2 and len(losses) == 2 and losses[1] < losses[0] < np.log(2)  # better than zeros
+    assert online == {**streamed.stats["online"], "seconds": online["seconds"]}
+
+
+def test_online_passes_refuse_what_they_cannot_do(client, wide_sparse, datasets) -> None:
+    model = Logistic(wide_sparse.n_features)
+    diverged = r"online pass 1 of 1 diverged \(online_learning_rate=1e\+308, progressive loss nan\): lower the rate"
+    with pytest.raises(NonFiniteObjectiveError, match=diverged):
+        sandblaster_lbfgs(model, wide_sparse, client=client, online_passes=1, online_learning_rate=1e308)
+    with pytest.raises(ConfigurationError, match="online_passes steps the whole model .* model_partitions=2"):
+        sandblaster_lbfgs(Softmax(8, 3), datasets["multinomial"], client=client, online_passes=1,
+                          model_partitions=2)
+    with pytest.raises(ConfigurationError, match="online_learning_rate must be"):
+        sandblaster_lbfgs(model, wide_sparse, client=client, online_passes=1, online_learning_rate=0)

@@ -1,0 +1,166 @@
+"""An online pass of Adagrad over one block of rows, and the weighted average of several
+blocks' passes: the warm start of Sandblaster's online-then-batch (docs/algorithms.md, "Online,
+then batch").
+
+Each shard's pass starts from the same parameters and steps through its rows in order, a
+mini-batch of :data:`BATCH_ROWS` rows at a time, with Adagrad's per-coordinate rates
+(:func:`dasklbfgs.optim.updates.adagrad`) on the stochastic gradient of the objective
+(the mean loss plus the model's L2 penalty). On sparse rows of a linear model a step
+touches only the mini-batch's columns: the parameters are gathered at them, and the L2
+penalty is applied lazily, on the coordinates a mini-batch touches (as Vowpal Wabbit does),
+so a pass costs the rows' non-zeros, not the model's width. Other models and dense rows step
+on every parameter.
+
+The passes are then averaged coordinate by coordinate, each weighted by the squared
+gradients its pass summed there (Agarwal, Chapelle, Dudik and Langford 2014): a column that
+only one shard's rows use keeps that shard's value rather than a fraction of it, and a
+shard that saw more of a coordinate has more say. Pure numpy; the average takes the passes
+in shard order, so the result does not depend on where any pass ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from dasklbfgs._typing import is_sparse
+from dasklbfgs.models.compact_rows import CompactColumns
+from dasklbfgs.optim.updates import adagrad
+
+if TYPE_CHECKING:
+    from dasklbfgs.models.base import Model
+
+__all__ = ["BATCH_ROWS", "PassResult", "adagrad_pass", "averaged"]
+
+#: rows per online step (a mini-batch: Vowpal Wabbit steps on every row, which Python cannot
+#: afford; at a few dozen rows a step costs little more than its rows' products)
+BATCH_ROWS = 32
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one block's pass returns: the parameters it moved (``index``, sorted; None: all
+    of them), their values after the pass, the squared gradients it summed at each (their
+    weight in :func:`averaged`), and the loss of its rows as each mini-batch met them, before
+    stepping on it (progressive validation: a held-out estimate for free)."""
+
+    index: np.ndarray | None
+    params: np.ndarray
+    weight: np.ndarray
+    loss: float
+    rows_weight: float
+
+    @property
+    def mean_loss(self) -> float:
+        """The progressive loss per unit of row weight."""
+        return self.loss / self.rows_weight if self.rows_weight > 0 else float("nan")
+
+
+def adagrad_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None, *,
+                 learning_rate: float, batch_rows: int = BATCH_ROWS) -> PassResult:
+    """One pass of Adagrad at ``learning_rate`` over the rows of ``X`` (in order, ``batch_rows``
+    at a time) from ``params``; ``params`` is not modified."""
+    from dasklbfgs.models.linear import LinearModel
+
+    if isinstance(model, LinearModel) and (is_sparse(X) or isinstance(X, CompactColumns)):
+        return _sparse_linear_pass(model, params, CompactColumns.of(X), y, w, learning_rate, batch_rows)
+    return _dense_pass(model, params, X, y, w, learning_rate, batch_rows)
+
+
+def averaged(start: np.ndarray, passes: Sequence[PassResult]) -> np.ndarray:
+    """The passes' parameters averaged per coordinate, weighted by their squared gradients
+    there, in the order given; ``start`` where no pass moved a coordinate."""
+    total = np.zeros(start.size)
+    weight = np.zeros(start.size)
+    for result in passes:
+        where = slice(None) if result.index is None else result.index
+        total[where] += result.weight * result.params
+        weight[where] += result.weight
+    x = np.array(start, dtype=np.float64)
+    moved = weight > 0
+    x[moved] = total[moved] / weight[moved]
+    return x
+
+
+def _batches(n: int, batch_rows: int) -> range:
+    return range(0, n, max(1, int(batch_rows)))
+
+
+def _scale(w: np.ndarray | None, rows: int) -> float:
+    """1 / the mini-batch's weight (0: it weighs nothing and moves nothing)."""
+    total = float(rows if w is None else np.sum(w, dtype=np.float64))
+    return 1.0 / total if total > 0 else 0.0
+
+
+def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
+                learning_rate: float, batch_rows: int) -> PassResult:
+    """Any model, any rows: each step on the objective of its mini-batch (loss and penalty)."""
+    rule = adagrad(learning_rate)
+    x = np.array(params, dtype=np.float64)
+    state = rule.init(x)
+    loss = rows_weight = 0.0
+    if hasattr(X, "to_csr"):
+        X = X.to_csr()
+    for start in _batches(X.shape[0], batch_rows):
+        stop = start + batch_rows
+        Xb, yb, wb = X[start:stop], y[start:stop], None if w is None else w[start:stop]
+        scale = _scale(wb, Xb.shape[0])
+        if scale == 0:
+            continue
+        f, g = model.objective(x, Xb, yb, wb)
+        loss += (f - model.penalty(x)[0]) / scale
+        rows_weight += 1.0 / scale
+        delta, state = rule.update(g, state)
+        x += delta
+    return PassResult(None, x, state["accumulator"], loss, rows_weight)
+
+
+def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y: np.ndarray, w: np.ndarray | None,
+                        learning_rate: float, batch_rows: int) -> PassResult:
+    """A linear model on sparse rows: every step on the mini-batch's own columns."""
+    import scipy.sparse as sp
+
+    rule = adagrad(learning_rate)
+    K = model.n_outputs
+    W, b = model.unpack(np.asarray(params, dtype=np.float64))
+    coef = np.array(W[rows.columns], dtype=np.float64).reshape(len(rows.columns), K)  # on the shard's columns
+    intercept = np.array(b, dtype=np.float64)
+    coef_sq, intercept_sq = np.zeros_like(coef), np.zeros_like(intercept)
+    weights = model.row_weights(y, w)
+    link, l2 = type(model)._link, model.l2
+    local = rows.local
+    loss = rows_weight = 0.0
+    for start in _batches(local.shape[0], batch_rows):
+        stop = start + batch_rows
+        batch = local[start:stop]
+        yb, wb = y[start:stop], None if weights is None else weights[start:stop]
+        scale = _scale(wb, batch.shape[0])
+        if scale == 0:
+            continue
+        columns, renumbered = np.unique(batch.indices, return_inverse=True)
+        Xb = sp.csr_array((batch.data, renumbered.ravel(), batch.indptr), shape=(batch.shape[0], columns.size))
+        at = coef[columns]
+        z = np.asarray(Xb @ (at if K > 1 else at[:, 0]), dtype=np.float64)
+        z += intercept if K > 1 else intercept[0]
+        batch_loss, dz = link(z, yb, wb)
+        loss += batch_loss
+        rows_weight += 1.0 / scale
+        grad = np.asarray(Xb.T @ dz, dtype=np.float64).reshape(columns.size, K) * scale
+        grad += l2 * at  # the penalty on the coordinates this step touches (lazily, as Vowpal Wabbit)
+        delta, state = rule.update(grad, {"accumulator": coef_sq[columns]})
+        coef[columns] = at + delta
+        coef_sq[columns] = state["accumulator"]
+        if model.fit_intercept:
+            grad_b = np.asarray(dz, dtype=np.float64).reshape(-1, K).sum(axis=0) * scale
+            delta_b, state_b = rule.update(grad_b, {"accumulator": intercept_sq})
+            intercept += delta_b
+            intercept_sq = state_b["accumulator"]
+    index = (rows.columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
+    values, squares = coef.ravel(), coef_sq.ravel()
+    if model.fit_intercept:
+        index = np.concatenate([index, model.n_coef + np.arange(K)])
+        values, squares = np.concatenate([values, intercept]), np.concatenate([squares, intercept_sq])
+    return PassResult(index, values, squares, loss, rows_weight)
