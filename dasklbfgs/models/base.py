@@ -149,10 +149,16 @@ class Model:
     def objective_from_sums(self, params: np.ndarray, loss_sum: float, sums: np.ndarray, n: float
                             ) -> tuple[float, np.ndarray]:
         """Mean objective over ``n`` rows and its gradient, from row sums added over any split."""
-        penalty, penalty_grad = self.penalty(params)
         grad = sums[: self.n_params] / n
-        grad += penalty_grad  # in place: one parameter-length temporary fewer
-        return loss_sum / n + penalty, grad
+        return loss_sum / n + self.add_penalty(params, grad), grad
+
+    def add_penalty(self, params: np.ndarray, grad: np.ndarray) -> float:
+        """Add the penalty's gradient at ``params`` to ``grad`` in place; return the penalty.
+        A model whose penalty's gradient is cheap to form in pieces overrides this, so that no
+        parameter-length temporary is made."""
+        penalty, penalty_grad = self.penalty(params)
+        grad += penalty_grad
+        return penalty
 
     def objective_value(self, params: np.ndarray, loss_sum: float, sums: np.ndarray | None, n: float) -> float:
         """The mean objective over ``n`` rows from an evaluation's sums (:attr:`Scored.sums`)."""

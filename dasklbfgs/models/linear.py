@@ -30,6 +30,7 @@ from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, s
 from dasklbfgs.models.base import Model, Scored, SoftmaxOutput, check_l2
 from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.models.sums import SparseSum, index_dtype
+from dasklbfgs.optim.vectors import add_scaled
 
 __all__ = ["LinearModel", "LeastSquares", "Logistic", "Softmax"]
 
@@ -207,6 +208,15 @@ class LinearModel(Model):
         coef = params[: self.n_coef]
         grad[: self.n_coef] = self.l2 * coef
         return 0.5 * self.l2 * float(coef @ coef), grad
+
+    def add_penalty(self, params: np.ndarray, grad: np.ndarray) -> float:
+        """``grad[:n_coef] += l2 * W`` in place (:func:`~dasklbfgs.optim.vectors.add_scaled`:
+        the same bits as forming ``l2 * W`` whole, without it); returns (l2 / 2) ||W||^2."""
+        if self.l2 == 0.0:
+            return 0.0
+        coef = params[: self.n_coef]
+        add_scaled(grad[: self.n_coef], self.l2, coef)
+        return 0.5 * self.l2 * float(coef @ coef)
 
     def l1_weights(self) -> np.ndarray | None:
         """``l1`` on every coefficient and 0 on the intercepts; ``None`` without an l1 term."""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dasklbfgs.optim.vectors import add_scaled
+
 __all__ = ["GramMatrix", "LocalBasis"]
 
 
@@ -123,7 +125,10 @@ class LocalBasis(GramMatrix):
         k = self.k
         on_S, on_Y = np.empty(k), np.empty(k)
         on_S[self.slots], on_Y[self.slots] = delta[:k], delta[k : 2 * k]  # pair order -> row order
-        return on_S @ self.S[:k] + on_Y @ self.Y[:k] + delta[2 * k] * self.g
+        p = on_S @ self.S[:k]
+        p += on_Y @ self.Y[:k]  # in place, in the order of the whole expression: the same bits
+        add_scaled(p, delta[2 * k], self.g)
+        return p
 
     def drop_pairs(self) -> None:
         super().drop_pairs()

@@ -20,6 +20,7 @@ from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
+from dasklbfgs.optim.vectors import max_abs
 from dasklbfgs.options import Options, option
 
 if TYPE_CHECKING:
@@ -275,7 +276,7 @@ class LocalSpace(LocalVectors):
         return float(f_new)
 
     def gmax(self) -> float:
-        return float(np.max(np.abs(self._g)))
+        return max_abs(self._g)
 
     def x(self) -> np.ndarray:
         return self._x.copy()

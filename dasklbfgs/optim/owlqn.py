@@ -40,6 +40,7 @@ from dasklbfgs.optim.lbfgs import (
 )
 from dasklbfgs.optim.linesearch import backtracking_armijo
 from dasklbfgs.optim.two_loop import two_loop_coefficients
+from dasklbfgs.optim.vectors import max_abs
 
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
@@ -139,7 +140,7 @@ class OrthantSpace(LocalVectors):
         return objective
 
     def gmax(self) -> float:
-        return float(np.max(np.abs(self.pg), initial=0.0))
+        return max_abs(self.pg)
 
     def x(self) -> np.ndarray:
         return self._x.copy()

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.optim.vectors import BLOCK
 
 __all__ = ["UpdateRule", "sgd", "momentum", "adagrad", "ftrl", "ftrl_weights", "ftrl_step", "make_rule", "RULES"]
 
@@ -40,8 +41,6 @@ class UpdateRule(NamedTuple):
     apply: Callable[[np.ndarray, State, np.ndarray], None] | None = None
 
 
-#: Elements of a block of an in-place step: a few arrays of it fit in a core's L2 cache.
-BLOCK = 1 << 15
 
 
 def _blocks(size: int) -> list[slice]:

@@ -257,3 +257,18 @@ def test_a_dataset_without_a_task_asks_for_the_model(tmp_path) -> None:
     odd = ShardedDataset.create(tmp_path / "o", X[:50], Y["softmax"][:50], shard_rows=50, attrs={"task": "ranking"})
     with pytest.raises(ConfigurationError, match=r"records task 'ranking', which names no model"):
         default_model(odd)
+
+
+@pytest.mark.parametrize("model", [Logistic(100_003, l2=0.37), Softmax(40_000, 3, l2=1e-3),
+                                   LeastSquares(70_001, l2=0.0)], ids=["logistic", "softmax", "no-penalty"])
+def test_the_penalty_is_added_in_place_with_the_bits_of_the_whole_gradient(model) -> None:
+    """The coordinator's objective from the sums adds ``l2 * W`` block by block (no vector as long
+    as the parameters made for it): the same bits as the penalty's gradient formed whole and added."""
+    rng = np.random.default_rng(8)
+    params, sums = rng.normal(size=model.n_params), rng.normal(size=model.n_params + 2)
+    f, g = model.objective_from_sums(params, 3.0, sums, 7.0)
+    penalty, penalty_grad = model.penalty(params)
+    expected = sums[: model.n_params] / 7.0
+    expected += penalty_grad
+    np.testing.assert_array_equal(g, expected, strict=True)
+    assert f == 3.0 / 7.0 + penalty

@@ -43,6 +43,7 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums, as_dense, reduce_in_groups
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.owlqn import align_direction, l1_term, orthant_of, project_to_orthant, pseudo_gradient
+from dasklbfgs.optim.vectors import max_abs
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
@@ -117,7 +118,7 @@ class VectorShard:
         """Take the smooth gradient ``g``; the basis gets it, or with L1 weights the pseudo-gradient."""
         self.g = g
         v = g if self.weights is None else pseudo_gradient(self.x, g, self.weights)
-        return {"grad": self.basis.set_gradient(v), "gmax": float(np.max(np.abs(v))) if v.size else 0.0}
+        return {"grad": self.basis.set_gradient(v), "gmax": max_abs(v)}
 
     async def drop_pairs(self) -> None:
         self.basis.drop_pairs()

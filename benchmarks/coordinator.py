@@ -1,0 +1,166 @@
+"""The Sandblaster coordinator's own vector work per iteration at a wide model's size (local
+state), piece by piece, against a read of the same bytes, all in one process and one run.
+
+    python -m benchmarks.coordinator                  # 4,194,304 parameters, 10 pairs
+    python -m benchmarks.coordinator --params 1048576 # a quick look
+
+The pieces are what :class:`dasklbfgs.optim.lbfgs.LocalSpace` and the coordinator do between
+two evaluations: the basis update after a step (the new pair's and the new gradient's dot
+products with the stored pairs), the search direction (the pairs combined), the trial point,
+the step's pair and its curvature test, the objective and gradient from the portions' sums
+(the L2 penalty included), and adding the portions' compact sums (a sparse model's: each
+portion's distinct columns). "Before" is how the coordinator did each piece until it was made
+lean, kept here to measure against in the same run. Each figure is the median of
+``--repeats`` runs of the piece.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from benchmarks._common import machine, median_seconds, publish, report_header
+
+
+def _filled_basis(n: int, m: int, rng: np.random.Generator) -> Any:
+    from dasklbfgs.optim.basis import LocalBasis
+
+    basis = LocalBasis(n, m)
+    for _ in range(m):
+        s = rng.normal(size=n)
+        basis.push_pair(s, s + 0.1 * rng.normal(size=n))
+    basis.set_gradient(rng.normal(size=n))
+    return basis
+
+
+def _advance(basis: Any, s: np.ndarray, y: np.ndarray, g: np.ndarray) -> None:
+    """The step's pair, then the new gradient, each product a pass over the pairs."""
+    basis.push_pair(s, y)
+    basis.set_gradient(g)
+
+
+def _combine_whole(basis: Any, delta: np.ndarray) -> np.ndarray:
+    """Before: the direction as one whole-vector expression (five parameter-length arrays made)."""
+    k = basis.k
+    on_S, on_Y = np.empty(k), np.empty(k)
+    on_S[basis.slots], on_Y[basis.slots] = delta[:k], delta[k : 2 * k]
+    return on_S @ basis.S[:k] + on_Y @ basis.Y[:k] + delta[2 * k] * basis.g
+
+
+def _add_fancy(parts: list[Any], total: np.ndarray) -> None:
+    """Before: each portion's compact sum added by a fancy-indexed ``+=``."""
+    for part in parts:
+        total[part.index.astype(np.intp, copy=False)] += part.values
+
+
+def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -> None:
+    """Before: the penalty's gradient formed whole (a zeroed vector and ``l2 * W``), then added."""
+    penalty, penalty_grad = model.penalty(params)
+    grad = sums[: model.n_params] / n
+    grad += penalty_grad
+
+
+def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[str, Any]:
+    from dasklbfgs.models import Logistic
+    from dasklbfgs.models.sums import SparseSum
+    from dasklbfgs.optim.vectors import max_abs
+
+    rng = np.random.default_rng(0)
+    basis = _filled_basis(n, m, rng)
+    x, g, p = rng.normal(size=n), rng.normal(size=n), rng.normal(size=n)
+    x_new, g_new = x + 0.5 * p, g + 0.1 * rng.normal(size=n)
+    s, y = x_new - x, g_new - g
+    model = Logistic(n - 1, l2=1e-4)
+    sums = rng.normal(size=n)
+    delta = rng.normal(size=2 * basis.k + 1)
+    columns = min(columns, n // 2)
+    compact = [SparseSum(n, np.sort(rng.choice(n - 1, size=columns, replace=False)).astype(np.int32),
+                         rng.normal(size=columns)) for _ in range(portions)]
+    total = np.zeros(n)
+    out: dict[str, Any] = {
+        "read_pairs": median_seconds(lambda: [float(row @ row) for row in (*basis.S, *basis.Y)], repeats),
+        "read_vector": median_seconds(lambda: float(x @ x), repeats),
+        "advance": median_seconds(lambda: _advance(basis, s, y, g_new), repeats),
+        "direction_before": median_seconds(lambda: _combine_whole(basis, delta), repeats),
+        "direction": median_seconds(lambda: basis.combine(delta), repeats),
+        "trial_point": median_seconds(lambda: x + 0.5 * p, repeats),
+        "pair_and_test": median_seconds(lambda: (float((x_new - x) @ (g_new - g)), float(g @ (x_new - x))), repeats),
+        "objective_before": median_seconds(lambda: _penalty_whole(model, x, sums, 1e5), repeats),
+        "objective": median_seconds(lambda: model.objective_from_sums(x, 1.0, sums, 1e5), repeats),
+        "add_sums_before": median_seconds(lambda: _add_fancy(compact, total), repeats),
+        "add_sums": median_seconds(lambda: [part.add_to(total) for part in compact], repeats),
+        "gmax_before": median_seconds(lambda: float(np.max(np.abs(g))), repeats),
+        "gmax": median_seconds(lambda: max_abs(g), repeats),
+    }
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--params", type=int, default=2**22)
+    parser.add_argument("--history", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--portions", type=int, default=10, help="portions whose compact sums are added")
+    parser.add_argument("--portion-columns", type=int, default=400_000,
+                        help="distinct columns of a portion (ctr at 200,000 rows: about this many)")
+    args = parser.parse_args(argv)
+    command = " ".join(["python -m benchmarks.coordinator",
+                        *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
+    out = {"command": command, "machine": machine(), "params": args.params, "history": args.history,
+           "portions": args.portions, "portion_columns": args.portion_columns,
+           "seconds": measure(args.params, args.history, args.repeats, args.portions, args.portion_columns)}
+    publish("coordinator", out, render)
+
+
+#: (key, what it is, how many parameter-length vectors it must read at least, given the pairs m)
+PIECES: tuple[tuple[str, str, Callable[[int], int] | None], ...] = (
+    ("advance", "basis update after a step: the pair's and the gradient's products with the pairs",
+     lambda m: 2 * m + 3),
+    ("direction", "search direction: the pairs and the gradient combined", lambda m: 2 * m + 1),
+    ("trial_point", "a trial point x + alpha p", lambda m: 2),
+    ("pair_and_test", "the step's pair s, y and its curvature test", lambda m: 4),
+    ("objective", "objective and gradient from the sums, L2 penalty included", lambda m: 2),
+    ("add_sums", "adding the portions' compact sums", None),
+    ("gmax", "max abs g (the convergence test)", lambda m: 1),
+)
+
+
+def render(out: dict[str, Any]) -> str:
+    t, m, n = out["seconds"], out["history"], out["params"]
+    per_vector = t["read_vector"]
+    lines = report_header("The Sandblaster coordinator's vector work per iteration", out["command"], out["machine"])
+    lines += [
+        f"{n:,} parameters, {m} curvature pairs (local state), in one process; medians of the repeats. A read of "
+        f"one parameter vector ({n * 8 / 2**20:.0f} MiB) takes {1e3 * per_vector:.1f} ms "
+        f"({n * 8 / per_vector / 1e9:.1f} GB/s); of the {2 * m} pair vectors, {1e3 * t['read_pairs']:.1f} ms. "
+        f"Adding sums: {out['portions']} portions of {out['portion_columns']:,} distinct columns.", "",
+        "| piece | ms | reads at least (vectors) | against that read |", "|---|---:|---:|---:|",
+    ]
+    total = 0.0
+    for key, label, reads in PIECES:
+        seconds = t[key]
+        total += seconds
+        vectors = reads(m) if reads else None
+        against = f"{seconds / (vectors * per_vector):.2f}x" if vectors else ""
+        lines.append(f"| {label} | {1e3 * seconds:.1f} | {vectors or ''} | {against} |")
+    lines += [f"| **all of it** | **{1e3 * total:.1f}** | | |", "",
+              "Before these were made lean, in the same run:", "",
+              "| piece | before ms | now ms | now / before |", "|---|---:|---:|---:|",
+              f"| adding the portions' compact sums (a fancy-indexed `+=`) | {1e3 * t['add_sums_before']:.1f} | "
+              f"{1e3 * t['add_sums']:.1f} | {t['add_sums'] / t['add_sums_before']:.2f}x |",
+              f"| search direction (one whole-vector expression) | {1e3 * t['direction_before']:.1f} | "
+              f"{1e3 * t['direction']:.1f} | {t['direction'] / t['direction_before']:.2f}x |",
+              f"| max abs g (`np.abs(g)` formed whole) | {1e3 * t['gmax_before']:.1f} | "
+              f"{1e3 * t['gmax']:.1f} | {t['gmax'] / t['gmax_before']:.2f}x |",
+              f"| objective and gradient (the penalty's gradient formed whole) | {1e3 * t['objective_before']:.1f} | "
+              f"{1e3 * t['objective']:.1f} | {t['objective'] / t['objective_before']:.2f}x |"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
