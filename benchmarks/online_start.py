@@ -32,12 +32,13 @@ def _online_point(client: Any, model: Any, train: Any, passes: int, rate: float)
     """The averaged point of ``passes`` online passes alone (what L-BFGS then starts from)."""
     from dasklbfgs.models.online_pass import averaged
     from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
+    from dasklbfgs.solvers.sandblaster.shard_passes import online_pass_by_shard
 
     evaluator = MegaBatchEvaluator(client, model, train)
     try:
         x = np.zeros(model.n_params)
         for number in range(passes):
-            x = averaged(x, evaluator.online_pass(x, rate, number))
+            x = averaged(x, online_pass_by_shard(evaluator, x, rate, number))
         return x
     finally:
         evaluator.close()

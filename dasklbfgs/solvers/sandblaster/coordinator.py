@@ -38,6 +38,7 @@ from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
 )
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
+from dasklbfgs.solvers.sandblaster.shard_passes import column_moments_by_shard, online_pass_by_shard
 from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
 from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
 from dasklbfgs.solvers.stats import SandblasterStats
@@ -169,7 +170,7 @@ class SandblasterRun:
             self.x_start = self._online_start(self.x_start)
         if opts.standardize:
             assert isinstance(self.model, LinearModel), "standardize=True is refused for other models (__init__)"
-            moments = combine_moments(self.evaluator.column_moments())
+            moments = combine_moments(column_moments_by_shard(self.evaluator))
             self.transform = Standardizer.from_moments(
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
             )
@@ -206,7 +207,7 @@ class SandblasterRun:
         x = np.zeros(self.model.n_params) if x is None else x
         started, losses = time.perf_counter(), []
         for number in range(opts.online_passes):
-            passes = self.evaluator.online_pass(x, opts.online_learning_rate, number)
+            passes = online_pass_by_shard(self.evaluator, x, opts.online_learning_rate, number)
             x = averaged(x, passes)
             losses.append(sum(p.loss for p in passes) / max(sum(p.rows_weight for p in passes), 1e-300))
             if not (np.all(np.isfinite(x)) and np.isfinite(losses[-1])):

@@ -61,7 +61,6 @@ from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.online_pass import PassResult
 from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
@@ -71,12 +70,6 @@ from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, Plan, cal
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
-from dasklbfgs.solvers.sandblaster.tasks import (
-    column_moments,
-    shard_column_moments,
-    shard_online_pass,
-    stored_shard_online_pass,
-)
 
 __all__ = ["EvaluatorStats", "MegaBatchEvaluator"]
 
@@ -354,37 +347,6 @@ class MegaBatchEvaluator:
             if worker is not None:
                 rows[worker] += p.stop - p.start
         return dict(rows)
-
-    # -- other passes over the shards ---------------------------------------------------------
-
-    def column_moments(self) -> list[tuple[int, np.ndarray, np.ndarray]]:
-        """Per-shard ``(n, mean, M2)`` of the columns of X, in shard order."""
-        def key(i: int) -> str:
-            return f"sandblaster-moments-{self.token}-{i}"
-
-        if self.cached is not None:
-            futures = [self.client.submit(column_moments, shard, key=key(i), pure=False)
-                       for i, shard in enumerate(self.cached.shards)]
-        else:
-            futures = [self.client.submit(shard_column_moments, self.data, i, key=key(i), pure=False)
-                       for i in range(self.data.n_shards)]
-        return self.client.gather(futures)
-
-    def online_pass(self, x: np.ndarray, learning_rate: float, number: int) -> list[PassResult]:
-        """Pass ``number`` of Adagrad over each shard from ``x``, a task per shard next to it
-        (:func:`~dasklbfgs.models.online_pass.adagrad_pass`), in shard order."""
-        def key(i: int) -> str:
-            return f"sandblaster-online-{self.token}-{number}-{i}"
-
-        start = self.client.scatter(x, broadcast=True, hash=False) if x.nbytes > INLINE_PARAMS_BYTES else x
-        options = {"model": self.model, "x": start, "learning_rate": learning_rate}
-        if self.cached is not None:
-            futures = [self.client.submit(shard_online_pass, shard, key=key(i), pure=False, **options)
-                       for i, shard in enumerate(self.cached.shards)]
-        else:
-            futures = [self.client.submit(stored_shard_online_pass, self.data, i, key=key(i), pure=False, **options)
-                       for i in range(self.data.n_shards)]
-        return self.client.gather(futures)
 
     def close(self) -> None:
         """Release the last evaluation's futures and the cached shards from worker memory."""

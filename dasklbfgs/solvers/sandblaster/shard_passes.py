@@ -1,0 +1,51 @@
+"""Passes over the shards other than an evaluation: a task per shard, next to its cached copy
+(or reading it from Zarr when the run streams), the results in shard order, so that nothing
+built from them depends on where a task ran."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs._wire import INLINE_PARAMS_BYTES
+from dasklbfgs.models.online_pass import PassResult
+from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.solvers.sandblaster.tasks import (
+    column_moments,
+    shard_column_moments,
+    shard_online_pass,
+    stored_shard_online_pass,
+)
+
+__all__ = ["column_moments_by_shard", "online_pass_by_shard"]
+
+
+def column_moments_by_shard(evaluator: MegaBatchEvaluator) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Per shard, ``(n, mean, M2)`` of the columns of X
+    (:func:`~dasklbfgs.solvers.sandblaster.tasks.column_moments`)."""
+    return _per_shard(evaluator, "moments", column_moments, shard_column_moments)
+
+
+def online_pass_by_shard(evaluator: MegaBatchEvaluator, x: np.ndarray, learning_rate: float,
+                         number: int) -> list[PassResult]:
+    """Pass ``number`` of Adagrad over each shard from ``x``
+    (:func:`~dasklbfgs.models.online_pass.adagrad_pass`)."""
+    client = evaluator.client
+    start = client.scatter(x, broadcast=True, hash=False) if x.nbytes > INLINE_PARAMS_BYTES else x
+    return _per_shard(evaluator, f"online-{number}", shard_online_pass, stored_shard_online_pass,
+                      model=evaluator.model, x=start, learning_rate=learning_rate)
+
+
+def _per_shard(evaluator: MegaBatchEvaluator, name: str, on_cached: Callable[..., Any],
+               from_store: Callable[..., Any], **kwargs: Any) -> list[Any]:
+    """``on_cached(shard, **kwargs)`` on each cached shard, or ``from_store(data, index, **kwargs)``."""
+    client, data, cached = evaluator.client, evaluator.data, evaluator.cached
+    keys = [f"sandblaster-{name}-{evaluator.token}-{i}" for i in range(data.n_shards)]
+    if cached is not None:
+        futures = [client.submit(on_cached, shard, key=key, pure=False, **kwargs)
+                   for shard, key in zip(cached.shards, keys)]
+    else:
+        futures = [client.submit(from_store, data, i, key=key, pure=False, **kwargs) for i, key in enumerate(keys)]
+    return client.gather(futures)
