@@ -169,19 +169,26 @@ class LinearModel(Model):
         if not (is_sparse(X) or isinstance(X, CompactColumns)):
             return super().portion_loss_grad_sum(params, X, y, w)
         rows = CompactColumns.of(X)
-        K, n_coef = self.n_outputs, self.n_coef
+        K = self.n_outputs
         W, b = self.unpack(params)
         loss, dz = self._sparse_link(W[rows.columns], b, rows.local, y, self.row_weights(y, w))
         gW = np.zeros(len(rows.columns) if K == 1 else (len(rows.columns), K))
         gW += rows.local.T @ dz
-        index = (rows.columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
+        index = self.positions_of(rows.columns)
         values = gW.ravel()
         if self.fit_intercept:
             gb = np.zeros(K)
             gb += dz.sum(axis=0)
-            index = np.concatenate([index, n_coef + np.arange(K)])
             values = np.concatenate([values, gb])
         return loss, SparseSum(self.n_params, index.astype(index_dtype(self.n_params)), values)
+
+    def positions_of(self, columns: np.ndarray) -> np.ndarray:
+        """Where in the parameters the coefficients of the features ``columns`` are (every
+        output of each, in order), then the intercepts when the model fits them: the layout
+        of a compact sum over those columns."""
+        K = self.n_outputs
+        index = (columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
+        return np.concatenate([index, self.n_coef + np.arange(K)]) if self.fit_intercept else index
 
     def row_table_for(self, data: Dataset) -> Any:
         """On sparse data without a penalty, the rows of W (one per feature, ``n_outputs``

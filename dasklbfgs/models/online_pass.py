@@ -89,10 +89,9 @@ def _batches(n: int, batch_rows: int) -> range:
     return range(0, n, max(1, int(batch_rows)))
 
 
-def _scale(w: np.ndarray | None, rows: int) -> float:
-    """1 / the mini-batch's weight (0: it weighs nothing and moves nothing)."""
-    total = float(rows if w is None else np.sum(w, dtype=np.float64))
-    return 1.0 / total if total > 0 else 0.0
+def _weight(w: np.ndarray | None, rows: int) -> float:
+    """A mini-batch's weight (its rows, or their weights' sum; 0: it moves nothing)."""
+    return float(rows if w is None else np.sum(w, dtype=np.float64))
 
 
 def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
@@ -107,12 +106,13 @@ def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.n
     for start in _batches(X.shape[0], batch_rows):
         stop = start + batch_rows
         Xb, yb, wb = X[start:stop], y[start:stop], None if w is None else w[start:stop]
-        scale = _scale(wb, Xb.shape[0])
-        if scale == 0:
+        weight = _weight(wb, Xb.shape[0])
+        if weight <= 0:
             continue
-        f, g = model.objective(x, Xb, yb, wb)
-        loss += (f - model.penalty(x)[0]) / scale
-        rows_weight += 1.0 / scale
+        batch_loss, sums = model.sums_of(x, Xb, yb, wb)  # what model.objective does, keeping the loss sum
+        _, g = model.objective_from_sums(x, batch_loss, sums, weight)
+        loss += batch_loss
+        rows_weight += weight
         delta, state = rule.update(g, state)
         x += delta
     return PassResult(None, x, state["accumulator"], loss, rows_weight)
@@ -121,8 +121,6 @@ def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.n
 def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y: np.ndarray, w: np.ndarray | None,
                         learning_rate: float, batch_rows: int) -> PassResult:
     """A linear model on sparse rows: every step on the mini-batch's own columns."""
-    import scipy.sparse as sp
-
     rule = adagrad(learning_rate)
     K = model.n_outputs
     W, b = model.unpack(np.asarray(params, dtype=np.float64))
@@ -137,17 +135,18 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
         stop = start + batch_rows
         batch = local[start:stop]
         yb, wb = y[start:stop], None if weights is None else weights[start:stop]
-        scale = _scale(wb, batch.shape[0])
-        if scale == 0:
+        weight = _weight(wb, batch.shape[0])
+        if weight <= 0:
             continue
-        columns, renumbered = np.unique(batch.indices, return_inverse=True)
-        Xb = sp.csr_array((batch.data, renumbered.ravel(), batch.indptr), shape=(batch.shape[0], columns.size))
+        scale = 1.0 / weight
+        on_its_own = CompactColumns.of(batch)  # the mini-batch's columns, renumbered 0..c-1
+        columns, Xb = on_its_own.columns, on_its_own.local
         at = coef[columns]
         z = np.asarray(Xb @ (at if K > 1 else at[:, 0]), dtype=np.float64)
         z += intercept if K > 1 else intercept[0]
         batch_loss, dz = link(z, yb, wb)
         loss += batch_loss
-        rows_weight += 1.0 / scale
+        rows_weight += weight
         grad = np.asarray(Xb.T @ dz, dtype=np.float64).reshape(columns.size, K) * scale
         grad += l2 * at  # the penalty on the coordinates this step touches (lazily, as Vowpal Wabbit)
         delta, state = rule.update(grad, {"accumulator": coef_sq[columns]})
@@ -158,9 +157,7 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
             delta_b, state_b = rule.update(grad_b, {"accumulator": intercept_sq})
             intercept += delta_b
             intercept_sq = state_b["accumulator"]
-    index = (rows.columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
     values, squares = coef.ravel(), coef_sq.ravel()
     if model.fit_intercept:
-        index = np.concatenate([index, model.n_coef + np.arange(K)])
         values, squares = np.concatenate([values, intercept]), np.concatenate([squares, intercept_sq])
-    return PassResult(index, values, squares, loss, rows_weight)
+    return PassResult(model.positions_of(rows.columns), values, squares, loss, rows_weight)
