@@ -55,6 +55,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "scoring": ("scoring", ["--rows", "200000", "--shard-rows", "25000", "--auc-rows", "1000000", "--repeats", "1"]),
     "online_start": ("online-start", ["--rows", "50000", "--features", "262144"]),
     "coordinator": ("coordinator", ["--params", "1048576", "--repeats", "3"]),
+    "wide_evaluation": ("wide-evaluation", ["--rows", "50000", "--features", "262144", "--repeats", "3"]),
 }
 
 

@@ -99,12 +99,14 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
     workers = sorted(client.scheduler_info()["workers"])
     actors = [client.submit(_Echo, actor=True, workers=[w], pure=False).result() for w in workers]
     empty = {w: [] for w in workers}
+    sent = {w: (x, {}) for w in workers}
     try:
         return {
             "evaluation_ms": _median_ms(lambda: evaluator.evaluate(x), repeats),
             "evaluation_tasks_ms": _median_ms(lambda: by_tasks.evaluate(x), repeats),
             "direct_call_per_worker_ms": _median_ms(
-                lambda: call_workers(client, "bench", evaluator.model, x, empty, time.perf_counter(), None), repeats),
+                lambda: call_workers(client, "bench", evaluator.model, sent, empty, time.perf_counter(), None),
+                repeats),
             "one_task_ms": _median_ms(lambda: client.submit(_one, pure=False).result(), repeats),
             "task_per_worker_ms": _median_ms(lambda: client.gather([client.submit(_one, workers=[w], pure=False)
                                                                      for w in workers]), repeats),

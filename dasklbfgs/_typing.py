@@ -44,6 +44,9 @@ class Dataset(Protocol):
     def schema(self) -> dict[str, Any]: ...
 
     @property
+    def is_sparse(self) -> bool: ...
+
+    @property
     def is_weighted(self) -> bool: ...
 
     @property

@@ -124,6 +124,21 @@ class Model:
         :func:`~dasklbfgs.models.sums.add_sum_parts`)."""
         return self.sums_of(params, X, y, w)
 
+    def compact_positions(self, X: Any) -> np.ndarray | None:
+        """The parameters that the portion sums of the rows ``X`` (a cached shard, or any
+        range of its rows) read, and the only coordinates where their gradient sum may be
+        non-zero: sorted positions in the parameters, for :meth:`compact_loss_grad_sum`.
+        ``None`` (the default): the portions read every parameter."""
+        return None
+
+    def compact_loss_grad_sum(self, local_params: np.ndarray, X: Any, y: np.ndarray,
+                              w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """:meth:`portion_loss_grad_sum` of rows ``X`` given only the parameters at
+        :meth:`compact_positions` of them (``local_params``, in that order): the loss sum and
+        the gradient sum's values at those positions, the same bits. What a worker computes
+        when it is sent just the parameters its shard reads."""
+        raise NotImplementedError(f"{type(self).__name__} has no compact portion sums")
+
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """The penalty term of the objective and its gradient."""
         raise NotImplementedError

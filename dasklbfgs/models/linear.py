@@ -169,26 +169,48 @@ class LinearModel(Model):
         if not (is_sparse(X) or isinstance(X, CompactColumns)):
             return super().portion_loss_grad_sum(params, X, y, w)
         rows = CompactColumns.of(X)
-        K = self.n_outputs
-        W, b = self.unpack(params)
-        loss, dz = self._sparse_link(W[rows.columns], b, rows.local, y, self.row_weights(y, w))
-        gW = np.zeros(len(rows.columns) if K == 1 else (len(rows.columns), K))
-        gW += rows.local.T @ dz
-        index = self.positions_of(rows.columns)
+        positions = self.positions_of(rows.columns)
+        loss, values = self.compact_loss_grad_sum(params[positions], rows, y, w)
+        return loss, SparseSum(self.n_params, positions, values)
+
+    def compact_positions(self, X: Any) -> np.ndarray | None:
+        """On rows renumbered on their columns (:class:`CompactColumns`), the coefficients of
+        those columns and the intercepts (:meth:`positions_of`); otherwise every parameter."""
+        if not isinstance(X, CompactColumns):
+            return None
+        return self.positions_of(X.columns)
+
+    def compact_loss_grad_sum(self, local_params: np.ndarray, X: Any, y: np.ndarray,
+                              w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """The sums of :meth:`portion_loss_grad_sum` on :class:`CompactColumns` rows from the
+        coefficients of their columns then the intercepts (``local_params``), as values in
+        that layout."""
+        K, m = self.n_outputs, len(X.columns)
+        if local_params.shape != (m * K + (K if self.fit_intercept else 0),):
+            raise ValueError(f"{len(X.columns)} columns with {K} output(s) need "
+                             f"{m * K + (K if self.fit_intercept else 0)} parameters, got {local_params.shape}")
+        coef = local_params[: m * K]
+        W = coef if K == 1 else coef.reshape(m, K)
+        b = local_params[m * K :] if self.fit_intercept else np.zeros(K)
+        loss, dz = self._sparse_link(W, b, X.local, y, self.row_weights(y, w))
+        gW = np.zeros(m if K == 1 else (m, K))
+        gW += X.local.T @ dz
         values = gW.ravel()
         if self.fit_intercept:
             gb = np.zeros(K)
             gb += dz.sum(axis=0)
             values = np.concatenate([values, gb])
-        return loss, SparseSum(self.n_params, index.astype(index_dtype(self.n_params)), values)
+        return loss, values
 
     def positions_of(self, columns: np.ndarray) -> np.ndarray:
         """Where in the parameters the coefficients of the features ``columns`` are (every
         output of each, in order), then the intercepts when the model fits them: the layout
-        of a compact sum over those columns."""
-        K = self.n_outputs
-        index = (columns.astype(np.int64)[:, None] * K + np.arange(K)).ravel()
-        return np.concatenate([index, self.n_coef + np.arange(K)]) if self.fit_intercept else index
+        of a compact sum over those columns (as a :class:`SparseSum` index)."""
+        K, dtype = self.n_outputs, index_dtype(self.n_params)
+        index: np.ndarray = (columns.astype(dtype)[:, None] * K + np.arange(K, dtype=dtype)).ravel()
+        if not self.fit_intercept:
+            return index
+        return np.concatenate([index, np.arange(self.n_coef, self.n_params, dtype=dtype)])
 
     def row_table_for(self, data: Dataset) -> Any:
         """On sparse data without a penalty, the rows of W (one per feature, ``n_outputs``

@@ -214,12 +214,30 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
         shard_loss, on_shard_columns = model.portion_loss_grad_sum(params, cached[a:b], y[a:b], rows_w)
         assert shard_loss == loss and np.array_equal(as_dense(on_shard_columns), grad)
         assert np.array_equal(np.signbit(as_dense(on_shard_columns)), np.signbit(grad))
+        # what a worker computes from only the parameters its shard reads: the same values there
+        positions = model.compact_positions(cached)
+        assert np.array_equal(positions, on_shard_columns.index)
+        local_loss, values = model.compact_loss_grad_sum(params[positions], cached[a:b], y[a:b], rows_w)
+        assert local_loss == loss and np.array_equal(values, on_shard_columns.values)
     dense_loss, dense_total = reduce_in_groups(dense_parts, add_sums)
     for parts in (compact_parts, [p if i % 3 else d for i, (p, d) in enumerate(zip(compact_parts, dense_parts))]):
         for add in (add_sums, add_sums_dense):  # kept compact (sent on), or dense (a total that stays)
             loss, total = reduce_in_groups(parts, add)  # all compact, then compact and dense mixed
             assert loss == dense_loss and np.array_equal(as_dense(total), dense_total)
             assert np.array_equal(np.signbit(as_dense(total)), np.signbit(dense_total))
+
+
+def test_compact_positions_are_only_for_rows_on_their_columns() -> None:
+    """Rows not renumbered on their columns (dense, plain CSR) read every parameter; compact
+    sums refuse parameters that are not those of the rows' columns."""
+    X = sparse_X(0.05)
+    model = Softmax(D, 3)
+    assert model.compact_positions(X) is None and model.compact_positions(X.toarray()) is None
+    assert LeastSquares(D).compact_positions(CompactColumns.of(X)) is not None
+    rows = CompactColumns.of(X[:50])
+    with pytest.raises(ValueError, match=rf"{len(rows.columns)} columns with 3 output\(s\) need "
+                                         rf"{3 * len(rows.columns) + 3} parameters, got \(7,\)"):
+        model.compact_loss_grad_sum(np.zeros(7), rows, labels(X[:50], classes=3).astype(float))
 
 
 def test_compact_columns_keep_the_rows_and_take_only_row_slices() -> None:

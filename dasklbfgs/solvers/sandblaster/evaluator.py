@@ -9,7 +9,8 @@ order, so the result does not depend on which worker computed what (docs/algorit
 - **Direct calls** (the default on cached shards; :mod:`.portion_service`): after asking
   the scheduler where the shards are, the client sends the parameters to each worker
   holding shards and asks it, in one message, for the sums of its portions; a round trip
-  of about a millisecond instead of a task's trip through the scheduler. Used when the
+  of about a millisecond instead of a task's trip through the scheduler. A sparse shard is
+  sent only the parameters it reads (``Model.compact_positions``, asked of each shard once). Used when the
   client talks to the workers directly (``direct_to_workers``, as :func:`dasklbfgs.connect`
   sets), the model is whole (partitioned replicas call their partitions from tasks) and
   the copies of the parameters sent fit ``DIRECT_UPLOAD_BYTES``.
@@ -61,12 +62,12 @@ from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
+from dasklbfgs.models.sums import SparseSum, add_sums_dense, as_dense, reduce_in_groups
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.placement import Speeds
-from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, Plan, call_workers, start_service
+from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, Plan, Sent, call_workers, start_service
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
@@ -165,9 +166,14 @@ class MegaBatchEvaluator:
         self.direct = bool(direct and cache and portion_model is None and client.direct_to_workers)
         if self.direct:
             start_service(client)
+        #: Per shard, the parameters its portions read (None: all), when the direct calls
+        #: send each worker only those of its shards (Model.compact_positions)
+        self.positions: list[np.ndarray | None] = [None] * data.n_shards
         if cache:
             started = time.perf_counter()
             self.cached = ShardCache(client, data, self.token, sorted(workers))
+            if self.direct and data.is_sparse:
+                self.positions = self.cached.compact_positions(model)
             self.stats.load_seconds = time.perf_counter() - started
 
     @property
@@ -243,18 +249,37 @@ class MegaBatchEvaluator:
     def _call_direct(self, x: np.ndarray, started: float) -> DirectCalls:
         """Each worker's portions in one direct call (:mod:`.portion_service`), pinned as the
         tasks would be; portions of shards being reloaded are left to tasks, and everything
-        when the copies of ``x`` to send would exceed ``DIRECT_UPLOAD_BYTES``."""
+        when the parameters to send would exceed ``DIRECT_UPLOAD_BYTES``. A worker is sent,
+        for each of its shards with :attr:`positions`, only the parameters there, and the
+        whole ``x`` only if one of its shards reads every parameter."""
         holders = self._holders()
         plan: Plan = {}
+        sent: dict[str, Sent] = {}
+        local_params: dict[int, np.ndarray] = {}  # per shard: x at its positions, gathered once
         for p, worker in zip(self.portions, self.speeds.pin(holders, self.portions)):
-            if worker is not None:
-                shard_key, local = str(holders[p.shard][worker].key), p.local
-                plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
-        if x.nbytes * len(plan) > DIRECT_UPLOAD_BYTES:
+            if worker is None:
+                continue
+            shard_key, local = str(holders[p.shard][worker].key), p.local
+            plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
+            whole, compact = sent.setdefault(worker, (None, {}))
+            positions = self.positions[p.shard]
+            if positions is None:
+                sent[worker] = (x, compact)
+            elif shard_key not in compact:
+                if p.shard not in local_params:
+                    local_params[p.shard] = x[positions]
+                compact[shard_key] = local_params[p.shard]
+        upload = sum((0 if whole is None else whole.nbytes) + sum(v.nbytes for v in compact.values())
+                     for whole, compact in sent.values())
+        if upload > DIRECT_UPLOAD_BYTES:
             return DirectCalls()
         self._next_key += 1
-        calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, x, plan, started,
+        calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, sent, plan, started,
                              self.stragglers)
+        for index, (loss, values) in calls.sums.items():
+            positions = self.positions[self.portions[index].shard]
+            if positions is not None:  # the gradient's values at the shard's positions
+                calls.sums[index] = (loss, SparseSum(x.size, positions, values))
         for worker, at in calls.finished.items():
             self.speeds.measured(worker, calls.rows[worker], at - started)
         spent = self.stats.direct_compute_seconds

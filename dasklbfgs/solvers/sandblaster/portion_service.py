@@ -26,21 +26,22 @@ from typing import Any
 
 import cloudpickle
 import distributed.worker
+import numpy as np
 from distributed import Client, WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dasklbfgs._recent import RecentIds
 from dasklbfgs.solvers.sandblaster.stragglers import Progress, StragglerPolicy
-from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
+from dasklbfgs.solvers.sandblaster.tasks import portion_compact_loss_grad, portion_loss_grad
 
 #: What get_worker() reads, set for the model's code as in a task: distributed has no public
 #: way to make get_worker() answer on a thread it did not start a task on (None: a
 #: distributed without it, where get_worker() then answers only in tasks).
 _worker_cvar: ContextVar[Any] | None = getattr(distributed.worker, "_worker_cvar", None)
 
-__all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "Plan", "call_workers"]
+__all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "Plan", "Sent", "call_workers"]
 
-PROTOCOL = 1  # in the names below: a cluster kept running across an upgrade gets the new service beside the old
+PROTOCOL = 2  # in the names below: a cluster kept running across an upgrade gets the new service beside the old
 HANDLER = f"dasklbfgs_portion_sums_v{PROTOCOL}"
 ABANDON = f"dasklbfgs_portion_abandon_v{PROTOCOL}"
 ABANDONED_KEPT = 256  # abandoned call ids a worker remembers
@@ -71,16 +72,21 @@ class PortionService(WorkerPlugin):
         """The client backed up call ``call``'s portions elsewhere: compute no more of them."""
         self.abandoned.add(call)
 
-    async def portion_sums(self, call: str, model: bytes, x: Any, items: list[tuple[str, int, int]]) -> dict[str, Any]:
+    async def portion_sums(self, call: str, model: bytes, x: Any, local_params: dict[str, Any],
+                           items: list[tuple[str, int, int]]) -> dict[str, Any]:
         """``(loss, sums)`` of each portion ``(shard key, first row, stop row)`` in the order
         given, ``None`` for a portion whose shard this worker no longer holds (or left
         uncomputed once the call was abandoned); and the seconds the worker computed.
 
+        A shard key in ``local_params`` comes with only the parameters its portions read
+        (:func:`~dasklbfgs.solvers.sandblaster.tasks.portion_compact_loss_grad`; its sums
+        are then the gradient's values there), any other is computed at the whole ``x``.
         The portions are split into one contiguous run per task thread of the worker, each
         with its own copy of the model (as each task unpickles its own)."""
         data = self.worker.data
         shards = [data[key] if key in data else None for key, _, _ in items]  # read on the event loop
-        work = [(shard, slice(start, stop)) for shard, (_, start, stop) in zip(shards, items)]
+        work = [(shard, slice(start, stop), local_params.get(key))
+                for shard, (key, start, stop) in zip(shards, items)]
         threads = max(1, min(self.worker.state.nthreads, len(work)))
         runs = [work[len(work) * i // threads:len(work) * (i + 1) // threads] for i in range(threads)]
         loop = asyncio.get_running_loop()
@@ -96,14 +102,16 @@ class PortionService(WorkerPlugin):
         self.portions_computed += sum(s is not None for s in sums)
         return {"sums": to_serialize(sums), "seconds": time.perf_counter() - started}
 
-    def _compute(self, call: str, model: bytes, x: Any, work: list[tuple[Any, slice]]) -> list[Any]:
+    def _compute(self, call: str, model: bytes, x: Any, work: list[tuple[Any, slice, Any]]) -> list[Any]:
         """The portions' sums, on a task thread of the worker (where ``get_worker()`` answers as
         in a task), stopping early when the call is abandoned."""
         token = None if _worker_cvar is None else _worker_cvar.set(self.worker)
         try:
             the_model = pickle.loads(model)
             return [None if shard is None or call in self.abandoned
-                    else portion_loss_grad(shard, local, model=the_model, x=x) for shard, local in work]
+                    else portion_loss_grad(shard, local, model=the_model, x=x) if params is None
+                    else portion_compact_loss_grad(shard, local, model=the_model, local_params=params)
+                    for shard, local, params in work]
         finally:
             if _worker_cvar is not None and token is not None:
                 _worker_cvar.reset(token)
@@ -129,12 +137,15 @@ class DirectCalls:
 
 #: A direct call's plan: worker -> its portions as ``(index, shard key, first row, stop row)``.
 Plan = dict[str, list[tuple[int, str, int, int]]]
+#: What a direct call sends a worker: the whole parameters (None: none of its portions need
+#: them) and, per shard key, the parameters that shard's portions read.
+Sent = tuple[np.ndarray | None, dict[str, np.ndarray]]
 
 
-def call_workers(client: Client, call: str, model: Any, x: Any, plan: Plan, started: float,
+def call_workers(client: Client, call: str, model: Any, sent: dict[str, Sent], plan: Plan, started: float,
                  stragglers: StragglerPolicy | None) -> DirectCalls:
-    """Ask every worker of ``plan`` for the sums of its portions, at once, and wait for the
-    answers.
+    """Ask every worker of ``plan`` for the sums of its portions, at once, with the
+    parameters ``sent`` to it, and wait for the answers.
 
     A worker that cannot be reached is ``lost``. With ``stragglers`` (the policy of
     :mod:`.stragglers`), a worker still computing is given up on (``late``) once the policy
@@ -146,16 +157,15 @@ def call_workers(client: Client, call: str, model: Any, x: Any, plan: Plan, star
     it). ``call`` names the calls of this evaluation, unique. Any other error (the model's)
     is raised.
     """
-    return client.sync(_call_workers, client, call, cloudpickle.dumps(model), x, plan, started, stragglers)
+    return client.sync(_call_workers, client, call, cloudpickle.dumps(model), sent, plan, started, stragglers)
 
 
-async def _call_workers(client: Client, call: str, blob: bytes, x: Any, plan: Plan, started: float,
+async def _call_workers(client: Client, call: str, blob: bytes, sent: dict[str, Sent], plan: Plan, started: float,
                         stragglers: StragglerPolicy | None) -> DirectCalls:
     out = DirectCalls()
-    payload = to_serialize(x)
     calls = {
         asyncio.ensure_future(getattr(client.rpc(worker), HANDLER)(
-            call=call, model=blob, x=payload,
+            call=call, model=blob, x=to_serialize(sent[worker][0]), local_params=to_serialize(sent[worker][1]),
             items=[(key, start, stop) for _, key, start, stop in items])): worker
         for worker, items in plan.items()
     }

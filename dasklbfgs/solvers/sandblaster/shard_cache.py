@@ -36,7 +36,13 @@ from distributed import Client, Future, wait
 from dasklbfgs._typing import Dataset
 from dasklbfgs.data.location import has_scheme
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.solvers.sandblaster.tasks import aligned_shard, load_cached_shard, load_cached_shards, shard_of
+from dasklbfgs.solvers.sandblaster.tasks import (
+    aligned_shard,
+    compact_positions,
+    load_cached_shard,
+    load_cached_shards,
+    shard_of,
+)
 
 __all__ = ["ShardCache", "MAX_ATTEMPTS", "BATCH_BYTES"]
 
@@ -92,6 +98,13 @@ class ShardCache:
                                           workers=[homes[i]], allow_other_workers=True, pure=False)
                        for j, i in enumerate(batch)]
         return shards  # the batches' futures dropped: each batch's data goes once its shards are picked
+
+    def compact_positions(self, model: Any) -> list[Any]:
+        """Per shard, the parameters its portions read (:func:`.tasks.compact_positions`),
+        each asked of the shard where it lives; they depend on the data alone, so a shard
+        reloaded or moved later reads the same ones."""
+        return self.client.gather([self.client.submit(compact_positions, shard, model=model, pure=False)
+                                   for shard in self.shards])
 
     def live_workers(self) -> dict[str, str]:
         """The workers the scheduler knows, with their status ("running", "closing_gracefully", ...)."""

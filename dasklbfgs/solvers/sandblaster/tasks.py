@@ -63,6 +63,21 @@ def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray
                                        None if w is None else aligned(w[local]))
 
 
+def compact_positions(shard: Shard, *, model: Model) -> np.ndarray | None:
+    """The parameters a cached shard's portions read (:meth:`Model.compact_positions
+    <dasklbfgs.models.base.Model.compact_positions>`; None: all of them)."""
+    return model.compact_positions(shard[0])
+
+
+def portion_compact_loss_grad(shard: Shard, local: slice, *, model: Model, local_params: np.ndarray
+                              ) -> tuple[float, np.ndarray]:
+    """:func:`portion_loss_grad` given only the parameters at the shard's
+    :func:`compact_positions`: the loss sum and the gradient sum's values there."""
+    X, y, w = shard
+    return model.compact_loss_grad_sum(aligned(local_params), X[local], aligned(y[local]),
+                                       None if w is None else aligned(w[local]))
+
+
 def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Dataset, x: np.ndarray
                                  ) -> tuple[float, Any]:
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a

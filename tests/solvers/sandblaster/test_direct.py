@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from distributed import Client, get_worker
 
 from dasklbfgs import ShardedDataset, connect
-from dasklbfgs.models import LeastSquares, Logistic
+from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.portion_service import PortionService
 from tests.solvers.sandblaster.test_sandblaster import SlowOnOneWorker
@@ -35,20 +35,25 @@ def _evaluate_both_ways(client, model, data, x, **kwargs):
     return out
 
 
-@pytest.mark.parametrize("layout", ["dense-weighted", "sparse", "float32"])
+@pytest.mark.parametrize("layout", ["dense-weighted", "sparse", "sparse-softmax-weighted", "float32"])
 def test_direct_calls_give_the_bits_of_the_tasks(client, tmp_path, layout) -> None:
+    """Sparse shards are sent only the parameters they read (their columns' coefficients and
+    the intercepts) and answer with the gradient there; the tasks get the whole vector."""
     rng = np.random.default_rng(5)
     n, d = 3000, 40
     X = rng.normal(size=(n, d)) * 10.0 ** rng.uniform(-2, 2, size=(n, 1))
     weights = None
-    if layout == "sparse":
+    y = rng.normal(size=n)
+    model = LeastSquares(d, l2=1e-3)
+    if layout.startswith("sparse"):
         X = sp.csr_array(X * (rng.uniform(size=(n, d)) < 0.1))
     elif layout == "float32":
         X = X.astype(np.float32)
-    else:
+    if layout.endswith("weighted"):
         weights = rng.uniform(0.1, 3.0, size=n)
-    data = ShardedDataset.create(tmp_path / layout, X, rng.normal(size=n), sample_weight=weights, shard_rows=700)
-    model = LeastSquares(d, l2=1e-3)
+    if "softmax" in layout:
+        y, model = rng.integers(0, 3, size=n), Softmax(d, 3, l2=1e-3, fit_intercept=False)
+    data = ShardedDataset.create(tmp_path / layout, X, y, sample_weight=weights, shard_rows=700)
     x = rng.normal(size=model.n_params)
     (direct, _), (tasks, _) = _evaluate_both_ways(client, model, data, x, portion_rows=300)
     assert direct[0] == tasks[0]
@@ -222,3 +227,21 @@ def test_parameters_too_large_to_send_to_every_worker_go_by_tasks(client, tmp_pa
         np.testing.assert_array_equal(grad, expected[1])
     finally:
         evaluator.close()
+
+
+def test_wide_sparse_shards_are_sent_only_their_parameters(client, tmp_path, monkeypatch) -> None:
+    """A wide sparse model whose whole parameter vector exceeds ``DIRECT_UPLOAD_BYTES`` still
+    evaluates by direct calls: each worker gets only its shards' columns' coefficients, a
+    few percent of the vector, and the bits are the tasks'."""
+    from dasklbfgs.solvers.sandblaster import evaluator as evaluation
+
+    rng = np.random.default_rng(11)
+    wide, n = 2**18, 2000
+    X = sp.random_array((n, wide), density=20 / wide, format="csr", rng=rng)
+    data = ShardedDataset.create(tmp_path / "wide", X, (rng.uniform(size=n) < 0.3).astype(float), shard_rows=500)
+    model = Logistic(wide, l2=1e-4)
+    x = rng.normal(scale=0.01, size=model.n_params)
+    monkeypatch.setattr(evaluation, "DIRECT_UPLOAD_BYTES", x.nbytes // 4)  # not even one whole copy
+    (direct, _), (tasks, _) = _evaluate_both_ways(client, model, data, x)
+    assert direct[0] == tasks[0]
+    np.testing.assert_array_equal(direct[1], tasks[1], strict=True)
