@@ -135,7 +135,8 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
         stop = start + batch_rows
         batch = local[start:stop]
         yb, wb = y[start:stop], None if weights is None else weights[start:stop]
-        weight = _weight(wb, batch.shape[0])
+        # the objective's mean is over the sample weights; class weights scale the loss only
+        weight = _weight(None if w is None else w[start:stop], batch.shape[0])
         if weight <= 0:
             continue
         scale = 1.0 / weight

@@ -31,7 +31,9 @@ def _reference_pass(model, params, X, y, w, learning_rate, batch_rows=BATCH_ROWS
     return x, state["accumulator"]
 
 
-@pytest.mark.parametrize("model", [Logistic(30), Softmax(30, 3)], ids=["logistic", "softmax"])
+@pytest.mark.parametrize("model", [Logistic(30), Softmax(30, 3), Logistic(30, class_weight=[0.2, 3.0]),
+                                   Softmax(30, 3, class_weight=[1.0, 0.5, 4.0])],
+                         ids=["logistic", "softmax", "logistic-class-weight", "softmax-class-weight"])
 def test_a_sparse_pass_steps_as_mini_batch_adagrad_on_the_objective(model) -> None:
     """Without a penalty, stepping on each mini-batch's own columns is the full step: the
     gradient is zero on the others, and Adagrad leaves a coordinate with zero gradient alone."""
