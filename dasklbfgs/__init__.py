@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, LocalAutoencoder, Logistic, Softmax, SparseAutoencoder
     from dasklbfgs.optim import Status
     from dasklbfgs.scoring import evaluate, predict
+    from dasklbfgs.selection import regularization_path
     from dasklbfgs.solvers import (
         DownpourOptions,
         EASGDOptions,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
         solver_names,
         sync_sgd,
     )
+    from dasklbfgs.solvers.sandblaster.cached import cached
 
 __all__ = [
     # solvers and their options
@@ -48,6 +50,8 @@ __all__ = [
     "ShardedDataset", "make_dataset", "connect", "errors",
     # scoring
     "evaluate", "predict",
+    # many fits on the same rows
+    "cached", "regularization_path",
 ]
 
 _SOLVER_NAMES = ("minimize", "solver_names", "Result", "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd",
@@ -62,6 +66,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "ShardedDataset": "dasklbfgs.data",
     "evaluate": "dasklbfgs.scoring",
     "predict": "dasklbfgs.scoring",
+    "cached": "dasklbfgs.solvers.sandblaster.cached",
+    "regularization_path": "dasklbfgs.selection",
     "make_dataset": "dasklbfgs.data",
     # through the solvers, which register what an embedded cluster starts with (the portion
     # service on its workers: dasklbfgs.cluster.prepare_embedded_clusters)

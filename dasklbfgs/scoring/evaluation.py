@@ -60,6 +60,10 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
     from dasklbfgs.data.sharded import as_dataset
 
     names = chosen_metrics(model.task, metrics)
+    if hasattr(data, "shards_for"):  # dasklbfgs.cached(...): summarised where its shards are
+        given: Any = data
+        client = given.client if client is None else client
+        return evaluated(model, params, given.dataset, names, client, given.shards_for(client), curves=curves)
     if isinstance(data, (str, os.PathLike)):
         data = as_dataset(data)
     return evaluated(model, params, data, names, active_client() if client is None else client, curves=curves)
@@ -114,14 +118,16 @@ def chosen_metrics(task: str, metrics: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(metrics)
 
 
-def held_out_metrics(model: Model, params: np.ndarray, data: Dataset, client: Any = None) -> dict[str, Any]:
+def held_out_metrics(model: Model, params: np.ndarray, data: Dataset, client: Any = None,
+                     cached: list[Any] | None = None) -> dict[str, Any]:
     """The held-out figures a run records as it goes (``eval_`` keys): the objective and the
     task's scores (:data:`~dasklbfgs.scoring.names.HELD_OUT`), by the workers of ``client``
-    (Sandblaster's, idle between its evaluations), or with None in this process (a replica
-    solver's workers are busy with their replicas)."""
+    (Sandblaster's, idle between its evaluations; ``cached``: futures of the held-out shards
+    in their memory), or with None in this process (a replica solver's workers are busy with
+    their replicas)."""
     from dasklbfgs.scoring.names import HELD_OUT
 
-    found = evaluated(model, params, data, HELD_OUT[model.task], client=client)
+    found = evaluated(model, params, data, HELD_OUT[model.task], client=client, cached=cached)
     return {f"eval_{k}": v for k, v in found.items() if k != "n_samples"}
 
 

@@ -36,6 +36,7 @@ from dasklbfgs.scoring import held_out_metrics
 
 if TYPE_CHECKING:
     from dasklbfgs.solvers.registry import Solver
+    from dasklbfgs.solvers.sandblaster.cached import CachedDataset
 
 __all__ = ["Cadence", "IntermediateResult", "RunContext", "StopRule"]
 
@@ -106,9 +107,12 @@ class RunContext:
 
     def __init__(self, solver: Solver, model: Model, dataset: Dataset, options: Options, *, x0: np.ndarray | None,
                  callback: Callable[[OptimizeResult], Any] | None, eval_set: Dataset | None,
-                 scoring: bool = False) -> None:
+                 scoring: bool = False, cached: CachedDataset | None = None,
+                 eval_cached: CachedDataset | None = None) -> None:
         self.solver, self.model, self.dataset, self.options = solver, model, dataset, options
         self.x0, self.callback, self.eval_set = x0, callback, eval_set
+        # the datasets given as dasklbfgs.cached(...): their shards already in the workers' memory
+        self.cached, self.eval_cached = cached, eval_cached
         self.scoring = scoring  # score the data with every metric at the end (result.scores)
         self.score_seconds = 0.0  # what that took (result.stats["score_seconds"])
         self.score_curves: dict[str, dict[str, Any]] = {}  # by split, what the score figures draw
@@ -128,16 +132,22 @@ class RunContext:
         ``x0`` is a parameter vector of it."""
         if callback is not None and not callable(callback):
             raise ConfigurationError(f"callback must be callable, got {callback!r}")
-        dataset = as_dataset(data)
+        from dasklbfgs.solvers.sandblaster.cached import CachedDataset
+
+        cached = data if isinstance(data, CachedDataset) else None
+        eval_cached = eval_data if isinstance(eval_data, CachedDataset) else None
+        dataset = as_dataset(cached.dataset if cached is not None else data)
         model.check_data(dataset)
-        eval_set = None if eval_data is None else as_dataset(eval_data)
+        eval_set = None
+        if eval_data is not None:
+            eval_set = as_dataset(eval_cached.dataset if eval_cached is not None else eval_data)
         if eval_set is not None:
             model.check_data(eval_set)
         checked_x0 = None if x0 is None else model.check_params(x0, "x0")
         if score is not None and not isinstance(score, (bool, np.bool_)):
             raise ConfigurationError(f"score must be True or False, got {score!r}")
         return cls(solver, model, dataset, options, x0=checked_x0, callback=callback, eval_set=eval_set,
-                   scoring=bool(score))
+                   scoring=bool(score), cached=cached, eval_cached=eval_cached)
 
     def x_start(self) -> np.ndarray:
         """The starting parameters: ``x0``, else the model's initialisation."""
@@ -157,6 +167,8 @@ class RunContext:
         """The run's client (``client``, the default one, or an embedded cluster closed at the
         end) with the start event sent; the end event of a run that raises is sent here,
         before an embedded cluster closes. Call :meth:`finish` with the result."""
+        if client is None and self.cached is not None:  # the cluster its shards are on
+            client = self.cached.client
         with resolve_client(client) as active:
             self.client, self.metrics = active, MetricsStream(active, self.solver.name)
             self.started = time.perf_counter()
@@ -199,7 +211,16 @@ class RunContext:
         """Held-out metrics of ``params`` (``eval_*`` keys): by the run's workers when the
         solver leaves them idle between steps (``by_workers``), else in this process."""
         assert self.eval_set is not None, "scored only with held-out data"
-        return held_out_metrics(self.model, params, self.eval_set, self.client if by_workers else None)
+        if not by_workers:
+            return held_out_metrics(self.model, params, self.eval_set)
+        return held_out_metrics(self.model, params, self.eval_set, self.client, self._shards_of(self.eval_cached))
+
+    def _shards_of(self, cached: CachedDataset | None) -> list[Any] | None:
+        """The futures of a cached dataset's shards, for scoring where they are (None: read the store)."""
+        if cached is None:
+            return None
+        assert self.client is not None, "scored once connected"
+        return cached.shards_for(self.client)
 
     def final_scores(self, params: np.ndarray, cached: list[Any] | None = None) -> dict[str, dict[str, Any]]:
         """Every metric of the model's task at ``params`` on the training data (``cached``:
@@ -214,7 +235,10 @@ class RunContext:
         names = METRICS[self.model.task]
         if getattr(self.model, "n_classes", 2) > MANY_CLASSES:  # sorted counts of every class: rows x classes
             names = tuple(name for name in names if name not in (*RANKING, "confusion_matrix"))
-        splits = {"train": (self.dataset, cached), **({"test": (self.eval_set, None)} if self.eval_set else {})}
+        if cached is None:
+            cached = self._shards_of(self.cached)
+        splits = {"train": (self.dataset, cached),
+                  **({"test": (self.eval_set, self._shards_of(self.eval_cached))} if self.eval_set else {})}
         scores: dict[str, dict[str, Any]] = {}
         try:
             for split, (data, shards) in splits.items():

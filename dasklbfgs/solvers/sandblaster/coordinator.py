@@ -120,10 +120,13 @@ class SandblasterRun:
         self.context.start_cadences(0 if self.saved is None else self.saved.nit)
         if self.partitioned is not None:
             self.replicas = PartitionedReplicas(client, self.partitioned, started)
+        cache = self._cache(client)
+        given = self.context.cached  # dasklbfgs.cached(...): the shards are in the workers' memory already
         self.evaluator = MegaBatchEvaluator(client, self.model, self.dataset, portion_rows=opts.portion_rows,
                                             backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
-                                            cache=self._cache(client),
-                                            portion_model=self.replicas.portion_model if self.replicas else None)
+                                            cache=cache,
+                                            portion_model=self.replicas.portion_model if self.replicas else None,
+                                            shards=given.shard_cache(client) if cache and given else None)
         if self.replicas is not None:
             self.evaluator.on_restart = self._recover_replicas
         try:
@@ -157,6 +160,8 @@ class SandblasterRun:
     def _cache(self, client: Client) -> bool:
         if isinstance(self.options.cache, bool):  # else "auto" (the option's kind allows no other value)
             return self.options.cache
+        if self.context.cached is not None:  # cached already: nothing to decide
+            return True
         limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
         cache = shards_fit(self.dataset.nbytes_in_memory, limits)
         logger.info("%s the dataset (%s in memory; worker memory limits %s)", "caching" if cache else "streaming",

@@ -115,7 +115,9 @@ class MegaBatchEvaluator:
     ``portion_model`` (default: ``model``) is what the portion tasks call
     ``portion_loss_grad_sum`` on: with partitioned replicas, the
     :class:`~dasklbfgs.parallel.replica.OnPartitions` that hands each portion to the
-    partitions of a replica.
+    partitions of a replica. ``shards``: the dataset's shards already cached by someone else
+    (a :class:`~dasklbfgs.solvers.sandblaster.cached.CachedDataset`), used instead of loading
+    them, and left cached by :meth:`close`.
     """
 
     def __init__(
@@ -130,6 +132,7 @@ class MegaBatchEvaluator:
         cache: bool = True,
         portion_model: Any = None,
         direct: bool = True,
+        shards: ShardCache | None = None,
     ) -> None:
         self.client = client
         self.model = model
@@ -169,9 +172,11 @@ class MegaBatchEvaluator:
         #: Per shard, the parameters its portions read (None: all), when the direct calls
         #: send each worker only those of its shards (Model.compact_positions)
         self.positions: list[np.ndarray | None] = [None] * data.n_shards
+        self._owns_cache = shards is None
         if cache:
             started = time.perf_counter()
-            self.cached = ShardCache(client, data, self.token, sorted(workers))
+            self.cached = ShardCache(client, data, self.token, sorted(workers)) if shards is None else shards
+            self._moves_before = self.cached.moves  # a cache of earlier runs has moved shards for them
             if self.direct and data.is_sparse:
                 self.positions = self.cached.compact_positions(model)
             self.stats.load_seconds = time.perf_counter() - started
@@ -361,7 +366,7 @@ class MegaBatchEvaluator:
         if self.cached is None:
             raise RuntimeError("the evaluator was closed: it holds no shards")
         holders = self.cached.holders()
-        self.stats.shards_moved = self.cached.moves
+        self.stats.shards_moved = self.cached.moves - self._moves_before
         return holders
 
     def rows_per_worker(self) -> dict[str, int]:
@@ -374,8 +379,9 @@ class MegaBatchEvaluator:
         return dict(rows)
 
     def close(self) -> None:
-        """Release the last evaluation's futures and the cached shards from worker memory."""
+        """Release the last evaluation's futures and the cached shards from worker memory (not
+        shards it was given: their owner releases them)."""
         self._done_with = []
-        if self.cached is not None:
+        if self.cached is not None and self._owns_cache:
             self.cached.close()
-            self.cached = None
+        self.cached = None
