@@ -50,6 +50,13 @@ def _ints(value: Any) -> Any:
     return tuple(int(v) for v in items) if ok else _BAD
 
 
+def _floats(value: Any) -> Any:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        return _BAD
+    items = [_number(v, False) for v in value]
+    return tuple(items) if items and all(v is not _BAD for v in items) else _BAD
+
+
 def _is_location(value: Any) -> bool:
     """Whether ``value`` is a location object carrying its own ``storage_options``
     (:class:`~dasklbfgs.data.location.Location`, duck-typed: this module sits below
@@ -78,6 +85,14 @@ def parse_ints(text: str) -> tuple[int, ...]:
         return tuple(int(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers like 256,256, got {text!r}") from None
+
+
+def parse_floats(text: str) -> tuple[float, ...]:
+    """``0.1,0.01,1e-3`` as a command-line value."""
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated numbers like 0.1,0.01, got {text!r}") from None
 
 
 def parse_mapping(text: str) -> dict[str, Any]:
@@ -115,6 +130,8 @@ KINDS: dict[str, Kind] = {
     "text": Kind(lambda v: v if isinstance(v, str) and v.strip() else _BAD, "a non-empty string",
                  {"metavar": "TEXT"}, (str,)),
     "ints": Kind(_ints, "a list of integers", {"type": parse_ints, "metavar": "N,N"}, (list, int)),
+    "floats": Kind(_floats, "a non-empty list of finite numbers", {"type": parse_floats, "metavar": "X,X"},
+                   (list, int, float)),
     "mapping": Kind(lambda v: dict(v) if isinstance(v, Mapping) and all(isinstance(k, str) for k in v) else _BAD,
                     "a mapping of names to values", {"type": parse_mapping, "metavar": "NAME=VALUE,..."}, (dict,)),
 }
@@ -154,8 +171,13 @@ class OptionSpec:
             return isinstance(value, str) and value in self.choices
         if self.kind == "ints":
             return self.length is None or len(value) == self.length
+        if self.kind == "floats":
+            return all(self._in_range(v) for v in value)
         if self.kind not in ("int", "float"):
             return True
+        return self._in_range(value)
+
+    def _in_range(self, value: float) -> bool:
         return ((not self.positive or value > 0) and (self.minimum is None or value >= self.minimum)
                 and (self.below is None or value < self.below))
 
@@ -174,7 +196,9 @@ class OptionSpec:
         elif self.kind == "int" and self.minimum is not None:
             text = f"an integer >= {self.minimum:g}"
         elif self.kind == "float" and self.positive:
-            text = "a positive number"
+            text = f"a number in (0, {self.below:g})" if self.below is not None else "a positive number"
+        elif self.kind == "floats" and self.minimum is not None:
+            text = f"a non-empty list of numbers >= {self.minimum:g}"
         elif self.kind == "float" and self.minimum == 0:
             text = f"a number in [0, {self.below:g})" if self.below is not None else "a non-negative number"
         elif self.kind == "float" and self.minimum is not None:

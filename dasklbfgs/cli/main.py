@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from dasklbfgs.cli import cluster, data, demo, evaluate, info, predict, run, train
+from dasklbfgs.cli import cluster, data, demo, evaluate, info, path, predict, run, train
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED
 from dasklbfgs.cli.messages import command_parser, in_flags
 from dasklbfgs.cli.parser import EXIT_CLOSED_PIPE, EXIT_CODES, Parser
@@ -14,7 +14,7 @@ from dasklbfgs.errors import DaskLBFGSError
 
 __all__ = ["build_parser", "main"]
 
-COMMANDS = (info, data, train, evaluate, predict, demo, run, cluster)
+COMMANDS = (info, data, train, path, evaluate, predict, demo, run, cluster)
 
 
 def build_parser() -> Parser:

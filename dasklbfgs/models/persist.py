@@ -32,9 +32,11 @@ def model_from_config(config: dict[str, Any]) -> Model:
 
 
 def save_params(where: Location | os.PathLike[str] | str, model: Model, params: np.ndarray,
-                info: dict[str, Any] | None = None, *, storage_options: dict[str, Any] | None = None) -> Location:
+                info: dict[str, Any] | None = None, *, storage_options: dict[str, Any] | None = None,
+                arrays: dict[str, np.ndarray] | None = None) -> Location:
     """Write ``params`` and the model configuration as one ``.npz`` file at ``where``, a
-    local path or a URL (``s3://bucket/model.npz``, reached with ``storage_options``).
+    local path or a URL (``s3://bucket/model.npz``, reached with ``storage_options``), with
+    ``arrays`` beside them if given (a regularization path's: its penalties and coefficients).
 
     Atomic either way: a local file is written beside its target and renamed into place;
     at a URL the file is one object put (atomic on S3, GCS and Azure: readers find the old
@@ -43,8 +45,10 @@ def save_params(where: Location | os.PathLike[str] | str, model: Model, params: 
     """
     target = Location.of(where, storage_options)
     buffer = io.BytesIO()
-    np.savez(buffer, params=np.asarray(params, dtype=np.float64), model=np.array(json.dumps(model_config(model))),
-             info=np.array(json.dumps(info or {}, default=float)))
+    contents: dict[str, Any] = {**(arrays or {}), "params": np.asarray(params, dtype=np.float64),
+                                "model": np.array(json.dumps(model_config(model))),
+                                "info": np.array(json.dumps(info or {}, default=float))}
+    np.savez(buffer, **contents)
     if not target.is_local:
         target.put("", buffer.getvalue())
         return target

@@ -16,22 +16,46 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.persist import model_config, model_from_config
-from dasklbfgs.solvers.registry import minimize
+from dasklbfgs.options import Options, option
+from dasklbfgs.scoring import evaluate
+from dasklbfgs.scoring.evaluation import chosen_metrics
+from dasklbfgs.scoring.names import HIGHER_IS_BETTER
+from dasklbfgs.solvers.registry import get_solver, minimize, resolve_options
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset, cached
 
-__all__ = ["RegularizationPath", "regularization_path", "with_penalty"]
+__all__ = ["PathOptions", "PathPlan", "RegularizationPath", "regularization_path", "with_penalty"]
 
 #: glmnet's convention for a ridge path's largest penalty: the lasso's, as if the l1 share were 1e-3
 RIDGE_SHARE = 1e-3
 #: an l1 penalty no coefficient's gradient reaches: the intercept-only model of the path's start
 HOLD_AT_ZERO = 1e300
+#: what :meth:`RegularizationPath.best` chooses by, the first a fit's scores have
+SELECTED_BY = ("log_loss", "rmse", "reconstruction_mse")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PathOptions(Options):
+    """The penalties of a :func:`regularization_path` (its keywords, the ``dasklbfgs path``
+    flags): the values of one penalty to fit at, or the path's own sequence's length and span."""
+
+    solver: ClassVar[str] = "path"
+
+    l1_values: tuple[float, ...] | None = option(
+        None, "the l1 penalties to fit at (the model's l2 stays)", "floats", minimum=0, nullable=True,
+        none_means="the path's own sequence")
+    l2_values: tuple[float, ...] | None = option(
+        None, "the l2 penalties to fit at (the model's l1 stays)", "floats", minimum=0, nullable=True,
+        none_means="the path's own sequence")
+    n_alphas: int = option(50, "penalties in the path's own sequence (no values given)", "int", minimum=1)
+    eps: float = option(1e-3, "the smallest penalty of the path's own sequence, as a fraction of the largest",
+                        "float", positive=True, below=1.0)
 
 
 @dataclass
@@ -45,9 +69,9 @@ class RegularizationPath:
     ``n_nonzero`` the coefficients that are not zero (intercepts not counted); ``optimality``
     the largest entry of the fit's (pseudo-)gradient, 0 at an exact optimum (the KKT
     conditions: a zero coefficient's gradient within its l1 penalty, a non-zero one's
-    balanced by it); ``scores`` the held-out metrics of each fit (``eval_*``; None without
-    ``eval_data``); ``alpha_max`` the penalty that zeroes every coefficient when the path
-    computed its own sequence (None when it was given).
+    balanced by it); ``scores`` the held-out metrics of each fit (:func:`dasklbfgs.evaluate`'s,
+    by the workers; None without ``eval_data``); ``alpha_max`` the penalty that zeroes every
+    coefficient when the path computed its own sequence (None when it was given).
     """
 
     penalty: str
@@ -63,12 +87,25 @@ class RegularizationPath:
     n_nonzero: np.ndarray
     optimality: np.ndarray
     seconds: np.ndarray
-    scores: list[dict[str, float]] | None = None
+    scores: list[dict[str, Any]] | None = None
     alpha_max: float | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.alphas)
+
+    def best(self, metric: str | None = None) -> int:
+        """The index of the fit with the best held-out ``metric`` (default: log-loss for a
+        classifier, RMSE for a regression; higher is better for scores such as accuracy or
+        ROC AUC, lower for losses and errors); the first of equals, the strongest penalty."""
+        if not self.scores:
+            raise ConfigurationError("the path has no held-out scores to choose by: give it eval_data")
+        name = metric or next((m for m in SELECTED_BY if m in self.scores[0]), "objective")
+        if name not in self.scores[0]:
+            raise ConfigurationError(f"the path's held-out scores have no {name!r}; they have "
+                                     f"{', '.join(sorted(self.scores[0]))}")
+        values = np.array([float(s[name]) for s in self.scores])
+        return int(np.argmax(values) if name in HIGHER_IS_BETTER else np.argmin(values))
 
 
 def with_penalty(model: LinearModel, *, l1: float, l2: float) -> LinearModel:
@@ -79,8 +116,10 @@ def with_penalty(model: LinearModel, *, l1: float, l2: float) -> LinearModel:
 
 
 def regularization_path(model: LinearModel, data: Any, *, l1: Sequence[float] | None = None,
-                        l2: Sequence[float] | None = None, n_alphas: int = 50, eps: float = 1e-3,
-                        eval_data: Any = None, client: Any = None, **options: Any) -> RegularizationPath:
+                        l2: Sequence[float] | None = None, n_alphas: int = PathOptions.default("n_alphas"),
+                        eps: float = PathOptions.default("eps"),
+                        eval_data: Any = None, metrics: Sequence[str] | None = None, client: Any = None,
+                        **options: Any) -> RegularizationPath:
     """Fit ``model`` (a linear model) on ``data`` at a sequence of penalties, each fit warm
     started from the last, all on the shards cached once (Sandblaster L-BFGS, OWL-QN where
     there is an l1 term; ``options`` are its options, as for ``sandblaster_lbfgs``).
@@ -90,71 +129,79 @@ def regularization_path(model: LinearModel, data: Any, *, l1: Sequence[float] | 
     coefficient down to ``eps`` times it: its l1 with its l2 kept in the same ratio (an
     elastic net path, as glmnet), or with no l1 its l2, from 1000 times the lasso's largest
     penalty (glmnet's ridge convention). The penalties are fitted from the strongest down.
-    ``data`` and ``eval_data`` (held-out rows scored after each fit) may be
-    :func:`dasklbfgs.cached` datasets; others are cached for the path and released after it.
-    Returns a :class:`RegularizationPath`.
+    ``eval_data``: held-out rows scored after each fit (``metrics``, default every metric of
+    the model's task, as :func:`dasklbfgs.evaluate`); :meth:`RegularizationPath.best` then
+    picks a penalty. ``data`` and ``eval_data`` may be :func:`dasklbfgs.cached` datasets;
+    others are cached for the path and released after it. Returns a
+    :class:`RegularizationPath`.
     """
-    if not isinstance(model, LinearModel):
-        raise ConfigurationError(f"a regularization path varies a linear model's penalty; {model!r} is not one "
-                                 "(LeastSquares, Logistic or Softmax)")
-    if "x0" in options:
-        raise ConfigurationError("x0 is not an option of a regularization path: each fit starts from the last "
-                                 "(the first from the intercept-only model)")
-    if l1 is not None and l2 is not None:
-        raise ConfigurationError("give the values of one penalty to vary, l1 or l2, not both (the other stays the "
-                                 "model's)")
-    varied = "l1" if l1 is not None else "l2" if l2 is not None else "l1" if model.l1 > 0 else "l2"
-    given = _penalties(l1 if l1 is not None else l2, varied)
-    if given is None:
-        if model.l1 == 0 and model.l2 == 0:
+    plan = PathPlan.checked(model, PathOptions.from_mapping({"l1_values": l1, "l2_values": l2,
+                                                              "n_alphas": n_alphas, "eps": eps}), options)
+    return plan.run(data, eval_data=eval_data, metrics=metrics, client=client)
+
+
+@dataclass(frozen=True)
+class PathPlan:
+    """A path's checked inputs (everything a bad value could be refused for, before any data
+    is cached): the model, which penalty varies and at which values (None: its own
+    sequence), and the options of every fit."""
+
+    model: LinearModel
+    varied: str
+    given: np.ndarray | None
+    n_alphas: int
+    eps: float
+    solver_options: Options
+
+    @classmethod
+    def checked(cls, model: Any, penalties: PathOptions, options: dict[str, Any]) -> PathPlan:
+        if not isinstance(model, LinearModel):
+            raise ConfigurationError(f"a regularization path varies a linear model's penalty; {model!r} is not "
+                                     "one (LeastSquares, Logistic or Softmax)")
+        if "x0" in options:
+            raise ConfigurationError("x0 is not an option of a regularization path: each fit starts from the last "
+                                     "(the first from the intercept-only model)")
+        solver_options = resolve_options(get_solver("sandblaster"), None, options)
+        l1, l2 = penalties.l1_values, penalties.l2_values
+        if l1 is not None and l2 is not None:
+            raise ConfigurationError("give the values of one penalty to vary, l1 or l2, not both (the other stays "
+                                     "the model's)")
+        values = l1 if l1 is not None else l2
+        if values is None and model.l1 == 0 and model.l2 == 0:
             raise ConfigurationError(f"{model!r} has no penalty to vary: give l1= or l2= values, or a model with "
                                      "l1 or l2 > 0 (its path runs from the penalty that zeroes every coefficient)")
-        _check_grid(n_alphas, eps)
-    started = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        shards = _cached(data, client, stack)
-        held_out = None if eval_data is None else _cached(eval_data, shards.client, stack)
-        alpha_max = None
-        if given is None:
-            alpha_max, start = _largest_penalty(model, shards, options)
-            scale = 1.0 if varied == "l1" else 1.0 / RIDGE_SHARE
-            alphas = alpha_max * scale * np.logspace(0.0, np.log10(eps), n_alphas)
-        else:
-            alphas, start = given, None
-        ratio = model.l2 / model.l1 if given is None and varied == "l1" else None
-        fits = []
-        for alpha in alphas:
-            penalties = _penalties_at(model, varied, float(alpha), ratio)
-            fitted = minimize(with_penalty(model, **penalties), shards, "sandblaster", client=shards.client,
-                              x0=start, eval_data=held_out, **options)
-            fits.append((penalties, fitted))
-            start = fitted.x
-    return _collected(model, varied, alphas, fits, held_out is not None, alpha_max, time.perf_counter() - started)
+        varied = "l1" if l1 is not None else "l2" if l2 is not None else "l1" if model.l1 > 0 else "l2"
+        given = None if values is None else np.sort(np.asarray(values, dtype=np.float64))[::-1].copy()
+        return cls(model, varied, given, penalties.n_alphas, penalties.eps, solver_options)
 
-
-def _penalties(values: Sequence[float] | None, name: str) -> np.ndarray | None:
-    """The given penalties, strongest first; each finite and >= 0."""
-    if values is None:
-        return None
-    try:
-        found = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{name} must be a sequence of penalties >= 0, got {values!r}") from None
-    if found.ndim != 1 or found.size == 0:
-        raise ConfigurationError(f"{name} must be a non-empty sequence of penalties >= 0, got {values!r}")
-    bad = ~np.isfinite(found) | (found < 0)
-    if bad.any():
-        at = int(np.flatnonzero(bad)[0])
-        raise ConfigurationError(f"{name}[{at}] must be a finite penalty >= 0, got {float(found[at])!r}")
-    return np.sort(found)[::-1].copy()
-
-
-def _check_grid(n_alphas: Any, eps: Any) -> None:
-    if isinstance(n_alphas, bool) or not isinstance(n_alphas, (int, np.integer)) or n_alphas < 1:
-        raise ConfigurationError(f"n_alphas must be a positive integer, got {n_alphas!r}")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < 1:
-        raise ConfigurationError(f"eps (the smallest penalty as a fraction of the largest) must be in (0, 1), "
-                                 f"got {eps!r}")
+    def run(self, data: Any, *, eval_data: Any = None, metrics: Sequence[str] | None = None,
+            client: Any = None) -> RegularizationPath:
+        """The fits on ``data`` (see :func:`regularization_path`)."""
+        model = self.model
+        if metrics is not None:
+            chosen_metrics(model.task, metrics)  # refused before any caching
+        started = time.perf_counter()
+        with contextlib.ExitStack() as stack:
+            shards = _cached(data, client, stack)
+            held_out = None if eval_data is None else _cached(eval_data, shards.client, stack)
+            alpha_max, alphas, start = None, self.given, None
+            if alphas is None:
+                alpha_max, start = _largest_penalty(model, shards, self.solver_options)
+                scale = 1.0 if self.varied == "l1" else 1.0 / RIDGE_SHARE
+                alphas = alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas)
+            ratio = model.l2 / model.l1 if self.given is None and self.varied == "l1" else None
+            fits, scores = [], []
+            for alpha in alphas:
+                penalties = _penalties_at(model, self.varied, float(alpha), ratio)
+                at = with_penalty(model, **penalties)
+                fitted = minimize(at, shards, "sandblaster", self.solver_options, client=shards.client, x0=start)
+                fits.append((penalties, fitted))
+                if held_out is not None:
+                    scores.append(evaluate(at, fitted.x, held_out, metrics=metrics))
+                start = fitted.x
+        path = _collected(model, self.varied, alphas, fits, alpha_max, time.perf_counter() - started)
+        path.scores = scores if held_out is not None else None
+        return path
 
 
 def _cached(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedDataset:
@@ -164,15 +211,14 @@ def _cached(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedDatase
     return stack.enter_context(cached(data, client=client))
 
 
-def _largest_penalty(model: LinearModel, shards: CachedDataset, options: dict[str, Any]
-                     ) -> tuple[float, np.ndarray]:
+def _largest_penalty(model: LinearModel, shards: CachedDataset, options: Options) -> tuple[float, np.ndarray]:
     """The l1 penalty from which every coefficient is zero, ``max_j |dL/dw_j|`` at the
     intercept-only model (fitted, when the model has intercepts), and that model's parameters."""
     bare = with_penalty(model, l1=0.0, l2=0.0)
     start = np.zeros(model.n_params)
     if model.fit_intercept:  # OWL-QN holds every coefficient at zero below an l1 no gradient reaches
-        start = minimize(with_penalty(model, l1=HOLD_AT_ZERO, l2=0.0), shards, "sandblaster",
-                         client=shards.client, **options).x
+        start = minimize(with_penalty(model, l1=HOLD_AT_ZERO, l2=0.0), shards, "sandblaster", options,
+                         client=shards.client).x
     _, gradient = shards.objective(bare, start)
     return float(np.max(np.abs(gradient[: model.n_coef]))), start
 
@@ -184,13 +230,9 @@ def _penalties_at(model: LinearModel, varied: str, alpha: float, ratio: float | 
 
 
 def _collected(model: LinearModel, varied: str, alphas: np.ndarray, fits: list[tuple[dict[str, float], Any]],
-               scored: bool, alpha_max: float | None, seconds: float) -> RegularizationPath:
+               alpha_max: float | None, seconds: float) -> RegularizationPath:
     results = [fitted for _, fitted in fits]
     coefs = np.stack([r.x for r in results])
-    scores = None
-    if scored:
-        scores = [{k: v for k, v in r.history[-1].items() if k.startswith("eval_")} if r.history else {}
-                  for r in results]
     return RegularizationPath(
         penalty=varied, alphas=np.asarray(alphas, dtype=np.float64),
         l1=np.array([p["l1"] for p, _ in fits]), l2=np.array([p["l2"] for p, _ in fits]),
@@ -200,5 +242,5 @@ def _collected(model: LinearModel, varied: str, alphas: np.ndarray, fits: list[t
         n_nonzero=np.count_nonzero(coefs[:, : model.n_coef], axis=1),
         optimality=np.array([float(np.max(np.abs(r.jac))) if r.jac is not None else np.nan for r in results]),
         seconds=np.array([r.stats.get("total_seconds", np.nan) for r in results]),
-        scores=scores, alpha_max=alpha_max, stats={"seconds": seconds, "fits": len(results)},
+        alpha_max=alpha_max, stats={"seconds": seconds, "fits": len(results)},
     )

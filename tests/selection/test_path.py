@@ -50,7 +50,8 @@ def test_a_lasso_path_is_scikit_learns(client, regression) -> None:
     assert path.n_nonzero[0] == 0 and path.n_nonzero[-1] > 4
     for alpha, coefs, nonzero in zip(path.alphas, path.coefs, path.n_nonzero):
         lasso = Lasso(alpha=alpha, tol=1e-14, max_iter=100_000).fit(X, y)
-        assert nonzero == np.count_nonzero(lasso.coef_)  # the same coefficients exactly zero        np.testing.assert_allclose(coefs[:D], lasso.coef_, atol=1e-7)
+        assert nonzero == np.count_nonzero(lasso.coef_)  # the same coefficients exactly zero
+        np.testing.assert_allclose(coefs[:D], lasso.coef_, atol=1e-7)
         assert coefs[D] == pytest.approx(lasso.intercept_, abs=1e-7)
     assert np.all(path.success) and np.all(path.optimality < 1e-8)  # the KKT conditions, within gtol
     loads = sum(task["key"].startswith("sandblaster-shard-") for task in stream.data)
@@ -72,14 +73,22 @@ def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification
         sk = LogisticRegression(l1_ratio=1.0, C=1 / (n * alpha), solver="saga", tol=1e-12, max_iter=50_000)
         sk.fit(X[:900], y[:900])
         np.testing.assert_allclose(coefs[:D], sk.coef_[0], atol=2e-4)
-        held_out = dasklbfgs.evaluate(Logistic(D), coefs, test, client=client, metrics=["accuracy"])
-        assert scores["eval_accuracy"] == held_out["accuracy"]
+        held_out = dasklbfgs.evaluate(Logistic(D), coefs, test, client=client, metrics=["log_loss", "accuracy"])
+        assert scores["log_loss"] == pytest.approx(held_out["log_loss"], rel=1e-12)
+        assert scores["accuracy"] == held_out["accuracy"]
+    losses = [s["log_loss"] for s in path.scores]
+    assert path.best() == int(np.argmin(losses)) and path.best("roc_auc") == int(np.argmax(
+        [s["roc_auc"] for s in path.scores]))
+    with pytest.raises(ConfigurationError, match="the path's held-out scores have no 'rmse'; they have "):
+        path.best("rmse")
 
 
 def test_ridge_and_elastic_net_paths(client, regression) -> None:
     X, y, data = regression
     ridge = dasklbfgs.regularization_path(LeastSquares(D), data, l2=[1.0, 0.1], client=client, **TIGHT)
     assert ridge.penalty == "l2" and ridge.alpha_max is None and np.all(ridge.l1 == 0)
+    with pytest.raises(ConfigurationError, match="the path has no held-out scores to choose by: give it eval_data"):
+        ridge.best()
     for l2, coefs in zip(ridge.alphas, ridge.coefs):  # scikit-learn's alpha is the summed loss's: N * l2
         reference = Ridge(alpha=N * l2, tol=1e-12).fit(X, y)
         np.testing.assert_allclose(coefs[:D], reference.coef_, atol=1e-7)
@@ -102,11 +111,14 @@ def test_ridge_and_elastic_net_paths(client, regression) -> None:
     (lambda d: dasklbfgs.regularization_path(MLP(D, (3,), 2), d, l2=[0.1]), "is not one"),
     (lambda d: dasklbfgs.regularization_path(LeastSquares(D), d), "has no penalty to vary"),
     (lambda d: dasklbfgs.regularization_path(LeastSquares(D), d, l1=[0.1, -1.0]),
-     r"l1\[1\] must be a finite penalty >= 0, got -1.0"),
-    (lambda d: dasklbfgs.regularization_path(LeastSquares(D), d, l2=[]), "l2 must be a non-empty sequence"),
+     r"path option l1_values must be a non-empty list of numbers >= 0 or None, got \[0.1, -1.0\]"),
+    (lambda d: dasklbfgs.regularization_path(LeastSquares(D), d, l2=[]), "path option l2_values must be a non-empty"),
     (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, n_alphas=0),
-     "n_alphas must be a positive integer, got 0"),
-    (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, eps=1.5), r"must be in \(0, 1\), got 1.5"),
+     "path option n_alphas must be an integer >= 1, got 0"),
+    (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, eps=1.5),
+     r"path option eps must be a number in \(0, 1\), got 1.5"),
+    (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, maxiter=0),
+     "sandblaster option maxiter must be an integer >= 1, got 0"),
     (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, x0=np.zeros(D + 1)),
      "x0 is not an option of a regularization path"),
 ])

@@ -1,0 +1,135 @@
+"""``dasklbfgs path``: a linear model fitted along a regularization path on the cluster,
+its penalty chosen on held-out rows, saved as a model with the whole path beside it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from dasklbfgs.cli.cluster_args import add_cluster_arguments, check_cluster_arguments, cluster_from_args
+from dasklbfgs.cli.format import json_text
+from dasklbfgs.cli.interrupt import Interrupt
+from dasklbfgs.cli.solver_flags import add_option_flags, given_options
+from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
+from dasklbfgs.data.location import Location
+from dasklbfgs.errors import ConfigurationError, OutputExistsError
+
+__all__ = ["EXAMPLES", "add_parser"]
+
+LINEAR = ("least_squares", "logistic", "softmax")
+
+EXAMPLES = """\
+examples:
+  dasklbfgs path --data data/ctr/train --test data/ctr/test --l1 1 --n-alphas 30 --output ctr-path.npz
+  dasklbfgs path --data data/mn/train --test data/mn/test --model softmax --l2-values 1e-2,1e-3,1e-4
+  dasklbfgs predict --params ctr-path.npz --data data/ctr/test --output scores.zarr   # the chosen penalty"""
+
+
+def add_parser(sub: Any) -> None:
+    from dasklbfgs.models.registry import ModelOptions
+    from dasklbfgs.selection.path import PathOptions
+    from dasklbfgs.solvers.sandblaster import SandblasterOptions
+
+    path = sub.add_parser(
+        "path", help="fit a linear model along a regularization path (l1 or l2), choose on held-out rows",
+        usage="%(prog)s --data PATH [options]", epilog=EXAMPLES,
+        description="Fit a linear model at a sequence of penalties with Sandblaster L-BFGS (OWL-QN with l1), "
+                    "strongest first, each fit warm started from the last, all on the shards cached once. Without "
+                    "--l1-values or --l2-values the model's own penalty (--l1, else --l2) runs over --n-alphas "
+                    "values from the one that zeroes every coefficient down to --eps times it. With --test each "
+                    "fit is scored there and the best held-out log-loss (RMSE for a regression) is the model "
+                    "saved; without, the last fit. The .npz holds the whole path beside it.")
+    path.add_argument("--data", required=True, help="training dataset (a ShardedDataset's path or URL)")
+    path.add_argument("--test", help="held-out dataset each fit is scored on (default: none)")
+    add_storage_arguments(path)
+    path.add_argument("--model", choices=LINEAR, default=None,
+                      help="the model (default: what the dataset's recorded task implies)")
+    add_option_flags(path.add_argument_group("model options"), ModelOptions)
+    add_option_flags(path.add_argument_group("path options"), PathOptions)
+    add_option_flags(path.add_argument_group("solver options (Sandblaster L-BFGS, each fit)"), SandblasterOptions)
+    path.add_argument("--output", default="dasklbfgs-path.npz",
+                      help="where to save the chosen model and the path as one .npz file: a local path or a URL "
+                           "(default dasklbfgs-path.npz)")
+    path.add_argument("--overwrite", action="store_true", help="replace an existing --output file or object")
+    path.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_cluster_arguments(path)
+    path.set_defaults(func=command)
+
+
+def command(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from dasklbfgs.data import ShardedDataset
+    from dasklbfgs.models import model_for_dataset
+    from dasklbfgs.models.linear import LinearModel
+    from dasklbfgs.models.persist import save_params
+    from dasklbfgs.models.registry import ModelOptions, default_model
+    from dasklbfgs.selection.path import PathOptions, PathPlan, with_penalty
+    from dasklbfgs.solvers.sandblaster import SandblasterOptions
+
+    check_cluster_arguments(args)
+    output = Location.of(args.output, storage_options_from_args(args, args.output))
+    if output.exists() and not args.overwrite:
+        raise OutputExistsError(f"--output {args.output!r} exists; pass --overwrite to replace it or choose "
+                                "another --output")
+    data = ShardedDataset.open(args.data, storage_options_from_args(args, args.data))
+    test = ShardedDataset.open(args.test, storage_options_from_args(args, args.test)) if args.test else None
+    name = args.model or default_model(data)
+    if name not in LINEAR:
+        raise ConfigurationError(f"a regularization path fits a linear model ({', '.join(LINEAR)}); the dataset "
+                                 f"{data.url!r} implies {name!r}: pass --model")
+    model = model_for_dataset(name, data, **given_options(args, ModelOptions.fields()))
+    assert isinstance(model, LinearModel), f"{name} is one of LINEAR"
+    plan = PathPlan.checked(model, PathOptions.from_mapping(given_options(args, PathOptions.fields())),
+                            given_options(args, SandblasterOptions.fields()))  # bad values fail before a cluster
+    with Interrupt(), cluster_from_args(args) as client:
+        for dataset in (data, test) if test is not None else (data,):
+            dataset.check_workers_can_read(client)
+        path = plan.run(data, eval_data=test, client=client)
+    chosen = path.best() if path.scores else len(path) - 1
+    report = _report(path, chosen, model, data.url, test)
+    arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in
+              ("alphas", "l1", "l2", "coefs", "objective", "nit", "n_nonzero", "optimality")}
+    chosen_model = with_penalty(model, l1=float(path.l1[chosen]), l2=float(path.l2[chosen]))
+    save_params(output, chosen_model, path.coefs[chosen], report, arrays=arrays)
+    report["output"] = output.url
+    print(json_text(report) if args.json else _text(report))
+    if not args.json:
+        print(f"saved      {args.output}")
+    return 0 if bool(np.all(path.success)) else 1
+
+
+def _report(path: Any, chosen: int, model: Any, data: str, test: Any) -> dict[str, Any]:
+    metric = None
+    if path.scores:
+        metric = next(m for m in ("log_loss", "rmse", "reconstruction_mse", "objective") if m in path.scores[0])
+    return {
+        "model": repr(model), "dataset": data, "test": None if test is None else test.url,
+        "penalty": path.penalty, "alpha_max": path.alpha_max, "seconds": path.stats["seconds"],
+        "chosen": chosen, "chosen_by": metric,
+        "fits": [{"alpha": float(path.alphas[i]), "l1": float(path.l1[i]), "l2": float(path.l2[i]),
+                  "n_nonzero": int(path.n_nonzero[i]), "iterations": int(path.nit[i]),
+                  "objective": float(path.objective[i]), "success": bool(path.success[i]),
+                  **({"held_out": path.scores[i][metric]} if metric else {})} for i in range(len(path))],
+    }
+
+
+def _text(report: dict[str, Any]) -> str:
+    fits = report["fits"]
+    start = ("from the one that zeroes every coefficient" if report["alpha_max"] is not None
+             else "as given")
+    lines = [f"model      {report['model']}",
+             f"path       {len(fits)} {report['penalty']} penalties {start}, "
+             f"{sum(f['iterations'] for f in fits)} iterations, {report['seconds']:.1f} s",
+             f"{'':<10} {'alpha':>11} {'l1':>11} {'l2':>11} {'non-zero':>9} {'iterations':>10} {'objective':>12}"
+             + (f" {'held-out ' + report['chosen_by']:>20}" if report["chosen_by"] else "")]
+    for i, fit in enumerate(fits):
+        mark = "chosen ->" if i == report["chosen"] else ""
+        lines.append(f"{mark:<10} {fit['alpha']:>11.4g} {fit['l1']:>11.4g} {fit['l2']:>11.4g} {fit['n_nonzero']:>9} "
+                     f"{fit['iterations']:>10} {fit['objective']:>12.6g}"
+                     + (f" {fit['held_out']:>20.6g}" if "held_out" in fit else "")
+                     + ("" if fit["success"] else "  (did not converge)"))
+    how = (f"the best held-out {report['chosen_by']}" if report["chosen_by"]
+           else "the last fit (no --test to choose on)")
+    lines.append(f"chosen     alpha {fits[report['chosen']]['alpha']:.4g}: {how}")
+    return "\n".join(lines)
