@@ -27,7 +27,7 @@ import numpy as np
 from dasklbfgs.errors import ConfigurationError, UnknownOptionError
 
 __all__ = ["Kind", "KINDS", "OptionSpec", "Options", "PlannedWork", "option", "override", "describe_default",
-           "options_doc", "parse_ints", "parse_mapping"]
+           "options_doc", "parse_ints", "parse_floats", "parse_mapping"]
 
 _BAD = object()  # what a kind's normaliser returns for a value of the wrong type
 

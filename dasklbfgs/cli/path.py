@@ -36,7 +36,8 @@ def add_parser(sub: Any) -> None:
         description="Fit a linear model at a sequence of penalties with Sandblaster L-BFGS (OWL-QN with l1), "
                     "strongest first, each fit warm started from the last, all on the shards cached once. Without "
                     "--l1-values or --l2-values the model's own penalty (--l1, else --l2) runs over --n-alphas "
-                    "values from the one that zeroes every coefficient down to --eps times it. With --test each "
+                    "values from the one that zeroes every coefficient (an l2 path: 1000 times the l1 one) down to "
+                    "--eps times it. With --test each "
                     "fit is scored there and the best held-out log-loss (RMSE for a regression) is the model "
                     "saved; without, the last fit. The .npz holds the whole path beside it.")
     path.add_argument("--data", required=True, help="training dataset (a ShardedDataset's path or URL)")
@@ -100,9 +101,7 @@ def command(args: argparse.Namespace) -> int:
 
 
 def _report(path: Any, chosen: int, model: Any, data: str, test: Any) -> dict[str, Any]:
-    metric = None
-    if path.scores:
-        metric = next(m for m in ("log_loss", "rmse", "reconstruction_mse", "objective") if m in path.scores[0])
+    metric = path.selected_by
     return {
         "model": repr(model), "dataset": data, "test": None if test is None else test.url,
         "penalty": path.penalty, "alpha_max": path.alpha_max, "seconds": path.stats["seconds"],
@@ -116,8 +115,10 @@ def _report(path: Any, chosen: int, model: Any, data: str, test: Any) -> dict[st
 
 def _text(report: dict[str, Any]) -> str:
     fits = report["fits"]
-    start = ("from the one that zeroes every coefficient" if report["alpha_max"] is not None
-             else "as given")
+    start = "as given"
+    if report["alpha_max"] is not None:
+        start = ("from the one that zeroes every coefficient" if report["penalty"] == "l1" else
+                 f"from 1000 x {report['alpha_max']:.4g}, the l1 penalty that would zero every coefficient")
     lines = [f"model      {report['model']}",
              f"path       {len(fits)} {report['penalty']} penalties {start}, "
              f"{sum(f['iterations'] for f in fits)} iterations, {report['seconds']:.1f} s",

@@ -505,9 +505,12 @@ def _open_group(location: Location) -> zarr.Group:
 
 
 def as_dataset(data: Any, storage_options: dict[str, Any] | None = None) -> ShardedDataset:
-    """``data`` if it is a ShardedDataset, else the dataset at that path or URL."""
+    """``data`` if it is a ShardedDataset, else the dataset at that path or URL (a cached
+    dataset, ``dasklbfgs.cached(...)``, stands for its own)."""
     if isinstance(data, ShardedDataset):
         return data
+    if isinstance(getattr(data, "dataset", None), ShardedDataset):
+        return data.dataset
     if isinstance(data, (str, os.PathLike, Location)):
         return ShardedDataset.open(data, storage_options)
     raise ConfigurationError(

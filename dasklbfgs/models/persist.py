@@ -43,6 +43,10 @@ def save_params(where: Location | os.PathLike[str] | str, model: Model, params: 
     object or the whole new one), so a cluster with no shared filesystem can keep its
     models in the object store its data lives in. Returns the file's location.
     """
+    reserved = sorted(set(arrays or ()) & {"params", "model", "info"})
+    if reserved:
+        raise ConfigurationError(f"arrays saved beside a model cannot be named {', '.join(reserved)}: the model's "
+                                 "own entries are")
     target = Location.of(where, storage_options)
     buffer = io.BytesIO()
     contents: dict[str, Any] = {**(arrays or {}), "params": np.asarray(params, dtype=np.float64),

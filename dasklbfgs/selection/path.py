@@ -26,7 +26,7 @@ from dasklbfgs.models.persist import model_config, model_from_config
 from dasklbfgs.options import Options, option
 from dasklbfgs.scoring import evaluate
 from dasklbfgs.scoring.evaluation import chosen_metrics
-from dasklbfgs.scoring.names import HIGHER_IS_BETTER
+from dasklbfgs.scoring.names import HELD_OUT, HIGHER_IS_BETTER
 from dasklbfgs.solvers.registry import get_solver, minimize, resolve_options
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset, cached
 
@@ -36,8 +36,16 @@ __all__ = ["PathOptions", "PathPlan", "RegularizationPath", "regularization_path
 RIDGE_SHARE = 1e-3
 #: an l1 penalty no coefficient's gradient reaches: the intercept-only model of the path's start
 HOLD_AT_ZERO = 1e300
-#: what :meth:`RegularizationPath.best` chooses by, the first a fit's scores have
-SELECTED_BY = ("log_loss", "rmse", "reconstruction_mse")
+#: what :meth:`RegularizationPath.best` chooses by, by task: the held-out loss
+SELECTED_BY = {"classification": "log_loss", "regression": "rmse"}
+#: Sandblaster options a path sets itself, or that would undo its fits: each fit starts from
+#: the last (x0, online passes), and one checkpoint cannot hold fits of different models
+NOT_FOR_A_PATH = {"x0": "each fit starts from the last (the first from the intercept-only model, or from zeros "
+                        "with given penalties)",
+                  "online_passes": "online passes would move each fit away from the last fit's point",
+                  "checkpoint_path": "one checkpoint cannot hold the fits of different penalties",
+                  "resume": "one checkpoint cannot hold the fits of different penalties",
+                  "eval_every": "the path scores eval_data after each fit itself"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,18 +102,30 @@ class RegularizationPath:
     def __len__(self) -> int:
         return len(self.alphas)
 
+    @property
+    def selected_by(self) -> str | None:
+        """The held-out metric :meth:`best` chooses by when not told: log-loss for a
+        classifier, RMSE for a regression (None without scores)."""
+        if not self.scores:
+            return None
+        return next((name for name in SELECTED_BY.values() if name in self.scores[0]), None)
+
     def best(self, metric: str | None = None) -> int:
-        """The index of the fit with the best held-out ``metric`` (default: log-loss for a
-        classifier, RMSE for a regression; higher is better for scores such as accuracy or
-        ROC AUC, lower for losses and errors); the first of equals, the strongest penalty."""
+        """The index of the fit with the best held-out ``metric`` (default :attr:`selected_by`;
+        higher is better for scores such as accuracy or ROC AUC, lower for losses and errors);
+        the first of equals, the strongest penalty; fits the metric is undefined for (NaN)
+        are passed over."""
         if not self.scores:
             raise ConfigurationError("the path has no held-out scores to choose by: give it eval_data")
-        name = metric or next((m for m in SELECTED_BY if m in self.scores[0]), "objective")
-        if name not in self.scores[0]:
-            raise ConfigurationError(f"the path's held-out scores have no {name!r}; they have "
-                                     f"{', '.join(sorted(self.scores[0]))}")
+        name = metric or self.selected_by
+        if name is None or name not in self.scores[0] or not np.isscalar(self.scores[0][name]):
+            numbers = sorted(k for k, v in self.scores[0].items() if np.isscalar(v) and k != "n_samples")
+            raise ConfigurationError(f"the path's held-out scores have no {name or 'loss'!r} to choose by; they "
+                                     f"have {', '.join(numbers)}")
         values = np.array([float(s[name]) for s in self.scores])
-        return int(np.argmax(values) if name in HIGHER_IS_BETTER else np.argmin(values))
+        if np.all(np.isnan(values)):
+            raise ConfigurationError(f"the held-out {name} is undefined (NaN) for every fit of the path")
+        return int(np.nanargmax(values) if name in HIGHER_IS_BETTER else np.nanargmin(values))
 
 
 def with_penalty(model: LinearModel, *, l1: float, l2: float) -> LinearModel:
@@ -129,9 +149,10 @@ def regularization_path(model: LinearModel, data: Any, *, l1: Sequence[float] | 
     coefficient down to ``eps`` times it: its l1 with its l2 kept in the same ratio (an
     elastic net path, as glmnet), or with no l1 its l2, from 1000 times the lasso's largest
     penalty (glmnet's ridge convention). The penalties are fitted from the strongest down.
-    ``eval_data``: held-out rows scored after each fit (``metrics``, default every metric of
-    the model's task, as :func:`dasklbfgs.evaluate`); :meth:`RegularizationPath.best` then
-    picks a penalty. ``data`` and ``eval_data`` may be :func:`dasklbfgs.cached` datasets;
+    ``eval_data``: held-out rows scored after each fit by the workers (``metrics``, as
+    :func:`dasklbfgs.evaluate` names them; default the held-out loss and the task's score:
+    log-loss and accuracy, or RMSE and R²); :meth:`RegularizationPath.best` then picks a
+    penalty. ``data`` and ``eval_data`` may be :func:`dasklbfgs.cached` datasets;
     others are cached for the path and released after it. Returns a
     :class:`RegularizationPath`.
     """
@@ -158,9 +179,10 @@ class PathPlan:
         if not isinstance(model, LinearModel):
             raise ConfigurationError(f"a regularization path varies a linear model's penalty; {model!r} is not "
                                      "one (LeastSquares, Logistic or Softmax)")
-        if "x0" in options:
-            raise ConfigurationError("x0 is not an option of a regularization path: each fit starts from the last "
-                                     "(the first from the intercept-only model)")
+        for name, why in NOT_FOR_A_PATH.items():
+            if name in options and (name != "online_passes" or options[name]):
+                raise ConfigurationError(f"{name} is not an option of a regularization path: {why}",
+                                         parameters=(name,))
         solver_options = resolve_options(get_solver("sandblaster"), None, options)
         l1, l2 = penalties.l1_values, penalties.l2_values
         if l1 is not None and l2 is not None:
@@ -178,8 +200,8 @@ class PathPlan:
             client: Any = None) -> RegularizationPath:
         """The fits on ``data`` (see :func:`regularization_path`)."""
         model = self.model
-        if metrics is not None:
-            chosen_metrics(model.task, metrics)  # refused before any caching
+        names = chosen_metrics(model.task, metrics if metrics is not None else
+                               (SELECTED_BY[model.task], *HELD_OUT[model.task]))  # refused before any caching
         started = time.perf_counter()
         with contextlib.ExitStack() as stack:
             shards = _cached(data, client, stack)
@@ -197,7 +219,7 @@ class PathPlan:
                 fitted = minimize(at, shards, "sandblaster", self.solver_options, client=shards.client, x0=start)
                 fits.append((penalties, fitted))
                 if held_out is not None:
-                    scores.append(evaluate(at, fitted.x, held_out, metrics=metrics))
+                    scores.append(evaluate(at, fitted.x, held_out, metrics=names))
                 start = fitted.x
         path = _collected(model, self.varied, alphas, fits, alpha_max, time.perf_counter() - started)
         path.scores = scores if held_out is not None else None
@@ -205,8 +227,10 @@ class PathPlan:
 
 
 def _cached(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedDataset:
-    """``data`` itself if it is cached already, else cached for the path (released with ``stack``)."""
+    """``data`` itself if it is cached already (on ``client``, if given), else cached for the
+    path (released with ``stack``)."""
     if isinstance(data, CachedDataset):
+        data.shard_cache(data.client if client is None else client)  # closed, or on another client: refused
         return data
     return stack.enter_context(cached(data, client=client))
 

@@ -136,6 +136,9 @@ class RunContext:
 
         cached = data if isinstance(data, CachedDataset) else None
         eval_cached = eval_data if isinstance(eval_data, CachedDataset) else None
+        for given in (cached, eval_cached):
+            if given is not None:
+                given.check_open()
         dataset = as_dataset(cached.dataset if cached is not None else data)
         model.check_data(dataset)
         eval_set = None
@@ -167,9 +170,12 @@ class RunContext:
         """The run's client (``client``, the default one, or an embedded cluster closed at the
         end) with the start event sent; the end event of a run that raises is sent here,
         before an embedded cluster closes. Call :meth:`finish` with the result."""
-        if client is None and self.cached is not None:  # the cluster its shards are on
-            client = self.cached.client
+        given = [c for c in (self.cached, self.eval_cached) if c is not None]
+        if client is None and given:  # the cluster their shards are on
+            client = given[0].client
         with resolve_client(client) as active:
+            for cached in given:
+                cached.shard_cache(active)  # refused on another client, before the run starts
             self.client, self.metrics = active, MetricsStream(active, self.solver.name)
             self.started = time.perf_counter()
             workers = len(active.scheduler_info(n_workers=-1)["workers"])
@@ -235,13 +241,12 @@ class RunContext:
         names = METRICS[self.model.task]
         if getattr(self.model, "n_classes", 2) > MANY_CLASSES:  # sorted counts of every class: rows x classes
             names = tuple(name for name in names if name not in (*RANKING, "confusion_matrix"))
-        if cached is None:
-            cached = self._shards_of(self.cached)
-        splits = {"train": (self.dataset, cached),
-                  **({"test": (self.eval_set, self._shards_of(self.eval_cached))} if self.eval_set else {})}
+        splits = {"train": (self.dataset, self.cached), **({"test": (self.eval_set, self.eval_cached)}
+                                                            if self.eval_set else {})}
         scores: dict[str, dict[str, Any]] = {}
         try:
-            for split, (data, shards) in splits.items():
+            for split, (data, given) in splits.items():
+                shards = cached if split == "train" and cached is not None else self._shards_of(given)
                 scores[split] = evaluated(self.model, params, data, names, self.client, shards, curves=True)
         except Exception as exc:  # noqa: BLE001 - the fit is worth more than its scores
             warnings.warn(f"scoring the run's result failed ({type(exc).__name__}: {exc}); the result is kept, "

@@ -170,6 +170,14 @@ def test_save_and_load_params(tmp_path) -> None:
 
     with pytest.raises(DaskLBFGSError, match=r"is not a dasklbfgs parameter file"):
         load_params(tmp_path / "junk.npz")
+    # arrays beside the model (a regularization path's), never in place of its own entries
+    save_params(tmp_path / "p.npz", model, params, arrays={"path_alphas": np.array([1.0, 0.1])})
+    with np.load(tmp_path / "p.npz") as saved:
+        np.testing.assert_array_equal(saved["path_alphas"], [1.0, 0.1])
+    assert load_params(tmp_path / "p.npz")[0] == model
+    with pytest.raises(DaskLBFGSError, match="arrays saved beside a model cannot be named info, params"):
+        save_params(tmp_path / "q.npz", model, params, arrays={"params": params, "info": params})
+    assert not (tmp_path / "q.npz").exists()
 
 
 @pytest.mark.parametrize(

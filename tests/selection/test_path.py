@@ -61,8 +61,10 @@ def test_a_lasso_path_is_scikit_learns(client, regression) -> None:
 def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification) -> None:
     X, y, train, test = classification
     model = Logistic(D, l1=0.01)
-    path = dasklbfgs.regularization_path(model, train, l1=[0.002, 0.02, 0.005], eval_data=test, client=client,
-                                         **TIGHT)
+    with dasklbfgs.cached(train, client=client) as shards:  # a path on shards the caller keeps
+        path = dasklbfgs.regularization_path(model, shards, l1=[0.002, 0.02, 0.005], eval_data=test,
+                                             metrics=["log_loss", "accuracy", "roc_auc"], **TIGHT)
+        assert not shards.closed
     np.testing.assert_array_equal(path.alphas, [0.02, 0.005, 0.002])  # strongest first
     cold = [minimize(Logistic(D, l1=a), train, client=client, **TIGHT) for a in path.alphas]
     assert path.nit.sum() < sum(r.nit for r in cold)
@@ -79,7 +81,8 @@ def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification
     losses = [s["log_loss"] for s in path.scores]
     assert path.best() == int(np.argmin(losses)) and path.best("roc_auc") == int(np.argmax(
         [s["roc_auc"] for s in path.scores]))
-    with pytest.raises(ConfigurationError, match="the path's held-out scores have no 'rmse'; they have "):
+    with pytest.raises(ConfigurationError, match="the path's held-out scores have no 'rmse' to choose by; they have "
+                                                 "accuracy, log_loss, objective, roc_auc"):
         path.best("rmse")
 
 
@@ -120,7 +123,13 @@ def test_ridge_and_elastic_net_paths(client, regression) -> None:
     (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, maxiter=0),
      "sandblaster option maxiter must be an integer >= 1, got 0"),
     (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, x0=np.zeros(D + 1)),
-     "x0 is not an option of a regularization path"),
+     "x0 is not an option of a regularization path: each fit starts from the last"),
+    (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, online_passes=1),
+     "online_passes is not an option of a regularization path: online passes would move each fit"),
+    (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, checkpoint_path="/tmp/x"),
+     "checkpoint_path is not an option of a regularization path: one checkpoint cannot hold"),
+    (lambda d: dasklbfgs.regularization_path(LeastSquares(D, l1=1.0), d, metrics=["rmse", "nope"]),
+     "nope"),
 ])
 def test_bad_paths_are_refused_before_a_fit(regression, call, match) -> None:
     with pytest.raises(ConfigurationError, match=match):

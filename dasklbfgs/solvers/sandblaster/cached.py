@@ -31,10 +31,10 @@ class CachedDataset:
     """A :class:`~dasklbfgs.data.ShardedDataset` whose shards stay in the memory of
     ``client``'s workers until :meth:`close` (or the end of its ``with`` block).
 
-    Pass it wherever a dataset goes (``data`` or ``eval_data``): Sandblaster runs compute on
-    its shards, held-out scoring and ``evaluate`` summarise them where they are, and any
-    other solver reads the dataset from its store as usual. It serves the client it was made
-    with only; a run given it and no client runs on that client.
+    Pass it as a run's ``data`` or ``eval_data`` (any solver's, ``regularization_path``'s) or
+    to ``evaluate``: Sandblaster runs compute on its shards, held-out scoring and ``evaluate``
+    summarise them where they are, other solvers and ``predict`` read its store as usual. It
+    serves the client it was made with only; a run given it and no client runs on that client.
     """
 
     def __init__(self, dataset: ShardedDataset, client: Client, *, owns_client: bool = False) -> None:
@@ -50,16 +50,21 @@ class CachedDataset:
     def closed(self) -> bool:
         return self._cache is None
 
-    def shard_cache(self, client: Client) -> ShardCache:
-        """The cached shards, for a run on ``client``: refused once closed, or on another client."""
+    def check_open(self) -> ShardCache:
+        """The cached shards; refused once closed."""
         if self._cache is None:
             raise ConfigurationError(f"the cached dataset {self.dataset.url!r} was closed: its shards are no longer "
                                      "in the workers' memory (use it inside its with block)")
+        return self._cache
+
+    def shard_cache(self, client: Client) -> ShardCache:
+        """The cached shards, for work on ``client``: refused once closed, or on another client."""
+        cache = self.check_open()
         if client is not self.client:
             raise ConfigurationError(
                 f"the cached dataset {self.dataset.url!r} holds its shards on the cluster of another client "
                 f"({self.client.scheduler.address}); run on that client (client=cached.client)")
-        return self._cache
+        return cache
 
     def shards_for(self, client: Client) -> list[Future]:
         """The futures of the shards, in shard order (each ``(X, y, sample weights)``), for
@@ -82,12 +87,14 @@ class CachedDataset:
 
     def close(self) -> None:
         """Release the shards from the workers' memory (and an embedded cluster it started)."""
-        if self._cache is not None:
-            self._cache.close()
-            self._cache = None
-        if self._owns_client:
-            self._owns_client = False
-            self.client.close()
+        cache, self._cache = self._cache, None
+        try:
+            if cache is not None:
+                cache.close()
+        finally:
+            if self._owns_client:
+                self._owns_client = False
+                self.client.close()
 
     def __enter__(self) -> CachedDataset:
         return self

@@ -178,7 +178,11 @@ class MegaBatchEvaluator:
             self.cached = ShardCache(client, data, self.token, sorted(workers)) if shards is None else shards
             self._moves_before = self.cached.moves  # a cache of earlier runs has moved shards for them
             if self.direct and data.is_sparse:
-                self.positions = self.cached.compact_positions(model)
+                try:
+                    self.positions = self.cached.compact_positions(model)
+                except BaseException:
+                    self.close()  # the shards it loaded go with it
+                    raise
             self.stats.load_seconds = time.perf_counter() - started
 
     @property
@@ -266,7 +270,7 @@ class MegaBatchEvaluator:
                 continue
             shard_key, local = str(holders[p.shard][worker].key), p.local
             plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
-            whole, compact = sent.setdefault(worker, (None, {}))
+            compact = sent.setdefault(worker, (None, {}))[1]
             positions = self.positions[p.shard]
             if positions is None:
                 sent[worker] = (x, compact)

@@ -69,6 +69,7 @@ class ShardCache:
         self.moving: dict[int, Future] = {}  # shard -> its copy on the worker it moves to
         self.moves = 0  # shards moved so far
         self._copies_made = 0  # numbers every copy's key: a key is never reused
+        self._positions: dict[Any, list[Any]] = {}  # model layout -> per shard, compact_positions
         try:
             wait(self.shards)
             for f in self.shards:
@@ -101,10 +102,14 @@ class ShardCache:
 
     def compact_positions(self, model: Any) -> list[Any]:
         """Per shard, the parameters its portions read (:func:`.tasks.compact_positions`),
-        each asked of the shard where it lives; they depend on the data alone, so a shard
-        reloaded or moved later reads the same ones."""
-        return self.client.gather([self.client.submit(compact_positions, shard, model=model, pure=False)
-                                   for shard in self.shards])
+        each asked of the shard where it lives; they depend on the data and the model's
+        parameter layout alone (asked once per layout: the fits of a path share them), so a
+        shard reloaded or moved later reads the same ones."""
+        layout = (type(model), model.n_params, getattr(model, "n_outputs", None))
+        if layout not in self._positions:
+            self._positions[layout] = self.client.gather([
+                self.client.submit(compact_positions, shard, model=model, pure=False) for shard in self.shards])
+        return self._positions[layout]
 
     def live_workers(self) -> dict[str, str]:
         """The workers the scheduler knows, with their status ("running", "closing_gracefully", ...)."""

@@ -65,6 +65,11 @@ def test_a_cached_dataset_is_refused_once_closed_or_on_another_client(client, da
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
     with pytest.raises(ConfigurationError, match=r"the cached dataset '.*' was closed: its shards are no longer"):
         minimize(Logistic(6), shards, client=client)
+    with pytest.raises(ConfigurationError, match=r"the cached dataset '.*' was closed"):
+        minimize(Logistic(6), data, client=client, eval_data=shards)  # held-out data, closed: refused at once
     with dasklbfgs.cached(data, client=client) as shards, Client(client.scheduler.address) as other:
         with pytest.raises(ConfigurationError, match=r"holds its shards on the cluster of another client \(tcp://"):
             minimize(Logistic(6), shards, client=other)
+        with pytest.raises(ConfigurationError, match=r"holds its shards on the cluster of another client"):
+            dasklbfgs.regularization_path(Logistic(6), shards, l2=[0.1], client=other)
+        assert dasklbfgs.ShardedDataset.open(data.url).n_samples == shards.n_samples
