@@ -26,7 +26,7 @@ from dasklbfgs.options import Options, option
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
 
-__all__ = ["LBFGSOptions", "LBFGSState", "lbfgs_minimize", "Status"]
+__all__ = ["LBFGSOptions", "LBFGSState", "inverse_hessian_scale", "lbfgs_minimize", "Status"]
 
 Evaluate = Callable[[np.ndarray], tuple[float, np.ndarray]]
 
@@ -79,6 +79,10 @@ class LBFGSOptions(Options):
     maxiter: int = option(15000, "at most this many iterations", "int", minimum=1)
     maxfun: int = option(15000, "at most this many objective evaluations", "int", minimum=1)
     max_line_search: int = option(20, "evaluations per line search", "int", minimum=1)
+    initial_scale: float | None = option(
+        None, "the first step is -initial_scale * g (the scale of the inverse Hessian, gamma = s.y / y.y, of an "
+        "earlier run on a nearby problem: a warm start's first step)", "float", positive=True, nullable=True,
+        none_means="a first step of length 1, as scipy's")
 
 
 @dataclass
@@ -298,6 +302,16 @@ def _check_convergence(space: Any, state: LBFGSState, opts: LBFGSOptions):
     return _check_gradient(space, opts)
 
 
+def inverse_hessian_scale(basis: GramMatrix) -> float | None:
+    """``gamma = s.y / y.y`` of the newest pair (L-BFGS's initial inverse Hessian, what
+    ``initial_scale`` takes), or None without pairs."""
+    k = basis.k
+    if k == 0:
+        return None
+    gram = basis.gram()
+    return float(gram[k - 1, 2 * k - 1] / gram[2 * k - 1, 2 * k - 1])
+
+
 def check_limits(state: LBFGSState, opts: LBFGSOptions) -> tuple[Status, str] | None:
     """``(LIMIT, message)`` once the iterations or evaluations are used up."""
     if state.nit >= opts.maxiter:
@@ -335,8 +349,10 @@ def quasi_newton_iteration(space: Any, state: LBFGSState, opts: LBFGSOptions, *,
     if limit is not None:
         return limit
     basis = space.basis
-    for _attempt in range(2):  # the second try starts over from steepest descent
+    for attempt in range(2):  # the second try starts over from steepest descent
         slope, alpha1 = direction(space)
+        if attempt == 0 and state.nit == 0 and basis.k == 0 and opts.initial_scale is not None:
+            alpha1 = opts.initial_scale  # the direction is -g (or -v): the step -gamma g
 
         def phi(alpha: float) -> tuple[float, float]:
             state.nfev += 1

@@ -213,14 +213,17 @@ class PathPlan:
                 alphas = alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas)
             ratio = model.l2 / model.l1 if self.given is None and self.varied == "l1" else None
             fits, scores = [], []
+            options = self.solver_options
             for alpha in alphas:
                 penalties = _penalties_at(model, self.varied, float(alpha), ratio)
                 at = with_penalty(model, **penalties)
-                fitted = minimize(at, shards, "sandblaster", self.solver_options, client=shards.client, x0=start)
+                fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start)
                 fits.append((penalties, fitted))
                 if held_out is not None:
                     scores.append(evaluate(at, fitted.x, held_out, metrics=names))
-                start = fitted.x
+                # the next fit starts where this one ended, its first step scaled by this one's curvature
+                start, scale = fitted.x, fitted.stats.get("inverse_hessian_scale")
+                options = self.solver_options if scale is None else self.solver_options.replace(initial_scale=scale)
         path = _collected(model, self.varied, alphas, fits, alpha_max, time.perf_counter() - started)
         path.scores = scores if held_out is not None else None
         return path

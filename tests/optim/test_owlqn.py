@@ -158,3 +158,37 @@ def test_weights_from_mask_indices_and_slice() -> None:
     np.testing.assert_array_equal(l1_weights([1.0, 2.0, 3.0, 4.0], 4, np.array([True, False, True, False])),
                                   [1.0, 0.0, 3.0, 0.0])
     np.testing.assert_array_equal(l1_weights(1.0, 3, [2]), [0.0, 0.0, 1.0])
+
+
+@pytest.mark.parametrize("l1", [0.0, 0.05], ids=["lbfgs", "owlqn"])
+def test_a_warm_start_steps_first_by_the_earlier_runs_curvature(l1) -> None:
+    """initial_scale = gamma of a run at a nearby penalty: the first trial is x - gamma g
+    (not a step of length 1), and the warm-started fit reaches the same optimum in fewer
+    evaluations."""
+    from dasklbfgs.optim.lbfgs import inverse_hessian_scale
+
+    X, y, _ = sparse_problem(400, 30, seed=4)
+    model = LeastSquares(30)
+    objective = full_objective(model, X, y, 0.0)
+    weights = l1_weights(1.2 * l1, model.n_params, np.arange(model.n_params) < model.n_coef)
+    nearby, state = owlqn_minimize(lambda w: model.objective(w, X, y), np.zeros(31), weights, TIGHT)
+    gamma = inverse_hessian_scale(state.basis)
+    assert gamma is not None and gamma > 0 and inverse_hessian_scale(type(state.basis)(31, 3)) is None
+    trials = []
+
+    def recorded(w):
+        trials.append(w.copy())
+        return model.objective(w, X, y)
+
+    start = nearby.x
+    weights = l1_weights(l1, model.n_params, np.arange(model.n_params) < model.n_coef)
+    plain, _ = owlqn_minimize(lambda w: model.objective(w, X, y), start, weights, TIGHT)
+    warm, _ = owlqn_minimize(recorded, start, weights, TIGHT.replace(initial_scale=gamma))
+    g = model.objective(start, X, y)[1]
+    v = pseudo_gradient(start, g, weights)
+    np.testing.assert_allclose(trials[1], start - gamma * v, rtol=1e-12, atol=1e-15)  # the first trial point
+    assert warm.nfev < plain.nfev
+    assert objective(warm.x) + l1 * np.abs(warm.x[:30]).sum() == pytest.approx(
+        objective(plain.x) + l1 * np.abs(plain.x[:30]).sum(), rel=1e-10)
+    with pytest.raises(ConfigurationError, match="lbfgs option initial_scale must be a positive number or None"):
+        LBFGSOptions(initial_scale=0.0)

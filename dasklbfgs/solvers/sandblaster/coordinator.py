@@ -25,6 +25,7 @@ from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.online_pass import averaged
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
+from dasklbfgs.optim.lbfgs import inverse_hessian_scale
 from dasklbfgs.parallel import partition
 from dasklbfgs.parallel.replica import PartitionedReplicas
 from dasklbfgs.solvers.context import RunContext
@@ -91,6 +92,7 @@ class SandblasterRun:
         self.space: ShardedSpace | None = None
         self.transform: Standardizer | None = None
         self.online: dict[str, Any] | None = None  # what the online passes did (online_passes > 0)
+        self.scale: float | None = None  # the final inverse Hessian scale (LBFGSOptions.initial_scale)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -195,6 +197,7 @@ class SandblasterRun:
             result, final = self._optimize(theta0)
         except NonFiniteObjectiveError as exc:
             raise NonFiniteObjectiveError(f"{exc} (dataset {self.dataset.url!r})") from None
+        self.scale = inverse_hessian_scale(final.basis)  # what a warm-started run next to this one starts with
         if self.checkpoint is not None and self.saved_nit != final.nit:
             self._save(self.checkpoint, final)  # the last iterations since a checkpoint: the state it ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
@@ -276,6 +279,8 @@ class SandblasterRun:
             stats["coordinator_bytes_received"] = bytes_received
         if self.online is not None:
             stats["online"] = self.online
+        if self.scale is not None:
+            stats["inverse_hessian_scale"] = self.scale
         result.stats, result.run_id, result.solver = stats, self.context.run_id, self.context.solver.name
         if not result.success:
             logger.info("Sandblaster L-BFGS stopped early: %s", result.message)
