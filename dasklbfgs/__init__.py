@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, LocalAutoencoder, Logistic, Softmax, SparseAutoencoder
     from dasklbfgs.optim import Status
     from dasklbfgs.scoring import evaluate, predict
-    from dasklbfgs.selection import regularization_path
+    from dasklbfgs.selection import cross_validated_path, regularization_path
     from dasklbfgs.solvers import (
         DownpourOptions,
         EASGDOptions,
@@ -51,7 +51,7 @@ __all__ = [
     # scoring
     "evaluate", "predict",
     # many fits on the same rows
-    "cached", "regularization_path",
+    "cached", "regularization_path", "cross_validated_path",
 ]
 
 _SOLVER_NAMES = ("minimize", "solver_names", "Result", "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd",
@@ -68,6 +68,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "predict": "dasklbfgs.scoring",
     "cached": "dasklbfgs.solvers.sandblaster.cached",
     "regularization_path": "dasklbfgs.selection",
+    "cross_validated_path": "dasklbfgs.selection",
     "make_dataset": "dasklbfgs.data",
     # through the solvers, which register what an embedded cluster starts with (the portion
     # service on its workers: dasklbfgs.cluster.prepare_embedded_clusters)

@@ -27,7 +27,7 @@ examples:
 
 def add_parser(sub: Any) -> None:
     from dasklbfgs.models.registry import ModelOptions
-    from dasklbfgs.selection.path import PathOptions
+    from dasklbfgs.selection.options import PathOptions
     from dasklbfgs.solvers.sandblaster import SandblasterOptions
 
     path = sub.add_parser(
@@ -65,7 +65,8 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models.linear import LinearModel
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions, default_model
-    from dasklbfgs.selection.path import PathOptions, PathPlan, with_penalty
+    from dasklbfgs.selection.options import PathOptions
+    from dasklbfgs.selection.path import PathPlan, with_penalty
     from dasklbfgs.solvers.sandblaster import SandblasterOptions
 
     check_cluster_arguments(args)

@@ -16,17 +16,18 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.persist import model_config, model_from_config
-from dasklbfgs.options import Options, option
+from dasklbfgs.options import Options
 from dasklbfgs.scoring import evaluate
 from dasklbfgs.scoring.evaluation import chosen_metrics
 from dasklbfgs.scoring.names import HELD_OUT, HIGHER_IS_BETTER
+from dasklbfgs.selection.options import PathOptions
 from dasklbfgs.solvers.registry import get_solver, minimize, resolve_options
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset, cached
 
@@ -46,24 +47,6 @@ NOT_FOR_A_PATH = {"x0": "each fit starts from the last (the first from the inter
                   "checkpoint_path": "one checkpoint cannot hold the fits of different penalties",
                   "resume": "one checkpoint cannot hold the fits of different penalties",
                   "eval_every": "the path scores eval_data after each fit itself"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class PathOptions(Options):
-    """The penalties of a :func:`regularization_path` (its keywords, the ``dasklbfgs path``
-    flags): the values of one penalty to fit at, or the path's own sequence's length and span."""
-
-    solver: ClassVar[str] = "path"
-
-    l1_values: tuple[float, ...] | None = option(
-        None, "the l1 penalties to fit at (the model's l2 stays)", "floats", minimum=0, nullable=True,
-        none_means="the path's own sequence")
-    l2_values: tuple[float, ...] | None = option(
-        None, "the l2 penalties to fit at (the model's l1 stays)", "floats", minimum=0, nullable=True,
-        none_means="the path's own sequence")
-    n_alphas: int = option(50, "penalties in the path's own sequence (no values given)", "int", minimum=1)
-    eps: float = option(1e-3, "the smallest penalty of the path's own sequence, as a fraction of the largest",
-                        "float", positive=True, below=1.0)
 
 
 @dataclass
@@ -173,6 +156,7 @@ class PathPlan:
     n_alphas: int
     eps: float
     solver_options: Options
+    ratio: float | None  # an elastic net's own path: l2 / l1 kept along it
 
     @classmethod
     def checked(cls, model: Any, penalties: PathOptions, options: dict[str, Any]) -> PathPlan:
@@ -194,7 +178,25 @@ class PathPlan:
                                      "l1 or l2 > 0 (its path runs from the penalty that zeroes every coefficient)")
         varied = "l1" if l1 is not None else "l2" if l2 is not None else "l1" if model.l1 > 0 else "l2"
         given = None if values is None else np.sort(np.asarray(values, dtype=np.float64))[::-1].copy()
-        return cls(model, varied, given, penalties.n_alphas, penalties.eps, solver_options)
+        ratio = model.l2 / model.l1 if given is None and varied == "l1" else None
+        return cls(model, varied, given, penalties.n_alphas, penalties.eps, solver_options, ratio)
+
+    def with_alphas(self, alphas: np.ndarray) -> PathPlan:
+        """This plan at the penalties ``alphas`` (its own sequence once computed: the ratio stays)."""
+        return PathPlan(self.model, self.varied, alphas, self.n_alphas, self.eps, self.solver_options, self.ratio)
+
+    def model_for(self, alpha: float) -> LinearModel:
+        """The model at penalty ``alpha`` of the varied kind."""
+        return with_penalty(self.model, **_penalties_at(self.model, self.varied, alpha, self.ratio))
+
+    def alphas_for(self, shards: CachedDataset) -> tuple[np.ndarray, float | None, np.ndarray | None]:
+        """The penalties on ``shards``: the given ones, or the path's own sequence from
+        ``alpha_max`` (then also returned, with the intercept-only model it comes from)."""
+        if self.given is not None:
+            return self.given, None, None
+        alpha_max, start = _largest_penalty(self.model, shards, self.solver_options)
+        scale = 1.0 if self.varied == "l1" else 1.0 / RIDGE_SHARE
+        return alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas), alpha_max, start
 
     def run(self, data: Any, *, eval_data: Any = None, metrics: Sequence[str] | None = None,
             client: Any = None) -> RegularizationPath:
@@ -204,18 +206,13 @@ class PathPlan:
                                (SELECTED_BY[model.task], *HELD_OUT[model.task]))  # refused before any caching
         started = time.perf_counter()
         with contextlib.ExitStack() as stack:
-            shards = _cached(data, client, stack)
-            held_out = None if eval_data is None else _cached(eval_data, shards.client, stack)
-            alpha_max, alphas, start = None, self.given, None
-            if alphas is None:
-                alpha_max, start = _largest_penalty(model, shards, self.solver_options)
-                scale = 1.0 if self.varied == "l1" else 1.0 / RIDGE_SHARE
-                alphas = alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas)
-            ratio = model.l2 / model.l1 if self.given is None and self.varied == "l1" else None
+            shards = cached_on(data, client, stack)
+            held_out = None if eval_data is None else cached_on(eval_data, shards.client, stack)
+            alphas, alpha_max, start = self.alphas_for(shards)
             fits, scores = [], []
             options = self.solver_options
             for alpha in alphas:
-                penalties = _penalties_at(model, self.varied, float(alpha), ratio)
+                penalties = _penalties_at(model, self.varied, float(alpha), self.ratio)
                 at = with_penalty(model, **penalties)
                 fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start)
                 fits.append((penalties, fitted))
@@ -229,7 +226,7 @@ class PathPlan:
         return path
 
 
-def _cached(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedDataset:
+def cached_on(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedDataset:
     """``data`` itself if it is cached already (on ``client``, if given), else cached for the
     path (released with ``stack``)."""
     if isinstance(data, CachedDataset):

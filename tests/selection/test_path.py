@@ -53,7 +53,7 @@ def test_a_lasso_path_is_scikit_learns(client, regression) -> None:
         assert nonzero == np.count_nonzero(lasso.coef_)  # the same coefficients exactly zero
         np.testing.assert_allclose(coefs[:D], lasso.coef_, atol=1e-7)
         assert coefs[D] == pytest.approx(lasso.intercept_, abs=1e-7)
-    assert np.all(path.success) and np.all(path.optimality < 1e-8)  # the KKT conditions, within gtol
+    assert np.all(path.success) and np.all(path.optimality < 1e-6)  # the KKT conditions, to the tolerances
     loads = sum(task["key"].startswith("sandblaster-shard-") for task in stream.data)
     assert loads == data.n_shards  # the rows read once for the whole path (and its start)
 

@@ -37,14 +37,23 @@ class CachedDataset:
     serves the client it was made with only; a run given it and no client runs on that client.
     """
 
-    def __init__(self, dataset: ShardedDataset, client: Client, *, owns_client: bool = False) -> None:
+    def __init__(self, dataset: ShardedDataset, client: Client, *, owns_client: bool = False,
+                 cache: ShardCache | None = None) -> None:
         self.dataset, self.client = dataset, client
-        workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
-        if not workers:
-            raise ConfigurationError(f"the client's cluster ({client.scheduler.address}) has no workers to cache "
-                                     f"{dataset.url!r} on")
         self._owns_client = owns_client
-        self._cache: ShardCache | None = ShardCache(client, dataset, f"cached-{uuid.uuid4().hex[:8]}", workers)
+        if cache is None:
+            workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+            if not workers:
+                raise ConfigurationError(f"the client's cluster ({client.scheduler.address}) has no workers to "
+                                         f"cache {dataset.url!r} on")
+            cache = ShardCache(client, dataset, f"cached-{uuid.uuid4().hex[:8]}", workers)
+        self._cache: ShardCache | None = cache
+
+    @classmethod
+    def of_shards(cls, dataset: ShardedDataset, client: Client, cache: ShardCache) -> CachedDataset:
+        """``dataset``'s shards already in memory as ``cache`` (a view of other cached shards:
+        a cross-validation fold's), released with it."""
+        return cls(dataset, client, cache=cache)
 
     @property
     def closed(self) -> bool:

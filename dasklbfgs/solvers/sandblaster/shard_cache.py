@@ -56,15 +56,19 @@ BATCH_BYTES = 256 * 2**20
 class ShardCache:
     """The cached shards of one run: their futures, backup copies, moves under way."""
 
-    def __init__(self, client: Client, data: Dataset, token: str, workers: list[str]) -> None:
+    def __init__(self, client: Client, data: Dataset | None, token: str, workers: list[str],
+                 shards: list[Future] | None = None) -> None:
         self.client, self.token = client, token
-        n = data.n_shards
-        homes = [workers[i * len(workers) // n] for i in range(n)]  # runs of sequential shards
-        self.shards: list[Future] = self._batched(data, homes) if has_scheme(data.url) else [
-            client.submit(load_cached_shard, data, i, key=f"sandblaster-shard-{token}-{i}",
-                          workers=[homes[i]], allow_other_workers=True, pure=False)
-            for i in range(n)
-        ]
+        if shards is None:
+            assert data is not None, "a cache loads its dataset's shards unless it is given them"
+            n = data.n_shards
+            homes = [workers[i * len(workers) // n] for i in range(n)]  # runs of sequential shards
+            shards = self._batched(data, homes) if has_scheme(data.url) else [
+                client.submit(load_cached_shard, data, i, key=f"sandblaster-shard-{token}-{i}",
+                              workers=[homes[i]], allow_other_workers=True, pure=False)
+                for i in range(n)
+            ]
+        self.shards: list[Future] = shards
         self.copies: dict[int, dict[str, Future]] = {}  # shard -> helper -> its copy there
         self.moving: dict[int, Future] = {}  # shard -> its copy on the worker it moves to
         self.moves = 0  # shards moved so far
@@ -80,6 +84,12 @@ class ShardCache:
             # stay in worker memory for as long as the caller keeps the error
             self.close()
             raise
+
+    @classmethod
+    def of_futures(cls, client: Client, shards: list[Future], token: str) -> ShardCache:
+        """A cache of shards computed by other tasks (a cross-validation fold's view of
+        cached shards), one future per shard in order, waited for here."""
+        return cls(client, None, token, [], shards=shards)
 
     def _batched(self, data: Dataset, homes: list[str]) -> list[Future]:
         """The shards' futures, each picked from a batch of its worker's shards loaded at once."""

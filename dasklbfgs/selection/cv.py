@@ -1,0 +1,220 @@
+"""Cross-validation on cached shards: K folds as row masks, no copy of the rows.
+
+A fold's fit and its scoring see the same cached shards through their sample weights: the
+training view weighs the fold's held-out rows 0 (the rest keep their weights), the held-out
+view weighs the others 0. Each view is a set of Dask keys computed from the cached shards where
+they live, holding the same ``X`` and ``y`` arrays and a new weight vector (8 bytes a row); a
+view reloaded after a lost worker is rebuilt from its shard. Rows of weight 0 add nothing to a
+loss or gradient sum, and the objective divides by the view's total weight, so a fold's fit is
+the fit on its training rows alone. The folds are scikit-learn's ``KFold``/``StratifiedKFold``
+on the rows in their stored order (:mod:`.folds`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs.data.sharded import ShardedDataset
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.scoring.evaluation import chosen_metrics
+from dasklbfgs.scoring.names import HIGHER_IS_BETTER
+from dasklbfgs.selection.folds import Folds, kfold, stratified_kfold
+from dasklbfgs.selection.options import PathOptions
+from dasklbfgs.selection.path import PathPlan, RegularizationPath, cached_on
+from dasklbfgs.solvers.registry import minimize
+from dasklbfgs.solvers.sandblaster.cached import CachedDataset
+from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
+
+__all__ = ["CrossValidatedPath", "FoldDataset", "cross_validated_path", "fold_views", "plan_folds"]
+
+
+class FoldDataset(ShardedDataset):
+    """``base`` seen through one fold's mask: its training rows (``train``) or its held-out
+    rows, the others weighing 0. Everything else is the base dataset's."""
+
+    def __init__(self, base: ShardedDataset, folds: Folds, fold: int, train: bool, total_weight: float) -> None:
+        self.__dict__.update(base.__dict__)
+        self.base, self.folds, self.fold, self.train = base, folds, fold, train
+        self._total_weight = total_weight
+
+    @property
+    def is_weighted(self) -> bool:
+        return True
+
+    @property
+    def total_weight(self) -> float:
+        return self._total_weight
+
+    def keep(self, shard: int, y: np.ndarray) -> np.ndarray:
+        """1.0 for the rows of shard ``shard`` this view keeps, 0.0 for the others."""
+        held_out = self.folds.of_shard(shard, y) == self.fold
+        return (~held_out if self.train else held_out).astype(np.float64)
+
+    def masked(self, shard: int, y: np.ndarray, w: np.ndarray | None) -> np.ndarray:
+        keep = self.keep(shard, y)
+        return keep if w is None else keep * w
+
+    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]:
+        return [(X, y, self.masked(i, y, w)) for i, (X, y, w) in zip(indices, self.base.load_shards(indices))]
+
+    def load_shard_weights(self, index: int) -> np.ndarray | None:
+        return self.load_shards([index])[0][2]
+
+    def load_weights(self, start: int, stop: int) -> np.ndarray | None:
+        """The masked weights of rows ``[start, stop)``, which lie in one shard (a portion's)."""
+        shard = next(i for i, (lo, hi) in enumerate(self.shard_bounds) if lo <= start < hi or lo == start == hi)
+        lo, hi = self.shard_bounds[shard]
+        if stop > hi:
+            raise ConfigurationError(f"rows [{start}, {stop}) span shards; a fold's weights are read a shard at a time")
+        _, y = self.base.load_rows(lo, hi)  # a stratified fold's ranks count from the shard's start
+        w = self.base.load_weights(lo, hi)
+        return self.masked(shard, y, w)[start - lo : stop - lo]
+
+    def __reduce__(self) -> Any:
+        return (FoldDataset, (self.base, self.folds, self.fold, self.train, self._total_weight))
+
+    def __repr__(self) -> str:
+        part = "training rows" if self.train else "held-out rows"
+        return f"FoldDataset({self.base!r}, fold {self.fold} of {self.folds.n_splits}, {part})"
+
+
+def _labels_summary(shard: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Task: per class label (0..max), a cached shard's row count and first row (len: absent)."""
+    y = np.asarray(shard[1]).astype(np.intp)
+    counts = np.bincount(y, minlength=int(y.max()) + 1 if len(y) else 0)
+    first = np.full(len(counts), len(y))
+    present = np.flatnonzero(counts)
+    first[present] = [int(np.argmax(y == c)) for c in present]
+    return counts, first
+
+
+def plan_folds(shards: CachedDataset, n_splits: int, stratified: bool) -> Folds:
+    """The folds of a cached dataset: ``KFold`` from its shard sizes, ``StratifiedKFold``
+    from each shard's class counts and first rows, asked of the shards where they are."""
+    data = shards.dataset
+    rows = [hi - lo for lo, hi in data.shard_bounds]
+    if not stratified:
+        return kfold(rows, n_splits)
+    client = shards.client
+    summaries = client.gather([client.submit(_labels_summary, s, pure=False) for s in shards.shards_for(client)])
+    n_classes = max(len(counts) for counts, _ in summaries)
+    counts = np.zeros((len(summaries), n_classes), dtype=np.int64)
+    first = np.full(n_classes, data.n_samples, dtype=np.int64)
+    for i, ((found, at), lo) in enumerate(zip(summaries, (lo for lo, _ in data.shard_bounds))):
+        counts[i, : len(found)] = found
+        seen = found > 0
+        first[: len(found)][seen] = np.minimum(first[: len(found)][seen], lo + at[seen])
+    return stratified_kfold(counts, first, n_splits)
+
+
+def _masked_shard(shard: Any, view: FoldDataset, index: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Task: a cached shard seen through a fold's mask (the same X and y, new weights)."""
+    X, y, w = shard
+    return X, y, view.masked(index, y, w)
+
+
+def _weight_of(shard: Any) -> float:
+    return float(np.sum(shard[2], dtype=np.float64))
+
+
+def fold_views(shards: CachedDataset, folds: Folds, fold: int) -> tuple[CachedDataset, CachedDataset]:
+    """The training and held-out views of fold ``fold`` over the cached ``shards``, each a
+    :class:`CachedDataset` of its own (close them, or the base, when done)."""
+    client, base = shards.client, shards.dataset
+    cache = shards.shard_cache(client)
+    holders = client.who_has(cache.shards)
+    views = []
+    for train in (True, False):
+        outline = FoldDataset(base, folds, fold, train, total_weight=0.0)
+        token = f"fold-{fold}-{'train' if train else 'test'}-{cache.token}"
+        masked = [client.submit(_masked_shard, shard, outline, i, key=f"sandblaster-shard-{token}-{i}",
+                                workers=list(holders.get(shard.key, ())) or None, allow_other_workers=True,
+                                pure=False) for i, shard in enumerate(cache.shards)]
+        total = sum(client.gather([client.submit(_weight_of, s, pure=False) for s in masked]))
+        view = FoldDataset(base, folds, fold, train, total_weight=total)
+        views.append(CachedDataset.of_shards(view, client, ShardCache.of_futures(client, masked, token)))
+    return views[0], views[1]
+
+
+@dataclass
+class CrossValidatedPath:
+    """A :func:`cross_validated_path`: the penalties (``alphas``, ``l1``, ``l2``, strongest
+    first), each fold's path (``folds``, held-out scores by fold and penalty in ``scores``:
+    ``n_folds x n_alphas`` per metric), their mean (``mean_scores``), the chosen penalty
+    (``best_index``, by ``selected_by``) and the model refitted on every row there
+    (``coef``, ``refit``)."""
+
+    alphas: np.ndarray
+    l1: np.ndarray
+    l2: np.ndarray
+    folds: list[RegularizationPath]
+    scores: dict[str, np.ndarray]
+    mean_scores: dict[str, np.ndarray]
+    selected_by: str
+    best_index: int
+    coef: np.ndarray
+    refit: Any
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def best_alpha(self) -> float:
+        return float(self.alphas[self.best_index])
+
+
+def cross_validated_path(model: Any, data: Any, *, cv: int = 5, stratified: bool | None = None,
+                         l1: Sequence[float] | None = None, l2: Sequence[float] | None = None,
+                         n_alphas: int = PathOptions.default("n_alphas"), eps: float = PathOptions.default("eps"),
+                         metric: str | None = None, client: Any = None, **options: Any) -> CrossValidatedPath:
+    """A regularization path (:func:`~dasklbfgs.selection.path.regularization_path`'s
+    penalties: its ``l1``, ``l2``, ``n_alphas``, ``eps`` and Sandblaster ``options``) fitted on
+    each of ``cv`` folds' training rows and scored on its held-out rows, all on one set of
+    cached shards; the penalty with the best mean held-out ``metric`` over the folds (default:
+    log-loss for a classifier, the mean squared error for a regression, as ``LassoCV``) is then
+    fitted on every row, warm started from the
+    folds' mean solution there. ``stratified`` (default: for classifiers) gives scikit-learn's
+    ``StratifiedKFold(cv)``, else ``KFold(cv)``, on the rows in their stored order. The
+    sequence of penalties, when not given, is computed once on all the rows (as scikit-learn's
+    ``LassoCV``), so every fold fits the same ones.
+    """
+    plan = PathPlan.checked(model, PathOptions.from_mapping({"l1_values": l1, "l2_values": l2,
+                                                              "n_alphas": n_alphas, "eps": eps}), options)
+    if metric is not None:
+        chosen_metrics(model.task, [metric])  # refused before any caching
+    stratify = model.task == "classification" if stratified is None else bool(stratified)
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        shards = cached_on(data, client, stack)
+        folds = plan_folds(shards, cv, stratify)
+        fixed = plan.with_alphas(plan.alphas_for(shards)[0])  # computed once, on every row
+        paths = []
+        for fold in range(cv):
+            train, test = fold_views(shards, folds, fold)
+            with train, test:
+                paths.append(fixed.run(train, eval_data=test, metrics=None if metric is None else [metric]))
+        name = metric or paths[0].selected_by
+        if name is None:
+            raise ConfigurationError(f"no held-out loss to choose by for {model!r}: give metric=")
+        by_fold = {key: np.array([[float(s[key]) for s in p.scores or []] for p in paths])
+                   for key in (paths[0].scores or [{}])[0] if np.isscalar((paths[0].scores or [{}])[0][key])}
+        if "rmse" in by_fold:  # a regression's folds averaged as mean squared errors (LassoCV's mse_path_)
+            by_fold["mse"] = by_fold["rmse"] ** 2
+            name = "mse" if name == "rmse" else name
+        mean = {key: np.nanmean(values, axis=0) for key, values in by_fold.items()}
+        if name not in mean:
+            raise ConfigurationError(f"the folds' held-out scores have no {name!r}; they have "
+                                     f"{', '.join(sorted(mean))}")
+        best = int(np.nanargmax(mean[name]) if name in HIGHER_IS_BETTER else np.nanargmin(mean[name]))
+        first = paths[0]
+        chosen = fixed.model_for(float(first.alphas[best]))
+        start = np.mean([p.coefs[best] for p in paths], axis=0)
+        refit = minimize(chosen, shards, "sandblaster", plan.solver_options, client=shards.client, x0=start)
+    return CrossValidatedPath(alphas=first.alphas, l1=first.l1, l2=first.l2, folds=paths, scores=by_fold,
+                              mean_scores=mean, selected_by=name, best_index=best, coef=refit.x, refit=refit,
+                              stats={"seconds": time.perf_counter() - started, "folds": cv,
+                                     "stratified": stratify})
