@@ -47,7 +47,8 @@ from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.options import Options
 from dasklbfgs.solvers import DownpourOptions, get_solver, minimize, solver_names
 
-__all__ = ["LogisticRegression", "LinearRegression", "ElasticNet", "Lasso", "MLPClassifier"]
+__all__ = ["LogisticRegression", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso", "LassoCV",
+           "MLPClassifier"]
 
 _REPLICAS = DownpourOptions  # the replica options' declared defaults
 
@@ -70,6 +71,18 @@ def _as_array(values: Any, client: Any) -> Any:
     """A dask DataFrame or Series as a dask array (its partitions' rows counted by
     ``client``); other ``values`` as they are."""
     return values.to_dask_array(lengths=partition_rows(values, client)) if hasattr(values, "to_dask_array") else values
+
+
+def _given_alphas(alphas: Any) -> np.ndarray:
+    """A CV estimator's ``alphas`` list, strongest first."""
+    try:
+        found = np.sort(np.asarray(alphas, dtype=np.float64))[::-1]
+    except (TypeError, ValueError):
+        found = np.array([np.nan])
+    if found.ndim != 1 or found.size == 0 or not np.all(np.isfinite(found)) or np.any(found < 0):
+        raise ConfigurationError(f"alphas must be a number of alphas (an integer >= 1) or a non-empty list of "
+                                 f"numbers >= 0, got {alphas!r}")
+    return found
 
 
 def _store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
@@ -590,6 +603,89 @@ class Lasso(ElasticNet):
                  one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
                  shard_rows: int | None = None,
                  tmp_store: Any = None, random_state: int | None = None, client: Any = None) -> None:
+        _store_parameters(self, locals())
+
+    def _l1_share(self) -> float:
+        return 1.0
+
+
+class ElasticNetCV(_LeastSquaresEstimator):
+    """:class:`ElasticNet` with ``alpha`` chosen by cross-validation, as scikit-learn's
+    ``ElasticNetCV`` (1.9's parameters): a path of ``alphas`` penalties (an integer) from the
+    one that zeroes every coefficient down to ``eps`` times it, or the ``alphas`` given,
+    fitted on each of ``cv`` folds (``KFold(cv)``, default 5, on the rows in order) warm
+    started along the path, all on the shards cached once
+    (:func:`dasklbfgs.cross_validated_path`); the alpha of the least mean squared error over
+    the folds is refitted on every row. Fitted: ``alpha_``, ``alphas_``, ``mse_path_``
+    (``n_alphas x cv``), ``l1_ratio_``, ``coef_``, ``intercept_``, ``n_iter_``. One
+    ``l1_ratio`` in (0, 1]; Sandblaster L-BFGS (OWL-QN) fits every path, ``solver_options``
+    are its options.
+    """
+
+    def __init__(self, *, l1_ratio: float = 0.5, eps: float = 1e-3, alphas: Any = 100,
+                 fit_intercept: bool = True, max_iter: int = 200, tol: float = 1e-6, cv: int | None = None,
+                 standardize: bool = True, solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None, tmp_store: Any = None, client: Any = None) -> None:
+        _store_parameters(self, locals())
+
+    # what _ShardedEstimator reads of the estimators that choose a solver: a path is Sandblaster's
+    solver, warm_start, random_state = "sandblaster", False, None
+    batch_size, n_replicas = _REPLICAS.default("batch_size"), _REPLICAS.default("n_replicas")
+
+    def _l1_share(self) -> float:
+        return self.l1_ratio
+
+    def _check_penalty(self) -> None:
+        share = self._l1_share()
+        if not (isinstance(share, (int, float, np.floating)) and 0 < share <= 1):
+            raise ConfigurationError(f"l1_ratio must be a number in (0, 1] (1: the lasso), got {share!r}")
+        if self.cv is not None:
+            check_int(self.cv, "cv")
+
+    def _learning_rate(self) -> float:
+        return _REPLICAS.default("learning_rate")  # (no replica method fits a path)
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> ElasticNetCV:
+        """Choose ``alpha`` on ``X, y`` (or a ShardedDataset ``X``) by cross-validation and fit there."""
+        from dasklbfgs.selection.cv import cross_validate
+        from dasklbfgs.selection.options import PathOptions
+        from dasklbfgs.selection.path import PathPlan
+
+        self._check_params()
+        self._check_penalty()
+        share = float(self._l1_share())
+        own = isinstance(self.alphas, (int, np.integer)) and not isinstance(self.alphas, bool)
+        penalties = PathOptions.from_mapping({"n_alphas": self.alphas if own else 100, "eps": self.eps})
+        with self._fit_data(X, y, classifier=False, sample_weight=sample_weight) as (data, _):
+            if len(data.y_shape) != 1:
+                raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
+            # the path varies l1 = alpha l1_ratio with l2 = alpha (1 - l1_ratio) kept in ratio
+            model = LeastSquares(data.n_features, fit_intercept=self.fit_intercept, l1=share, l2=1.0 - share)
+            plan = PathPlan.checked(model, penalties, self._options(model, data))
+            if not own:
+                plan = plan.with_alphas(_given_alphas(self.alphas) * share)
+            found = cross_validate(plan, data, cv=5 if self.cv is None else self.cv, stratified=False, metric=None,
+                                   client=self.client)
+        self.alphas_ = found.alphas / share
+        self.alpha_ = float(found.best_alpha / share)
+        self.l1_ratio_ = share
+        self.mse_path_ = found.scores["mse"].T
+        W, b = model.unpack(found.coef)
+        self.coef_ = np.asarray(W, dtype=np.float64).copy()
+        self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
+        self.n_iter_ = np.array([found.refit.nit], dtype=np.int32)
+        return self
+
+
+class LassoCV(ElasticNetCV):
+    """:class:`ElasticNetCV` with ``l1_ratio=1``: scikit-learn's ``LassoCV``."""
+
+    def __init__(self, *, eps: float = 1e-3, alphas: Any = 100, fit_intercept: bool = True,
+                 max_iter: int = 200, tol: float = 1e-6, cv: int | None = None, standardize: bool = True,
+                 solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None, tmp_store: Any = None, client: Any = None) -> None:
         _store_parameters(self, locals())
 
     def _l1_share(self) -> float:

@@ -510,3 +510,38 @@ def test_the_configured_scratch_location_is_used(client, tmp_path) -> None:
         with temporary_dataset(None, client, lambda where: ShardedDataset.create(where, X, y, shard_rows=200)) as data:
             assert data.url.startswith(str(tmp_path)) and data.n_samples == len(y)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_cross_validated_estimators_choose_scikit_learns_alpha(client) -> None:
+    """ElasticNetCV and LassoCV on scikit-learn's folds (KFold, rows in order): the same alphas,
+    the same mean squared errors by fold, the same chosen alpha and coefficients."""
+    from sklearn.linear_model import ElasticNetCV as SkElasticNetCV
+    from sklearn.linear_model import LassoCV as SkLassoCV
+    from sklearn.model_selection import KFold
+
+    from dasklbfgs.estimators import ElasticNetCV, LassoCV
+
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(600, 5))
+    y = X @ np.array([1.5, -1.0, 0.5, 0.0, 0.0]) + rng.normal(size=600)
+    ours = ElasticNetCV(l1_ratio=0.7, alphas=6, cv=3, tol=1e-10, standardize=False, client=client).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = SkElasticNetCV(l1_ratio=0.7, alphas=6, cv=KFold(3), tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(ours.alphas_, ref.alphas_, rtol=1e-9)
+    np.testing.assert_allclose(ours.mse_path_, ref.mse_path_, rtol=1e-6)
+    assert ours.alpha_ == pytest.approx(ref.alpha_, rel=1e-9) and ours.l1_ratio_ == 0.7
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-7)
+    assert ours.intercept_ == pytest.approx(ref.intercept_, abs=1e-7)
+    lasso = LassoCV(alphas=[0.3, 0.01, 0.1], cv=4, tol=1e-10, standardize=False, client=client).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = SkLassoCV(alphas=[0.3, 0.01, 0.1], cv=KFold(4), tol=1e-12, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(lasso.alphas_, [0.3, 0.1, 0.01])
+    assert lasso.alpha_ == ref.alpha_ and lasso.mse_path_.shape == (3, 4)
+    np.testing.assert_allclose(lasso.coef_, ref.coef_, atol=1e-7)
+    assert clone(LassoCV(alphas=[0.3, 0.01, 0.1], cv=4)).get_params()["alphas"] == [0.3, 0.01, 0.1]
+    with pytest.raises(ConfigurationError, match=r"l1_ratio must be a number in \(0, 1\] \(1: the lasso\), got 0"):
+        ElasticNetCV(l1_ratio=0, client=client).fit(X, y)
+    with pytest.raises(ConfigurationError, match=r"alphas must be a number of alphas .* got \[-1\]"):
+        LassoCV(alphas=[-1], client=client).fit(X, y)

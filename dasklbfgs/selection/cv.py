@@ -31,7 +31,8 @@ from dasklbfgs.solvers.registry import minimize
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset
 from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
 
-__all__ = ["CrossValidatedPath", "FoldDataset", "cross_validated_path", "fold_views", "plan_folds"]
+__all__ = ["CrossValidatedPath", "FoldDataset", "cross_validate", "cross_validated_path", "fold_views",
+           "plan_folds"]
 
 
 class FoldDataset(ShardedDataset):
@@ -184,6 +185,14 @@ def cross_validated_path(model: Any, data: Any, *, cv: int = 5, stratified: bool
     """
     plan = PathPlan.checked(model, PathOptions.from_mapping({"l1_values": l1, "l2_values": l2,
                                                               "n_alphas": n_alphas, "eps": eps}), options)
+    return cross_validate(plan, data, cv=cv, stratified=stratified, metric=metric, client=client)
+
+
+def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | None, metric: str | None,
+                   client: Any) -> CrossValidatedPath:
+    """:func:`cross_validated_path` of a checked plan (its own sequence, or given penalties
+    with an elastic net's ratio kept: the scikit-learn estimators' ``alphas``)."""
+    model = plan.model
     if metric is not None:
         chosen_metrics(model.task, [metric])  # refused before any caching
     stratify = model.task == "classification" if stratified is None else bool(stratified)
@@ -191,7 +200,7 @@ def cross_validated_path(model: Any, data: Any, *, cv: int = 5, stratified: bool
     with contextlib.ExitStack() as stack:
         shards = cached_on(data, client, stack)
         folds = plan_folds(shards, cv, stratify)
-        fixed = plan.with_alphas(plan.alphas_for(shards)[0])  # computed once, on every row
+        fixed = plan if plan.given is not None else plan.with_alphas(plan.alphas_for(shards)[0])  # on every row
         paths = []
         for fold in range(cv):
             train, test = fold_views(shards, folds, fold)

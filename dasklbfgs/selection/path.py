@@ -159,15 +159,22 @@ class PathPlan:
     ratio: float | None  # an elastic net's own path: l2 / l1 kept along it
 
     @classmethod
-    def checked(cls, model: Any, penalties: PathOptions, options: dict[str, Any]) -> PathPlan:
+    def checked(cls, model: Any, penalties: PathOptions, options: Options | dict[str, Any]) -> PathPlan:
+        """The plan of ``model``'s path at ``penalties`` with the Sandblaster ``options`` of
+        every fit (an options object, or a mapping of option values)."""
         if not isinstance(model, LinearModel):
             raise ConfigurationError(f"a regularization path varies a linear model's penalty; {model!r} is not "
                                      "one (LeastSquares, Logistic or Softmax)")
+        solver = get_solver("sandblaster")
+        if not isinstance(options, Options) and "x0" in options:
+            raise ConfigurationError(f"x0 is not an option of a regularization path: {NOT_FOR_A_PATH['x0']}",
+                                     parameters=("x0",))
+        solver_options = (resolve_options(solver, options, {}) if isinstance(options, Options)
+                          else resolve_options(solver, None, options))
         for name, why in NOT_FOR_A_PATH.items():
-            if name in options and (name != "online_passes" or options[name]):
+            if name != "x0" and getattr(solver_options, name) != solver.options.default(name):
                 raise ConfigurationError(f"{name} is not an option of a regularization path: {why}",
                                          parameters=(name,))
-        solver_options = resolve_options(get_solver("sandblaster"), None, options)
         l1, l2 = penalties.l1_values, penalties.l2_values
         if l1 is not None and l2 is not None:
             raise ConfigurationError("give the values of one penalty to vary, l1 or l2, not both (the other stays "
