@@ -42,6 +42,10 @@ def add_parser(sub: Any) -> None:
                     "saved; without, the last fit. The .npz holds the whole path beside it.")
     path.add_argument("--data", required=True, help="training dataset (a ShardedDataset's path or URL)")
     path.add_argument("--test", help="held-out dataset each fit is scored on (default: none)")
+    path.add_argument("--cv", type=int, metavar="K",
+                      help="choose the penalty by K-fold cross-validation on --data instead (scikit-learn's "
+                           "StratifiedKFold for classifiers, else KFold, rows in order): the path on each fold, the "
+                           "best mean held-out loss refitted on every row (--test, if given, then scores the refit)")
     add_storage_arguments(path)
     path.add_argument("--model", choices=LINEAR, default=None,
                       help="the model (default: what the dataset's recorded task implies)")
@@ -65,6 +69,8 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models.linear import LinearModel
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions, default_model
+    from dasklbfgs.scoring import evaluate
+    from dasklbfgs.selection.cv import cross_validate
     from dasklbfgs.selection.options import PathOptions
     from dasklbfgs.selection.path import PathPlan, with_penalty
     from dasklbfgs.solvers.sandblaster import SandblasterOptions
@@ -84,21 +90,34 @@ def command(args: argparse.Namespace) -> int:
     assert isinstance(model, LinearModel), f"{name} is one of LINEAR"
     plan = PathPlan.checked(model, PathOptions.from_mapping(given_options(args, PathOptions.fields())),
                             given_options(args, SandblasterOptions.fields()))  # bad values fail before a cluster
+    if args.cv is not None and args.cv < 2:
+        raise ConfigurationError(f"--cv must be an integer number of folds >= 2, got {args.cv}")
     with Interrupt(), cluster_from_args(args) as client:
         for dataset in (data, test) if test is not None else (data,):
             dataset.check_workers_can_read(client)
-        path = plan.run(data, eval_data=test, client=client)
-    chosen = path.best() if path.scores else len(path) - 1
-    report = _report(path, chosen, model, data.url, test)
-    arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in
-              ("alphas", "l1", "l2", "coefs", "objective", "nit", "n_nonzero", "optimality")}
-    chosen_model = with_penalty(model, l1=float(path.l1[chosen]), l2=float(path.l2[chosen]))
-    save_params(output, chosen_model, path.coefs[chosen], report, arrays=arrays)
+        if args.cv is None:
+            path = plan.run(data, eval_data=test, client=client)
+            chosen = path.best() if path.scores else len(path) - 1
+            report = _report(path, chosen, model, data.url, test)
+            arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in
+                      ("alphas", "l1", "l2", "coefs", "objective", "nit", "n_nonzero", "optimality")}
+            l1, l2, params = float(path.l1[chosen]), float(path.l2[chosen]), path.coefs[chosen]
+            success = bool(np.all(path.success))
+        else:
+            found = cross_validate(plan, data, cv=args.cv, stratified=None, metric=None, client=client)
+            report = _cv_report(found, model, data.url)
+            arrays = {"path_alphas": found.alphas, "path_l1": found.l1, "path_l2": found.l2,
+                      **{f"path_cv_{name}": values for name, values in found.scores.items()}}
+            l1, l2, params = float(found.l1[found.best_index]), float(found.l2[found.best_index]), found.coef
+            success = bool(found.refit.success and all(np.all(p.success) for p in found.folds))
+            if test is not None:
+                report["test"] = evaluate(with_penalty(model, l1=l1, l2=l2), params, test, client=client)
+    save_params(output, with_penalty(model, l1=l1, l2=l2), params, report, arrays=arrays)
     report["output"] = output.url
     print(json_text(report) if args.json else _text(report))
     if not args.json:
         print(f"saved      {args.output}")
-    return 0 if bool(np.all(path.success)) else 1
+    return 0 if success else 1
 
 
 def _report(path: Any, chosen: int, model: Any, data: str, test: Any) -> dict[str, Any]:
@@ -111,6 +130,26 @@ def _report(path: Any, chosen: int, model: Any, data: str, test: Any) -> dict[st
                   "n_nonzero": int(path.n_nonzero[i]), "iterations": int(path.nit[i]),
                   "objective": float(path.objective[i]), "success": bool(path.success[i]),
                   **({"held_out": path.scores[i][metric]} if metric else {})} for i in range(len(path))],
+    }
+
+
+def _cv_report(found: Any, model: Any, data: str) -> dict[str, Any]:
+    """The report of a cross-validated path: per penalty, the folds' means (non-zero
+    coefficients, training objective, the held-out metric chosen by) and their iterations."""
+    import numpy as np
+
+    folds, name = found.folds, found.selected_by
+    return {
+        "model": repr(model), "dataset": data, "test": None, "penalty": folds[0].penalty,
+        "alpha_max": found.alpha_max, "seconds": found.stats["seconds"], "cv": len(folds),
+        "chosen": found.best_index, "chosen_by": f"{name}, the mean over {len(folds)} folds",
+        "fits": [{"alpha": float(found.alphas[i]), "l1": float(found.l1[i]), "l2": float(found.l2[i]),
+                  "n_nonzero": float(np.mean([p.n_nonzero[i] for p in folds])),
+                  "iterations": int(sum(p.nit[i] for p in folds)),
+                  "objective": float(np.mean([p.objective[i] for p in folds])),
+                  "success": bool(all(p.success[i] for p in folds)),
+                  "held_out": float(found.mean_scores[name][i])} for i in range(len(found.alphas))],
+        "refit": {"iterations": int(found.refit.nit), "objective": float(found.refit.fun)},
     }
 
 
@@ -127,11 +166,18 @@ def _text(report: dict[str, Any]) -> str:
              + (f" {'held-out ' + report['chosen_by']:>20}" if report["chosen_by"] else "")]
     for i, fit in enumerate(fits):
         mark = "chosen ->" if i == report["chosen"] else ""
-        lines.append(f"{mark:<10} {fit['alpha']:>11.4g} {fit['l1']:>11.4g} {fit['l2']:>11.4g} {fit['n_nonzero']:>9} "
+        lines.append(f"{mark:<10} {fit['alpha']:>11.4g} {fit['l1']:>11.4g} {fit['l2']:>11.4g} {fit['n_nonzero']:>9.4g} "
                      f"{fit['iterations']:>10} {fit['objective']:>12.6g}"
                      + (f" {fit['held_out']:>20.6g}" if "held_out" in fit else "")
                      + ("" if fit["success"] else "  (did not converge)"))
     how = (f"the best held-out {report['chosen_by']}" if report["chosen_by"]
            else "the last fit (no --test to choose on)")
     lines.append(f"chosen     alpha {fits[report['chosen']]['alpha']:.4g}: {how}")
+    if "refit" in report:
+        lines.append(f"refit      on every row: {report['refit']['iterations']} iterations, objective "
+                     f"{report['refit']['objective']:.6g}")
+    if isinstance(report.get("test"), dict):
+        found = report["test"]
+        lines.append(f"test       {found['n_samples']} rows: " + ", ".join(
+            f"{key} {found[key]:.6g}" for key in ("log_loss", "accuracy", "rmse", "r2") if key in found))
     return "\n".join(lines)

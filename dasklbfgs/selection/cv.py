@@ -149,7 +149,7 @@ class CrossValidatedPath:
     first), each fold's path (``folds``, held-out scores by fold and penalty in ``scores``:
     ``n_folds x n_alphas`` per metric), their mean (``mean_scores``), the chosen penalty
     (``best_index``, by ``selected_by``) and the model refitted on every row there
-    (``coef``, ``refit``)."""
+    (``coef``, ``refit``); ``alpha_max`` as the path's, on every row."""
 
     alphas: np.ndarray
     l1: np.ndarray
@@ -161,6 +161,7 @@ class CrossValidatedPath:
     best_index: int
     coef: np.ndarray
     refit: Any
+    alpha_max: float | None = None
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -200,7 +201,11 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
     with contextlib.ExitStack() as stack:
         shards = cached_on(data, client, stack)
         folds = plan_folds(shards, cv, stratify)
-        fixed = plan if plan.given is not None else plan.with_alphas(plan.alphas_for(shards)[0])  # on every row
+        alpha_max = None
+        fixed = plan
+        if plan.given is None:  # the sequence on every row
+            alphas, alpha_max, _ = plan.alphas_for(shards)
+            fixed = plan.with_alphas(alphas)
         paths = []
         for fold in range(cv):
             train, test = fold_views(shards, folds, fold)
@@ -225,5 +230,6 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
         refit = minimize(chosen, shards, "sandblaster", plan.solver_options, client=shards.client, x0=start)
     return CrossValidatedPath(alphas=first.alphas, l1=first.l1, l2=first.l2, folds=paths, scores=by_fold,
                               mean_scores=mean, selected_by=name, best_index=best, coef=refit.x, refit=refit,
+                              alpha_max=alpha_max,
                               stats={"seconds": time.perf_counter() - started, "folds": cv,
                                      "stratified": stratify})

@@ -55,6 +55,7 @@ def test_path_saves_the_penalty_chosen_on_held_out_rows(client, recipe, tmp_path
     (["--eps", "2"], "path option --eps must be a number in (0, 1), got 2.0"),
     (["--maxiter", "0"], "sandblaster option --maxiter must be an integer >= 1, got 0"),
     (["--model", "least_squares"], "has no penalty to vary"),
+    (["--l1", "1", "--cv", "1"], "--cv must be an integer number of folds >= 2, got 1"),
 ])
 def test_bad_paths_exit_2_before_a_cluster_starts(recipe, args, message) -> None:
     # no scheduler listens at port 9: the input is refused before any connection is tried
@@ -62,3 +63,21 @@ def test_bad_paths_exit_2_before_a_cluster_starts(recipe, args, message) -> None
                check=False)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_path_chooses_by_cross_validation(client, recipe, tmp_path) -> None:
+    out = tmp_path / "cv.npz"
+    report = json.loads(run("path", "--data", str(recipe / "train"), "--test", str(recipe / "test"), "--l1", "1",
+                            "--n-alphas", "4", "--eps", "0.01", "--cv", "3", "--scheduler", client.scheduler.address,
+                            "--output", str(out), "--json").stdout)
+    assert report["cv"] == 3 and report["chosen_by"] == "log_loss, the mean over 3 folds"
+    held_out = [fit["held_out"] for fit in report["fits"]]
+    assert report["chosen"] == int(np.argmin(held_out)) and report["alpha_max"] == report["fits"][0]["alpha"]
+    model, params, _ = load_params(out)
+    assert model.l1 == pytest.approx(report["fits"][report["chosen"]]["l1"])
+    with np.load(out) as saved:
+        assert saved["path_cv_log_loss"].shape == (3, 4)
+        np.testing.assert_allclose(saved["path_cv_log_loss"].mean(axis=0), held_out, rtol=1e-12)
+    test = dasklbfgs.ShardedDataset.open(recipe / "test")
+    found = dasklbfgs.evaluate(model, params, test, client=client, metrics=["log_loss"])
+    assert report["test"]["log_loss"] == pytest.approx(found["log_loss"], rel=1e-12)  # the refit, scored
