@@ -1,9 +1,13 @@
 """An L1 regularization path: dasklbfgs against one fit, glum and scikit-learn, in one run.
 
     python -m benchmarks.path                                  # logistic 1,000,000 x 100, 50 penalties
+    python -m benchmarks.path --recipe ctr --rows 200000 --features 4194304   # wide and sparse
     python -m benchmarks.path --rows 100000 --sklearn-rows 20000   # a quick look
 
-Data: the ``logistic`` recipe (dense, 10% held out). Objective for every method: the mean
+Data: the ``logistic`` recipe (dense, 10% held out), or with ``--recipe ctr`` the ``ctr``
+recipe's hashed sparse rows (:mod:`benchmarks.ctr`'s data; glum, scikit-learn and the strong
+rule's in-process measurement, which would hold its 2^22 columns densely or take hours, are
+left out there: ``RESULTS-path-ctr.md``). Objective for every method: the mean
 log-loss with an intercept plus ``alpha ||w||_1`` (glum's binomial objective with
 ``l1_ratio=1``; scikit-learn's with ``C = 1 / (n alpha)``). The penalties: ``n_alphas`` values
 from the one that zeroes every coefficient down to ``eps`` times it, the grid
@@ -40,9 +44,13 @@ import numpy as np
 from benchmarks._common import OUT, machine, publish, report_header
 
 
-def _data(rows: int, features: int) -> tuple[Any, Any]:
+def _data(recipe: str, rows: int, features: int) -> tuple[Any, Any]:
     from dasklbfgs import ShardedDataset, make_dataset
 
+    if recipe == "ctr":
+        from benchmarks.ctr import open_data
+
+        return open_data(OUT / "out", rows, features)
     root = OUT / "out" / f"path-{rows}x{features}"
     if not (root / "test").exists():
         make_dataset("logistic", root, rows=rows, features=features, test_fraction=0.1, seed=0, overwrite=True)
@@ -130,6 +138,7 @@ def strong_rule_iterations(X: np.ndarray, y: np.ndarray, alphas: np.ndarray, alp
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", choices=("logistic", "ctr"), default="logistic")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--features", type=int, default=100)
     parser.add_argument("--n-alphas", type=int, default=50)
@@ -142,7 +151,8 @@ def main(argv: list[str] | None = None) -> None:
     from dasklbfgs import connect, sandblaster_lbfgs
     from dasklbfgs.models import Logistic
 
-    train, test = _data(args.rows, args.features)
+    train, test = _data(args.recipe, args.rows, args.features)
+    wide = args.recipe == "ctr"
     d = train.n_features
     model = Logistic(d, l1=1.0)
     with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
@@ -157,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         one_seconds = time.perf_counter() - started
         print(f"one fit: {one_seconds:.1f} s, {one.nit} iterations", flush=True)
     X, y = train.load_rows(0, train.n_samples)
-    X, y = np.asarray(X), np.asarray(y, dtype=np.float64)
+    X, y = (X if wide else np.asarray(X)), np.asarray(y, dtype=np.float64)
     alpha = float(path.alphas[-1])
     methods: dict[str, dict[str, Any]] = {
         "dasklbfgs path": {"seconds": path_seconds, "rows": train.n_samples, "coef": path.coefs[-1][:d],
@@ -167,11 +177,12 @@ def main(argv: list[str] | None = None) -> None:
                                             "intercept": float(one.x[d]), "iterations": int(one.nit),
                                             "evaluations": int(one.nfev)},
     }
-    methods["glum"] = {**_glum(X, y, path.alphas), "rows": train.n_samples}
-    print(f"glum: {methods['glum']['seconds']:.1f} s", flush=True)
-    rows = min(args.sklearn_rows, train.n_samples)
-    methods["scikit-learn saga, warm started"] = {**_sklearn(X[:rows], y[:rows], path.alphas), "rows": rows}
-    print(f"scikit-learn: {methods['scikit-learn saga, warm started']['seconds']:.1f} s", flush=True)
+    if not wide:
+        methods["glum"] = {**_glum(X, y, path.alphas), "rows": train.n_samples}
+        print(f"glum: {methods['glum']['seconds']:.1f} s", flush=True)
+        rows = min(args.sklearn_rows, train.n_samples)
+        methods["scikit-learn saga, warm started"] = {**_sklearn(X[:rows], y[:rows], path.alphas), "rows": rows}
+        print(f"scikit-learn: {methods['scikit-learn saga, warm started']['seconds']:.1f} s", flush=True)
     best: dict[int, float] = {}
     for method in methods.values():
         n = method["rows"]
@@ -181,25 +192,29 @@ def main(argv: list[str] | None = None) -> None:
         method["gap"] = (method["objective"] - best[method["rows"]]) / abs(best[method["rows"]])
     strong_n = min(args.strong_rows, train.n_samples)
     start = path.coefs[0]  # the intercept-only model the path starts from
-    strong = strong_rule_iterations(X[:strong_n], y[:strong_n], path.alphas, float(path.alpha_max), start)
+    strong = None if wide else strong_rule_iterations(X[:strong_n], y[:strong_n], path.alphas,
+                                                      float(path.alpha_max), start)
     held_out = [s.get("eval_accuracy") for s in (path.scores or [])]
-    out = {"command": command, "machine": machine(), "rows": train.n_samples, "features": d,
+    out = {"command": command, "machine": machine(), "recipe": args.recipe, "rows": train.n_samples, "features": d,
            "n_alphas": args.n_alphas, "eps": args.eps, "alpha_max": path.alpha_max, "alphas": path.alphas.tolist(),
            "path_iterations": path.nit.tolist(), "path_n_nonzero": path.n_nonzero.tolist(),
-           "held_out_accuracy": held_out, "methods": methods, "strong_rule": {"rows": strong_n, **strong}}
-    publish("path", out, render)
+           "held_out_accuracy": held_out, "methods": methods,
+           "strong_rule": None if strong is None else {"rows": strong_n, **strong}}
+    publish("path_ctr" if wide else "path", out, render)
 
 
 def render(out: dict[str, Any]) -> str:
     lines = report_header("An L1 regularization path", out["command"], out["machine"])
     methods = out["methods"]
     one = methods["one fit at the smallest penalty"]["seconds"]
+    recipe = out.get("recipe", "logistic")
+    layout = "hashed, sparse" if recipe == "ctr" else "dense"
     lines += [
-        f"Data: the `logistic` recipe, {out['rows']:,} training rows x {out['features']} features (dense), "
+        f"Data: the `{recipe}` recipe, {out['rows']:,} training rows x {out['features']:,} features ({layout}), "
         f"{out['n_alphas']} penalties from alpha_max = {out['alpha_max']:.4g} (every coefficient zero) down to "
         f"{out['eps']:g} x it. Objective: mean log-loss + alpha ||w||_1, an unpenalised intercept. dasklbfgs on "
-        "2 workers x 1 thread; glum and scikit-learn in this process on the rows in memory (reading them not "
-        "counted).",
+        "2 workers x 1 thread" + ("." if recipe == "ctr" else "; glum and scikit-learn in this process on the rows "
+                                  "in memory (reading them not counted)."),
         "",
         "| method | rows | seconds | of one fit at the smallest penalty | iterations | evaluations | objective gap "
         "at the smallest penalty (relative) |",
@@ -217,6 +232,8 @@ def render(out: dict[str, Any]) -> str:
                     for i in picks) + ".",
     ]
     s = out["strong_rule"]
+    if s is None:
+        return "\n".join(lines) + "\n"
     lines += [
         "",
         f"The sequential strong rule, in this process on {s['rows']:,} rows (OWL-QN, gtol 1e-6): "

@@ -1,7 +1,8 @@
 """scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
 
-``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso`` and ``MLPClassifier``
-follow scikit-learn's parameter names and objectives, so they drop into ``Pipeline``,
+``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso``, ``MLPClassifier`` and
+the cross-validated ``ElasticNetCV`` and ``LassoCV`` follow scikit-learn's parameter names and
+objectives, so they drop into ``Pipeline``,
 ``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
 names become ``feature_names_in_``, checked at predict; text and categorical columns are one-hot encoded
 or hashed as :meth:`ShardedDataset.from_dataframe` encodes them, and predict applies the same
@@ -617,7 +618,8 @@ class ElasticNetCV(_LeastSquaresEstimator):
     started along the path, all on the shards cached once
     (:func:`dasklbfgs.cross_validated_path`); the alpha of the least mean squared error over
     the folds is refitted on every row. Fitted: ``alpha_``, ``alphas_``, ``mse_path_``
-    (``n_alphas x cv``), ``l1_ratio_``, ``coef_``, ``intercept_``, ``n_iter_``. One
+    (``n_alphas x cv``), ``l1_ratio_`` (not ``LassoCV``), ``coef_``, ``intercept_``, ``n_iter_``
+    (the refit's iterations). One
     ``l1_ratio`` in (0, 1]; Sandblaster L-BFGS (OWL-QN) fits every path, ``solver_options``
     are its options.
     """
@@ -663,18 +665,20 @@ class ElasticNetCV(_LeastSquaresEstimator):
             # the path varies l1 = alpha l1_ratio with l2 = alpha (1 - l1_ratio) kept in ratio
             model = LeastSquares(data.n_features, fit_intercept=self.fit_intercept, l1=share, l2=1.0 - share)
             plan = PathPlan.checked(model, penalties, self._options(model, data))
-            if not own:
-                plan = plan.with_alphas(_given_alphas(self.alphas) * share)
+            given = None if own else _given_alphas(self.alphas)
+            if given is not None:
+                plan = plan.with_alphas(given * share)
             found = cross_validate(plan, data, cv=5 if self.cv is None else self.cv, stratified=False, metric=None,
                                    client=self.client)
-        self.alphas_ = found.alphas / share
-        self.alpha_ = float(found.best_alpha / share)
-        self.l1_ratio_ = share
+        self.alphas_ = found.alphas / share if given is None else given  # the alphas given, exactly
+        self.alpha_ = float(self.alphas_[found.best_index])
+        if type(self) is not LassoCV:  # scikit-learn's LassoCV has none
+            self.l1_ratio_ = share
         self.mse_path_ = found.scores["mse"].T
         W, b = model.unpack(found.coef)
         self.coef_ = np.asarray(W, dtype=np.float64).copy()
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
-        self.n_iter_ = np.array([found.refit.nit], dtype=np.int32)
+        self.n_iter_ = int(found.refit.nit)  # type: ignore[assignment]  # an int, as scikit-learn's CV estimators
         return self
 
 

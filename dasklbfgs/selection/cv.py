@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+import uuid
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,10 +25,9 @@ import numpy as np
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.evaluation import chosen_metrics
-from dasklbfgs.scoring.names import HIGHER_IS_BETTER
 from dasklbfgs.selection.folds import Folds, kfold, stratified_kfold
 from dasklbfgs.selection.options import PathOptions
-from dasklbfgs.selection.path import PathPlan, RegularizationPath, cached_on
+from dasklbfgs.selection.path import PathPlan, RegularizationPath, best_of, cached_on
 from dasklbfgs.solvers.registry import minimize
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset
 from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
@@ -37,7 +38,10 @@ __all__ = ["CrossValidatedPath", "FoldDataset", "cross_validate", "cross_validat
 
 class FoldDataset(ShardedDataset):
     """``base`` seen through one fold's mask: its training rows (``train``) or its held-out
-    rows, the others weighing 0. Everything else is the base dataset's."""
+    rows, the others weighing 0: the weights that ``load_shards``, ``load_shard_weights`` and
+    ``load_weights`` return, and ``total_weight``. What describes the stored rows is the base
+    dataset's (``n_samples``, the schema, the label counts: an evaluation's ``n_samples``
+    counts every row of the shards)."""
 
     def __init__(self, base: ShardedDataset, folds: Folds, fold: int, train: bool, total_weight: float) -> None:
         self.__dict__.update(base.__dict__)
@@ -126,20 +130,29 @@ def _weight_of(shard: Any) -> float:
 
 def fold_views(shards: CachedDataset, folds: Folds, fold: int) -> tuple[CachedDataset, CachedDataset]:
     """The training and held-out views of fold ``fold`` over the cached ``shards``, each a
-    :class:`CachedDataset` of its own (close them, or the base, when done)."""
+    :class:`CachedDataset` of its own (close them when done; on an error here, whatever was
+    made is released)."""
     client, base = shards.client, shards.dataset
     cache = shards.shard_cache(client)
     holders = client.who_has(cache.shards)
-    views = []
-    for train in (True, False):
-        outline = FoldDataset(base, folds, fold, train, total_weight=0.0)
-        token = f"fold-{fold}-{'train' if train else 'test'}-{cache.token}"
-        masked = [client.submit(_masked_shard, shard, outline, i, key=f"sandblaster-shard-{token}-{i}",
-                                workers=list(holders.get(shard.key, ())) or None, allow_other_workers=True,
-                                pure=False) for i, shard in enumerate(cache.shards)]
-        total = sum(client.gather([client.submit(_weight_of, s, pure=False) for s in masked]))
-        view = FoldDataset(base, folds, fold, train, total_weight=total)
-        views.append(CachedDataset.of_shards(view, client, ShardCache.of_futures(client, masked, token)))
+    views: list[CachedDataset] = []
+    masked: list[Any] = []
+    try:
+        for train in (True, False):
+            outline = FoldDataset(base, folds, fold, train, total_weight=0.0)
+            token = f"fold-{fold}-{'train' if train else 'test'}-{uuid.uuid4().hex[:8]}"  # keys never reused
+            masked = [client.submit(_masked_shard, shard, outline, i, key=f"sandblaster-shard-{token}-{i}",
+                                    workers=list(holders.get(shard.key, ())) or None, allow_other_workers=True,
+                                    pure=False) for i, shard in enumerate(cache.shards)]
+            total = sum(client.gather([client.submit(_weight_of, s, pure=False) for s in masked]))
+            view = FoldDataset(base, folds, fold, train, total_weight=total)
+            views.append(CachedDataset.of_shards(view, client, ShardCache.of_futures(client, masked, token)))
+            masked = []
+    except BaseException:
+        client.cancel(masked)
+        for made in views:
+            made.close()
+        raise
     return views[0], views[1]
 
 
@@ -197,9 +210,13 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
     if metric is not None:
         chosen_metrics(model.task, [metric])  # refused before any caching
     stratify = model.task == "classification" if stratified is None else bool(stratified)
+    if stratify and model.task != "classification":
+        raise ConfigurationError(f"stratified folds deal each class's rows to the folds; {model!r} is not a "
+                                 "classifier (stratified=False)")
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         shards = cached_on(data, client, stack)
+        model.check_data(shards.dataset)  # labels a stratification can count, before any fold
         folds = plan_folds(shards, cv, stratify)
         alpha_max = None
         fixed = plan
@@ -219,11 +236,10 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
         if "rmse" in by_fold:  # a regression's folds averaged as mean squared errors (LassoCV's mse_path_)
             by_fold["mse"] = by_fold["rmse"] ** 2
             name = "mse" if name == "rmse" else name
-        mean = {key: np.nanmean(values, axis=0) for key, values in by_fold.items()}
-        if name not in mean:
-            raise ConfigurationError(f"the folds' held-out scores have no {name!r}; they have "
-                                     f"{', '.join(sorted(mean))}")
-        best = int(np.nanargmax(mean[name]) if name in HIGHER_IS_BETTER else np.nanargmin(mean[name]))
+        with warnings.catch_warnings():  # a penalty undefined on every fold stays NaN: best_of says so
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean = {key: np.nanmean(values, axis=0) for key, values in by_fold.items()}
+        best = best_of({key: list(values) for key, values in mean.items()}, name, "the folds' mean held-out")
         first = paths[0]
         chosen = fixed.model_for(float(first.alphas[best]))
         start = np.mean([p.coefs[best] for p in paths], axis=0)

@@ -45,12 +45,6 @@ class Folds:
             folds[at] = np.searchsorted(self.bounds[c], ranks, side="right") - 1
         return folds
 
-    def sizes(self, shard_counts: np.ndarray | None = None) -> np.ndarray:
-        """Rows held out in each fold."""
-        if self.kind == "kfold":
-            return np.diff(self.bounds)
-        return np.diff(self.bounds, axis=1).sum(axis=0)
-
 
 def _check_splits(n_splits: int, n: int) -> None:
     if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:

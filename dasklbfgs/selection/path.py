@@ -31,7 +31,7 @@ from dasklbfgs.selection.options import PathOptions
 from dasklbfgs.solvers.registry import get_solver, minimize, resolve_options
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset, cached
 
-__all__ = ["PathOptions", "PathPlan", "RegularizationPath", "regularization_path", "with_penalty"]
+__all__ = ["PathOptions", "PathPlan", "RegularizationPath", "best_of", "regularization_path", "with_penalty"]
 
 #: glmnet's convention for a ridge path's largest penalty: the lasso's, as if the l1 share were 1e-3
 RIDGE_SHARE = 1e-3
@@ -100,15 +100,21 @@ class RegularizationPath:
         are passed over."""
         if not self.scores:
             raise ConfigurationError("the path has no held-out scores to choose by: give it eval_data")
-        name = metric or self.selected_by
-        if name is None or name not in self.scores[0] or not np.isscalar(self.scores[0][name]):
-            numbers = sorted(k for k, v in self.scores[0].items() if np.isscalar(v) and k != "n_samples")
-            raise ConfigurationError(f"the path's held-out scores have no {name or 'loss'!r} to choose by; they "
-                                     f"have {', '.join(numbers)}")
-        values = np.array([float(s[name]) for s in self.scores])
-        if np.all(np.isnan(values)):
-            raise ConfigurationError(f"the held-out {name} is undefined (NaN) for every fit of the path")
-        return int(np.nanargmax(values) if name in HIGHER_IS_BETTER else np.nanargmin(values))
+        by_name = {key: [s[key] for s in self.scores] for key in self.scores[0]}
+        return best_of(by_name, metric or self.selected_by, "the path's held-out")
+
+
+def best_of(scores: dict[str, list[Any]], name: str | None, whose: str) -> int:
+    """The index of the best of ``scores[name]`` (higher is better for scores such as accuracy,
+    lower for losses and errors; NaN passed over; the first of equals)."""
+    numbers = sorted(k for k, v in scores.items() if v and np.isscalar(v[0]) and k != "n_samples")
+    if name is None or name not in numbers:
+        raise ConfigurationError(f"{whose} scores have no {name or 'loss'!r} to choose by; they have "
+                                 f"{', '.join(numbers)}")
+    values = np.array([float(v) for v in scores[name]])
+    if np.all(np.isnan(values)):
+        raise ConfigurationError(f"{whose} {name} is undefined (NaN) at every penalty")
+    return int(np.nanargmax(values) if name in HIGHER_IS_BETTER else np.nanargmin(values))
 
 
 def with_penalty(model: LinearModel, *, l1: float, l2: float) -> LinearModel:
@@ -225,9 +231,10 @@ class PathPlan:
                 fits.append((penalties, fitted))
                 if held_out is not None:
                     scores.append(evaluate(at, fitted.x, held_out, metrics=names))
-                # the next fit starts where this one ended, its first step scaled by this one's curvature
+                # the next fit starts where this one ended, its first step scaled by the last known curvature
                 start, scale = fitted.x, fitted.stats.get("inverse_hessian_scale")
-                options = self.solver_options if scale is None else self.solver_options.replace(initial_scale=scale)
+                if scale is not None:
+                    options = self.solver_options.replace(initial_scale=scale)
         path = _collected(model, self.varied, alphas, fits, alpha_max, time.perf_counter() - started)
         path.scores = scores if held_out is not None else None
         return path

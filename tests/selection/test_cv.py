@@ -58,25 +58,28 @@ def test_folds_are_scikit_learns_shard_by_shard() -> None:
         stratified_kfold(np.array([[3, 2]]), np.array([0, 1]), 5)
 
 
-def test_a_cross_validated_lasso_is_lasso_cvs(client, tmp_path) -> None:
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_a_cross_validated_lasso_is_lasso_cvs(client, tmp_path, weighted) -> None:
     rng = np.random.default_rng(1)
     n, d = 1000, 6
     X = rng.normal(size=(n, d))
     y = X @ np.array([1.5, -1.0, 0.5, 0, 0, 0]) + 0.2 + rng.normal(size=n)
-    data = ShardedDataset.create(tmp_path / "r", X, y, shard_rows=300)
+    w = rng.uniform(0.2, 3.0, size=n) if weighted else None
+    data = ShardedDataset.create(tmp_path / "r", X, y, sample_weight=w, shard_rows=300)
     keys_before, actors_before = client.run_on_scheduler(_keys), client.run(_actors)
     with get_task_stream(client) as stream:
         found = cross_validated_path(LeastSquares(d, l1=1.0), data, cv=4, n_alphas=6, eps=1e-2, client=client,
                                      **TIGHT)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        reference = LassoCV(alphas=found.alphas, cv=KFold(4), tol=1e-14, max_iter=100_000).fit(X, y)
+        reference = LassoCV(alphas=found.alphas, cv=KFold(4), tol=1e-14, max_iter=100_000).fit(X, y, w)
     assert found.selected_by == "mse" and found.best_alpha == reference.alpha_
     np.testing.assert_allclose(found.mean_scores["mse"], reference.mse_path_.mean(axis=1), rtol=1e-6)
     np.testing.assert_allclose(found.coef[:d], reference.coef_, atol=1e-7)
     assert found.coef[d] == pytest.approx(reference.intercept_, abs=1e-7)
     assert found.scores["mse"].shape == (4, 6) and len(found.folds) == 4
-    loads = sum(task["key"].startswith("sandblaster-shard-cached-") for task in stream.data)
+    loads = sum(task["key"].startswith("sandblaster-shard-cached-") and "-copy-" not in task["key"]
+                for task in stream.data)  # (a backup's or a move's copy is taken from a worker, not read)
     assert loads == data.n_shards  # every fold, and the refit, on the rows read once
     assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)  # the views released too
 
@@ -97,5 +100,8 @@ def test_a_cross_validated_logistic_chooses_logistic_regression_cvs_c(client, tm
     # scikit-learn's C scales the summed loss of a fold's training rows: about 2n/3 of them here
     assert found.best_index == int(np.argmax(reference.scores_[1].mean(axis=0)))
     np.testing.assert_allclose(found.mean_scores["log_loss"], -reference.scores_[1].mean(axis=0), rtol=5e-3)
+    with pytest.raises(ConfigurationError, match=r"stratified folds deal each class's rows to the folds; "
+                                                  r"LeastSquares\(.*\) is not a classifier"):
+        cross_validated_path(LeastSquares(d, l1=1.0), data, cv=3, stratified=True, client=client)
     with pytest.raises(ConfigurationError, match=r"metrics \['r2'\] are not metrics of a classification model"):
         cross_validated_path(Logistic(d), data, cv=3, l2=l2[:1], metric="r2", client=client)

@@ -23,7 +23,9 @@ def data(tmp_path_factory):
 
 
 def _shard_loads(stream) -> int:
-    return sum(task["key"].startswith(("sandblaster-shard-", "sandblaster-load-")) for task in stream.data)
+    """Shards read from the store (a backup's or a move's copy is taken from a worker)."""
+    return sum(task["key"].startswith(("sandblaster-shard-", "sandblaster-load-")) and "-copy-" not in task["key"]
+               for task in stream.data)
 
 
 def test_fits_on_a_cached_dataset_read_its_shards_once_and_keep_their_bits(client, data) -> None:
@@ -36,6 +38,7 @@ def test_fits_on_a_cached_dataset_read_its_shards_once_and_keep_their_bits(clien
     assert _shard_loads(stream) == data.n_shards  # loaded once, for both fits and the evaluation
     assert fits[0].nit == own.nit and np.array_equal(fits[0].x, own.x)  # the same bits as loading them itself
     assert fits[1].nit != fits[0].nit
+    assert fits[0].stats["inverse_hessian_scale"] > 0  # the curvature a warm-started run next to it starts with
     on_store = dasklbfgs.evaluate(Logistic(6), fits[0].x, data, client=client,
                                   metrics=["log_loss", "roc_auc", "accuracy"])
     assert held_out["log_loss"] == pytest.approx(on_store["log_loss"], rel=1e-12)
