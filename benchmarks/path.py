@@ -1,7 +1,7 @@
 """An L1 regularization path: dasklbfgs against one fit, glum and scikit-learn, in one run.
 
     python -m benchmarks.path                                  # logistic 1,000,000 x 100, 50 penalties
-    python -m benchmarks.path --recipe ctr --rows 200000 --features 4194304   # wide and sparse
+    python -m benchmarks.path --recipe ctr --rows 200000 --features 4194304 --n-alphas 20 --eps 0.01
     python -m benchmarks.path --rows 100000 --sklearn-rows 20000   # a quick look
 
 Data: the ``logistic`` recipe (dense, 10% held out), or with ``--recipe ctr`` the ``ctr``

@@ -40,8 +40,10 @@ class Status(IntEnum):
     their epochs or ``max_steps`` and the objective fell below its value at the start,
     ``NO_PROGRESS`` when they ran them and it did not, ``DIVERGED`` when a loss grew past
     ``DIVERGENCE_FACTOR`` times the start and the run was stopped, ``NON_FINITE`` when a
-    replica's loss became NaN or infinite, or ``CALLBACK_STOP``. A run succeeded
-    (``result.success``, :attr:`succeeded`) when it ended ``CONVERGED`` or ``COMPLETED``.
+    replica's loss became NaN or infinite, or ``CALLBACK_STOP``. Any solver ends
+    ``EARLY_STOPPED`` when ``early_stopping`` stopped it on its held-out objective
+    (:mod:`dasklbfgs.solvers.early_stopping`). A run succeeded (``result.success``,
+    :attr:`succeeded`) when it ended ``CONVERGED``, ``COMPLETED`` or ``EARLY_STOPPED``.
     """
 
     CONVERGED = 0
@@ -51,12 +53,13 @@ class Status(IntEnum):
     DIVERGED = 4
     COMPLETED = 5
     NO_PROGRESS = 6
+    EARLY_STOPPED = 7
     CALLBACK_STOP = 99
 
     @property
     def succeeded(self) -> bool:
         """Whether a run that ended with this status succeeded (``result.success``)."""
-        return self in (Status.CONVERGED, Status.COMPLETED)
+        return self in (Status.CONVERGED, Status.COMPLETED, Status.EARLY_STOPPED)
 
 
 MSG_GTOL = "CONVERGENCE: NORM OF PROJECTED GRADIENT <= GTOL"

@@ -46,7 +46,8 @@ NOT_FOR_A_PATH = {"x0": "each fit starts from the last (the first from the inter
                   "online_passes": "online passes would move each fit away from the last fit's point",
                   "checkpoint_path": "one checkpoint cannot hold the fits of different penalties",
                   "resume": "one checkpoint cannot hold the fits of different penalties",
-                  "eval_every": "the path scores eval_data after each fit itself"}
+                  "eval_every": "the path scores eval_data after each fit itself",
+                  "early_stopping": "the path scores eval_data after each fit itself"}
 
 
 @dataclass

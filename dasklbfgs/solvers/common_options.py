@@ -36,6 +36,14 @@ class HeldOutOptions(Options):
         None, "score the held-out data (eval_data, --test) every N iterations (Sandblaster) or global steps "
         "(the replica methods) and at the end", "int", minimum=1, nullable=True,
         none_means="only at the end")
+    early_stopping: bool = option(
+        False, "stop once the held-out objective (eval_data, scored every eval_every) has not improved by more "
+        "than min_improvement for n_iter_no_change scorings in a row; the result then holds the parameters of "
+        "its best scoring (status EARLY_STOPPED)", "bool")
+    n_iter_no_change: int = option(5, "early_stopping's patience: held-out scorings without an improvement",
+                                   "int", minimum=1)
+    min_improvement: float = option(0.0, "early_stopping: the least decrease of the held-out objective that "
+                                    "counts as an improvement", "float", minimum=0)
 
 
 def without_held_out(options: Options, eval_data: DatasetLike | None) -> Options:

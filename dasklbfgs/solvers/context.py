@@ -30,9 +30,10 @@ from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, MetricsWarning
 from dasklbfgs.models.base import Model
 from dasklbfgs.monitor.events import MetricsStream, start_facts
-from dasklbfgs.optim.lbfgs import MSG_CALLBACK
+from dasklbfgs.optim.lbfgs import MSG_CALLBACK, Status
 from dasklbfgs.options import Options
 from dasklbfgs.scoring import held_out_metrics
+from dasklbfgs.solvers.early_stopping import EarlyStopping
 
 if TYPE_CHECKING:
     from dasklbfgs.solvers.registry import Solver
@@ -118,6 +119,10 @@ class RunContext:
         self.score_curves: dict[str, dict[str, Any]] = {}  # by split, what the score figures draw
         self.stop_rules: list[StopRule] = []
         self.stopped: str | None = None  # the first reason a callback or stop rule gave
+        # early_stopping: the best held-out objective and its parameters (None: not asked for)
+        self.early: EarlyStopping | None = None
+        if getattr(options, "early_stopping", False):
+            self.early = EarlyStopping(options.n_iter_no_change, options.min_improvement)  # type: ignore[attr-defined]
         self.client: Client | None = None
         self.metrics: MetricsStream | None = None
         self.started = time.perf_counter()
@@ -147,6 +152,13 @@ class RunContext:
         if eval_set is not None:
             model.check_data(eval_set)
         checked_x0 = None if x0 is None else model.check_params(x0, "x0")
+        if getattr(options, "early_stopping", False):
+            if eval_set is None:
+                raise ConfigurationError("early_stopping stops on the held-out objective: give eval_data (--test)",
+                                         parameters=("early_stopping",))
+            if getattr(options, "eval_every", None) is None:
+                raise ConfigurationError("early_stopping needs eval_every, how often to score the held-out data",
+                                         parameters=("eval_every",))
         if score is not None and not isinstance(score, (bool, np.bool_)):
             raise ConfigurationError(f"score must be True or False, got {score!r}")
         return cls(solver, model, dataset, options, x0=checked_x0, callback=callback, eval_set=eval_set,
@@ -283,8 +295,25 @@ class RunContext:
                 return self.stopped
             finally:
                 intermediate.settle()
+        if self.early is not None and (reason := self.early.update(entry, params)) is not None:
+            self.stopped = reason
+            return reason
         for rule in self.stop_rules:
             if (reason := rule(entry)) is not None:
                 self.stopped = reason
                 return reason
         return None
+
+    def settle_early_stopping(self, result: OptimizeResult) -> None:
+        """A run ``early_stopping`` stopped returns the parameters of its best held-out scoring
+        (its ``fun``, ``jac`` and ``history`` stay the last iterate's), with status
+        ``EARLY_STOPPED``; every run that asked for it records ``result.early_stopping``."""
+        if self.early is None:
+            return
+        result.early_stopping = self.early.summary()
+        if self.early.reason is None or self.early.best_params is None:
+            return
+        result.x = self.early.best_params
+        result.status, result.success, result.message = Status.EARLY_STOPPED, True, self.early.reason
+        if self.scoring:  # what the solver scored was the last iterate
+            result.scores = self.final_scores(result.x)

@@ -198,6 +198,7 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     planned = chosen.plan(context)  # bad input fails here, before a cluster starts
     with context.connected(client):
         result = planned.run()
+        context.settle_early_stopping(result)
         if context.scoring and "scores" not in result:  # the solver scored none where its shards were
             result.scores = context.final_scores(result.x)
         if context.scoring:

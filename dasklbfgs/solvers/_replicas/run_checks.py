@@ -30,6 +30,9 @@ def checked_rows(context: RunContext) -> list[tuple[int, int]]:
         )
     if options.eval_every is not None and context.eval_set is None:
         raise ConfigurationError("eval_every needs eval_data")
+    if getattr(options, "early_stopping", False) and getattr(options, "defer_eval", False):
+        raise ConfigurationError("early_stopping stops on scorings made during the run; defer_eval scores them "
+                                 "after it: set one of them")
     return rows
 
 

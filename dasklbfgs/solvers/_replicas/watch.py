@@ -109,17 +109,21 @@ def watch(run: WatchedRun, start_steps: int) -> tuple[list[dict[str, Any]], Stat
             entry["loss"] = loss_sum / loss_count
         # due on the cadence, and on the last poll too (the final parameters are scored besides)
         scored = context.evaluation_due(steps) or (progress.finished and options.eval_every is not None)
+        # what the callback's x and early stopping read: the parameters scored, which move on after this poll
+        read_params = run.current_params
         if scored and options.defer_eval:
             deferred.append((entry, run.current_params()))
         elif scored:
-            entry.update(context.score(run.current_params()))
+            scored_at = run.current_params()
+            entry.update(context.score(scored_at))
+            read_params = _fixed(scored_at)
         context.checkpoint_if_due(steps, run.checkpoint)
         if status != Status.DIVERGED and (message_diverged := divergence.seen(entry, run.start_loss)):
             status, message = Status.DIVERGED, message_diverged
             run.stop(message)
         if loss_count or scored:
             history.append(entry)
-            if (reason := context.report(entry, run.current_params, **progress.event)) is not None:
+            if (reason := context.report(entry, read_params, **progress.event)) is not None:
                 status, message = Status.CALLBACK_STOP, reason
                 run.stop(message)
         reason = progress.stop_reason
@@ -384,3 +388,8 @@ class Coordinator:
             success=status.succeeded, message=message, history=history, stats=stats,
             run_id=self.metrics.run, solver=self.method, **extra,
         )
+
+
+def _fixed(params: np.ndarray) -> Callable[[], np.ndarray]:
+    """A reader of parameters already fetched."""
+    return lambda: params
