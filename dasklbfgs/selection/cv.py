@@ -25,7 +25,7 @@ import numpy as np
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.evaluation import chosen_metrics
-from dasklbfgs.selection.folds import Folds, kfold, stratified_kfold
+from dasklbfgs.selection.folds import Folds, check_n_splits, kfold, stratified_kfold
 from dasklbfgs.selection.options import PathOptions
 from dasklbfgs.selection.path import PathPlan, RegularizationPath, best_of, cached_on
 from dasklbfgs.solvers.registry import minimize
@@ -191,11 +191,11 @@ def cross_validated_path(model: Any, data: Any, *, cv: int = 5, stratified: bool
     each of ``cv`` folds' training rows and scored on its held-out rows, all on one set of
     cached shards; the penalty with the best mean held-out ``metric`` over the folds (default:
     log-loss for a classifier, the mean squared error for a regression, as ``LassoCV``) is then
-    fitted on every row, warm started from the
-    folds' mean solution there. ``stratified`` (default: for classifiers) gives scikit-learn's
-    ``StratifiedKFold(cv)``, else ``KFold(cv)``, on the rows in their stored order. The
-    sequence of penalties, when not given, is computed once on all the rows (as scikit-learn's
-    ``LassoCV``), so every fold fits the same ones.
+    fitted on every row, warm started from the folds' mean solution there. ``stratified``
+    (default: for classifiers) gives scikit-learn's ``StratifiedKFold(cv)``, else
+    ``KFold(cv)``, on the rows in their stored order. The sequence of penalties, when not
+    given, is computed once on all the rows (as scikit-learn's ``LassoCV``), so every fold fits
+    the same ones.
     """
     plan = PathPlan.checked(model, PathOptions.from_mapping({"l1_values": l1, "l2_values": l2,
                                                               "n_alphas": n_alphas, "eps": eps}), options)
@@ -207,8 +207,9 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
     """:func:`cross_validated_path` of a checked plan (its own sequence, or given penalties
     with an elastic net's ratio kept: the scikit-learn estimators' ``alphas``)."""
     model = plan.model
+    check_n_splits(cv)  # these refused before any caching
     if metric is not None:
-        chosen_metrics(model.task, [metric])  # refused before any caching
+        chosen_metrics(model.task, [metric])
     stratify = model.task == "classification" if stratified is None else bool(stratified)
     if stratify and model.task != "classification":
         raise ConfigurationError(f"stratified folds deal each class's rows to the folds; {model!r} is not a "

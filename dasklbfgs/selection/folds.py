@@ -13,12 +13,13 @@ from the class counts of the shards before it. Pure numpy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
 
-__all__ = ["Folds", "kfold", "stratified_kfold"]
+__all__ = ["Folds", "check_n_splits", "kfold", "stratified_kfold"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +47,14 @@ class Folds:
         return folds
 
 
-def _check_splits(n_splits: int, n: int) -> None:
+def check_n_splits(n_splits: Any) -> None:
+    """``n_splits`` is a number of folds: an integer >= 2."""
     if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
         raise ConfigurationError(f"cv must be an integer number of folds >= 2, got {n_splits!r}")
+
+
+def _check_splits(n_splits: int, n: int) -> None:
+    check_n_splits(n_splits)
     if n_splits > n:
         raise ConfigurationError(f"cv={n_splits} folds need at least {n_splits} rows; the dataset has {n}")
 

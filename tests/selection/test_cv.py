@@ -100,6 +100,8 @@ def test_a_cross_validated_logistic_chooses_logistic_regression_cvs_c(client, tm
     # scikit-learn's C scales the summed loss of a fold's training rows: about 2n/3 of them here
     assert found.best_index == int(np.argmax(reference.scores_[1].mean(axis=0)))
     np.testing.assert_allclose(found.mean_scores["log_loss"], -reference.scores_[1].mean(axis=0), rtol=5e-3)
+    with pytest.raises(ConfigurationError, match=r"cv must be an integer number of folds >= 2, got 1"):
+        cross_validated_path(Logistic(d), data, cv=1, l2=l2, client=client)
     with pytest.raises(ConfigurationError, match=r"stratified folds deal each class's rows to the folds; "
                                                   r"LeastSquares\(.*\) is not a classifier"):
         cross_validated_path(LeastSquares(d, l1=1.0), data, cv=3, stratified=True, client=client)
