@@ -45,7 +45,8 @@ def add_parser(sub: Any) -> None:
     path.add_argument("--cv", type=int, metavar="K",
                       help="choose the penalty by K-fold cross-validation on --data instead (scikit-learn's "
                            "StratifiedKFold for classifiers, else KFold, rows in order): the path on each fold, the "
-                           "best mean held-out loss refitted on every row (--test, if given, then scores the refit)")
+                           "best mean held-out loss refitted on every row (--test, if given, then scores the refit) "
+                           "(default: none: chosen on --test, else the last fit)")
     add_storage_arguments(path)
     path.add_argument("--model", choices=LINEAR, default=None,
                       help="the model (default: what the dataset's recorded task implies)")
