@@ -84,12 +84,9 @@ def _reduce_seconds(evaluator: Any, x: np.ndarray, repeats: int) -> tuple[float,
 
 def _sent_bytes(evaluator: Any, x: np.ndarray) -> int:
     """Parameter bytes one evaluation by direct calls sends (each worker's, added)."""
-    holders = evaluator._holders()
-    sent = 0
-    for shard, where in enumerate(holders):
-        positions = evaluator.positions[shard]
-        sent += (x.nbytes if positions is None else positions.size * x.itemsize) * len(where)
-    return sent
+    from dasklbfgs.solvers.sandblaster.portion_service import parameters_to_send
+
+    return parameters_to_send(x, evaluator.direct_plan(), evaluator.portion_positions())[1]
 
 
 def measure(client: Any, model: Any, train: Any, way: str, repeats: int) -> dict[str, Any]:

@@ -232,8 +232,9 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
         name = metric or paths[0].selected_by
         if name is None:
             raise ConfigurationError(f"no held-out loss to choose by for {model!r}: give metric=")
+        first_scores = (paths[0].scores or [{}])[0]
         by_fold = {key: np.array([[float(s[key]) for s in p.scores or []] for p in paths])
-                   for key in (paths[0].scores or [{}])[0] if np.isscalar((paths[0].scores or [{}])[0][key])}
+                   for key, value in first_scores.items() if np.isscalar(value)}
         if "rmse" in by_fold:  # a regression's folds averaged as mean squared errors (LassoCV's mse_path_)
             by_fold["mse"] = by_fold["rmse"] ** 2
             name = "mse" if name == "rmse" else name

@@ -62,12 +62,19 @@ from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import SparseSum, add_sums_dense, as_dense, reduce_in_groups
+from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.placement import Speeds
-from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls, Plan, Sent, call_workers, start_service
+from dasklbfgs.solvers.sandblaster.portion_service import (
+    DirectCalls,
+    Plan,
+    as_sums,
+    call_workers,
+    parameters_to_send,
+    start_service,
+)
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
@@ -261,40 +268,36 @@ class MegaBatchEvaluator:
         when the parameters to send would exceed ``DIRECT_UPLOAD_BYTES``. A worker is sent,
         for each of its shards with :attr:`positions`, only the parameters there, and the
         whole ``x`` only if one of its shards reads every parameter."""
-        holders = self._holders()
-        plan: Plan = {}
-        sent: dict[str, Sent] = {}
-        local_params: dict[int, np.ndarray] = {}  # per shard: x at its positions, gathered once
-        for p, worker in zip(self.portions, self.speeds.pin(holders, self.portions)):
-            if worker is None:
-                continue
-            shard_key, local = str(holders[p.shard][worker].key), p.local
-            plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
-            compact = sent.setdefault(worker, (None, {}))[1]
-            positions = self.positions[p.shard]
-            if positions is None:
-                sent[worker] = (x, compact)
-            elif shard_key not in compact:
-                if p.shard not in local_params:
-                    local_params[p.shard] = x[positions]
-                compact[shard_key] = local_params[p.shard]
-        upload = sum((0 if whole is None else whole.nbytes) + sum(v.nbytes for v in compact.values())
-                     for whole, compact in sent.values())
+        plan = self.direct_plan()
+        positions = self.portion_positions()
+        sent, upload = parameters_to_send(x, plan, positions)
         if upload > DIRECT_UPLOAD_BYTES:
             return DirectCalls()
         self._next_key += 1
         calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, sent, plan, started,
                              self.stragglers)
-        for index, (loss, values) in calls.sums.items():
-            positions = self.positions[self.portions[index].shard]
-            if positions is not None:  # the gradient's values at the shard's positions
-                calls.sums[index] = (loss, SparseSum(x.size, positions, values))
+        as_sums(calls.sums, positions, x.size)
         for worker, at in calls.finished.items():
             self.speeds.measured(worker, calls.rows[worker], at - started)
         spent = self.stats.direct_compute_seconds
         for worker, seconds in calls.compute_seconds.items():
             spent[worker] = spent.get(worker, 0.0) + seconds
         return calls
+
+    def direct_plan(self) -> Plan:
+        """Each worker's portions for direct calls, pinned as the tasks would be (none for a
+        shard being reloaded)."""
+        holders = self._holders()
+        plan: Plan = {}
+        for p, worker in zip(self.portions, self.speeds.pin(holders, self.portions)):
+            if worker is not None:
+                shard_key, local = str(holders[p.shard][worker].key), p.local
+                plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
+        return plan
+
+    def portion_positions(self) -> list[np.ndarray | None]:
+        """Per portion, the parameters it reads (its shard's :attr:`positions`)."""
+        return [self.positions[p.shard] for p in self.portions]
 
     def portion_sums(self, x_future: Future) -> list[Future]:
         """Futures of every portion's ``(loss, sums)`` at the parameters held by

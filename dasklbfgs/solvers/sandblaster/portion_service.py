@@ -31,6 +31,7 @@ from distributed import Client, WorkerPlugin
 from distributed.protocol import to_serialize
 
 from dasklbfgs._recent import RecentIds
+from dasklbfgs.models.sums import SparseSum
 from dasklbfgs.solvers.sandblaster.stragglers import Progress, StragglerPolicy
 from dasklbfgs.solvers.sandblaster.tasks import portion_compact_loss_grad, portion_loss_grad
 
@@ -39,7 +40,8 @@ from dasklbfgs.solvers.sandblaster.tasks import portion_compact_loss_grad, porti
 #: distributed without it, where get_worker() then answers only in tasks).
 _worker_cvar: ContextVar[Any] | None = getattr(distributed.worker, "_worker_cvar", None)
 
-__all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "Plan", "Sent", "call_workers"]
+__all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "Plan", "Sent", "as_sums", "call_workers",
+           "parameters_to_send"]
 
 PROTOCOL = 2  # in the names below: a cluster kept running across an upgrade gets the new service beside the old
 HANDLER = f"dasklbfgs_portion_sums_v{PROTOCOL}"
@@ -140,6 +142,39 @@ Plan = dict[str, list[tuple[int, str, int, int]]]
 #: What a direct call sends a worker: the whole parameters (None: none of its portions need
 #: them) and, per shard key, the parameters that shard's portions read.
 Sent = tuple[np.ndarray | None, dict[str, np.ndarray]]
+
+
+def parameters_to_send(x: np.ndarray, plan: Plan, positions: list[np.ndarray | None]) -> tuple[dict[str, Sent], int]:
+    """What a direct call sends each worker of ``plan``, and the bytes in all: per shard key,
+    ``x`` at the positions its portions read (``positions``, per portion index; each shard's
+    gathered once), and the whole ``x`` only to a worker with a portion that reads every
+    parameter (None)."""
+    sent: dict[str, Sent] = {}
+    gathered: dict[str, np.ndarray] = {}  # shard key -> x at its positions
+    for worker, items in plan.items():
+        whole: np.ndarray | None = None
+        compact: dict[str, np.ndarray] = {}
+        for index, shard_key, _, _ in items:
+            at = positions[index]
+            if at is None:
+                whole = x
+            elif shard_key not in compact:
+                if shard_key not in gathered:
+                    gathered[shard_key] = x[at]
+                compact[shard_key] = gathered[shard_key]
+        sent[worker] = (whole, compact)
+    upload = sum((0 if whole is None else whole.nbytes) + sum(v.nbytes for v in compact.values())
+                 for whole, compact in sent.values())
+    return sent, upload
+
+
+def as_sums(answers: dict[int, Any], positions: list[np.ndarray | None], size: int) -> None:
+    """Turn, in place, the answers of portions sent compact parameters (the gradient's values
+    at their ``positions``) into the :class:`~dasklbfgs.models.sums.SparseSum` a task returns."""
+    for index, (loss, values) in answers.items():
+        at = positions[index]
+        if at is not None:
+            answers[index] = (loss, SparseSum(size, at, values))
 
 
 def call_workers(client: Client, call: str, model: Any, sent: dict[str, Sent], plan: Plan, started: float,
