@@ -30,8 +30,8 @@ from dasklbfgs.estimators import (
     LinearRegression,
     LogisticRegression,
     MLPClassifier,
-    _logistic_penalty,
 )
+from dasklbfgs.estimators.linear import _logistic_penalty
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
 
 # Lasso is ElasticNet with l1_ratio fixed at 1 (one method): its checks would repeat ElasticNet's.

@@ -1,0 +1,84 @@
+"""scikit-learn's ``MLPClassifier`` over Sandblaster L-BFGS and Downpour SGD."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.base import ClassifierMixin
+
+from dasklbfgs._post_fit import ScoredOnTheCluster, on_the_cluster
+from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
+from dasklbfgs.estimators.base import (
+    REPLICAS,
+    ShardedEstimator,
+    check_number,
+    store_parameters,
+)
+from dasklbfgs.models import MLP
+
+
+class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
+    """A multi-layer perceptron classifier (:class:`~dasklbfgs.models.MLP`) trained on Dask.
+
+    Names follow scikit-learn's ``MLPClassifier``: it minimises the mean cross-entropy plus
+    ``alpha / (2 n) sum ||W||^2``, with a softmax output for any number of classes (two
+    included). ``solver="sandblaster"`` runs full-batch L-BFGS over the data shards
+    (scikit-learn's ``solver="lbfgs"``, distributed); ``"downpour"`` runs asynchronous
+    Adagrad with ``learning_rate_init`` at the parameter shards, ``max_iter`` epochs.
+
+    Fitted attributes: ``coefs_``, ``intercepts_`` (lists per layer, as scikit-learn's),
+    ``classes_``, ``n_iter_``, ``loss_curve_``, ``n_layers_``, ``n_outputs_``.
+    """
+
+    def __init__(self, hidden_layer_sizes: tuple[int, ...] = (100,), *, activation: str = "relu",
+                 alpha: float = 1e-4, max_iter: int = 200, tol: float = 1e-4, solver: str = "sandblaster",
+                 learning_rate_init: float = 0.05, batch_size: int = REPLICAS.default("batch_size"),
+                 n_replicas: int = REPLICAS.default("n_replicas"), solver_options: dict[str, Any] | None = None,
+                 one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
+                 shard_rows: int | None = None, tmp_store: Any = None, random_state: int | None = None,
+                 client: Any = None) -> None:
+        store_parameters(self, locals())
+
+    def _learning_rate(self) -> float:
+        return self.learning_rate_init
+
+    def _model(self, n_features: int, n_classes: int, l2: float = 0.0) -> MLP:
+        return MLP(n_features, tuple(self.hidden_layer_sizes), n_classes, activation=self.activation, l2=l2)
+
+    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> MLPClassifier:
+        """Fit on ``X, y`` (or a ShardedDataset ``X``), each row weighted by ``sample_weight``."""
+        self._check_params()
+        check_number(self.alpha, "alpha")
+        self._model(1, 2)  # hidden_layer_sizes and activation, before any data is written
+        with self._fit_data(X, y, classifier=True, sample_weight=sample_weight) as (data, classes):
+            model = self._model(data.n_features, len(classes), self.alpha / self._penalty_scale(data))
+            seed = 0 if self.random_state is None else self.random_state
+            result = self._solve(model, data, x0=model.init_params(seed))
+        views = model.layout.views(np.asarray(result.x, dtype=np.float64).copy())
+        self.coefs_ = [views[f"W{l}"] for l in range(model.n_layers)]
+        self.intercepts_ = [views[f"b{l}"] for l in range(model.n_layers)]
+        self.classes_ = classes
+        self.n_layers_ = model.n_layers + 1
+        self.n_outputs_ = len(classes)
+        return self
+
+    def _params(self, X: Any) -> tuple[MLP, np.ndarray, np.ndarray]:
+        X = self._checked(X)
+        model = self._model(self.n_features_in_, len(self.classes_))
+        flat = np.concatenate([a.ravel() for pair in zip(self.coefs_, self.intercepts_) for a in pair])
+        return model, flat, X
+
+    @on_the_cluster
+    def predict_proba(self, X: Any) -> np.ndarray:
+        model, params, X = self._params(X)
+        return model.predict_proba(params, X)
+
+    @on_the_cluster
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        return np.log(self.predict_proba(X))
+
+    @on_the_cluster
+    def predict(self, X: Any) -> np.ndarray:
+        model, params, X = self._params(X)
+        return self.classes_[model.predict(params, X)]
