@@ -541,7 +541,76 @@ def test_cross_validated_estimators_choose_scikit_learns_alpha(client) -> None:
     assert lasso.alpha_ == ref.alpha_ and lasso.mse_path_.shape == (3, 4)
     np.testing.assert_allclose(lasso.coef_, ref.coef_, atol=1e-7)
     assert clone(LassoCV(alphas=[0.3, 0.01, 0.1], cv=4)).get_params()["alphas"] == [0.3, 0.01, 0.1]
-    with pytest.raises(ConfigurationError, match=r"l1_ratio must be a number in \(0, 1\] \(1: the lasso\), got 0"):
+    grid = ElasticNetCV(l1_ratio=[0.3, 0.9], alphas=4, cv=3, tol=1e-10, standardize=False, client=client).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = SkElasticNetCV(l1_ratio=[0.3, 0.9], alphas=4, cv=KFold(3), tol=1e-12, max_iter=100_000).fit(X, y)
+    assert grid.alphas_.shape == ref.alphas_.shape == (2, 4) and grid.mse_path_.shape == ref.mse_path_.shape
+    np.testing.assert_allclose(grid.alphas_, ref.alphas_, rtol=1e-9)
+    np.testing.assert_allclose(grid.mse_path_, ref.mse_path_, rtol=1e-6)
+    assert (grid.l1_ratio_, grid.alpha_) == (ref.l1_ratio_, pytest.approx(ref.alpha_, rel=1e-9))
+    np.testing.assert_allclose(grid.coef_, ref.coef_, atol=1e-7)
+    with pytest.raises(ConfigurationError, match=r"l1_ratio must be a number in \(0, 1\] \(1: the lasso\) or a "
+                                                 r"non-empty list of them, got 0"):
         ElasticNetCV(l1_ratio=0, client=client).fit(X, y)
+    with pytest.raises(ConfigurationError, match=r"non-empty list of them, got \[0.5, 1.5\]"):
+        ElasticNetCV(l1_ratio=[0.5, 1.5], client=client).fit(X, y)
     with pytest.raises(ConfigurationError, match=r"alphas must be a number of alphas .* got \[-1\]"):
         LassoCV(alphas=[-1], client=client).fit(X, y)
+
+
+def test_logistic_regression_cv_chooses_scikit_learns_C(client) -> None:
+    """LogisticRegressionCV on scikit-learn's folds (StratifiedKFold, rows in order): the same
+    held-out scores by fold and C, the same chosen C and l1 ratio, the same coefficients and
+    fold paths, in scikit-learn's new and legacy attribute shapes; refit=False averages each
+    fold's best as scikit-learn does."""
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegressionCV as SkLogisticRegressionCV
+    from sklearn.model_selection import StratifiedKFold
+
+    from dasklbfgs.estimators import LogisticRegressionCV
+
+    X, y = make_classification(600, 6, n_informative=4, n_redundant=0, flip_y=0.2, random_state=3)
+    common = {"Cs": 4, "l1_ratios": (0,), "scoring": "neg_log_loss", "use_legacy_attributes": False}
+    for refit in (True, False):
+        ours = LogisticRegressionCV(cv=3, refit=refit, tol=1e-8, max_iter=1000, standardize=False, shard_rows=100,
+                                    client=client, **common).fit(X, y)
+        ref = SkLogisticRegressionCV(cv=StratifiedKFold(3), refit=refit, tol=1e-10, **common).fit(X, y)
+        assert ours.scores_.shape == ref.scores_.shape == (3, 1, 4) and ours.C_ == ref.C_
+        np.testing.assert_allclose(ours.Cs_, ref.Cs_)
+        np.testing.assert_allclose(ours.scores_, ref.scores_, rtol=1e-6)
+        np.testing.assert_allclose(ours.coefs_paths_, ref.coefs_paths_, atol=1e-6)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+        np.testing.assert_allclose(ours.intercept_, ref.intercept_, atol=1e-6)
+        assert ours.n_iter_.shape == ref.n_iter_.shape and ours.l1_ratio_ == ref.l1_ratio_ == 0.0
+    # three classes, an elastic-net grid, the legacy attributes and scikit-learn's FutureWarnings
+    X, y = make_classification(450, 5, n_informative=4, n_redundant=0, n_classes=3, flip_y=0.2, random_state=4)
+    grid = {"Cs": [1.0, 0.1], "l1_ratios": (0.5, 1), "scoring": "neg_log_loss"}  # saga converges there
+    with pytest.warns(FutureWarning, match="use_legacy_attributes"):
+        ours = LogisticRegressionCV(cv=3, tol=1e-8, max_iter=1000, standardize=False, shard_rows=150,
+                                    client=client, **grid).fit(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = SkLogisticRegressionCV(cv=StratifiedKFold(3), solver="saga", tol=1e-10, max_iter=100_000,
+                                     **grid).fit(X, y)
+    assert list(ours.scores_) == list(ref.scores_) == [0, 1, 2]
+    np.testing.assert_allclose(ours.scores_[1], ref.scores_[1], rtol=1e-6)
+    for label in ref.coefs_paths_:
+        assert ours.coefs_paths_[label].shape == ref.coefs_paths_[label].shape == (3, 2, 2, 6)
+        np.testing.assert_allclose(ours.coefs_paths_[label], ref.coefs_paths_[label], atol=1e-5)
+    np.testing.assert_array_equal(ours.C_, ref.C_)
+    np.testing.assert_array_equal(ours.l1_ratio_, ref.l1_ratio_)
+    assert ours.n_iter_.shape == ref.n_iter_.shape == (1, 3, 2, 2)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-5)
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    assert clone(LogisticRegressionCV(Cs=[1.0, 0.1])).get_params()["Cs"] == [1.0, 0.1]
+    for bad, message in (({"Cs": [1.0, 0.0]}, r"Cs must be .* numbers > 0, got \[1.0, 0.0\]"),
+                         ({"l1_ratios": (0.5, 2)}, r"l1_ratios must be a list of numbers in \[0, 1\].* got \(0.5, 2\)"),
+                         ({"scoring": len}, r"scoring must be None or one of \['accuracy', .* got <built-in"),
+                         ({"refit": "yes"}, "refit must be True or False, got 'yes'"),
+                         ({"penalty": "elasticnet", "l1_ratios": None}, r"l1_ratios must be an array-like"),
+                         ({"use_legacy_attributes": 2}, "use_legacy_attributes must be True, False or 'warn', got 2")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            with pytest.raises(ConfigurationError, match=message):
+                LogisticRegressionCV(client=client, **{**grid, **bad}).fit(X, y)

@@ -36,6 +36,7 @@ SMALL = {  # shrink the synthetic recipes (bundled datasets are small already), 
                                         "model.n_hidden=4", "train.maxiter=1000"],
     "text-lm-downpour": ["data.vocab_size=200", "data.context=2", "model.hidden=16", "model.embed_dim=8",
                          "train.eval_every=200", "train.epochs=1"],
+    "logistic-l1-path": ["data.rows=6000", "data.features=10", "data.shard_rows=1500", "path.n_alphas=6"],
 }
 #: What a working run reaches on the small data: (held-out metric, bound, "min" or "max").
 EXPECT = {"patches-autoencoder-sandblaster": ("reconstruction_mse", 0.02, "max"),
@@ -54,16 +55,22 @@ def test_shipped_config_runs_and_reports(client, config, tmp_path, data_home) ->
     out = tmp_path / loaded["pipeline"]["name"]
     assert metrics["report"] == str(out)
     written = json.loads((out / "metrics.json").read_text())
-    assert written["pipeline"] == config.stem and written["run_id"].startswith(loaded["train"]["solver"])
+    assert written["pipeline"] == config.stem and written["run_id"].startswith(
+        "path" if loaded["path"] else loaded["train"]["solver"])
     assert set(written["durations"]) == set(DURATIONS)
     assert written["config"]["train"]["solver"] == loaded["train"]["solver"]
-    curves = json.loads((out / "curves.json").read_text())
-    assert curves["points"] and all("time" in p and "step" in p for p in curves["points"])
-    assert curves["heldout_metric"] is not None and any("heldout" in p for p in curves["points"])
-    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert written["files"] == sorted(p.name for p in out.iterdir())
+    if loaded["path"] is None:
+        curves = json.loads((out / "curves.json").read_text())
+        assert curves["points"] and all("time" in p and "step" in p for p in curves["points"])
+        assert curves["heldout_metric"] is not None and any("heldout" in p for p in curves["points"])
+        assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        _check_path_report(written, out, loaded["path"])
     drawn = "reliability" if "accuracy" in written["test"] else "residuals" if "r2" in written["test"] else None
-    assert set(curves["scores"]) == ({"train", "test"} if drawn else set())
-    assert all(drawn in found for found in curves["scores"].values())
+    if loaded["path"] is None:
+        assert set(curves["scores"]) == ({"train", "test"} if drawn else set())
+        assert all(drawn in found for found in curves["scores"].values())
     assert (out / "scores.png").exists() == (drawn is not None)
     assert (out / "model.npz").exists()
     if loaded["data"]["recipe"] is not None:  # built data stays out of the report, in the data home
@@ -73,6 +80,26 @@ def test_shipped_config_runs_and_reports(client, config, tmp_path, data_home) ->
     key, bound, kind = EXPECT.get(config.stem, default)
     value = metrics["test"][key]
     assert (value > bound) if kind == "min" else (value < bound), (key, value)
+
+
+def _check_path_report(written: dict, out: Path, section: dict) -> None:
+    """A path pipeline's report: every penalty's fit, the best held-out log-loss chosen, the
+    saved model the chosen fit (its parameters those of the path's row), the figure."""
+    from dasklbfgs.models.persist import load_params
+
+    path = written["path"]
+    fits = path["fits"]
+    assert len(fits) == section["n_alphas"] and path["penalty"] == "l1" and path["chosen_by"] == "log_loss"
+    losses = [fit["held_out"] for fit in fits]
+    assert path["chosen"] == losses.index(min(losses))
+    assert [fit["alpha"] for fit in fits] == sorted((fit["alpha"] for fit in fits), reverse=True)
+    assert fits[0]["n_nonzero"] == 0 < fits[-1]["n_nonzero"]  # from the penalty that zeroes every coefficient
+    assert written["test"]["log_loss"] == pytest.approx(min(losses), rel=1e-9)  # the chosen fit, scored again
+    model, params, _ = load_params(out / "model.npz")
+    with np.load(out / "model.npz") as saved:
+        np.testing.assert_array_equal(params, saved["path_coefs"][path["chosen"]])
+    assert model.l1 == pytest.approx(fits[path["chosen"]]["alpha"])
+    assert (out / "path.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_reports_are_never_silently_replaced(client, tmp_path, caplog) -> None:
@@ -140,6 +167,12 @@ BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name":
         ({"data": {"train": "x", "path": "y"}}, r"data.path is where a recipe's datasets are written; it needs"),
         ({"storage_options": ["key=k"]},
          r"storage_options must be a mapping of the filesystem's option names to values .*got list \['key=k'\]"),
+        ({"path": {"n_alphas": 0}}, r"path: path option n_alphas must be an integer >= 1, got 0"),
+        ({"path": {"cv": 1}}, r"path.cv must be an integer number of folds >= 2, got 1"),
+        ({"path": {}, "train": {"solver": "downpour"}}, r"a path fits every penalty with Sandblaster L-BFGS; "
+                                                        r"train.solver is 'downpour'"),
+        ({"path": {}, "train": {"checkpoint_path": "c"}},
+         r"train: checkpoint_path is not an option of a regularization path: one checkpoint cannot hold"),
         ({"storage_options": {"client_kwargs": {1: "x"}}},
          r"storage_options.client_kwargs has the key 1 \(int\); option names are strings"),
     ],

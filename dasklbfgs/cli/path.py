@@ -63,17 +63,14 @@ def add_parser(sub: Any) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from dasklbfgs.data import ShardedDataset
     from dasklbfgs.models import model_for_dataset
     from dasklbfgs.models.linear import LinearModel
     from dasklbfgs.models.persist import save_params
     from dasklbfgs.models.registry import ModelOptions, default_model
-    from dasklbfgs.scoring import evaluate
-    from dasklbfgs.selection.cv import cross_validate
+    from dasklbfgs.selection.chosen import choose_penalty
     from dasklbfgs.selection.options import PathOptions
-    from dasklbfgs.selection.path import PathPlan, with_penalty
+    from dasklbfgs.selection.path import PathPlan
     from dasklbfgs.solvers.sandblaster import SandblasterOptions
 
     check_cluster_arguments(args)
@@ -96,62 +93,13 @@ def command(args: argparse.Namespace) -> int:
     with Interrupt(), cluster_from_args(args) as client:
         for dataset in (data, test) if test is not None else (data,):
             dataset.check_workers_can_read(client)
-        if args.cv is None:
-            path = plan.run(data, eval_data=test, client=client)
-            chosen = path.best() if path.scores else len(path) - 1
-            report = _report(path, chosen, model, data.url, test)
-            arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in
-                      ("alphas", "l1", "l2", "coefs", "objective", "nit", "n_nonzero", "optimality")}
-            l1, l2, params = float(path.l1[chosen]), float(path.l2[chosen]), path.coefs[chosen]
-            success = bool(np.all(path.success))
-        else:
-            found = cross_validate(plan, data, cv=args.cv, stratified=None, metric=None, client=client)
-            report = _cv_report(found, model, data.url)
-            arrays = {"path_alphas": found.alphas, "path_l1": found.l1, "path_l2": found.l2,
-                      **{f"path_cv_{name}": values for name, values in found.scores.items()}}
-            l1, l2, params = float(found.l1[found.best_index]), float(found.l2[found.best_index]), found.coef
-            success = bool(found.refit.success and all(np.all(p.success) for p in found.folds))
-            if test is not None:
-                report["test"] = evaluate(with_penalty(model, l1=l1, l2=l2), params, test, client=client)
-    save_params(output, with_penalty(model, l1=l1, l2=l2), params, report, arrays=arrays)
-    report["output"] = output.url
+        chosen = choose_penalty(plan, data, test=test, cv=args.cv, client=client)
+    save_params(output, chosen.model, chosen.params, chosen.report, arrays=chosen.arrays)
+    report = {**chosen.report, "output": output.url}
     print(json_text(report) if args.json else _text(report))
     if not args.json:
         print(f"saved      {args.output}")
-    return 0 if success else 1
-
-
-def _report(path: Any, chosen: int, model: Any, data: str, test: Any) -> dict[str, Any]:
-    metric = path.selected_by
-    return {
-        "model": repr(model), "dataset": data, "test": None if test is None else test.url,
-        "penalty": path.penalty, "alpha_max": path.alpha_max, "seconds": path.stats["seconds"],
-        "chosen": chosen, "chosen_by": metric,
-        "fits": [{"alpha": float(path.alphas[i]), "l1": float(path.l1[i]), "l2": float(path.l2[i]),
-                  "n_nonzero": int(path.n_nonzero[i]), "iterations": int(path.nit[i]),
-                  "objective": float(path.objective[i]), "success": bool(path.success[i]),
-                  **({"held_out": path.scores[i][metric]} if metric else {})} for i in range(len(path))],
-    }
-
-
-def _cv_report(found: Any, model: Any, data: str) -> dict[str, Any]:
-    """The report of a cross-validated path: per penalty, the folds' means (non-zero
-    coefficients, training objective, the held-out metric chosen by) and their iterations."""
-    import numpy as np
-
-    folds, name = found.folds, found.selected_by
-    return {
-        "model": repr(model), "dataset": data, "test": None, "penalty": folds[0].penalty,
-        "alpha_max": found.alpha_max, "seconds": found.stats["seconds"], "cv": len(folds),
-        "chosen": found.best_index, "chosen_by": f"{name}, the mean over {len(folds)} folds",
-        "fits": [{"alpha": float(found.alphas[i]), "l1": float(found.l1[i]), "l2": float(found.l2[i]),
-                  "n_nonzero": float(np.mean([p.n_nonzero[i] for p in folds])),
-                  "iterations": int(sum(p.nit[i] for p in folds)),
-                  "objective": float(np.mean([p.objective[i] for p in folds])),
-                  "success": bool(all(p.success[i] for p in folds)),
-                  "held_out": float(found.mean_scores[name][i])} for i in range(len(found.alphas))],
-        "refit": {"iterations": int(found.refit.nit), "objective": float(found.refit.fun)},
-    }
+    return 0 if chosen.success else 1
 
 
 def _text(report: dict[str, Any]) -> str:

@@ -50,7 +50,7 @@ def command(args: argparse.Namespace) -> int:
             summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
             summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
             print(json_text(summary))
-            print(f"report in {metrics['report']}/ (metrics.json, curves.json, curves.png, scores.png, model.npz)")
+            print(f"report in {metrics['report']}/ ({', '.join(metrics['files'])})")
         if args.keep_open:
             keep_open(client, interrupt, sys.stderr)
         return 0 if metrics["success"] else 1

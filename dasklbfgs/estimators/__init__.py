@@ -1,7 +1,7 @@
 """scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
 
 ``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso``, ``MLPClassifier`` and
-the cross-validated ``ElasticNetCV`` and ``LassoCV`` follow scikit-learn's parameter names and
+the cross-validated ``ElasticNetCV``, ``LassoCV`` and ``LogisticRegressionCV`` follow scikit-learn's parameter names and
 objectives, so they drop into ``Pipeline``,
 ``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
 names become ``feature_names_in_``, checked at predict; text and categorical columns are one-hot encoded
@@ -15,9 +15,10 @@ cluster without a shared disk (:mod:`dasklbfgs._fit_stores`). The linear estimat
 ``warm_start``: a refit starts from the previous ``coef_`` and ``intercept_``.
 """
 
-from dasklbfgs.estimators.cv import ElasticNetCV, LassoCV
+from dasklbfgs.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV
 from dasklbfgs.estimators.linear import ElasticNet, Lasso, LinearRegression, LogisticRegression
 from dasklbfgs.estimators.mlp import MLPClassifier
 
-__all__ = ["LogisticRegression", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso", "LassoCV",
+__all__ = ["LogisticRegression", "LogisticRegressionCV", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso",
+           "LassoCV",
            "MLPClassifier"]

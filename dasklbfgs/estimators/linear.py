@@ -156,24 +156,34 @@ class LogisticRegression(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
         (the dataset's own weights for a ShardedDataset) and by its class's ``class_weight``."""
         self._check_params()
         strength, l1_share = _logistic_penalty(self.penalty, self.C, self.l1_ratio)
+        self._check_class_weight()
+        with self._fit_data(X, y, classifier=True, sample_weight=sample_weight) as (data, classes):
+            scale = strength / self._penalty_scale(data)
+            model = self._model(data, classes, l1=l1_share * scale, l2=(1.0 - l1_share) * scale)
+            result = self._solve(model, data, x0=self._warm_start_x0(model))
+        self._record_fit(model, classes, result.x)
+        return self
+
+    def _check_class_weight(self) -> None:
         if not (self.class_weight is None or self.class_weight == "balanced" or isinstance(self.class_weight, dict)):
             raise ConfigurationError(f"class_weight must be None, 'balanced' or a dict {{label: weight}}, "
                                      f"got {self.class_weight!r}")
-        with self._fit_data(X, y, classifier=True, sample_weight=sample_weight) as (data, classes):
-            scale = strength / self._penalty_scale(data)
-            penalties = {"l2": (1.0 - l1_share) * scale, "l1": l1_share * scale, "fit_intercept": self.fit_intercept,
-                         "class_weight": self._class_weights(data, classes)}
-            model: LinearModel
-            if len(classes) == 2:
-                model = Logistic(data.n_features, **penalties)
-            else:
-                model = Softmax(data.n_features, len(classes), **penalties)
-            result = self._solve(model, data, x0=self._warm_start_x0(model))
-        W, b = model.unpack(result.x)
+
+    def _model(self, data: ShardedDataset, classes: np.ndarray, *, l1: float, l2: float) -> LinearModel:
+        """The model of ``data``'s ``classes`` at penalties ``l1`` and ``l2``: logistic for two
+        classes, softmax for more, each row weighted by its class's ``class_weight``."""
+        penalties = {"l2": l2, "l1": l1, "fit_intercept": self.fit_intercept,
+                     "class_weight": self._class_weights(data, classes)}
+        if len(classes) == 2:
+            return Logistic(data.n_features, **penalties)
+        return Softmax(data.n_features, len(classes), **penalties)
+
+    def _record_fit(self, model: LinearModel, classes: np.ndarray, x: np.ndarray) -> None:
+        """``classes_``, ``coef_`` and ``intercept_`` (zeros without one) from the parameters ``x``."""
+        W, b = model.unpack(x)
         self.classes_ = classes
         self.coef_ = np.atleast_2d(np.asarray(W).T).copy()
         self.intercept_ = np.atleast_1d(np.asarray(b, dtype=np.float64)).copy()
-        return self
 
     def _class_weights(self, data: ShardedDataset, classes: np.ndarray) -> list[float] | None:
         """``class_weight`` per class index, in the order of ``classes`` (the data's labels are

@@ -17,7 +17,7 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.registry import ModelOptions
 from dasklbfgs.options import KINDS, Options
 
-__all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "validate_storage_options",
+__all__ = ["SCHEMA", "load_config", "validate_config", "validate_train", "validate_path", "validate_storage_options",
            "apply_overrides"]
 
 
@@ -58,12 +58,13 @@ def validate_config(raw: Any, *, where: str = "<config>") -> dict[str, dict[str,
     """Check ``raw`` against :data:`SCHEMA`; return it with defaults filled in."""
     if not isinstance(raw, dict):
         raise ConfigurationError(f"{where}: the config must be a mapping of sections, got {type(raw).__name__}")
-    sections = [*SCHEMA, "train", "storage_options"]
+    sections = [*SCHEMA, "train", "path", "storage_options"]
     unknown = sorted(set(raw) - set(sections))
     if unknown:
         raise ConfigurationError(f"{where}: unknown section(s) {unknown}; known sections: {sorted(sections)}")
     config: dict[str, Any] = {"train": validate_train(raw.get("train"), where=where),
                               "storage_options": validate_storage_options(raw.get("storage_options"), where=where)}
+    config["path"] = validate_path(raw.get("path"), config["train"], where=where)
     for section, keys in SCHEMA.items():
         given = raw.get(section) or {}
         if not isinstance(given, dict):
@@ -135,6 +136,31 @@ def validate_train(given: Any, *, where: str = "<config>") -> dict[str, Any]:
         raise ConfigurationError(f"{where}: train.solver must be one of {solver_names()}, got {name!r}")
     options = get_solver(name).options.from_mapping(values, where=f"{where}: train: ")
     return {"solver": name, "options": options}
+
+
+def validate_path(given: Any, train: dict[str, Any], *, where: str = "<config>") -> dict[str, Any] | None:
+    """The ``path:`` section (absent: None, one fit): a regularization path instead of one fit,
+    its penalties as :class:`~dasklbfgs.selection.options.PathOptions` declares them
+    (``l1_values`` or ``l2_values``, else ``n_alphas`` and ``eps``) and ``cv`` (folds to
+    choose by; default none: the held-out data's best, else the last fit). Every fit is
+    Sandblaster's, with the ``train:`` options; those a path sets itself are refused."""
+    from dasklbfgs.selection.options import PathOptions
+    from dasklbfgs.selection.path import check_path_options
+
+    if given is None:
+        return None
+    if not isinstance(given, dict):
+        raise ConfigurationError(f"{where}: section 'path' must be a mapping, got {type(given).__name__}")
+    values = {key: value for key, value in given.items() if value is not None}
+    cv = values.pop("cv", None)
+    if cv is not None and (not isinstance(cv, int) or isinstance(cv, bool) or cv < 2):
+        raise ConfigurationError(f"{where}: path.cv must be an integer number of folds >= 2, got {cv!r}")
+    penalties = PathOptions.from_mapping(values, where=f"{where}: path: ")
+    if train["solver"] != "sandblaster":
+        raise ConfigurationError(f"{where}: a path fits every penalty with Sandblaster L-BFGS; train.solver is "
+                                 f"{train['solver']!r} (leave it out, or set it to sandblaster)")
+    check_path_options(train["options"], where=f"{where}: train: ")
+    return {**penalties.to_dict(), "cv": cv}
 
 
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

@@ -48,7 +48,8 @@ def resolved_config(config: dict[str, Any]) -> dict[str, Any]:
     """A validated config (:func:`~dasklbfgs.pipeline.load_config`) as JSON data: every key
     with its value or default, the solver's options all spelled out."""
     train = config["train"]
-    resolved: dict[str, Any] = {**{section: dict(values) for section, values in config.items() if section != "train"},
+    resolved: dict[str, Any] = {**{section: None if values is None else dict(values)
+                                   for section, values in config.items() if section != "train"},
                 "train": {"solver": train["solver"], **train["options"].to_json()}}
     if "storage_options" in config:  # their names only: credentials stay out of reports
         resolved["storage_options"] = sorted(config["storage_options"])

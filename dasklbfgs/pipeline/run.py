@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -34,6 +35,7 @@ from dasklbfgs.models.registry import model_options
 from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
 from dasklbfgs.pipeline.score_plots import plot_scores
+from dasklbfgs.scoring import evaluate
 from dasklbfgs.solvers import minimize
 from dasklbfgs.solvers.common_options import with_checkpoint_storage, without_held_out
 
@@ -104,35 +106,79 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
             logger.info("held out: %s", _describe(test))
         data_ready = time.perf_counter()
         spec, solver = config["model"], config["train"]["solver"]
-        options = with_checkpoint_storage(config["train"]["options"], storage)
         model = model_for_dataset(spec["name"], train, **model_options(spec))
-        result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
-                          callback=callback, score=True)  # scored by the workers before the run lets go of them
-        evaluated = time.perf_counter()
-        trained = evaluated - result.stats["score_seconds"]
-        scores = result.scores
+        run = _path_run if config["path"] is not None else _single_run
+        staging = folders["staging"]
+        found = run(config, model, train, test, client, staging, callback)
+        trained, evaluated = found.pop("_trained"), found.pop("_evaluated")
         metrics: dict[str, Any] = {
-            "pipeline": name, "run_id": result.run_id, "solver": solver, "model": repr(model),
-            "success": bool(result.success), "message": result.message, **scores,
+            "pipeline": name, "solver": solver, "model": repr(model), **found,
             "config": resolved_config(config),
             "datasets": {split: d.url for split, d in (("train", train), ("test", test)) if d is not None},
             "cluster": {"scheduler": client.scheduler.address,
                         "workers": len(client.scheduler_info(n_workers=-1)["workers"])},
-            "solver_stats": {**result.stats, **result.stats.summary(result)},
             "versions": versions(), "started_at": started_at,
             "durations": {"data_seconds": prepared.seconds + (data_ready - checking),
                           "train_seconds": trained - data_ready,
                           "evaluate_seconds": evaluated - trained},
+            "files": sorted(["metrics.json", *(f.name for f in staging.iterdir())]),
         }
-        staging = folders["staging"]
-        save_params(staging / "model.npz", model, result.x, {"pipeline": name, "run_id": result.run_id})
-        curves = learning_curves(result.history, solver)
-        curves["scores"] = result.score_curves  # by split: ROC, precision-recall, reliability, residuals
-        (staging / "curves.json").write_text(json.dumps(curves, indent=2) + "\n")
-        plot_curves(curves, staging / "curves.png", title=f"{name}: {solver}, {result.message}")
-        plot_scores(result.score_curves, staging / "scores.png", title=f"{name}: {model!r} at the end of the run")
         metrics["durations"]["total_seconds"] = time.perf_counter() - started
         (staging / "metrics.json").write_text(json.dumps(metrics, indent=2, default=float) + "\n")
     metrics["report"] = str(folders["path"])  # a folder, or a URL
     logger.info("report written to %s", folders["path"])
     return metrics
+
+
+def _single_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: ShardedDataset | None, client: Client,
+                staging: Any, callback: Callable[[Any], Any] | None) -> dict[str, Any]:
+    """One fit by the config's solver, scored by the workers: the model, its learning and
+    score curves written to ``staging``; the metrics of the run."""
+    name, solver, storage = config["pipeline"]["name"], config["train"]["solver"], config.get("storage_options")
+    options = with_checkpoint_storage(config["train"]["options"], storage)
+    result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
+                      callback=callback, score=True)  # scored by the workers before the run lets go of them
+    evaluated = time.perf_counter()
+    save_params(staging / "model.npz", model, result.x, {"pipeline": name, "run_id": result.run_id})
+    curves = learning_curves(result.history, solver)
+    curves["scores"] = result.score_curves  # by split: ROC, precision-recall, reliability, residuals
+    (staging / "curves.json").write_text(json.dumps(curves, indent=2) + "\n")
+    plot_curves(curves, staging / "curves.png", title=f"{name}: {solver}, {result.message}")
+    plot_scores(result.score_curves, staging / "scores.png", title=f"{name}: {model!r} at the end of the run")
+    return {"run_id": result.run_id, "success": bool(result.success), "message": result.message, **result.scores,
+            "solver_stats": {**result.stats, **result.stats.summary(result)},
+            "_trained": evaluated - result.stats["score_seconds"], "_evaluated": evaluated}
+
+
+def _path_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: ShardedDataset | None, client: Client,
+              staging: Any, callback: Callable[[Any], Any] | None) -> dict[str, Any]:
+    """The config's ``path:`` section: the model along a regularization path, its penalty
+    chosen on the held-out data or by cross-validation (:func:`~dasklbfgs.selection.chosen.choose_penalty`),
+    the chosen model scored by the workers: the model with the path beside it, the path's
+    figure and the score curves written to ``staging``; the metrics of the run."""
+    from dasklbfgs.pipeline.path_plot import plot_path
+    from dasklbfgs.selection.chosen import choose_penalty
+    from dasklbfgs.selection.options import PathOptions
+    from dasklbfgs.selection.path import PathPlan
+
+    name, section = config["pipeline"]["name"], config["path"]
+    penalties = PathOptions.from_mapping({key: value for key, value in section.items() if key != "cv"})
+    plan = PathPlan.checked(model, penalties, config["train"]["options"])
+    chosen = choose_penalty(plan, train, test=test, cv=section["cv"], client=client)
+    trained = time.perf_counter()
+    scores = {split: evaluate(chosen.model, chosen.params, data, client=client, curves=True)
+              for split, data in (("train", train), ("test", test)) if data is not None}
+    score_curves = {split: found.pop("curves") for split, found in scores.items()}
+    evaluated = time.perf_counter()
+    run_id = f"path-{uuid.uuid4().hex[:12]}"
+    save_params(staging / "model.npz", chosen.model, chosen.params, {"pipeline": name, "run_id": run_id},
+                arrays=chosen.arrays)
+    report = chosen.report
+    fit = report["fits"][report["chosen"]]
+    message = (f"chose alpha {fit['alpha']:.4g} ({report['penalty']}) of {len(report['fits'])} by "
+               f"{report['chosen_by'] or 'the last fit (no held-out data)'}")
+    plot_path(report, staging / "path.png", title=f"{name}: {model!r}")
+    plot_scores(score_curves, staging / "scores.png", title=f"{name}: {chosen.model!r}, the chosen penalty")
+    return {"run_id": run_id, "model": repr(chosen.model), "success": chosen.success, "message": message, **scores,
+            "path": report,
+            "_trained": trained, "_evaluated": evaluated}

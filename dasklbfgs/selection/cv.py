@@ -32,8 +32,8 @@ from dasklbfgs.solvers.registry import minimize
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset
 from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
 
-__all__ = ["CrossValidatedPath", "FoldDataset", "cross_validate", "cross_validated_path", "fold_views",
-           "plan_folds"]
+__all__ = ["CrossValidatedPath", "FoldDataset", "cross_validate", "cross_validated_path", "fold_paths", "fold_views",
+           "folds_on", "held_out_table", "plan_folds"]
 
 
 class FoldDataset(ShardedDataset):
@@ -205,39 +205,19 @@ def cross_validated_path(model: Any, data: Any, *, cv: int = 5, stratified: bool
 def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | None, metric: str | None,
                    client: Any) -> CrossValidatedPath:
     """:func:`cross_validated_path` of a checked plan (its own sequence, or given penalties
-    with an elastic net's ratio kept: the scikit-learn estimators' ``alphas``)."""
+    with an elastic net's ratio kept)."""
     model = plan.model
-    check_n_splits(cv)  # these refused before any caching
-    if metric is not None:
-        chosen_metrics(model.task, [metric])
-    stratify = model.task == "classification" if stratified is None else bool(stratified)
-    if stratify and model.task != "classification":
-        raise ConfigurationError(f"stratified folds deal each class's rows to the folds; {model!r} is not a "
-                                 "classifier (stratified=False)")
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        shards = cached_on(data, client, stack)
-        model.check_data(shards.dataset)  # labels a stratification can count, before any fold
-        folds = plan_folds(shards, cv, stratify)
+        shards, folds, stratify = folds_on(model, data, cv=cv, stratified=stratified, metric=metric, client=client,
+                                           stack=stack)
         alpha_max = None
         fixed = plan
         if plan.given is None:  # the sequence on every row
             alphas, alpha_max, _ = plan.alphas_for(shards)
             fixed = plan.with_alphas(alphas)
-        paths = []
-        for fold in range(cv):
-            train, test = fold_views(shards, folds, fold)
-            with train, test:
-                paths.append(fixed.run(train, eval_data=test, metrics=None if metric is None else [metric]))
-        name = metric or paths[0].selected_by
-        if name is None:
-            raise ConfigurationError(f"no held-out loss to choose by for {model!r}: give metric=")
-        first_scores = (paths[0].scores or [{}])[0]
-        by_fold = {key: np.array([[float(s[key]) for s in p.scores or []] for p in paths])
-                   for key, value in first_scores.items() if np.isscalar(value)}
-        if "rmse" in by_fold:  # a regression's folds averaged as mean squared errors (LassoCV's mse_path_)
-            by_fold["mse"] = by_fold["rmse"] ** 2
-            name = "mse" if name == "rmse" else name
+        paths = [fold[0] for fold in fold_paths([fixed], shards, folds, metric)]
+        by_fold, name = held_out_table(paths, metric)
         with warnings.catch_warnings():  # a penalty undefined on every fold stays NaN: best_of says so
             warnings.simplefilter("ignore", RuntimeWarning)
             mean = {key: np.nanmean(values, axis=0) for key, values in by_fold.items()}
@@ -251,3 +231,53 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
                               alpha_max=alpha_max,
                               stats={"seconds": time.perf_counter() - started, "folds": cv,
                                      "stratified": stratify})
+
+
+def folds_on(model: Any, data: Any, *, cv: int, stratified: bool | None, metric: str | None, client: Any,
+             stack: contextlib.ExitStack) -> tuple[CachedDataset, Folds, bool]:
+    """``data`` cached (for as long as ``stack``: :func:`~dasklbfgs.selection.path.cached_on`),
+    its ``cv`` folds, and whether they are stratified (``stratified`` None: for classifiers);
+    ``cv``, ``metric`` and the stratification refused before any caching."""
+    check_n_splits(cv)
+    if metric is not None:
+        chosen_metrics(model.task, [metric])
+    stratify = model.task == "classification" if stratified is None else bool(stratified)
+    if stratify and model.task != "classification":
+        raise ConfigurationError(f"stratified folds deal each class's rows to the folds; {model!r} is not a "
+                                 "classifier (stratified=False)")
+    shards = cached_on(data, client, stack)
+    model.check_data(shards.dataset)  # labels a stratification can count, before any fold
+    return shards, plan_folds(shards, cv, stratify), stratify
+
+
+def fold_paths(plans: Sequence[PathPlan], shards: CachedDataset, folds: Folds, metric: str | None, *,
+               summed: bool = False) -> list[list[RegularizationPath]]:
+    """Each plan's path on each fold's training rows, scored on its held-out rows (``metric``
+    with the path's own, or the path's own alone), as ``paths[fold][plan]``: one pair of fold
+    views for all the plans. ``summed``: the plans' penalties are written beside a summed loss
+    (scikit-learn's ``1 / C``), so each fold's are divided by the weight of its training rows."""
+    paths = []
+    for fold in range(folds.n_splits):
+        train, test = fold_views(shards, folds, fold)
+        with train, test:
+            scale = 1.0 / train.dataset.total_weight if summed else 1.0
+            paths.append([(plan.with_alphas(plan.given * scale) if summed and plan.given is not None else plan)
+                          .run(train, eval_data=test, metrics=None if metric is None else [metric])
+                          for plan in plans])
+    return paths
+
+
+def held_out_table(paths: Sequence[RegularizationPath], metric: str | None) -> tuple[dict[str, np.ndarray], str]:
+    """The folds' held-out figures (``n_folds x n_alphas`` per metric; a regression's also as
+    mean squared errors, LassoCV's ``mse_path_``), and the name to choose by (``metric``, or
+    the paths' held-out loss)."""
+    name = metric or paths[0].selected_by
+    if name is None:
+        raise ConfigurationError(f"no held-out loss to choose by for {paths[0]!r}: give metric=")
+    first_scores = (paths[0].scores or [{}])[0]
+    by_fold = {key: np.array([[float(s[key]) for s in p.scores or []] for p in paths])
+               for key, value in first_scores.items() if np.isscalar(value)}
+    if "rmse" in by_fold:  # a regression's folds averaged as mean squared errors (LassoCV's mse_path_)
+        by_fold["mse"] = by_fold["rmse"] ** 2
+        name = "mse" if name == "rmse" else name
+    return by_fold, name

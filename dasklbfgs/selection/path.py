@@ -176,12 +176,8 @@ class PathPlan:
         if not isinstance(options, Options) and "x0" in options:
             raise ConfigurationError(f"x0 is not an option of a regularization path: {NOT_FOR_A_PATH['x0']}",
                                      parameters=("x0",))
-        solver_options = (resolve_options(solver, options, {}) if isinstance(options, Options)
-                          else resolve_options(solver, None, options))
-        for name, why in NOT_FOR_A_PATH.items():
-            if name != "x0" and getattr(solver_options, name) != solver.options.default(name):
-                raise ConfigurationError(f"{name} is not an option of a regularization path: {why}",
-                                         parameters=(name,))
+        solver_options = check_path_options(resolve_options(solver, options, {}) if isinstance(options, Options)
+                                            else resolve_options(solver, None, options))
         l1, l2 = penalties.l1_values, penalties.l2_values
         if l1 is not None and l2 is not None:
             raise ConfigurationError("give the values of one penalty to vary, l1 or l2, not both (the other stays "
@@ -199,18 +195,27 @@ class PathPlan:
         """This plan at the penalties ``alphas`` (its own sequence once computed: the ratio stays)."""
         return PathPlan(self.model, self.varied, alphas, self.n_alphas, self.eps, self.solver_options, self.ratio)
 
+    @property
+    def alphas(self) -> np.ndarray:
+        """The penalties it fits at: given, or set by :meth:`with_alphas` (its own sequence is
+        computed on the data: :meth:`alphas_for`)."""
+        if self.given is None:
+            raise ConfigurationError("this path computes its penalties on the data (alphas_for) before it has any")
+        return self.given
+
     def model_for(self, alpha: float) -> LinearModel:
         """The model at penalty ``alpha`` of the varied kind."""
         return with_penalty(self.model, **_penalties_at(self.model, self.varied, alpha, self.ratio))
 
-    def alphas_for(self, shards: CachedDataset) -> tuple[np.ndarray, float | None, np.ndarray | None]:
+    def alphas_for(self, shards: CachedDataset) -> tuple[np.ndarray, float | None, Any]:
         """The penalties on ``shards``: the given ones, or the path's own sequence from
-        ``alpha_max`` (then also returned, with the intercept-only model it comes from)."""
+        ``alpha_max`` (then also returned, with the fit of the intercept-only model it comes
+        from: None without intercepts, where that model is all zeros)."""
         if self.given is not None:
             return self.given, None, None
-        alpha_max, start = _largest_penalty(self.model, shards, self.solver_options)
+        alpha_max, bare = _largest_penalty(self.model, shards, self.solver_options)
         scale = 1.0 if self.varied == "l1" else 1.0 / RIDGE_SHARE
-        return alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas), alpha_max, start
+        return alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas), alpha_max, bare
 
     def run(self, data: Any, *, eval_data: Any = None, metrics: Sequence[str] | None = None,
             client: Any = None) -> RegularizationPath:
@@ -222,13 +227,19 @@ class PathPlan:
         with contextlib.ExitStack() as stack:
             shards = cached_on(data, client, stack)
             held_out = None if eval_data is None else cached_on(eval_data, shards.client, stack)
-            alphas, alpha_max, start = self.alphas_for(shards)
+            alphas, alpha_max, bare = self.alphas_for(shards)
+            start = None if bare is None else bare.x
             fits, scores = [], []
             options = self.solver_options
-            for alpha in alphas:
+            for i, alpha in enumerate(alphas):
                 penalties = _penalties_at(model, self.varied, float(alpha), self.ratio)
                 at = with_penalty(model, **penalties)
-                fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start)
+                if i == 0 and bare is not None and self.varied == "l1":
+                    # the l1 penalty that zeroes every coefficient: its solution is the intercept-only fit
+                    # (a second fit from there has no step the objective can resolve: at its optimum already)
+                    fitted = bare
+                else:
+                    fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start)
                 fits.append((penalties, fitted))
                 if held_out is not None:
                     scores.append(evaluate(at, fitted.x, held_out, metrics=names))
@@ -241,6 +252,17 @@ class PathPlan:
         return path
 
 
+def check_path_options(options: Options, where: str = "") -> Options:
+    """Sandblaster ``options`` for every fit of a path: refused (naming the first, after
+    ``where``) when one a path sets itself, or that would undo its fits, is set."""
+    defaults = get_solver("sandblaster").options
+    for name, why in NOT_FOR_A_PATH.items():
+        if name != "x0" and getattr(options, name) != defaults.default(name):
+            raise ConfigurationError(f"{where}{name} is not an option of a regularization path: {why}",
+                                     parameters=(name,))
+    return options
+
+
 def cached_on(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedDataset:
     """``data`` itself if it is cached already (on ``client``, if given), else cached for the
     path (released with ``stack``)."""
@@ -250,16 +272,17 @@ def cached_on(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedData
     return stack.enter_context(cached(data, client=client))
 
 
-def _largest_penalty(model: LinearModel, shards: CachedDataset, options: Options) -> tuple[float, np.ndarray]:
+def _largest_penalty(model: LinearModel, shards: CachedDataset, options: Options) -> tuple[float, Any]:
     """The l1 penalty from which every coefficient is zero, ``max_j |dL/dw_j|`` at the
-    intercept-only model (fitted, when the model has intercepts), and that model's parameters."""
-    bare = with_penalty(model, l1=0.0, l2=0.0)
+    intercept-only model, and that model's fit (None without intercepts: all zeros)."""
+    fitted = None
     start = np.zeros(model.n_params)
     if model.fit_intercept:  # OWL-QN holds every coefficient at zero below an l1 no gradient reaches
-        start = minimize(with_penalty(model, l1=HOLD_AT_ZERO, l2=0.0), shards, "sandblaster", options,
-                         client=shards.client).x
-    _, gradient = shards.objective(bare, start)
-    return float(np.max(np.abs(gradient[: model.n_coef]))), start
+        fitted = minimize(with_penalty(model, l1=HOLD_AT_ZERO, l2=0.0), shards, "sandblaster", options,
+                          client=shards.client)
+        start = fitted.x
+    _, gradient = shards.objective(with_penalty(model, l1=0.0, l2=0.0), start)
+    return float(np.max(np.abs(gradient[: model.n_coef]))), fitted
 
 
 def _penalties_at(model: LinearModel, varied: str, alpha: float, ratio: float | None) -> dict[str, float]:
