@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     X, y = (X if wide else np.asarray(X)), np.asarray(y, dtype=np.float64)
     alpha = float(path.alphas[-1])
     methods: dict[str, dict[str, Any]] = {
-        "dasklbfgs path": {"seconds": path_seconds, "rows": train.n_samples, "coef": path.coefs[-1][:d],
-                           "intercept": float(path.coefs[-1][d]), "iterations": int(path.nit.sum()),
+        "dasklbfgs path": {"seconds": path_seconds, "rows": train.n_samples, "coef": path.coef(-1)[:d],
+                           "intercept": float(path.coef(-1)[d]), "iterations": int(path.nit.sum()),
                            "evaluations": int(path.nfev.sum()), "n_nonzero": path.n_nonzero.tolist()},
         "one fit at the smallest penalty": {"seconds": one_seconds, "rows": train.n_samples, "coef": one.x[:d],
                                             "intercept": float(one.x[d]), "iterations": int(one.nit),
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     for method in methods.values():
         method["gap"] = (method["objective"] - best[method["rows"]]) / abs(best[method["rows"]])
     strong_n = min(args.strong_rows, train.n_samples)
-    start = path.coefs[0]  # the intercept-only model the path starts from
+    start = path.coef(0)  # the intercept-only model the path starts from
     strong = None if wide else strong_rule_iterations(X[:strong_n], y[:strong_n], path.alphas,
                                                       float(path.alpha_max), start)
     held_out = [s.get("eval_accuracy") for s in (path.scores or [])]

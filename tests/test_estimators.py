@@ -614,3 +614,24 @@ def test_logistic_regression_cv_chooses_scikit_learns_C(client) -> None:
             warnings.simplefilter("ignore", FutureWarning)
             with pytest.raises(ConfigurationError, match=message):
                 LogisticRegressionCV(client=client, **{**grid, **bad}).fit(X, y)
+
+
+def test_mlp_early_stopping_holds_out_a_fraction_and_keeps_the_best_scoring(client) -> None:
+    """MLPClassifier(early_stopping=True) as scikit-learn's: validation_fraction of the rows held
+    out (the solvers' seeded draw per shard), scored every iteration, the run stopped on them
+    with the parameters of the best scoring (its held-out accuracy among validation_scores_)."""
+    from dasklbfgs.data.folds import RandomSplit
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(400, 30))
+    y = (X[:, 0] - X[:, 1] + rng.logistic(size=400) > 0).astype(np.int64)
+    fitted = MLPClassifier((16,), alpha=0.0, max_iter=500, early_stopping=True, validation_fraction=0.2,
+                           n_iter_no_change=3, tol=0.0, shard_rows=100, client=client).fit(X, y)
+    assert fitted.n_iter_[0] < 500 and len(fitted.validation_scores_) >= 4
+    assert fitted.best_validation_score_ == max(fitted.validation_scores_)
+    held = np.concatenate([RandomSplit(0.2).of_shard(i, np.empty(100)) == 1 for i in range(4)])
+    assert np.mean(fitted.predict(X[held]) == y[held]) in fitted.validation_scores_
+    plain = MLPClassifier((16,), alpha=1.0, max_iter=500, shard_rows=100, client=client).fit(X, y)
+    assert plain.validation_scores_ is None and plain.best_validation_score_ is None
+    with pytest.raises(ConfigurationError, match="validation_fraction must be a number in \\(0, 1\\) or None, got 1"):
+        MLPClassifier((4,), early_stopping=True, validation_fraction=1, client=client).fit(X, y)

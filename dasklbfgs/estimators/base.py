@@ -90,6 +90,13 @@ class ShardedEstimator(PostFit, BaseEstimator):
                       "standardize": getattr(self, "standardize", False), "learning_rate": self._learning_rate(),
                       "batch_size": min(self.batch_size, data.n_samples), "n_replicas": n_replicas,
                       "seed": self.random_state if self.random_state is not None else 0}
+        if getattr(self, "early_stopping", False):  # scikit-learn's: on held-out rows of the training data
+            if not isinstance(self.early_stopping, (bool, np.bool_)):
+                raise ConfigurationError(f"early_stopping must be True or False, got {self.early_stopping!r}")
+            per_epoch = max(1, data.n_samples // self.batch_size)  # the replica methods score about every epoch
+            translated |= {"early_stopping": True, "validation_fraction": self.validation_fraction,
+                           "n_iter_no_change": self.n_iter_no_change, "min_improvement": self.tol,
+                           "eval_every": 1 if solver.unit == "iteration" else per_epoch}
         mapped = {name: value for name, value in translated.items() if name in declared}
         # the estimators' own choices, which solver_options may change: ftol as scikit-learn's
         # lbfgs solvers set it, so tol alone decides convergence; no more shards than parameters
@@ -102,7 +109,7 @@ class ShardedEstimator(PostFit, BaseEstimator):
         if clash:
             raise ConfigurationError(
                 f"solver_options {clash} are set by the estimator's own parameters (max_iter, tol, standardize, "
-                "learning_rate, batch_size, n_replicas, random_state): pass those instead"
+                "learning_rate, batch_size, n_replicas, random_state, early_stopping): pass those instead"
             )
         return solver.options.from_mapping({**defaults, **mapped, **extra})
 

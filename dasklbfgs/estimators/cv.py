@@ -103,9 +103,9 @@ class ElasticNetCV(LeastSquaresEstimator):
             paths = fold_paths(plans, shards, folds, None)
             mse = np.stack([held_out_table([fold[i] for fold in paths], None)[0]["mse"] for i in range(len(plans))])
             mean = mse.mean(axis=1)  # (l1_ratio, alpha): scikit-learn's choice, the first of the least
-            best, at = np.unravel_index(int(np.argmin(mean)), mean.shape)
+            best, at = (int(i) for i in np.unravel_index(int(np.argmin(mean)), mean.shape))
             plan = plans[best]
-            start = np.mean([fold[best].coefs[at] for fold in paths], axis=0)
+            start = np.mean([fold[best].coef(at) for fold in paths], axis=0)
             refit = minimize(plan.model_for(float(plan.alphas[at])), shards, "sandblaster", plan.solver_options,
                              client=shards.client, x0=start)
         alphas = np.tile(given, (len(shares), 1)) if given is not None else \
@@ -264,12 +264,12 @@ class _Grid:
         the order given): the signed scores, the iterations, the parameters."""
         shape = (len(paths), len(self.ratios), len(self.Cs))
         scores, iterations = np.empty(shape), np.empty(shape, dtype=np.int32)
-        coefs = np.empty((*shape, paths[0][0].coefs.shape[1]))
+        coefs = np.empty((*shape, paths[0][0].coef(0).size))
         for f, fold in enumerate(paths):
             for i, path in enumerate(fold):
                 scores[f, i, self.order] = self.sign * np.array([float(s[self.metric]) for s in path.scores or []])
                 iterations[f, i, self.order] = path.nit
-                coefs[f, i, self.order] = path.coefs
+                coefs[f, i, self.order] = [path.coef(k) for k in range(len(path))]
         return _Found(self, scores, iterations, coefs)
 
 

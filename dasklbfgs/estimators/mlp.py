@@ -27,8 +27,16 @@ class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
     (scikit-learn's ``solver="lbfgs"``, distributed); ``"downpour"`` runs asynchronous
     Adagrad with ``learning_rate_init`` at the parameter shards, ``max_iter`` epochs.
 
+    ``early_stopping=True`` holds out ``validation_fraction`` of the rows (the solvers'
+    option of that name: a seeded draw per shard, no copy of the data), scores them every
+    iteration (Sandblaster) or about every epoch (the replica methods), and stops once their
+    objective has not improved by more than ``tol`` for ``n_iter_no_change`` scorings,
+    keeping the best parameters, as scikit-learn's.
+
     Fitted attributes: ``coefs_``, ``intercepts_`` (lists per layer, as scikit-learn's),
-    ``classes_``, ``n_iter_``, ``loss_curve_``, ``n_layers_``, ``n_outputs_``.
+    ``classes_``, ``n_iter_``, ``loss_curve_``, ``n_layers_``, ``n_outputs_``; with early
+    stopping ``validation_scores_`` (the held-out accuracy at each scoring) and
+    ``best_validation_score_``, else None.
     """
 
     def __init__(self, hidden_layer_sizes: tuple[int, ...] = (100,), *, activation: str = "relu",
@@ -37,6 +45,7 @@ class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
                  n_replicas: int = REPLICAS.default("n_replicas"), solver_options: dict[str, Any] | None = None,
                  one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS, hash_features: int | None = None,
                  shard_rows: int | None = None, tmp_store: Any = None, random_state: int | None = None,
+                 early_stopping: bool = False, validation_fraction: float = 0.1, n_iter_no_change: int = 10,
                  client: Any = None) -> None:
         store_parameters(self, locals())
 
@@ -61,6 +70,9 @@ class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
         self.classes_ = classes
         self.n_layers_ = model.n_layers + 1
         self.n_outputs_ = len(classes)
+        scored = [h["eval_accuracy"] for h in result.history if "eval_accuracy" in h] if self.early_stopping else None
+        self.validation_scores_ = scored
+        self.best_validation_score_ = max(scored) if scored else None
         return self
 
     def _params(self, X: Any) -> tuple[MLP, np.ndarray, np.ndarray]:

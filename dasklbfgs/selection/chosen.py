@@ -43,8 +43,9 @@ def choose_penalty(plan: PathPlan, data: Any, *, test: Any = None, cv: int | Non
         path = plan.run(data, eval_data=test, client=client)
         chosen = path.best() if path.scores else len(path) - 1
         report = _report(path, chosen, model, data.url, test)
-        arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in PATH_ARRAYS}
-        l1, l2, params = float(path.l1[chosen]), float(path.l2[chosen]), path.coefs[chosen]
+        arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in PATH_ARRAYS if key != "coefs"}
+        arrays |= _coefs_arrays(path.coefs)
+        l1, l2, params = float(path.l1[chosen]), float(path.l2[chosen]), path.coef(chosen)
         success = bool(np.all(path.success))
     else:
         found = cross_validate(plan, data, cv=cv, stratified=None, metric=None, client=client)
@@ -56,6 +57,16 @@ def choose_penalty(plan: PathPlan, data: Any, *, test: Any = None, cv: int | Non
         if test is not None:
             report["test"] = evaluate(with_penalty(model, l1=l1, l2=l2), params, test, client=client)
     return ChosenFit(with_penalty(model, l1=l1, l2=l2), params, report, arrays, success)
+
+
+def _coefs_arrays(coefs: Any) -> dict[str, np.ndarray]:
+    """A path's parameters as saved beside the chosen model: ``path_coefs`` (dense), or a wide
+    path's CSR rows as ``path_coefs_data``, ``_indices``, ``_indptr`` and ``_shape``
+    (``scipy.sparse.csr_array((data, indices, indptr), shape=shape)`` reads them back)."""
+    if not hasattr(coefs, "indptr"):
+        return {"path_coefs": np.asarray(coefs)}
+    return {"path_coefs_data": coefs.data, "path_coefs_indices": coefs.indices, "path_coefs_indptr": coefs.indptr,
+            "path_coefs_shape": np.asarray(coefs.shape)}
 
 
 def _report(path: RegularizationPath, chosen: int, model: LinearModel, data: str, test: Any) -> dict[str, Any]:

@@ -22,71 +22,18 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.data.sharded import ShardedDataset
+from dasklbfgs.data.folds import Folds, check_n_splits, kfold, stratified_kfold
+from dasklbfgs.data.masked import FoldDataset
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.evaluation import chosen_metrics
-from dasklbfgs.selection.folds import Folds, check_n_splits, kfold, stratified_kfold
 from dasklbfgs.selection.options import PathOptions
 from dasklbfgs.selection.path import PathPlan, RegularizationPath, best_of, cached_on
 from dasklbfgs.solvers.registry import minimize
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset
 from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
 
-__all__ = ["CrossValidatedPath", "FoldDataset", "cross_validate", "cross_validated_path", "fold_paths", "fold_views",
+__all__ = ["CrossValidatedPath", "cross_validate", "cross_validated_path", "fold_paths", "fold_views",
            "folds_on", "held_out_table", "plan_folds"]
-
-
-class FoldDataset(ShardedDataset):
-    """``base`` seen through one fold's mask: its training rows (``train``) or its held-out
-    rows, the others weighing 0: the weights that ``load_shards``, ``load_shard_weights`` and
-    ``load_weights`` return, and ``total_weight``. What describes the stored rows is the base
-    dataset's (``n_samples``, the schema, the label counts: an evaluation's ``n_samples``
-    counts every row of the shards)."""
-
-    def __init__(self, base: ShardedDataset, folds: Folds, fold: int, train: bool, total_weight: float) -> None:
-        self.__dict__.update(base.__dict__)
-        self.base, self.folds, self.fold, self.train = base, folds, fold, train
-        self._total_weight = total_weight
-
-    @property
-    def is_weighted(self) -> bool:
-        return True
-
-    @property
-    def total_weight(self) -> float:
-        return self._total_weight
-
-    def keep(self, shard: int, y: np.ndarray) -> np.ndarray:
-        """1.0 for the rows of shard ``shard`` this view keeps, 0.0 for the others."""
-        held_out = self.folds.of_shard(shard, y) == self.fold
-        return (~held_out if self.train else held_out).astype(np.float64)
-
-    def masked(self, shard: int, y: np.ndarray, w: np.ndarray | None) -> np.ndarray:
-        keep = self.keep(shard, y)
-        return keep if w is None else keep * w
-
-    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]:
-        return [(X, y, self.masked(i, y, w)) for i, (X, y, w) in zip(indices, self.base.load_shards(indices))]
-
-    def load_shard_weights(self, index: int) -> np.ndarray | None:
-        return self.load_shards([index])[0][2]
-
-    def load_weights(self, start: int, stop: int) -> np.ndarray | None:
-        """The masked weights of rows ``[start, stop)``, which lie in one shard (a portion's)."""
-        shard = next(i for i, (lo, hi) in enumerate(self.shard_bounds) if lo <= start < hi or lo == start == hi)
-        lo, hi = self.shard_bounds[shard]
-        if stop > hi:
-            raise ConfigurationError(f"rows [{start}, {stop}) span shards; a fold's weights are read a shard at a time")
-        _, y = self.base.load_rows(lo, hi)  # a stratified fold's ranks count from the shard's start
-        w = self.base.load_weights(lo, hi)
-        return self.masked(shard, y, w)[start - lo : stop - lo]
-
-    def __reduce__(self) -> Any:
-        return (FoldDataset, (self.base, self.folds, self.fold, self.train, self._total_weight))
-
-    def __repr__(self) -> str:
-        part = "training rows" if self.train else "held-out rows"
-        return f"FoldDataset({self.base!r}, fold {self.fold} of {self.folds.n_splits}, {part})"
 
 
 def _labels_summary(shard: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +171,7 @@ def cross_validate(plan: PathPlan, data: Any, *, cv: int, stratified: bool | Non
         best = best_of({key: list(values) for key, values in mean.items()}, name, "the folds' mean held-out")
         first = paths[0]
         chosen = fixed.model_for(float(first.alphas[best]))
-        start = np.mean([p.coefs[best] for p in paths], axis=0)
+        start = np.mean([p.coef(best) for p in paths], axis=0)
         refit = minimize(chosen, shards, "sandblaster", plan.solver_options, client=shards.client, x0=start)
     return CrossValidatedPath(alphas=first.alphas, l1=first.l1, l2=first.l2, folds=paths, scores=by_fold,
                               mean_scores=mean, selected_by=name, best_index=best, coef=refit.x, refit=refit,

@@ -33,6 +33,8 @@ from dasklbfgs.solvers.sandblaster.cached import CachedDataset, cached
 
 __all__ = ["PathOptions", "PathPlan", "RegularizationPath", "best_of", "regularization_path", "with_penalty"]
 
+#: a path's parameters are kept as one dense array up to this size, as CSR rows above it
+DENSE_COEFS_BYTES = 256 * 2**20
 #: glmnet's convention for a ridge path's largest penalty: the lasso's, as if the l1 share were 1e-3
 RIDGE_SHARE = 1e-3
 #: an l1 penalty no coefficient's gradient reaches: the intercept-only model of the path's start
@@ -57,7 +59,9 @@ class RegularizationPath:
     ``penalty`` says which penalty varies (``"l1"``, or ``"l2"``); ``alphas`` are its values;
     ``l1`` and ``l2`` the model's two penalties at each fit (the one not varied is the
     model's own, or keeps the model's ratio to the varied one). ``coefs`` holds each fit's
-    parameters (``n_alphas x n_params``, the model's layout: coefficients, then intercepts);
+    parameters (``n_alphas x n_params``, the model's layout: coefficients, then intercepts):
+    a dense array up to :data:`DENSE_COEFS_BYTES`, CSR rows above it (glmnet's storage: a
+    wide l1 path is mostly zeros); :meth:`coef` gives one fit's as a dense vector either way;
     ``n_nonzero`` the coefficients that are not zero (intercepts not counted); ``optimality``
     the largest entry of the fit's (pseudo-)gradient, 0 at an exact optimum (the KKT
     conditions: a zero coefficient's gradient within its l1 penalty, a non-zero one's
@@ -70,7 +74,7 @@ class RegularizationPath:
     alphas: np.ndarray
     l1: np.ndarray
     l2: np.ndarray
-    coefs: np.ndarray
+    coefs: Any  # np.ndarray, or scipy.sparse.csr_array for a wide path
     objective: np.ndarray
     nit: np.ndarray
     nfev: np.ndarray
@@ -85,6 +89,11 @@ class RegularizationPath:
 
     def __len__(self) -> int:
         return len(self.alphas)
+
+    def coef(self, index: int) -> np.ndarray:
+        """The parameters of fit ``index`` (negative counts from the end), dense."""
+        row = self.coefs[index]
+        return np.asarray(row.toarray() if hasattr(row, "toarray") else row, dtype=np.float64).ravel()
 
     @property
     def selected_by(self) -> str | None:
@@ -240,7 +249,7 @@ class PathPlan:
                     fitted = bare
                 else:
                     fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start)
-                fits.append((penalties, fitted))
+                fits.append((penalties, _Fit.of(fitted, sparse=len(alphas) * model.n_params * 8 > DENSE_COEFS_BYTES)))
                 if held_out is not None:
                     scores.append(evaluate(at, fitted.x, held_out, metrics=names))
                 # the next fit starts where this one ended, its first step scaled by the last known curvature
@@ -291,18 +300,46 @@ def _penalties_at(model: LinearModel, varied: str, alpha: float, ratio: float | 
     return {"l1": model.l1, "l2": alpha}
 
 
-def _collected(model: LinearModel, varied: str, alphas: np.ndarray, fits: list[tuple[dict[str, float], Any]],
+@dataclass(frozen=True)
+class _Fit:
+    """What a path keeps of one fit (not its dense pseudo-gradient and history: a wide path
+    holds many): the parameters (a CSR row when sparse), the objective and the counts."""
+
+    x: Any
+    fun: float
+    nit: int
+    nfev: int
+    success: bool
+    message: str
+    optimality: float
+    seconds: float
+
+    @classmethod
+    def of(cls, result: Any, *, sparse: bool) -> _Fit:
+        from scipy import sparse as sp
+
+        x = sp.csr_array(np.asarray(result.x, dtype=np.float64)[None, :]) if sparse else np.array(result.x)
+        return cls(x, float(result.fun), int(result.nit), int(result.nfev), bool(result.success), str(result.message),
+                   float(np.max(np.abs(result.jac))) if result.jac is not None else np.nan,
+                   float(result.stats.get("total_seconds", np.nan)))
+
+
+def _collected(model: LinearModel, varied: str, alphas: np.ndarray, fits: list[tuple[dict[str, float], _Fit]],
                alpha_max: float | None, seconds: float) -> RegularizationPath:
+    from scipy import sparse as sp
+
     results = [fitted for _, fitted in fits]
-    coefs = np.stack([r.x for r in results])
+    sparse = bool(results) and sp.issparse(results[0].x)
+    coefs: Any = sp.vstack([r.x for r in results], format="csr") if sparse else np.stack([r.x for r in results])
+    n_nonzero = (np.diff(coefs[:, : model.n_coef].indptr) if sparse
+                 else np.count_nonzero(coefs[:, : model.n_coef], axis=1))
     return RegularizationPath(
         penalty=varied, alphas=np.asarray(alphas, dtype=np.float64),
         l1=np.array([p["l1"] for p, _ in fits]), l2=np.array([p["l2"] for p, _ in fits]),
         coefs=coefs, objective=np.array([r.fun for r in results]),
         nit=np.array([r.nit for r in results]), nfev=np.array([r.nfev for r in results]),
-        success=np.array([bool(r.success) for r in results]), message=[str(r.message) for r in results],
-        n_nonzero=np.count_nonzero(coefs[:, : model.n_coef], axis=1),
-        optimality=np.array([float(np.max(np.abs(r.jac))) if r.jac is not None else np.nan for r in results]),
-        seconds=np.array([r.stats.get("total_seconds", np.nan) for r in results]),
+        success=np.array([r.success for r in results]), message=[r.message for r in results],
+        n_nonzero=np.asarray(n_nonzero), optimality=np.array([r.optimality for r in results]),
+        seconds=np.array([r.seconds for r in results]),
         alpha_max=alpha_max, stats={"seconds": seconds, "fits": len(results)},
     )

@@ -36,6 +36,10 @@ class HeldOutOptions(Options):
         None, "score the held-out data (eval_data, --test) every N iterations (Sandblaster) or global steps "
         "(the replica methods) and at the end", "int", minimum=1, nullable=True,
         none_means="only at the end")
+    validation_fraction: float | None = option(
+        None, "hold out this fraction of the training rows as the held-out data instead of eval_data (each row by "
+        "a seeded draw per shard: the same rows whatever the worker count); the run trains on the others", "float",
+        positive=True, below=1.0, nullable=True, none_means="no rows held out: eval_data, if given")
     early_stopping: bool = option(
         False, "stop once the held-out objective (eval_data, scored every eval_every) has not improved by more "
         "than min_improvement for n_iter_no_change scorings in a row; the result then holds the parameters of "
@@ -47,10 +51,12 @@ class HeldOutOptions(Options):
 
 
 def without_held_out(options: Options, eval_data: DatasetLike | None) -> Options:
-    """``options`` with ``eval_every`` unset when there is no held-out data: what the CLI and
+    """``options`` with ``eval_every`` unset when there is no held-out data (no eval_data and
+    no validation_fraction): what the CLI and
     pipelines do with a config that sets it for runs with and without a test set (the API
     itself refuses eval_every without eval_data)."""
-    if eval_data is None and getattr(options, "eval_every", None) is not None:
+    if eval_data is None and getattr(options, "eval_every", None) is not None \
+            and getattr(options, "validation_fraction", None) is None:
         return options.replace(eval_every=None)
     return options
 

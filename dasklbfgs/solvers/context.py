@@ -26,6 +26,7 @@ from scipy.optimize import OptimizeResult
 
 from dasklbfgs._typing import Dataset, DatasetLike
 from dasklbfgs.cluster import resolve_client
+from dasklbfgs.data.masked import validation_split
 from dasklbfgs.data.sharded import as_dataset
 from dasklbfgs.errors import ConfigurationError, MetricsWarning
 from dasklbfgs.models.base import Model
@@ -152,10 +153,20 @@ class RunContext:
         if eval_set is not None:
             model.check_data(eval_set)
         checked_x0 = None if x0 is None else model.check_params(x0, "x0")
+        fraction = getattr(options, "validation_fraction", None)
+        if fraction is not None:
+            if eval_set is not None:
+                raise ConfigurationError("give eval_data or validation_fraction (rows of data held out), not both",
+                                         parameters=("validation_fraction",))
+            if cached is not None:
+                raise ConfigurationError("validation_fraction holds out rows of a dataset read from its store; a "
+                                         "cached dataset's held-out rows are eval_data (another cached dataset)",
+                                         parameters=("validation_fraction",))
+            dataset, eval_set = validation_split(dataset, fraction)
         if getattr(options, "early_stopping", False):
             if eval_set is None:
-                raise ConfigurationError("early_stopping stops on the held-out objective: give eval_data (--test)",
-                                         parameters=("early_stopping",))
+                raise ConfigurationError("early_stopping stops on the held-out objective: give eval_data (--test) "
+                                         "or validation_fraction", parameters=("early_stopping",))
             if getattr(options, "eval_every", None) is None:
                 raise ConfigurationError("early_stopping needs eval_every, how often to score the held-out data",
                                          parameters=("eval_every",))

@@ -12,10 +12,10 @@ from sklearn.linear_model import LassoCV, LogisticRegressionCV
 from sklearn.model_selection import KFold, StratifiedKFold
 
 from dasklbfgs import ShardedDataset
+from dasklbfgs.data.folds import kfold, stratified_kfold
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import LeastSquares, Logistic
 from dasklbfgs.selection.cv import cross_validated_path
-from dasklbfgs.selection.folds import kfold, stratified_kfold
 from tests.solvers.test_leftovers import _actors, _keys, _settled
 
 TIGHT = {"gtol": 1e-10, "ftol": 1e-14}

@@ -8,12 +8,17 @@ import warnings
 import numpy as np
 import pytest
 from distributed import get_task_stream
+from scipy import sparse
 from sklearn.linear_model import ElasticNet, Lasso, LogisticRegression, Ridge, lasso_path
 
 import dasklbfgs
 from dasklbfgs import ShardedDataset, minimize
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import MLP, LeastSquares, Logistic
+from dasklbfgs.selection import path as path_module
+from dasklbfgs.selection.chosen import choose_penalty
+from dasklbfgs.selection.options import PathOptions
+from dasklbfgs.selection.path import PathPlan
 
 TIGHT = {"gtol": 1e-10, "ftol": 1e-14}
 N, D = 1200, 8
@@ -60,7 +65,7 @@ def test_a_lasso_path_is_scikit_learns(client, regression) -> None:
     assert loads == data.n_shards  # the rows read once for the whole path (and its start)
 
 
-def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification) -> None:
+def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification, monkeypatch) -> None:
     X, y, train, test = classification
     model = Logistic(D, l1=0.01)
     with dasklbfgs.cached(train, client=client) as shards:  # a path on shards the caller keeps
@@ -86,6 +91,20 @@ def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification
     with pytest.raises(ConfigurationError, match="the path's held-out scores have no 'rmse' to choose by; they have "
                                                  "accuracy, log_loss, objective, roc_auc"):
         path.best("rmse")
+    # a wide path keeps its fits as CSR rows (here: every path): the same fits, saved as CSR parts
+    monkeypatch.setattr(path_module, "DENSE_COEFS_BYTES", 0)
+    with dasklbfgs.cached(train, client=client) as shards:
+        wide = dasklbfgs.regularization_path(model, shards, l1=[0.002, 0.02, 0.005], **TIGHT)
+        chosen = choose_penalty(PathPlan.checked(model, PathOptions.from_mapping({"l1_values": (0.002, 0.02, 0.005)}),
+                                                 TIGHT), shards, client=client)
+    assert sparse.issparse(wide.coefs) and wide.coefs.shape == path.coefs.shape
+    for i in range(len(path)):
+        np.testing.assert_array_equal(wide.coef(i), path.coefs[i])  # the same runs, bit for bit
+    np.testing.assert_array_equal(wide.n_nonzero, path.n_nonzero)
+    parts = chosen.arrays
+    saved = sparse.csr_array((parts["path_coefs_data"], parts["path_coefs_indices"], parts["path_coefs_indptr"]),
+                             shape=tuple(parts["path_coefs_shape"]))
+    np.testing.assert_array_equal(saved.toarray(), path.coefs)
 
 
 def test_ridge_and_elastic_net_paths(client, regression) -> None:

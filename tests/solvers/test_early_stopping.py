@@ -66,3 +66,47 @@ def test_early_stopping_needs_held_out_data(client, overfit) -> None:
     with pytest.raises(ConfigurationError, match="early_stopping stops on scorings made during the run; defer_eval"):
         minimize(Logistic(40), train, "downpour", client=client, eval_data=overfit[1], early_stopping=True,
                  eval_every=2, defer_eval=True, batch_size=30, n_replicas=1)
+
+
+def test_validation_fraction_holds_out_rows_of_the_training_data(client, tmp_path) -> None:
+    """validation_fraction=0.25: the run fits the other rows alone (scipy's optimum of their
+    objective) and scores the held-out ones (scikit-learn's log-loss on them); the same rows
+    every run; with early stopping, a replica run stops on them."""
+    from scipy.optimize import minimize as scipy_minimize
+    from sklearn.metrics import log_loss
+
+    from dasklbfgs.data.folds import RandomSplit
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(800, 5))
+    y = (X @ np.array([1.0, -2.0, 0.5, 0.0, 0.3]) + rng.logistic(size=800) > 0).astype(np.int64)
+    w = rng.uniform(0.5, 2.0, size=800)
+    data = ShardedDataset.create(tmp_path / "d", X, y, sample_weight=w, shard_rows=200)
+    held = np.concatenate([RandomSplit(0.25).of_shard(i, np.empty(200)) == 1 for i in range(4)])
+    assert 150 < held.sum() < 250
+    model = Logistic(5, l2=1e-3)
+    result = minimize(model, data, client=client, validation_fraction=0.25, gtol=1e-10, ftol=1e-15, score=True)
+    kept = ~held
+
+    def objective(x):
+        loss, grad = model.objective(x, X[kept], y[kept], w[kept])
+        return loss, grad
+
+    reference = scipy_minimize(objective, np.zeros(model.n_params), jac=True, method="L-BFGS-B",
+                               options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 1000}).x
+    np.testing.assert_allclose(result.x, reference, atol=1e-7)
+    p = 1.0 / (1.0 + np.exp(-(X[held] @ result.x[:5] + result.x[5])))
+    assert result.scores["test"]["log_loss"] == pytest.approx(log_loss(y[held], p, sample_weight=w[held]), rel=1e-9)
+    assert result.scores["test"]["n_samples"] == 800  # the view's rows are the dataset's, the others weigh 0
+    again = minimize(model, data, client=client, validation_fraction=0.25, gtol=1e-10, ftol=1e-15)
+    np.testing.assert_array_equal(again.x, result.x)
+    stopped = minimize(Logistic(5), data, "downpour", client=client, validation_fraction=0.25, early_stopping=True,
+                       eval_every=5, n_iter_no_change=2, epochs=200, batch_size=50, n_replicas=1)
+    assert stopped.status == Status.EARLY_STOPPED and stopped.early_stopping["stopped"]
+    with pytest.raises(ConfigurationError, match=r"give eval_data or validation_fraction .*, not both"):
+        minimize(model, data, client=client, validation_fraction=0.25, eval_data=data)
+    with pytest.raises(ConfigurationError, match=r"validation_fraction must be a number in \(0, 1\) or None, got 1.5"):
+        minimize(model, data, client=client, validation_fraction=1.5)
+    with pytest.raises(ConfigurationError, match=r"validation_fraction=0.001 leaves no held-out rows of weight > 0"):
+        minimize(model, ShardedDataset.create(tmp_path / "small", X[:50], y[:50], shard_rows=50), client=client,
+                 validation_fraction=0.001)

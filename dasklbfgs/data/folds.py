@@ -19,7 +19,7 @@ import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
 
-__all__ = ["Folds", "check_n_splits", "kfold", "stratified_kfold"]
+__all__ = ["Folds", "RandomSplit", "check_n_splits", "kfold", "stratified_kfold"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,11 @@ class Folds:
     bounds: np.ndarray  # kfold: (n_splits + 1,) row edges; stratified: (n_classes, n_splits + 1) rank edges
     shard_starts: np.ndarray  # kfold: each shard's first row; stratified: (n_shards, n_classes) ranks before it
 
+    @property
+    def needs_labels(self) -> bool:
+        """Whether a row's fold depends on its label (stratified folds), not only its position."""
+        return self.kind == "stratified"
+
     def of_shard(self, shard: int, y: np.ndarray) -> np.ndarray:
         """The fold of each row of shard ``shard`` (labels ``y``, used by stratified folds)."""
         if self.kind == "kfold":
@@ -45,6 +50,24 @@ class Folds:
             ranks = self.shard_starts[shard, c] + np.arange(len(at))
             folds[at] = np.searchsorted(self.bounds[c], ranks, side="right") - 1
         return folds
+
+
+@dataclass(frozen=True)
+class RandomSplit:
+    """A seeded random ``fraction`` of each shard's rows held out (fold 1), the others kept
+    (fold 0): each row by a uniform draw from the generator of ``(seed, shard)``, so the same
+    rows whatever the worker count or the order shards are read in (scikit-learn's
+    ``validation_fraction``, without its stratification)."""
+
+    fraction: float
+    seed: int = 0
+    n_splits: int = 2  # fold 0 the kept rows, fold 1 the held-out ones
+    needs_labels = False  # a row's fold follows from its shard and position alone
+
+    def of_shard(self, shard: int, y: np.ndarray) -> np.ndarray:
+        """The fold of each row of shard ``shard``: 1 for held-out rows, else 0."""
+        draws = np.random.default_rng([self.seed, shard]).random(len(y))
+        return (draws < self.fraction).astype(np.intp)
 
 
 def check_n_splits(n_splits: Any) -> None:
