@@ -4,11 +4,13 @@ its penalty chosen on held-out rows, saved as a model with the whole path beside
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
 from typing import Any
 
 from dasklbfgs.cli.cluster_args import add_cluster_arguments, check_cluster_arguments, cluster_from_args
 from dasklbfgs.cli.format import json_text
-from dasklbfgs.cli.interrupt import Interrupt
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt
 from dasklbfgs.cli.solver_flags import add_option_flags, given_options
 from dasklbfgs.cli.storage_args import add_storage_arguments, storage_options_from_args
 from dasklbfgs.data.location import Location
@@ -90,13 +92,21 @@ def command(args: argparse.Namespace) -> int:
                             given_options(args, SandblasterOptions.fields()))  # bad values fail before a cluster
     if args.cv is not None and args.cv < 2:
         raise ConfigurationError(f"--cv must be an integer number of folds >= 2, got {args.cv}")
-    with Interrupt(), cluster_from_args(args) as client:
+    # Ctrl-C ends the fit under way: a path then ends with the fits it reached, chosen among and saved;
+    # cross-validation, which has no choice to make without every fold, stops at once, saving nothing
+    interrupt = Interrupt() if args.cv is None else None
+    with interrupt or contextlib.nullcontext(), cluster_from_args(args, interrupt) as client:
         for dataset in (data, test) if test is not None else (data,):
             dataset.check_workers_can_read(client)
-        chosen = choose_penalty(plan, data, test=test, cv=args.cv, client=client)
+        chosen = choose_penalty(plan, data, test=test, cv=args.cv, client=client,
+                                callback=None if interrupt is None else interrupt.check)
     save_params(output, chosen.model, chosen.params, chosen.report, arrays=chosen.arrays)
     report = {**chosen.report, "output": output.url}
     print(json_text(report) if args.json else _text(report))
+    if report.get("stopped") == INTERRUPTED:
+        print(f"interrupted after {len(report['fits'])} of the path's penalties; the best of them saved to "
+              f"{args.output}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not args.json:
         print(f"saved      {args.output}")
     return 0 if chosen.success else 1

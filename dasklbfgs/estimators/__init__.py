@@ -15,8 +15,9 @@ cluster without a shared disk (:mod:`dasklbfgs._fit_stores`). The linear estimat
 ``warm_start``: a refit starts from the previous ``coef_`` and ``intercept_``.
 """
 
-from dasklbfgs.estimators.cv import ElasticNetCV, LassoCV, LogisticRegressionCV
+from dasklbfgs.estimators.cv import ElasticNetCV, LassoCV
 from dasklbfgs.estimators.linear import ElasticNet, Lasso, LinearRegression, LogisticRegression
+from dasklbfgs.estimators.logistic_cv import LogisticRegressionCV
 from dasklbfgs.estimators.mlp import MLPClassifier
 
 __all__ = ["LogisticRegression", "LogisticRegressionCV", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso",

@@ -164,7 +164,9 @@ def _path_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: S
     name, section = config["pipeline"]["name"], config["path"]
     penalties = PathOptions.from_mapping({key: value for key, value in section.items() if key != "cv"})
     plan = PathPlan.checked(model, penalties, config["train"]["options"])
-    chosen = choose_penalty(plan, train, test=test, cv=section["cv"], client=client)
+    # Ctrl-C ends a path with the fits reached (cross-validation cannot choose without every fold)
+    chosen = choose_penalty(plan, train, test=test, cv=section["cv"], client=client,
+                            callback=callback if section["cv"] is None else None)
     trained = time.perf_counter()
     scores = {split: evaluate(chosen.model, chosen.params, data, client=client, curves=True)
               for split, data in (("train", train), ("test", test)) if data is not None}
@@ -175,10 +177,11 @@ def _path_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: S
                 arrays=chosen.arrays)
     report = chosen.report
     fit = report["fits"][report["chosen"]]
-    message = (f"chose alpha {fit['alpha']:.4g} ({report['penalty']}) of {len(report['fits'])} by "
-               f"{report['chosen_by'] or 'the last fit (no held-out data)'}")
+    message = report.get("stopped") or (f"chose alpha {fit['alpha']:.4g} ({report['penalty']}) of "
+                                        f"{len(report['fits'])} by {report['chosen_by'] or 'the last fit'}")
     plot_path(report, staging / "path.png", title=f"{name}: {model!r}")
     plot_scores(score_curves, staging / "scores.png", title=f"{name}: {chosen.model!r}, the chosen penalty")
-    return {"run_id": run_id, "model": repr(chosen.model), "success": chosen.success, "message": message, **scores,
-            "path": report,
+    return {"run_id": run_id, "model": repr(chosen.model), "success": chosen.success and not report.get("stopped"),
+            "message": message, **scores, "path": report,
+            "solver_stats": {"iterations": sum(f["iterations"] for f in report["fits"]), "fits": len(report["fits"])},
             "_trained": trained, "_evaluated": evaluated}

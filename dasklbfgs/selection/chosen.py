@@ -34,19 +34,22 @@ class ChosenFit:
 
 
 def choose_penalty(plan: PathPlan, data: Any, *, test: Any = None, cv: int | None = None,
-                   client: Any = None) -> ChosenFit:
+                   client: Any = None, callback: Any = None) -> ChosenFit:
     """Run ``plan`` on ``data`` and choose a penalty: with ``cv``, by ``cv``-fold
     cross-validation on ``data`` (the choice refitted on every row, then scored on ``test``
-    if given); else the best held-out loss on ``test``, or with no ``test`` the last fit."""
+    if given); else the best held-out loss on ``test``, or with no ``test`` the last fit.
+    ``callback`` goes to every fit of a path (not cross-validation): one it stops ends the
+    path, and the choice is among the fits reached (``report["stopped"]`` says why)."""
     model = plan.model
-    if cv is None:
-        path = plan.run(data, eval_data=test, client=client)
+    if cv is None:  # a fit the callback stops ends the path: the choice among the fits reached
+        path = plan.run(data, eval_data=test, client=client, callback=callback)
         chosen = path.best() if path.scores else len(path) - 1
         report = _report(path, chosen, model, data.url, test)
         arrays = {"path_" + key: np.asarray(getattr(path, key)) for key in PATH_ARRAYS if key != "coefs"}
         arrays |= _coefs_arrays(path.coefs)
         l1, l2, params = float(path.l1[chosen]), float(path.l2[chosen]), path.coef(chosen)
         success = bool(np.all(path.success))
+        report["stopped"] = path.stats["stopped"]
     else:
         found = cross_validate(plan, data, cv=cv, stratified=None, metric=None, client=client)
         report = _cv_report(found, model, data.url)

@@ -23,6 +23,7 @@ import numpy as np
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.persist import model_config, model_from_config
+from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.options import Options
 from dasklbfgs.scoring import evaluate
 from dasklbfgs.scoring.evaluation import chosen_metrics
@@ -138,7 +139,7 @@ def regularization_path(model: LinearModel, data: Any, *, l1: Sequence[float] | 
                         l2: Sequence[float] | None = None, n_alphas: int = PathOptions.default("n_alphas"),
                         eps: float = PathOptions.default("eps"),
                         eval_data: Any = None, metrics: Sequence[str] | None = None, client: Any = None,
-                        **options: Any) -> RegularizationPath:
+                        callback: Any = None, **options: Any) -> RegularizationPath:
     """Fit ``model`` (a linear model) on ``data`` at a sequence of penalties, each fit warm
     started from the last, all on the shards cached once (Sandblaster L-BFGS, OWL-QN where
     there is an l1 term; ``options`` are its options, as for ``sandblaster_lbfgs``).
@@ -152,12 +153,14 @@ def regularization_path(model: LinearModel, data: Any, *, l1: Sequence[float] | 
     :func:`dasklbfgs.evaluate` names them; default the held-out loss and the task's score:
     log-loss and accuracy, or RMSE and R²); :meth:`RegularizationPath.best` then picks a
     penalty. ``data`` and ``eval_data`` may be :func:`dasklbfgs.cached` datasets;
-    others are cached for the path and released after it. Returns a
+    others are cached for the path and released after it. ``callback`` is given to every fit
+    (:func:`dasklbfgs.minimize`'s); a fit it stops (``StopIteration``) ends the path with the
+    fits so far, and ``path.stats["stopped"]`` says why (None for a whole path). Returns a
     :class:`RegularizationPath`.
     """
     plan = PathPlan.checked(model, PathOptions.from_mapping({"l1_values": l1, "l2_values": l2,
                                                               "n_alphas": n_alphas, "eps": eps}), options)
-    return plan.run(data, eval_data=eval_data, metrics=metrics, client=client)
+    return plan.run(data, eval_data=eval_data, metrics=metrics, client=client, callback=callback)
 
 
 @dataclass(frozen=True)
@@ -216,18 +219,18 @@ class PathPlan:
         """The model at penalty ``alpha`` of the varied kind."""
         return with_penalty(self.model, **_penalties_at(self.model, self.varied, alpha, self.ratio))
 
-    def alphas_for(self, shards: CachedDataset) -> tuple[np.ndarray, float | None, Any]:
+    def alphas_for(self, shards: CachedDataset, callback: Any = None) -> tuple[np.ndarray, float | None, Any]:
         """The penalties on ``shards``: the given ones, or the path's own sequence from
         ``alpha_max`` (then also returned, with the fit of the intercept-only model it comes
         from: None without intercepts, where that model is all zeros)."""
         if self.given is not None:
             return self.given, None, None
-        alpha_max, bare = _largest_penalty(self.model, shards, self.solver_options)
+        alpha_max, bare = _largest_penalty(self.model, shards, self.solver_options, callback)
         scale = 1.0 if self.varied == "l1" else 1.0 / RIDGE_SHARE
         return alpha_max * scale * np.logspace(0.0, np.log10(self.eps), self.n_alphas), alpha_max, bare
 
     def run(self, data: Any, *, eval_data: Any = None, metrics: Sequence[str] | None = None,
-            client: Any = None) -> RegularizationPath:
+            client: Any = None, callback: Any = None) -> RegularizationPath:
         """The fits on ``data`` (see :func:`regularization_path`)."""
         model = self.model
         names = chosen_metrics(model.task, metrics if metrics is not None else
@@ -236,10 +239,10 @@ class PathPlan:
         with contextlib.ExitStack() as stack:
             shards = cached_on(data, client, stack)
             held_out = None if eval_data is None else cached_on(eval_data, shards.client, stack)
-            alphas, alpha_max, bare = self.alphas_for(shards)
+            alphas, alpha_max, bare = self.alphas_for(shards, callback)
             start = None if bare is None else bare.x
             fits, scores = [], []
-            options = self.solver_options
+            options, stopped = self.solver_options, None
             for i, alpha in enumerate(alphas):
                 penalties = _penalties_at(model, self.varied, float(alpha), self.ratio)
                 at = with_penalty(model, **penalties)
@@ -248,7 +251,8 @@ class PathPlan:
                     # (a second fit from there has no step the objective can resolve: at its optimum already)
                     fitted = bare
                 else:
-                    fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start)
+                    fitted = minimize(at, shards, "sandblaster", options, client=shards.client, x0=start,
+                                      callback=callback)
                 fits.append((penalties, _Fit.of(fitted, sparse=len(alphas) * model.n_params * 8 > DENSE_COEFS_BYTES)))
                 if held_out is not None:
                     scores.append(evaluate(at, fitted.x, held_out, metrics=names))
@@ -256,8 +260,12 @@ class PathPlan:
                 start, scale = fitted.x, fitted.stats.get("inverse_hessian_scale")
                 if scale is not None:
                     options = self.solver_options.replace(initial_scale=scale)
-        path = _collected(model, self.varied, alphas, fits, alpha_max, time.perf_counter() - started)
+                if fitted.status == Status.CALLBACK_STOP:  # the callback ended this fit: the path ends with it
+                    stopped = str(fitted.message)
+                    break
+        path = _collected(model, self.varied, alphas[: len(fits)], fits, alpha_max, time.perf_counter() - started)
         path.scores = scores if held_out is not None else None
+        path.stats["stopped"] = stopped
         return path
 
 
@@ -281,14 +289,15 @@ def cached_on(data: Any, client: Any, stack: contextlib.ExitStack) -> CachedData
     return stack.enter_context(cached(data, client=client))
 
 
-def _largest_penalty(model: LinearModel, shards: CachedDataset, options: Options) -> tuple[float, Any]:
+def _largest_penalty(model: LinearModel, shards: CachedDataset, options: Options, callback: Any = None
+                     ) -> tuple[float, Any]:
     """The l1 penalty from which every coefficient is zero, ``max_j |dL/dw_j|`` at the
     intercept-only model, and that model's fit (None without intercepts: all zeros)."""
     fitted = None
     start = np.zeros(model.n_params)
     if model.fit_intercept:  # OWL-QN holds every coefficient at zero below an l1 no gradient reaches
         fitted = minimize(with_penalty(model, l1=HOLD_AT_ZERO, l2=0.0), shards, "sandblaster", options,
-                          client=shards.client)
+                          client=shards.client, callback=callback)
         start = fitted.x
     _, gradient = shards.objective(with_penalty(model, l1=0.0, l2=0.0), start)
     return float(np.max(np.abs(gradient[: model.n_coef]))), fitted

@@ -91,6 +91,18 @@ def test_warm_starts_take_fewer_iterations_than_cold_fits(client, classification
     with pytest.raises(ConfigurationError, match="the path's held-out scores have no 'rmse' to choose by; they have "
                                                  "accuracy, log_loss, objective, roc_auc"):
         path.best("rmse")
+    # a callback that stops a fit ends the path there, with the fits reached
+    stops = iter(range(12, 0, -1))
+
+    def third_fit_stops(intermediate) -> None:
+        if next(stops) == 1:
+            raise StopIteration("enough")
+
+    short = dasklbfgs.regularization_path(model, train, l1=[0.002, 0.02, 0.005], client=client,
+                                          callback=third_fit_stops, **TIGHT)
+    assert 1 <= len(short) < 3 and short.stats["stopped"] == "enough" and not short.success[-1]
+    np.testing.assert_array_equal(short.alphas, path.alphas[: len(short)])
+    assert path.stats["stopped"] is None
     # a wide path keeps its fits as CSR rows (here: every path): the same fits, saved as CSR parts
     monkeypatch.setattr(path_module, "DENSE_COEFS_BYTES", 0)
     with dasklbfgs.cached(train, client=client) as shards:
