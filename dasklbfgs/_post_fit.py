@@ -182,13 +182,21 @@ class PostFit:
         return rows.map_blocks(block_method, chunks=(rows.chunks[0], probe.shape[1:]), dtype=probe.dtype, meta=meta)
 
 
+def share_explained(unexplained: float, spread: float) -> float:
+    """``1 - unexplained / spread`` (R^2, D^2), scikit-learn's 1 or 0 when there is no spread."""
+    if spread == 0:
+        return 1.0 if unexplained == 0 else 0.0
+    return float(1.0 - unexplained / spread)
+
+
 class ScoredOnTheCluster(PostFit):
     """``score`` for the estimators, first in their bases (before scikit-learn's mixins):
     scikit-learn's for numpy and pandas input, computed by the workers for a dataset or
     dask input."""
 
     def score(self, X: Any, y: Any = None, sample_weight: Any = None) -> float:
-        """scikit-learn's score (accuracy for classifiers, R^2 for regressors); for a
+        """scikit-learn's score (accuracy for classifiers, R^2 for regressors, D^2 for the
+        GLMs: the share of the deviance explained); for a
         ShardedDataset (its own labels and weights) or dask input, computed by the workers
         and the estimator's client."""
         if not (isinstance(X, ShardedDataset) or is_dask_collection(X)):
@@ -216,10 +224,14 @@ class ScoredOnTheCluster(PostFit):
         if isinstance(self, ClassifierMixin):
             (accuracy,) = computed(client, da.average(predicted == y, weights=sample_weight))
             return float(accuracy)
-        residual = y - predicted
         w = da.ones_like(y, dtype=np.float64) if sample_weight is None else sample_weight
         mean = (w * y).sum() / w.sum()
-        unexplained, spread = computed(client, (w * residual**2).sum(), (w * (y - mean) ** 2).sum())
-        if spread == 0:
-            return 1.0 if unexplained == 0 else 0.0
-        return float(1.0 - unexplained / spread)
+        unexplained, spread = computed(client, (w * self._deviance(y, predicted)).sum(),
+                                       (w * self._deviance(y, mean)).sum())
+        return share_explained(unexplained, spread)
+
+    def _deviance(self, y: Any, predicted: Any) -> Any:
+        """A regressor's per-row deviance of ``predicted`` from ``y`` (numpy or dask arrays):
+        the squared error, so that the score above is R^2 (the GLMs': their family's
+        deviance, and the score D^2)."""
+        return (y - predicted) ** 2

@@ -30,6 +30,7 @@ from dasklbfgs.estimators import (
     LinearRegression,
     LogisticRegression,
     MLPClassifier,
+    TweedieRegressor,
 )
 from dasklbfgs.estimators.linear import _logistic_penalty
 from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax
@@ -40,7 +41,8 @@ ONE_SHARD = 100_000
 
 
 @parametrize_with_checks([LogisticRegression(shard_rows=ONE_SHARD), LinearRegression(shard_rows=ONE_SHARD),
-                          ElasticNet(shard_rows=ONE_SHARD), MLPClassifier((8,), max_iter=40, shard_rows=ONE_SHARD)])
+                          ElasticNet(shard_rows=ONE_SHARD), MLPClassifier((8,), max_iter=40, shard_rows=ONE_SHARD),
+                          TweedieRegressor(power=1.5, shard_rows=ONE_SHARD)])
 def test_scikit_learn_estimator_checks(estimator, check, client) -> None:
     if "sample_weight_equivalence" in check.func.__name__ and "tol" in estimator.get_params():
         # weighted and repeated rows are compared to 1e-7: run both fits to that precision
@@ -635,3 +637,46 @@ def test_mlp_early_stopping_holds_out_a_fraction_and_keeps_the_best_scoring(clie
     assert plain.validation_scores_ is None and plain.best_validation_score_ is None
     with pytest.raises(ConfigurationError, match="validation_fraction must be a number in \\(0, 1\\) or None, got 1"):
         MLPClassifier((4,), early_stopping=True, validation_fraction=1, client=client).fit(X, y)
+
+
+def test_glm_regressors_are_scikit_learns(client, tmp_path) -> None:
+    """PoissonRegressor, GammaRegressor and TweedieRegressor (log link, and power 0 with the
+    identity link: least squares) reach scikit-learn's coefficients on the same weighted
+    data, predict its means, score its D^2 (also by the workers, on a dataset), and refuse
+    labels outside their family's support."""
+    from sklearn.linear_model import GammaRegressor as SkGammaRegressor
+    from sklearn.linear_model import PoissonRegressor as SkPoissonRegressor
+    from sklearn.linear_model import TweedieRegressor as SkTweedieRegressor
+
+    from dasklbfgs.errors import ModelDataMismatchError
+    from dasklbfgs.estimators import GammaRegressor, PoissonRegressor
+
+    rng = np.random.default_rng(21)
+    X = rng.normal(size=(600, 4))
+    mu = np.exp(X @ np.array([0.3, -0.2, 0.1, 0.0]) + 0.5)
+    w = rng.uniform(0.5, 2.0, size=600)
+    cases = [(PoissonRegressor(alpha=0.05), SkPoissonRegressor(alpha=0.05), rng.poisson(mu).astype(float)),
+             (GammaRegressor(alpha=0.05), SkGammaRegressor(alpha=0.05), rng.gamma(2.0, mu / 2.0)),
+             (TweedieRegressor(power=1.5, alpha=0.05), SkTweedieRegressor(power=1.5, alpha=0.05),
+              rng.poisson(mu) * rng.gamma(2.0, 0.5, 600)),
+             (TweedieRegressor(power=0.0, alpha=0.05), SkTweedieRegressor(power=0.0, alpha=0.05), mu)]
+    for ours, ref, y in cases:
+        ours.set_params(tol=1e-10, max_iter=500, shard_rows=150, client=client).fit(X, y, sample_weight=w)
+        ref.set_params(tol=1e-12, max_iter=10_000).fit(X, y, sample_weight=w)
+        np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-7)
+        assert ours.intercept_ == pytest.approx(ref.intercept_, abs=1e-7)
+        np.testing.assert_allclose(ours.predict(X), ref.predict(X), rtol=1e-6)
+        assert ours.score(X, y, sample_weight=w) == pytest.approx(ref.score(X, y, sample_weight=w), rel=1e-9)
+    poisson, reference, counts = cases[0]
+    data = ShardedDataset.create(tmp_path / "counts", X, counts, sample_weight=w, shard_rows=200)
+    assert poisson.score(data) == pytest.approx(reference.score(X, counts, sample_weight=w), rel=1e-9)  # by the workers
+    with pytest.raises(ModelDataMismatchError, match=r"needs labels >= 0 \(counts, amounts\), but y at .* has "
+                                                     r"the smallest value -1"):
+        PoissonRegressor(client=client).fit(X, np.where(np.arange(600) == 7, -1.0, counts))
+    with pytest.raises(ModelDataMismatchError, match=r"needs labels > 0 \(its variance power is 2\), but y at .* "
+                                                     r"has the smallest value 0"):
+        GammaRegressor(client=client).fit(X, counts)
+    with pytest.raises(ConfigurationError, match=r"power must be 0 or a number >= 1 .* got 0.5"):
+        TweedieRegressor(power=0.5, client=client).fit(X, counts)
+    with pytest.raises(ConfigurationError, match=r"link='identity' is fitted at power=0 \(least squares\) only"):
+        TweedieRegressor(power=1.5, link="identity", client=client).fit(X, counts)

@@ -18,8 +18,6 @@ from dasklbfgs.errors import ConfigurationError, OutputExistsError
 
 __all__ = ["EXAMPLES", "add_parser"]
 
-LINEAR = ("least_squares", "logistic", "softmax")
-
 EXAMPLES = """\
 examples:
   dasklbfgs path --data data/ctr/train --test data/ctr/test --l1 1 --n-alphas 30 --output ctr-path.npz
@@ -28,7 +26,7 @@ examples:
 
 
 def add_parser(sub: Any) -> None:
-    from dasklbfgs.models.registry import ModelOptions
+    from dasklbfgs.models.registry import LINEAR, ModelOptions
     from dasklbfgs.selection.options import PathOptions
     from dasklbfgs.solvers.sandblaster import SandblasterOptions
 
@@ -69,7 +67,7 @@ def command(args: argparse.Namespace) -> int:
     from dasklbfgs.models import model_for_dataset
     from dasklbfgs.models.linear import LinearModel
     from dasklbfgs.models.persist import save_params
-    from dasklbfgs.models.registry import ModelOptions, default_model
+    from dasklbfgs.models.registry import LINEAR, ModelOptions, default_model
     from dasklbfgs.selection.chosen import choose_penalty
     from dasklbfgs.selection.options import PathOptions
     from dasklbfgs.selection.path import PathPlan

@@ -16,10 +16,11 @@ cluster without a shared disk (:mod:`dasklbfgs._fit_stores`). The linear estimat
 """
 
 from dasklbfgs.estimators.cv import ElasticNetCV, LassoCV
+from dasklbfgs.estimators.glm import GammaRegressor, PoissonRegressor, TweedieRegressor
 from dasklbfgs.estimators.linear import ElasticNet, Lasso, LinearRegression, LogisticRegression
 from dasklbfgs.estimators.logistic_cv import LogisticRegressionCV
 from dasklbfgs.estimators.mlp import MLPClassifier
 
 __all__ = ["LogisticRegression", "LogisticRegressionCV", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso",
-           "LassoCV",
+           "LassoCV", "PoissonRegressor", "GammaRegressor", "TweedieRegressor",
            "MLPClassifier"]

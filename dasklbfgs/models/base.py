@@ -237,7 +237,7 @@ class Model:
         if getattr(data, "is_sparse", False) and not self.accepts_sparse:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} takes dense data, but X at {data.url!r} is sparse; the linear models "
-                "(least_squares, logistic, softmax) train on sparse data"
+                "(least_squares, logistic, softmax and the GLMs) train on sparse data"
             )
         if data.n_features != self.n_features:
             raise ModelDataMismatchError(

@@ -97,6 +97,11 @@ class LinearModel(Model):
 
     # -- objective pieces ---------------------------------------------------------------
 
+    def link(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[float, np.ndarray]:
+        """The loss sum of decision values ``z`` against labels ``y`` (weights ``w``) and its
+        derivative in ``z``: the model's link kernel (:mod:`dasklbfgs.models._kernels`)."""
+        return type(self)._link(z, y, w)
+
     def row_weights(self, y: np.ndarray, w: np.ndarray | None) -> np.ndarray | None:
         """Each row's weight in the sums: its sample weight times its class's weight (None: all 1)."""
         if self.class_weight is None:
@@ -130,7 +135,7 @@ class LinearModel(Model):
             z = Xb @ W
             z += b if self.n_outputs > 1 else b[0]
             block_w = None if w is None else w[start : start + step]
-            block_loss, dz = type(self)._link(z, y[start : start + step], block_w)
+            block_loss, dz = self.link(z, y[start : start + step], block_w)
             loss += block_loss
             gW += dz @ Xb if self.n_outputs == 1 else Xb.T @ dz
             gb += dz.sum(axis=0)
@@ -153,7 +158,7 @@ class LinearModel(Model):
         (the rows of ``W`` that ``X``'s columns index) and intercepts ``b``."""
         z = X @ W
         z += b if self.n_outputs > 1 else b[0]
-        return type(self)._link(np.asarray(z, dtype=np.float64), y, w)
+        return self.link(np.asarray(z, dtype=np.float64), y, w)
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
                               w: np.ndarray | None = None) -> tuple[float, Any]:
@@ -274,7 +279,7 @@ class LinearModel(Model):
         reports the objective's value only), one pass over the rows."""
         z = self.decision_function(params, X)
         outputs, predicted = self.outputs_of(z)
-        loss, _ = type(self)._link(z.copy() if outputs is z else z, y, self.row_weights(y, w))  # links work in place
+        loss, _ = self.link(z.copy() if outputs is z else z, y, self.row_weights(y, w))  # links work in place
         return Scored(float(loss), None, outputs, predicted)
 
     def _config(self) -> dict[str, Any]:

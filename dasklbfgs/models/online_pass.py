@@ -128,7 +128,7 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
     intercept = np.array(b, dtype=np.float64)
     coef_sq, intercept_sq = np.zeros_like(coef), np.zeros_like(intercept)
     weights = model.row_weights(y, w)
-    link, l2 = type(model)._link, model.l2
+    link, l2 = model.link, model.l2
     local = rows.local
     loss = rows_weight = 0.0
     for start in _batches(local.shape[0], batch_rows):

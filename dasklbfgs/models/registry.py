@@ -11,6 +11,7 @@ from dasklbfgs.models._layers import ACTIVATIONS
 from dasklbfgs.models.autoencoder import SparseAutoencoder
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.embedding import EmbeddingLM
+from dasklbfgs.models.glm import Gamma, Poisson, Tweedie
 from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
@@ -21,7 +22,8 @@ from dasklbfgs.options import Options, option
 #: for a dataset (:meth:`~dasklbfgs.models.base.Model.for_dataset`). A new model is its
 #: module plus its class here.
 CLASSES: dict[str, type[Model]] = {
-    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, MLP, SparseAutoencoder, LocalAutoencoder, EmbeddingLM)
+    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, Poisson, Gamma, Tweedie, MLP, SparseAutoencoder,
+                              LocalAutoencoder, EmbeddingLM)
 }
 MODELS = tuple(CLASSES)
 LINEAR = tuple(name for name, cls in CLASSES.items() if cls.linear)
@@ -57,6 +59,8 @@ class ModelOptions(Options):
     stride: int | None = _shape("local_autoencoder pixels between windows", "int", minimum=1)
     maps: int | None = _shape("local_autoencoder hidden units per window location", "int", minimum=1)
     embed_dim: int | None = _shape("embedding_lm embedding width", "int", minimum=1)
+    power: float | None = _shape("tweedie variance power: 0, or >= 1 (1 Poisson, 2 Gamma; default 1.5)", "float",
+                                 minimum=0)
 
 
 def model_options(values: dict[str, Any]) -> dict[str, Any]:

@@ -183,7 +183,7 @@ class PathPlan:
         every fit (an options object, or a mapping of option values)."""
         if not isinstance(model, LinearModel):
             raise ConfigurationError(f"a regularization path varies a linear model's penalty; {model!r} is not "
-                                     "one (LeastSquares, Logistic or Softmax)")
+                                     "one (least squares, logistic, softmax or a GLM: dasklbfgs.models.LinearModel)")
         solver = get_solver("sandblaster")
         if not isinstance(options, Options) and "x0" in options:
             raise ConfigurationError(f"x0 is not an option of a regularization path: {NOT_FOR_A_PATH['x0']}",
