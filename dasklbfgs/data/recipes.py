@@ -174,7 +174,7 @@ def _synthetic_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
                                ill_conditioned=o.ill_conditioned)
     attrs: dict[str, Any] = {"task": RECIPES[kind].task, "source": f"synthetic:{kind}", "seed": o.seed,
                              "ill_conditioned": o.ill_conditioned}
-    if kind != "regression":
+    if RECIPES[kind].task in ("binary", "multiclass"):
         attrs["n_classes"] = problem.n_classes
     return _generated_splits(problem.blocks, o.rows, o.test_fraction, attrs)
 
@@ -313,6 +313,8 @@ RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (
     Recipe("logistic", "binary", ("rows", "features", "ill_conditioned"), _synthetic_splits),
     Recipe("multinomial", "multiclass", ("rows", "features", "n_classes", "ill_conditioned"), _synthetic_splits),
     Recipe("regression", "regression", ("rows", "features", "ill_conditioned"), _synthetic_splits),
+    Recipe("counts", "counts", ("rows", "features", "ill_conditioned"), _synthetic_splits),
+    Recipe("amounts", "amounts", ("rows", "features", "ill_conditioned"), _synthetic_splits),
     # scikit-learn's bundled real datasets, of a fixed size
     *(Recipe(name, task, (), _bundled_splits, (("rows", FIXED_SIZE), ("features", FIXED_SIZE)))
       for name, task in (("digits", "multiclass"), ("breast_cancer", "binary"), ("wine", "multiclass"))),

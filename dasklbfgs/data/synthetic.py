@@ -29,9 +29,16 @@ def seeded_blocks(
         yield rng, min(block_rows, n_rows - start)
 
 
+#: the planted models' kinds
+KINDS = ("logistic", "multinomial", "regression", "counts", "amounts")
+
+
 @dataclass(frozen=True)
 class SyntheticProblem:
-    """A planted linear model; ``kind`` is ``"logistic"``, ``"multinomial"`` or ``"regression"``.
+    """A planted linear model; ``kind`` is ``"logistic"``, ``"multinomial"``, ``"regression"``,
+    ``"counts"`` (Poisson counts, mean ``exp(margin / 4 - 1.5)``: about 0.25 a row, as claim
+    frequencies) or ``"amounts"`` (Gamma amounts of shape 2, mean ``exp(margin / 4 + 7)``: as
+    claim sizes).
 
     ``ill_conditioned`` multiplies feature j by ``scales[j]`` (log-spaced over
     ``condition_decades`` orders of magnitude) and divides the planted weights by the same
@@ -47,10 +54,8 @@ class SyntheticProblem:
     noise: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.kind not in ("logistic", "multinomial", "regression"):
-            raise ConfigurationError(
-                f"kind must be one of ('logistic', 'multinomial', 'regression'), got {self.kind!r}"
-            )
+        if self.kind not in KINDS:
+            raise ConfigurationError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if self.n_features < 1:
             raise ConfigurationError(f"n_features must be >= 1, got {self.n_features}")
         if self.kind == "multinomial" and self.n_classes < 2:
@@ -83,6 +88,10 @@ class SyntheticProblem:
     def _labels(self, margin: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if self.kind == "regression":
             return margin[:, 0] + self.noise * rng.normal(size=margin.shape[0])
+        if self.kind == "counts":
+            return rng.poisson(np.exp(margin[:, 0] / 4.0 - 1.5)).astype(np.float64)
+        if self.kind == "amounts":
+            return rng.gamma(2.0, np.exp(margin[:, 0] / 4.0 + 7.0) / 2.0)
         if self.kind == "logistic":
             p = 1.0 / (1.0 + np.exp(-margin[:, 0]))
             return (rng.random(margin.shape[0]) < p).astype(np.int64)

@@ -40,6 +40,24 @@ def test_planted_model_is_recoverable_from_regression_data() -> None:
     np.testing.assert_allclose(fit, np.r_[coef[:, 0], intercept], atol=0.01)
 
 
+@pytest.mark.parametrize(("kind", "model"), [("counts", "poisson"), ("amounts", "gamma")])
+def test_claims_recipes_plant_a_log_linear_mean(tmp_path, kind, model) -> None:
+    """``counts`` (Poisson claim counts) and ``amounts`` (Gamma claim sizes) plant the mean
+    ``exp(margin / 4 + shift)``: scikit-learn's unpenalised GLM on the rows recovers the planted
+    coefficients, and the datasets imply their family's model."""
+    from sklearn.linear_model import GammaRegressor, PoissonRegressor
+
+    from dasklbfgs.models.registry import default_model
+
+    train = make_dataset(kind, tmp_path / kind, rows=40_000, features=3, test_fraction=0)["train"]
+    X, y = train.load_rows(0, train.n_samples)
+    assert default_model(train) == model and (y.min() >= 0 if kind == "counts" else y.min() > 0)
+    fitted = (PoissonRegressor if kind == "counts" else GammaRegressor)(alpha=0.0, max_iter=1000).fit(X, y)
+    coef, intercept = SyntheticProblem(kind, n_features=3).planted()
+    np.testing.assert_allclose(fitted.coef_, coef[:, 0] / 4.0, atol=0.03)
+    assert fitted.intercept_ == pytest.approx(intercept[0] / 4.0 + (-1.5 if kind == "counts" else 7.0), abs=0.03)
+
+
 def test_ill_conditioned_features_span_four_decades(tmp_path) -> None:
     train = make_dataset("multinomial", tmp_path / "d", rows=4000, features=5, shard_rows=4000,
                          n_classes=4, ill_conditioned=True, test_fraction=0)["train"]
