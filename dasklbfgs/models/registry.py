@@ -76,7 +76,8 @@ MODEL_FOR_TASK = {"binary": "logistic", "multiclass": "softmax", "regression": "
 def default_model(data: Dataset) -> str:
     """The model ``data``'s recorded task implies: ``binary`` -> logistic, ``multiclass`` ->
     softmax (a dataset with a vocabulary: embedding_lm), ``regression`` -> least_squares,
-    ``counts`` -> poisson, ``amounts`` -> gamma, ``unsupervised`` -> sparse_autoencoder; ``classification`` by its ``n_classes``."""
+    ``counts`` -> poisson, ``amounts`` -> gamma, ``unsupervised`` -> sparse_autoencoder;
+    ``classification`` by its ``n_classes``."""
     task = data.attrs.get("task")
     if task == "classification" and data.attrs.get("n_classes") is not None:
         task = "binary" if int(data.attrs["n_classes"]) <= 2 else "multiclass"

@@ -1,13 +1,15 @@
-"""Cross-validation on cached shards: K folds as row masks, no copy of the rows.
+"""Cross-validation on cached shards: K folds as row masks over the cached rows.
 
-A fold's fit and its scoring see the same cached shards through their sample weights: the
-training view weighs the fold's held-out rows 0 (the rest keep their weights), the held-out
-view weighs the others 0. Each view is a set of Dask keys computed from the cached shards where
-they live, holding the same ``X`` and ``y`` arrays and a new weight vector (8 bytes a row); a
-view reloaded after a lost worker is rebuilt from its shard. Rows of weight 0 add nothing to a
-loss or gradient sum, and the objective divides by the view's total weight, so a fold's fit is
-the fit on its training rows alone. The folds are scikit-learn's ``KFold``/``StratifiedKFold``
-on the rows in their stored order (:mod:`.folds`).
+A fold's fit sees the cached shards through their sample weights: the training view weighs
+the fold's held-out rows 0 (the rest keep their weights), holding the same ``X`` and ``y``
+arrays and a new weight vector (8 bytes a row). Rows of weight 0 add nothing to a loss or
+gradient sum, and the objective divides by the view's total weight, so a fold's fit is the
+fit on its training rows alone. The held-out view holds a copy of the held-out rows alone
+(a ``1/K`` share of the shards, released with the fold), so that scoring them after each fit
+reads no other row. Each view is a set of Dask keys computed from the cached shards where
+they live; a view lost with its worker is rebuilt from its shard. The folds are
+scikit-learn's ``KFold``/``StratifiedKFold`` on the rows in their stored order
+(:mod:`dasklbfgs.data.folds`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from dasklbfgs.data.folds import Folds, check_n_splits, kfold, stratified_kfold
 from dasklbfgs.data.masked import FoldDataset
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.scoring.evaluation import chosen_metrics
 from dasklbfgs.selection.options import PathOptions
 from dasklbfgs.selection.path import PathPlan, RegularizationPath, best_of, cached_on
@@ -66,9 +69,16 @@ def plan_folds(shards: CachedDataset, n_splits: int, stratified: bool) -> Folds:
 
 
 def _masked_shard(shard: Any, view: FoldDataset, index: int) -> tuple[Any, np.ndarray, np.ndarray]:
-    """Task: a cached shard seen through a fold's mask (the same X and y, new weights)."""
+    """Task: a cached shard seen through a fold's mask: for its training rows the same X and
+    y with new weights (no copy of the rows); for its held-out rows, a copy of those rows
+    alone (a fifth of the shard with 5 folds: scoring them reads no other row)."""
     X, y, w = shard
-    return X, y, view.masked(index, y, w)
+    weights = view.masked(index, y, w)
+    if view.train:
+        return X, y, weights
+    rows = np.flatnonzero(view.keep(index, y))
+    kept = CompactColumns.of(X.to_csr()[rows]) if isinstance(X, CompactColumns) else X[rows]
+    return kept, y[rows], weights[rows]
 
 
 def _weight_of(shard: Any) -> float:

@@ -27,6 +27,7 @@ loading its batch again.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import CancelledError
 from typing import Any
 
@@ -74,6 +75,7 @@ class ShardCache:
         self.moves = 0  # shards moved so far
         self._copies_made = 0  # numbers every copy's key: a key is never reused
         self._positions: dict[Any, list[Any]] = {}  # model layout -> per shard, compact_positions
+        self._facts: dict[str, Any] = {}  # what remembered() computed once of these rows
         try:
             wait(self.shards)
             for f in self.shards:
@@ -109,6 +111,13 @@ class ShardCache:
                                           workers=[homes[i]], allow_other_workers=True, pure=False)
                        for j, i in enumerate(batch)]
         return shards  # the batches' futures dropped: each batch's data goes once its shards are picked
+
+    def remembered(self, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per cache: a fact of the cached rows alone (their column
+        moments), which every run on them (a path's fits, a fold's) then shares."""
+        if name not in self._facts:
+            self._facts[name] = compute()
+        return self._facts[name]
 
     def compact_positions(self, model: Any) -> list[Any]:
         """Per shard, the parameters its portions read (:func:`.tasks.compact_positions`),

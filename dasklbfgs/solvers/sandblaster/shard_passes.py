@@ -24,8 +24,13 @@ __all__ = ["column_moments_by_shard", "online_pass_by_shard"]
 
 def column_moments_by_shard(evaluator: MegaBatchEvaluator) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Per shard, ``(n, mean, M2)`` of the columns of X
-    (:func:`~dasklbfgs.solvers.sandblaster.tasks.column_moments`)."""
-    return _per_shard(evaluator, "moments", column_moments, shard_column_moments)
+    (:func:`~dasklbfgs.solvers.sandblaster.tasks.column_moments`): computed once per set of
+    cached shards, which every fit on them (a path's, a fold's) then shares (the same values:
+    they depend on the rows and weights alone)."""
+    def compute() -> list[tuple[int, np.ndarray, np.ndarray]]:
+        return _per_shard(evaluator, "moments", column_moments, shard_column_moments)
+
+    return compute() if evaluator.cached is None else evaluator.cached.remembered("column_moments", compute)
 
 
 def online_pass_by_shard(evaluator: MegaBatchEvaluator, x: np.ndarray, learning_rate: float,
