@@ -20,6 +20,9 @@ from the one that zeroes every coefficient down to ``eps`` times it, the grid
   (the issue's yardstick: a path should cost at most 3x it);
 - **glum**: ``GeneralizedLinearRegressor(family="binomial", l1_ratio=1, alpha_search=True,
   alphas=...)`` on the rows in this process's memory (reading them not counted);
+- **H2O**: ``H2OGeneralizedLinearEstimator(family="binomial", alpha=1, lambda_=the penalties)``
+  on a local H2O started by the benchmark with 2 threads (when ``h2o`` is installed; uploading
+  the rows not counted): its lambda path, warm started;
 - **scikit-learn**: ``LogisticRegression(solver="saga", warm_start=True)`` looped over the
   same penalties, on the first ``--sklearn-rows`` rows (saga's time grows with the rows; its
   row count is in the table).
@@ -95,6 +98,34 @@ def _sklearn(X: np.ndarray, y: np.ndarray, alphas: np.ndarray) -> dict[str, Any]
             epochs.append(int(model.n_iter_[0]))
     return {"seconds": time.perf_counter() - started, "coef": model.coef_[0], "intercept": float(model.intercept_[0]),
             "n_nonzero": nonzero, "epochs": int(np.sum(epochs))}
+
+
+def _h2o(X: np.ndarray, y: np.ndarray, alphas: np.ndarray) -> dict[str, Any] | None:
+    """H2O's GLM over the same penalties (``alpha=1``: the lasso; ``lambda_`` the list, each
+    fit warm started from the last), on a local H2O with 2 threads; None without ``h2o``."""
+    try:
+        import h2o
+        from h2o.estimators import H2OGeneralizedLinearEstimator
+    except ImportError:
+        print("h2o is not installed: its row is left out", flush=True)
+        return None
+    h2o.init(nthreads=2, max_mem_size="8G", ip="127.0.0.1", verbose=False)
+    try:
+        names = [f"x{j}" for j in range(X.shape[1])]
+        frame = h2o.H2OFrame(np.column_stack([X, y]), column_names=[*names, "y"])
+        frame["y"] = frame["y"].asfactor()
+        model = H2OGeneralizedLinearEstimator(family="binomial", alpha=1.0, lambda_=[float(a) for a in alphas],
+                                              standardize=False, objective_epsilon=1e-10, beta_epsilon=1e-8)
+        started = time.perf_counter()
+        model.train(x=names, y="y", training_frame=frame)
+        seconds = time.perf_counter() - started
+        path = H2OGeneralizedLinearEstimator.getGLMRegularizationPath(model)
+        last = int(np.argmin(path["lambdas"]))
+        coefficients = path["coefficients"][last]
+        return {"seconds": seconds, "coef": np.array([coefficients[n] for n in names]),
+                "intercept": float(coefficients["Intercept"]), "fits": len(path["lambdas"])}
+    finally:
+        h2o.cluster().shutdown()
 
 
 def strong_rule_iterations(X: np.ndarray, y: np.ndarray, alphas: np.ndarray, alpha_max: float,
@@ -183,6 +214,10 @@ def main(argv: list[str] | None = None) -> None:
         rows = min(args.sklearn_rows, train.n_samples)
         methods["scikit-learn saga, warm started"] = {**_sklearn(X[:rows], y[:rows], path.alphas), "rows": rows}
         print(f"scikit-learn: {methods['scikit-learn saga, warm started']['seconds']:.1f} s", flush=True)
+        found = _h2o(X, y, path.alphas)
+        if found is not None:
+            methods["H2O (IRLSM, the same penalties, 2 threads)"] = {**found, "rows": train.n_samples}
+            print(f"h2o: {found['seconds']:.1f} s over {found['fits']} penalties", flush=True)
     best: dict[int, float] = {}
     for method in methods.values():
         n = method["rows"]

@@ -22,7 +22,7 @@ from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import tweedie_link
 from dasklbfgs.models.linear import LinearModel
 
-__all__ = ["Gamma", "Poisson", "Tweedie", "check_power", "unit_deviance"]
+__all__ = ["Gamma", "Poisson", "Tweedie", "check_power", "label_terms", "null_deviance", "unit_deviance"]
 
 
 def check_power(power: Any) -> float:
@@ -49,6 +49,36 @@ def unit_deviance(y: Any, mu: Any, power: float) -> Any:
         return 2.0 * (np.log(mu / y) + y / mu - 1.0)
     return 2.0 * (np.maximum(y, 0) ** (2.0 - power) / ((1.0 - power) * (2.0 - power))
                   - y * mu ** (1.0 - power) / (1.0 - power) + mu ** (2.0 - power) / (2.0 - power))
+
+
+def label_terms(y: np.ndarray, power: float) -> np.ndarray:
+    """Per row, what the null deviance sums of the labels beyond their weight and weighted sum
+    (:func:`null_deviance`): ``y log y`` at power 1, ``log y`` at 2, ``max(y, 0)^(2 - p)``
+    otherwise (nothing at power 0: the labels' spread is their moments')."""
+    from scipy.special import xlogy
+
+    if power == 0:
+        return np.zeros_like(y, dtype=np.float64)
+    if power == 1:
+        return xlogy(y, y)
+    if power == 2:
+        return np.log(y)
+    return np.maximum(y, 0) ** (2.0 - power)
+
+
+def null_deviance(power: float, weight: float, mean: float, spread: float, terms: float) -> float:
+    """``sum_i w_i d(y_i, ybar)``, the deviance of the weighted mean ``ybar`` (``mean``), from
+    sums any split of the rows adds up: the total ``weight``, the weighted squared deviations
+    from the mean (``spread``, at power 0) and the weighted :func:`label_terms` (``terms``)."""
+    total = weight * mean  # sum_i w_i y_i
+    if power == 0:
+        return spread
+    if power == 1:
+        return 2.0 * (terms - np.log(mean) * total) if mean > 0 else 0.0
+    if power == 2:
+        return 2.0 * (weight * np.log(mean) - terms)
+    return 2.0 * (terms / ((1.0 - power) * (2.0 - power)) - mean ** (1.0 - power) * total / (1.0 - power)
+                  + mean ** (2.0 - power) * weight / (2.0 - power))
 
 
 class Tweedie(LinearModel):

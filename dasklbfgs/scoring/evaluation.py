@@ -41,7 +41,9 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
       more than two classes), ``average_precision``, ``precision``, ``recall``, ``f1``
       (of class 1 for two classes, macro averages for more), ``confusion_matrix`` (rows
       the true class 0..K-1, columns the predicted one), ``brier_score``;
-    - regression: ``rmse``, ``mae``, ``r2``, ``explained_variance``;
+    - regression: ``rmse``, ``mae``, ``r2``, ``explained_variance``, ``mean_tweedie_deviance``
+      and ``d2`` (the deviance of the model's family at its power, and the share of it
+      explained: the squared error and R^2 for least squares, Poisson's for ``Poisson``);
     - reconstruction: ``reconstruction_mse``.
 
     ``data``: a :class:`~dasklbfgs.data.ShardedDataset` (or its path or URL). ``metrics``

@@ -16,11 +16,12 @@ METRIC_LABELS = {
     "precision": "precision", "recall": "recall", "f1": "F1", "confusion_matrix": "confusion matrix",
     "brier_score": "Brier score",
     "rmse": "RMSE", "mae": "MAE", "r2": "R²", "explained_variance": "explained variance",
+    "mean_tweedie_deviance": "mean deviance", "d2": "D²",
     "reconstruction_mse": "reconstruction error (MSE)",
 }
 #: the figures that are better when higher (the others, losses and errors, when lower)
 HIGHER_IS_BETTER = frozenset({"accuracy", "roc_auc", "average_precision", "precision", "recall", "f1", "r2",
-                              "explained_variance"})
+                              "explained_variance", "d2"})
 #: the held-out score of each task, as :func:`~dasklbfgs.scoring.evaluate` names it, and how reports show it
 SCORES = {"accuracy": "accuracy {accuracy:.4f}", "rmse": "rmse {rmse:.4g}, r2 {r2:.4f}",
           "reconstruction_mse": "reconstruction mse {reconstruction_mse:.4g}"}

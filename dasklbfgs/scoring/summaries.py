@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dasklbfgs.models.glm import label_terms, null_deviance, unit_deviance
 from dasklbfgs.scoring.curves import Histogram, Reliability, ranking_curves
 from dasklbfgs.scoring.ranking import PARTS, Ranked, RankedPart, ScoreCounts
 
@@ -28,7 +29,7 @@ __all__ = ["METRICS", "Summary", "summarize"]
 METRICS = {
     "classification": ("log_loss", "accuracy", "roc_auc", "average_precision", "precision", "recall", "f1",
                        "confusion_matrix", "brier_score"),
-    "regression": ("rmse", "mae", "r2", "explained_variance"),
+    "regression": ("rmse", "mae", "r2", "explained_variance", "mean_tweedie_deviance", "d2"),
     "reconstruction": ("reconstruction_mse",),
 }
 
@@ -82,6 +83,10 @@ class Summary:
     absolute_error: float = 0.0
     residual_histogram: Histogram | None = None
     n_outputs: int = 1
+    # regression: the model family's deviance (a Tweedie power; least squares' is 0)
+    power: float = 0.0
+    deviance: float = 0.0  # sum of weight * unit deviance of the label from the prediction
+    label_terms: float = 0.0  # sum of weight * glm.label_terms(label): for the null deviance
 
     def merge(self, other: Summary) -> Summary:
         """The summary of both sets of rows (this one's first)."""
@@ -90,7 +95,8 @@ class Summary:
             self, rows=self.rows + other.rows, weight=self.weight + other.weight, loss=self.loss + other.loss,
             sums=sums, log_loss=self.log_loss + other.log_loss, brier=self.brier + other.brier,
             squared_error=self.squared_error + other.squared_error,
-            absolute_error=self.absolute_error + other.absolute_error)
+            absolute_error=self.absolute_error + other.absolute_error, deviance=self.deviance + other.deviance,
+            label_terms=self.label_terms + other.label_terms)
         if self.confusion is not None and other.confusion is not None:
             assert self.present is not None and other.present is not None
             merged = replace(merged, confusion=self.confusion + other.confusion, present=self.present | other.present,
@@ -179,6 +185,9 @@ class Summary:
             "mae": self.absolute_error / self.weight,
             "r2": _explained(self.squared_error, spread),
             "explained_variance": _explained(self.residuals.m2, spread),
+            "mean_tweedie_deviance": self.deviance / self.weight,
+            "d2": _explained(self.deviance, null_deviance(self.power, self.labels.weight, self.labels.mean, spread,
+                                                          self.label_terms)),
         }
 
     def _reconstruction(self) -> dict[str, Any]:
@@ -217,8 +226,12 @@ def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.nda
                            np.asarray(y).astype(np.int64), weight, weighted=w is not None,
                            ranked=any(name in RANKING for name in names))
     if model.task == "regression":
-        residual = np.asarray(y, dtype=np.float64) - scored.outputs
-        return replace(base, labels=Moments.of(np.asarray(y, dtype=np.float64), weight),
+        labels = np.asarray(y, dtype=np.float64)
+        residual = labels - scored.outputs
+        power = float(getattr(model, "power", 0.0))  # a GLM's family; least squares' deviance is the squared error
+        base = replace(base, power=power, deviance=float(weight @ unit_deviance(labels, scored.outputs, power)),
+                       label_terms=float(weight @ label_terms(labels, power)))
+        return replace(base, labels=Moments.of(labels, weight),
                        residuals=Moments.of(residual, weight), squared_error=float((weight * residual) @ residual),
                        absolute_error=float(weight @ np.abs(residual)),
                        residual_histogram=Histogram.of(residual, weight) if curves else None)

@@ -10,7 +10,7 @@ from sklearn.preprocessing import label_binarize
 
 from dasklbfgs import ShardedDataset, evaluate
 from dasklbfgs.errors import ConfigurationError, MetricsWarning
-from dasklbfgs.models import MLP, LeastSquares, Logistic, Softmax, SparseAutoencoder
+from dasklbfgs.models import MLP, Gamma, LeastSquares, Logistic, Poisson, Softmax, SparseAutoencoder, Tweedie
 from dasklbfgs.scoring.curves import CURVE_POINTS, Histogram, ranking_curves
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
 from dasklbfgs.scoring.ranking import ScoreCounts
@@ -140,6 +140,34 @@ def test_regression_metrics_equal_scikit_learns_far_from_zero(weighted) -> None:
     assert found["r2"] == pytest.approx(skm.r2_score(y, predicted, sample_weight=w), rel=1e-10)
     assert found["explained_variance"] == pytest.approx(
         skm.explained_variance_score(y, predicted, sample_weight=w), rel=1e-10)
+    _close(found["mean_tweedie_deviance"], skm.mean_squared_error(y, predicted, sample_weight=w))  # power 0
+    assert found["d2"] == pytest.approx(found["r2"], rel=1e-9)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+@pytest.mark.parametrize(("model", "labels"), [
+    (Poisson(3), lambda mu: rng.poisson(mu).astype(float)),
+    (Gamma(3), lambda mu: rng.gamma(2.0, mu / 2.0)),
+    (Tweedie(3, power=1.5), lambda mu: rng.poisson(mu) * rng.gamma(2.0, 0.5, mu.size)),
+    (Tweedie(3, power=3.0), lambda mu: rng.gamma(4.0, mu / 4.0)),
+], ids=["poisson", "gamma", "tweedie-1.5", "tweedie-3"])
+def test_a_glm_s_deviance_and_d2_equal_scikit_learns(weighted, model, labels) -> None:
+    """The mean deviance of the model's family and D², summed shard by shard (the null
+    deviance from sums of the labels): scikit-learn's ``mean_tweedie_deviance`` and
+    ``d2_tweedie_score`` at the model's power (``mean_poisson_deviance``, ``mean_gamma_deviance``)."""
+    X = rng.normal(size=(600, 3))
+    params = np.array([0.3, -0.2, 0.1, 0.5])
+    y = labels(np.exp(X @ params[:3] + params[3]))
+    w = rng.uniform(0.2, 3.0, 600) if weighted else None
+    found = _merged(model, params, X, y, w).metrics(METRICS["regression"])
+    predicted = model.predict(params, X)
+    deviance = skm.mean_tweedie_deviance(y, predicted, sample_weight=w, power=model.power)
+    assert found["mean_tweedie_deviance"] == pytest.approx(deviance, rel=1e-10)
+    if model.power in (1.0, 2.0):
+        named = skm.mean_poisson_deviance if model.power == 1.0 else skm.mean_gamma_deviance
+        assert found["mean_tweedie_deviance"] == pytest.approx(named(y, predicted, sample_weight=w), rel=1e-10)
+    assert found["d2"] == pytest.approx(skm.d2_tweedie_score(y, predicted, sample_weight=w, power=model.power),
+                                        rel=1e-9)
 
 
 def test_reconstruction_error_is_the_mean_over_rows_and_features() -> None:
@@ -342,7 +370,8 @@ def test_a_run_whose_scoring_fails_keeps_its_result_and_says_so(client, tmp_path
 def test_a_metric_of_another_task_is_refused_naming_the_task_s_metrics(tmp_path) -> None:
     data = ShardedDataset.create(tmp_path / "d", rng.normal(size=(20, 2)), rng.normal(size=20), shard_rows=10)
     with pytest.raises(ConfigurationError, match=r"metrics \['roc_auc'\] are not metrics of a regression model; "
-                                                 r"its metrics are \['rmse', 'mae', 'r2', 'explained_variance'\]"):
+                                                 r"its metrics are \['rmse', 'mae', 'r2', 'explained_variance', "
+                                                 r"'mean_tweedie_deviance', 'd2'\]"):
         evaluate(LeastSquares(2), np.zeros(3), data, metrics=["roc_auc"])
 
 
