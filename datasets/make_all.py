@@ -16,7 +16,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=50)
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args()
-    for kind in ("logistic", "multinomial", "regression"):  # the synthetic recipes, at any size
+    for kind in ("logistic", "multinomial", "regression", "counts", "amounts"):  # the synthetic recipes, at any size
         classes = {"n_classes": 10} if "n_classes" in RECIPES[kind].takes else {}
         make_dataset(kind, args.root / kind, rows=args.rows, features=args.features,
                      shard_rows=25_000, overwrite=args.overwrite, **classes)
