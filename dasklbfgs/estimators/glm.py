@@ -6,14 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.base import RegressorMixin
 
-from dasklbfgs._post_fit import ScoredOnTheCluster, on_the_cluster, share_explained
+from dasklbfgs._post_fit import on_the_cluster, share_explained
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.dask_input import is_dask_collection
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
-from dasklbfgs.errors import ConfigurationError, InvalidDataError
-from dasklbfgs.estimators.base import REPLICAS, ShardedEstimator, check_number, store_parameters
+from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.estimators.base import REPLICAS, check_number, store_parameters
+from dasklbfgs.estimators.linear import LeastSquaresEstimator
 from dasklbfgs.models import LeastSquares
 from dasklbfgs.models.glm import Tweedie, check_power, unit_deviance
 from dasklbfgs.models.linear import LinearModel
@@ -23,7 +23,7 @@ __all__ = ["GammaRegressor", "PoissonRegressor", "TweedieRegressor"]
 LINKS = ("auto", "identity", "log")
 
 
-class TweedieRegressor(ScoredOnTheCluster, RegressorMixin, ShardedEstimator):
+class TweedieRegressor(LeastSquaresEstimator):
     """scikit-learn's ``TweedieRegressor``: minimises the mean half Tweedie deviance of
     variance power ``power`` plus ``alpha / 2 ||w||^2`` (the intercept not penalised), the
     mean ``exp(x . w + b)`` with ``link="log"`` (``"auto"``: log, or identity at ``power=0``,
@@ -43,8 +43,6 @@ class TweedieRegressor(ScoredOnTheCluster, RegressorMixin, ShardedEstimator):
                  client: Any = None) -> None:
         store_parameters(self, locals())
 
-    _accepts_sparse = True
-
     def _power(self) -> float:
         return check_power(self.power)
 
@@ -57,27 +55,20 @@ class TweedieRegressor(ScoredOnTheCluster, RegressorMixin, ShardedEstimator):
                                      "takes link='log' (or 'auto')")
         return self.link == "log" or (self.link == "auto" and self._power() != 0)
 
-    def _model(self, n_features: int) -> LinearModel:
+    def _model_of(self, n_features: int) -> LinearModel:
         if self._log_link():
             return Tweedie(n_features, power=self._power(), l2=self.alpha, fit_intercept=self.fit_intercept)
         return LeastSquares(n_features, l2=self.alpha, fit_intercept=self.fit_intercept)
 
-    def fit(self, X: Any, y: Any = None, sample_weight: Any = None) -> TweedieRegressor:
-        """Fit on ``X, y`` (or a ShardedDataset ``X``), each row weighted by ``sample_weight``;
-        labels outside the family's support (negative counts, amounts <= 0 for power >= 2)
-        are refused, naming the smallest."""
-        self._check_params()
+    def _model(self, data: ShardedDataset) -> LinearModel:
+        return self._model_of(data.n_features)
+
+    def _check_penalty(self) -> None:
+        """``alpha``, ``power`` and ``link``, before any data is written; labels outside the
+        family's support (negative counts, amounts <= 0 for power >= 2) are refused by the
+        model when the fit starts, naming the smallest."""
         check_number(self.alpha, "alpha")
-        self._model(1)  # power and link, before any data is written
-        with self._fit_data(X, y, classifier=False, sample_weight=sample_weight) as (data, _):
-            if len(data.y_shape) != 1:
-                raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
-            model = self._model(data.n_features)
-            result = self._solve(model, data, x0=self._warm_start_x0(model))
-        W, b = model.unpack(result.x)
-        self.coef_ = np.asarray(W, dtype=np.float64).copy()
-        self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
-        return self
+        self._model_of(1)
 
     @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:

@@ -219,9 +219,10 @@ class LogisticRegression(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
 
 
 class LeastSquaresEstimator(ScoredOnTheCluster, RegressorMixin, ShardedEstimator):
-    """Least squares with a penalty: what LinearRegression, ElasticNet and Lasso share (the
-    model, the fit and predict). Each checks its penalty parameters in ``_check_penalty()``
-    and gives the model's ``l2`` and ``l1`` for the data in ``_penalties(data)``."""
+    """A linear regressor: what LinearRegression, ElasticNet, Lasso and the GLM regressors
+    share (the fit and predict). Each checks its parameters in ``_check_penalty()`` and gives
+    the model for the data in ``_model(data)`` (least squares with the ``l2`` and ``l1`` of
+    ``_penalties(data)``, unless it says otherwise)."""
 
     _accepts_sparse = True
 
@@ -233,12 +234,15 @@ class LeastSquaresEstimator(ScoredOnTheCluster, RegressorMixin, ShardedEstimator
         with self._fit_data(X, y, classifier=False, sample_weight=sample_weight) as (data, _):
             if len(data.y_shape) != 1:
                 raise InvalidDataError(f"y must be 1-D, got shape {data.y_shape}")
-            model = LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data))
+            model = self._model(data)
             result = self._solve(model, data, x0=self._warm_start_x0(model))
         W, b = model.unpack(result.x)
         self.coef_ = np.asarray(W, dtype=np.float64).copy()
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
         return self
+
+    def _model(self, data: ShardedDataset) -> LinearModel:
+        return LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data))
 
     @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
