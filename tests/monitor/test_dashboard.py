@@ -218,6 +218,6 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert list(latest) == ["held-out objective", "held-out RMSE", "held-out R²"]
         assert _number(latest["held-out R²"][0]) == pytest.approx(reg.history[-1]["eval_r2"], rel=1e-5)
         scores = _table(page.scores, "train", "test")
-        assert list(scores) == ["objective", "rows", "RMSE", "MAE", "R²", "explained variance"]
+        assert list(scores) == ["objective", "rows", "RMSE", "MAE", "R²", "explained variance", "mean deviance", "D²"]
         assert [_number(text) for text in scores["R²"]] == [pytest.approx(reg.scores[split]["r2"], rel=1e-5)
                                                           for split in ("train", "test")]
