@@ -16,7 +16,7 @@ from dasklbfgs.data.folds import kfold, stratified_kfold
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import LeastSquares, Logistic
 from dasklbfgs.selection.cv import cross_validated_path
-from tests.solvers.test_leftovers import _actors, _keys, _settled
+from tests.solvers.test_leftovers import _actors, _keys, _left_behind
 
 TIGHT = {"gtol": 1e-10, "ftol": 1e-14}
 
@@ -81,7 +81,7 @@ def test_a_cross_validated_lasso_is_lasso_cvs(client, tmp_path, weighted) -> Non
     loads = sum(task["key"].startswith("sandblaster-shard-cached-") and "-copy-" not in task["key"]
                 for task in stream.data)  # (a backup's or a move's copy is taken from a worker, not read)
     assert loads == data.n_shards  # every fold, and the refit, on the rows read once
-    assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)  # the views released too
+    assert _left_behind(client, keys_before, actors_before) == ([], [])  # the views released too
 
 
 def test_a_cross_validated_logistic_chooses_logistic_regression_cvs_c(client, tmp_path) -> None:

@@ -11,7 +11,7 @@ import dasklbfgs
 from dasklbfgs import ShardedDataset, minimize
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import Logistic
-from tests.solvers.test_leftovers import _actors, _keys, _settled
+from tests.solvers.test_leftovers import _actors, _keys, _left_behind
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_fits_on_a_cached_dataset_read_its_shards_once_and_keep_their_bits(clien
     assert fits[0].scores["train"]["log_loss"] == pytest.approx(on_store["log_loss"], rel=1e-12)
     assert fits[0].history[-1]["eval_accuracy"] == on_store["accuracy"]  # held-out scoring on the cached shards
     assert shards.closed
-    assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)  # released at the end
+    assert _left_behind(client, keys_before, actors_before) == ([], [])  # released at the end
 
 
 def test_the_objective_on_a_cached_dataset_is_the_models_in_process(client, data) -> None:
@@ -65,7 +65,7 @@ def test_a_cached_dataset_is_refused_once_closed_or_on_another_client(client, da
     with pytest.raises(RuntimeError, match="raised in the block"), dasklbfgs.cached(data, client=client) as shards:
         raise RuntimeError("raised in the block")
     assert shards.closed  # released although the block raised
-    assert _settled(client, keys_before, actors_before) == (keys_before, actors_before)
+    assert _left_behind(client, keys_before, actors_before) == ([], [])
     with pytest.raises(ConfigurationError, match=r"the cached dataset '.*' was closed: its shards are no longer"):
         minimize(Logistic(6), shards, client=client)
     with pytest.raises(ConfigurationError, match=r"the cached dataset '.*' was closed"):
