@@ -123,27 +123,28 @@ class Tweedie(LinearModel):
         return {**super()._config(), "power": self.power}
 
 
-class Poisson(Tweedie):
+class _OnePower(Tweedie):
+    """A family of the Tweedie family at its own power (``family_power``), not a parameter."""
+
+    family_power: ClassVar[float]
+    shape_options: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
+        super().__init__(n_features, power=self.family_power, l2=l2, fit_intercept=fit_intercept, l1=l1)
+
+    def _config(self) -> dict[str, Any]:
+        return {key: value for key, value in super()._config().items() if key != "power"}
+
+
+class Poisson(_OnePower):
     """Poisson regression with the log link (counts, rates with sample weights)."""
 
     name = "poisson"
-    shape_options: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
-        super().__init__(n_features, power=1.0, l2=l2, fit_intercept=fit_intercept, l1=l1)
-
-    def _config(self) -> dict[str, Any]:
-        return {key: value for key, value in super()._config().items() if key != "power"}
+    family_power = 1.0
 
 
-class Gamma(Tweedie):
+class Gamma(_OnePower):
     """Gamma regression with the log link (positive amounts: claim sizes, durations)."""
 
     name = "gamma"
-    shape_options: ClassVar[tuple[str, ...]] = ()
-
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
-        super().__init__(n_features, power=2.0, l2=l2, fit_intercept=fit_intercept, l1=l1)
-
-    def _config(self) -> dict[str, Any]:
-        return {key: value for key, value in super()._config().items() if key != "power"}
+    family_power = 2.0

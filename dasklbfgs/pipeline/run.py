@@ -109,8 +109,7 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         model = model_for_dataset(spec["name"], train, **model_options(spec))
         run = _path_run if config["path"] is not None else _single_run
         staging = folders["staging"]
-        found = run(config, model, train, test, client, staging, callback)
-        trained, evaluated = found.pop("_trained"), found.pop("_evaluated")
+        found, trained, evaluated = run(config, model, train, test, client, staging, callback)
         metrics: dict[str, Any] = {
             "pipeline": name, "solver": solver, "model": repr(model), **found,
             "config": resolved_config(config),
@@ -131,9 +130,10 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
 
 
 def _single_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: ShardedDataset | None, client: Client,
-                staging: Any, callback: Callable[[Any], Any] | None) -> dict[str, Any]:
+                staging: Any, callback: Callable[[Any], Any] | None) -> tuple[dict[str, Any], float, float]:
     """One fit by the config's solver, scored by the workers: the model, its learning and
-    score curves written to ``staging``; the metrics of the run."""
+    score curves written to ``staging``; the metrics of the run, and when training and
+    scoring ended (``time.perf_counter()``)."""
     name, solver, storage = config["pipeline"]["name"], config["train"]["solver"], config.get("storage_options")
     options = with_checkpoint_storage(config["train"]["options"], storage)
     result = minimize(model, train, solver, without_held_out(options, test), client=client, eval_data=test,
@@ -145,13 +145,13 @@ def _single_run(config: dict[str, Any], model: Any, train: ShardedDataset, test:
     (staging / "curves.json").write_text(json.dumps(curves, indent=2) + "\n")
     plot_curves(curves, staging / "curves.png", title=f"{name}: {solver}, {result.message}")
     plot_scores(result.score_curves, staging / "scores.png", title=f"{name}: {model!r} at the end of the run")
-    return {"run_id": result.run_id, "success": bool(result.success), "message": result.message, **result.scores,
-            "solver_stats": {**result.stats, **result.stats.summary(result)},
-            "_trained": evaluated - result.stats["score_seconds"], "_evaluated": evaluated}
+    metrics = {"run_id": result.run_id, "success": bool(result.success), "message": result.message, **result.scores,
+               "solver_stats": {**result.stats, **result.stats.summary(result)}}
+    return metrics, evaluated - result.stats["score_seconds"], evaluated
 
 
 def _path_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: ShardedDataset | None, client: Client,
-              staging: Any, callback: Callable[[Any], Any] | None) -> dict[str, Any]:
+              staging: Any, callback: Callable[[Any], Any] | None) -> tuple[dict[str, Any], float, float]:
     """The config's ``path:`` section: the model along a regularization path, its penalty
     chosen on the held-out data or by cross-validation (:func:`~dasklbfgs.selection.chosen.choose_penalty`),
     the chosen model scored by the workers: the model with the path beside it, the path's
@@ -181,7 +181,8 @@ def _path_run(config: dict[str, Any], model: Any, train: ShardedDataset, test: S
                                         f"{len(report['fits'])} by {report['chosen_by'] or 'the last fit'}")
     plot_path(report, staging / "path.png", title=f"{name}: {model!r}")
     plot_scores(score_curves, staging / "scores.png", title=f"{name}: {chosen.model!r}, the chosen penalty")
-    return {"run_id": run_id, "model": repr(chosen.model), "success": chosen.success and not report.get("stopped"),
-            "message": message, **scores, "path": report,
-            "solver_stats": {"iterations": sum(f["iterations"] for f in report["fits"]), "fits": len(report["fits"])},
-            "_trained": trained, "_evaluated": evaluated}
+    metrics = {"run_id": run_id, "model": repr(chosen.model), "success": chosen.success and not report.get("stopped"),
+               "message": message, **scores, "path": report,
+               "solver_stats": {"iterations": sum(f["iterations"] for f in report["fits"]),
+                                "fits": len(report["fits"])}}
+    return metrics, trained, evaluated
