@@ -637,6 +637,8 @@ def test_mlp_early_stopping_holds_out_a_fraction_and_keeps_the_best_scoring(clie
     assert plain.validation_scores_ is None and plain.best_validation_score_ is None
     with pytest.raises(ConfigurationError, match="validation_fraction must be a number in \\(0, 1\\) or None, got 1"):
         MLPClassifier((4,), early_stopping=True, validation_fraction=1, client=client).fit(X, y)
+    with pytest.raises(ConfigurationError, match="early_stopping must be True or False, got 'yes'"):
+        MLPClassifier((4,), early_stopping="yes", client=client).fit(X, y)
 
 
 def test_glm_regressors_are_scikit_learns(client, tmp_path) -> None:
