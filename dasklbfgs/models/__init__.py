@@ -3,12 +3,12 @@
 from dasklbfgs.models.autoencoder import SparseAutoencoder
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.embedding import EmbeddingLM
-from dasklbfgs.models.glm import Gamma, Poisson, Tweedie
+from dasklbfgs.models.glm import Gamma, NegativeBinomial, Poisson, Tweedie
 from dasklbfgs.models.linear import LeastSquares, LinearModel, Logistic, Softmax
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.models.registry import MODELS, model_for_dataset
 
-__all__ = ["Model", "LinearModel", "LeastSquares", "Logistic", "Softmax", "Poisson", "Gamma", "Tweedie", "MLP",
-           "SparseAutoencoder",
-           "LocalAutoencoder", "EmbeddingLM", "MODELS", "model_for_dataset"]
+__all__ = ["Model", "LinearModel", "LeastSquares", "Logistic", "Softmax", "Poisson", "Gamma", "Tweedie",
+           "NegativeBinomial", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM", "MODELS",
+           "model_for_dataset"]

@@ -11,7 +11,7 @@ from dasklbfgs.models._layers import ACTIVATIONS
 from dasklbfgs.models.autoencoder import SparseAutoencoder
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.embedding import EmbeddingLM
-from dasklbfgs.models.glm import Gamma, Poisson, Tweedie
+from dasklbfgs.models.glm import GAMMA_LINKS, Gamma, NegativeBinomial, Poisson, Tweedie
 from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
@@ -22,8 +22,8 @@ from dasklbfgs.options import Options, option
 #: for a dataset (:meth:`~dasklbfgs.models.base.Model.for_dataset`). A new model is its
 #: module plus its class here.
 CLASSES: dict[str, type[Model]] = {
-    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, Poisson, Gamma, Tweedie, MLP, SparseAutoencoder,
-                              LocalAutoencoder, EmbeddingLM)
+    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, Poisson, Gamma, Tweedie, NegativeBinomial, MLP,
+                              SparseAutoencoder, LocalAutoencoder, EmbeddingLM)
 }
 MODELS = tuple(CLASSES)
 LINEAR = tuple(name for name, cls in CLASSES.items() if cls.linear)
@@ -61,6 +61,10 @@ class ModelOptions(Options):
     embed_dim: int | None = _shape("embedding_lm embedding width", "int", minimum=1)
     power: float | None = _shape("tweedie variance power: 0, or >= 1 (1 Poisson, 2 Gamma; default 1.5)", "float",
                                  minimum=0)
+    link: str | None = _shape("gamma link: 'log' (mean exp(z), the default) or 'inverse' (canonical, mean 1/z, "
+                              "z > 0)", "choice", choices=GAMMA_LINKS)
+    dispersion: float | None = _shape("negative_binomial dispersion a, fixed: variance mu + a mu^2 (statsmodels' "
+                                      "alpha; default 1.0)", "float", positive=True)
 
 
 def model_options(values: dict[str, Any]) -> dict[str, Any]:
