@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from dasklbfgs.data import ShardedDataset, make_dataset
     from dasklbfgs.models import MLP, EmbeddingLM, LeastSquares, LocalAutoencoder, Logistic, Softmax, SparseAutoencoder
     from dasklbfgs.optim import Status
-    from dasklbfgs.scoring import evaluate, predict
+    from dasklbfgs.scoring import evaluate, inference, predict
     from dasklbfgs.selection import cross_validated_path, regularization_path
     from dasklbfgs.solvers import (
         DownpourOptions,
@@ -49,7 +49,7 @@ __all__ = [
     "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM",
     "ShardedDataset", "make_dataset", "connect", "errors",
     # scoring
-    "evaluate", "predict",
+    "evaluate", "predict", "inference",
     # many fits on the same rows
     "cached", "regularization_path", "cross_validated_path",
 ]
@@ -66,6 +66,7 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     "ShardedDataset": "dasklbfgs.data",
     "evaluate": "dasklbfgs.scoring",
     "predict": "dasklbfgs.scoring",
+    "inference": "dasklbfgs.scoring",
     "cached": "dasklbfgs.solvers.sandblaster.cached",
     "regularization_path": "dasklbfgs.selection",
     "cross_validated_path": "dasklbfgs.selection",

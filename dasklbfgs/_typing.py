@@ -17,7 +17,9 @@ class Dataset(Protocol):
     is the one implementation): its shape and schema, and rows, shard by shard or by range.
 
     Rows come as ``(X, y)``: ``X`` a dense array or CSR matrix of ``n_features`` columns,
-    ``y`` of shape ``(rows, *y_shape)``; weights as an array, or None when unweighted.
+    ``y`` of shape ``(rows, *y_shape)``; weights and offsets as arrays, or None when the
+    dataset has none; whole shards as ``Rows`` (:class:`dasklbfgs.data.rows.Rows`:
+    ``X, y, w, offset``).
     """
 
     @property
@@ -50,6 +52,9 @@ class Dataset(Protocol):
     def is_weighted(self) -> bool: ...
 
     @property
+    def has_offsets(self) -> bool: ...
+
+    @property
     def total_weight(self) -> float: ...
 
     @property
@@ -71,11 +76,13 @@ class Dataset(Protocol):
 
     def load_shard_weights(self, index: int) -> np.ndarray | None: ...
 
-    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]: ...
+    def load_shards(self, indices: Sequence[int]) -> list[Any]: ...
 
     def load_rows(self, start: int, stop: int) -> tuple[Any, np.ndarray]: ...
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None: ...
+
+    def load_offsets(self, start: int, stop: int) -> np.ndarray | None: ...
 
 
 def is_sparse(X: Any) -> bool:

@@ -25,6 +25,7 @@ def main() -> None:
         make_dataset(kind, args.root / kind, overwrite=args.overwrite)
         print(f"wrote {args.root / kind}")
     workloads = [  # (folder, kind, options)
+        ("claims", "claims", {"rows": args.rows}),
         ("acoustic", "acoustic", {"rows": 20_000}),
         ("patches", "patches", {"image_source": "digits"}),  # 10,000 6x6 patches
         ("patches_synthetic", "patches", {"image_source": "synthetic", "rows": 20_000}),

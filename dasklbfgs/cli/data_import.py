@@ -32,9 +32,13 @@ def add_parser(data_sub: Any) -> None:
                                                                           "first source's suffix)")
     table = command_parser.add_argument_group("tables (parquet, csv)")
     table.add_argument("--label", metavar="COL", help="the column of labels (no default: required for tables)")
-    table.add_argument("--features", metavar="COL,COL", help="the feature columns (default: all but label and "
-                                                             "weight)")
+    table.add_argument("--features", metavar="COL,COL", help="the feature columns (default: all but label, weight "
+                                                             "and offset)")
     table.add_argument("--weight", metavar="COL", help="a column of sample weights (default: none, every row weighs 1)")
+    table.add_argument("--offset", metavar="COL",
+                       help="a column of offsets, added to each row's linear predictor with no coefficient, in "
+                            "training, evaluation and prediction: the log of each row's exposure for a Poisson "
+                            "rate (default: none)")
     table.add_argument("--one-hot-max-levels", type=int, metavar="N", default=DEFAULT_ONE_HOT_MAX_LEVELS,
                        help=f"one-hot encode text columns of at most N levels (default: {DEFAULT_ONE_HOT_MAX_LEVELS})")
     table.add_argument("--hash-features", type=_power_or_int, metavar="N",
@@ -93,7 +97,8 @@ def command(args: argparse.Namespace) -> int:
                    storage_options=storage_options_from_args(args, args.dest))
     if fmt == "svmlight":
         table_flags = [f for f, v in (("--label", args.label), ("--features", args.features), ("--weight", args.weight),
-                                      ("--hash-features", args.hash_features), ("--cross", args.cross)) if v]
+                                      ("--offset", args.offset), ("--hash-features", args.hash_features),
+                                      ("--cross", args.cross)) if v]
         if table_flags:
             raise ConfigurationError(f"svmlight files take no {', '.join(table_flags)} (those are for tables: "
                                      "parquet, csv)")
@@ -109,7 +114,7 @@ def command(args: argparse.Namespace) -> int:
         else:
             frame = _read_table(fmt, args.source, storage_options_from_args(args, args.source[0]))
             data = ShardedDataset.from_dataframe(
-                args.dest, frame, label=args.label, weight=args.weight, client=client,
+                args.dest, frame, label=args.label, weight=args.weight, offset=args.offset, client=client,
                 features=args.features.split(",") if args.features else None, hash_features=args.hash_features,
                 one_hot_max_levels=args.one_hot_max_levels, crosses=crosses, **written)
     if not args.quiet:

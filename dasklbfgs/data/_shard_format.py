@@ -27,6 +27,7 @@ from dasklbfgs.data._validate import (
     check_weight_values,
     check_weights_shape,
 )
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
 FORMAT_VERSION = 1
@@ -147,18 +148,19 @@ class ShardFormat:
     y_dtype: np.dtype
     weighted: bool
     compressors: tuple
+    offsets: bool = False
 
     @classmethod
-    def of_first_block(cls, X: Any, y: np.ndarray, w: np.ndarray | None, *, shard_rows: int, dtype: Any,
-                       compressors: tuple) -> ShardFormat:
-        """The format of a dataset whose first block of rows is ``(X, y, w)``."""
+    def of_first_block(cls, block: Rows, *, shard_rows: int, dtype: Any, compressors: tuple) -> ShardFormat:
+        """The format of a dataset whose first block of rows is ``block``."""
+        X, y = block.X, block.y
         check_block_shapes(X, y, where="in the first block")
         check_numeric(X, "X")
         check_numeric(y, "y")
         return cls(
             shard_rows=shard_rows, n_features=int(X.shape[1]), y_tail=tuple(y.shape[1:]), sparse=is_sparse(X),
             x_dtype=stored_x_dtype(dtype, X.dtype), y_dtype=y.dtype if y.dtype.kind in "iuf" else np.dtype(np.float64),
-            weighted=w is not None, compressors=compressors,
+            weighted=block.w is not None, compressors=compressors, offsets=block.offset is not None,
         )
 
     def create_arrays(self, group: zarr.Group, n_rows: int = 0) -> None:
@@ -178,17 +180,23 @@ class ShardFormat:
         create("y", self.y_tail, self.y_dtype, ("sample",) if not self.y_tail else ("sample", "output"))
         if self.weighted:
             create("w", (), np.float64, ("sample",))
+        if self.offsets:
+            create("offset", (), np.float64, ("sample",))
 
-    def check_block(self, X: Any, y: np.ndarray, w: np.ndarray | None, *, first_row: int) -> Any:
-        """``X`` of a block of rows starting at ``first_row`` once its shapes, kinds and
-        (sparse) structure are checked against this format."""
+    def check_block(self, block: Rows, *, first_row: int) -> Rows:
+        """``block``, starting at ``first_row``, once its shapes, kinds and (sparse)
+        structure are checked against this format (X as CSR when sparse)."""
+        X, y, w = block.X, block.y, block.w
         where = f"in the block starting at row {first_row}"
-        if (w is not None) != self.weighted:
-            given, first = ("has", "had none") if w is not None else ("has no", "had")
-            raise InvalidDataError(f"the block starting at row {first_row} {given} sample weights but the first "
-                                   f"block {first}; give weights with every block or none")
+        for values, has, what in ((w, self.weighted, "sample weights"), (block.offset, self.offsets, "offsets")):
+            if (values is not None) != has:
+                given, first = ("has", "had none") if values is not None else ("has no", "had")
+                raise InvalidDataError(f"the block starting at row {first_row} {given} {what} but the first "
+                                       f"block {first}; give {what} with every block or none")
         if w is not None:
             check_weights_shape(w, X.shape[0], where=where)
+        if block.offset is not None:
+            check_weights_shape(block.offset, X.shape[0], where=where, name="offset")
         if is_sparse(X) != self.sparse:
             given, first = ("sparse", "dense") if is_sparse(X) else ("dense", "sparse")
             raise InvalidDataError(f"X is {given} {where} but the first block was {first}; "
@@ -204,23 +212,26 @@ class ShardFormat:
                 f"y has shape {y.shape} {where}, expected (n, {', '.join(map(str, self.y_tail))}) "
                 "like the first block".replace("(n, )", "(n,)"))
         if self.sparse and X.shape[0]:  # checked whole, before the rows are cut into shards
-            return check_csr(as_csr(X), first_row=first_row, shard_rows=self.shard_rows,
-                             n_features=self.n_features)
-        return X
+            return block.with_X(check_csr(as_csr(X), first_row=first_row, shard_rows=self.shard_rows,
+                                          n_features=self.n_features))
+        return block
 
-    def stored(self, X: Any, y: np.ndarray, w: np.ndarray | None, *, first_row: int
-               ) -> tuple[Any, np.ndarray, np.ndarray | None]:
-        """The shard starting at ``first_row`` as stored, checked: finite, weights >= 0, and
-        unchanged by the casts to the stored dtypes."""
+    def stored(self, block: Rows, *, first_row: int) -> Rows:
+        """The shard ``block`` starting at ``first_row`` as stored, checked: finite, weights
+        >= 0, and unchanged by the casts to the stored dtypes."""
         shard = first_row // self.shard_rows
+        y, w, offset = block.y, block.w, block.offset
         check_finite(y, "y", first_row=first_row, shard=shard)
         if w is not None:
             check_weight_values(w, first_row=first_row, shard=shard)
+        if offset is not None:
+            check_finite(offset, "offset", first_row=first_row, shard=shard)
+            offset = offset.astype(np.float64, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):
             y_stored = y.astype(self.y_dtype, copy=False)
         # Validate what is stored, not only what was given: a cast can overflow or truncate.
         check_cast(y, y_stored, "y", first_row=first_row, shard=shard)
-        return self._stored_X(X, first_row, shard), y_stored, w
+        return Rows(self._stored_X(block.X, first_row, shard), y_stored, w, offset)
 
     def _stored_X(self, X: Any, first_row: int, shard: int) -> Any:
         if not self.sparse:
@@ -242,19 +253,18 @@ class ShardFormat:
 
         return sp.csr_array((values, X.indices, X.indptr), shape=X.shape)
 
-    def write(self, group: zarr.Group, X: Any, y: np.ndarray, w: np.ndarray | None, *, first_row: int,
-              grow: bool) -> WrittenRows:
-        """Check and write one shard starting at ``first_row`` into ``group``'s arrays
-        (``grow``: resize them to end at its last row first). Returns what it adds."""
-        X, y, w = self.stored(X, y, w, first_row=first_row)
+    def write(self, group: zarr.Group, block: Rows, *, first_row: int, grow: bool) -> WrittenRows:
+        """Check and write the shard ``block`` starting at ``first_row`` into ``group``'s
+        arrays (``grow``: resize them to end at its last row first). Returns what it adds."""
+        X, y, w, offset = self.stored(block, first_row=first_row)
         shard, stop = first_row // self.shard_rows, first_row + y.shape[0]
         written = WrittenRows(n_rows=y.shape[0])
         if self.sparse:
             write_csr_shard(_node(group, "X", zarr.Group), shard, X, dtype=self.x_dtype,
                             compressors=self.compressors)
             written.nnz.append(int(X.nnz))
-        for name, values in (() if self.sparse else (("X", X),)) + (("y", y),) + ((("w", w),) if w is not None
-                                                                                   else ()):
+        arrays = {**({} if self.sparse else {"X": X}), "y": y, "w": w, "offset": offset}
+        for name, values in ((name, values) for name, values in arrays.items() if values is not None):
             array = _node(group, name, zarr.Array).with_config(WRITE_EVERY_CHUNK)
             if grow:
                 array.resize((stop, *array.shape[1:]))
@@ -286,6 +296,7 @@ class ShardFormat:
             "feature_names": list(map(str, feature_names)) if feature_names is not None else None,
             **({"X_format": "csr", "X_dtype": str(self.x_dtype), "nnz": written.nnz} if self.sparse else {}),
             **({"weighted": True, "total_weight": written.total_weight} if self.weighted else {}),
+            **({"offsets": True} if self.offsets else {}),
             **written.labels.as_attrs(),
         }
 

@@ -24,6 +24,7 @@ import zarr
 from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows, resolve_compressor
 from dasklbfgs.data._sparse import is_sparse, vstack_csr
 from dasklbfgs.data.location import COMMITS, WRITING_MARKER, Location
+from dasklbfgs.data.rows import Rows, joined
 from dasklbfgs.errors import DaskLBFGSError, DatasetExistsError, InvalidDataError, StoreError
 
 
@@ -35,15 +36,15 @@ class ShardWriter:
         self.group, self.format = group, shard_format
         shard_format.create_arrays(group)
         self.written = WrittenRows()
-        self._pending: list[tuple[Any, np.ndarray, np.ndarray | None]] = []
+        self._pending: list[Rows] = []
         self._pending_rows = 0
 
-    def append(self, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> None:
-        X = self.format.check_block(X, y, w, first_row=self.written.n_rows + self._pending_rows)
-        if X.shape[0] == 0:
+    def append(self, block: Rows) -> None:
+        block = self.format.check_block(block, first_row=self.written.n_rows + self._pending_rows)
+        if block.n_rows == 0:
             return
-        self._pending.append((X, y, w))
-        self._pending_rows += X.shape[0]
+        self._pending.append(block)
+        self._pending_rows += block.n_rows
         while self._pending_rows >= self.format.shard_rows:
             self._write_shard(self.format.shard_rows)
 
@@ -52,34 +53,33 @@ class ShardWriter:
             self._write_shard(self._pending_rows)
 
     def _write_shard(self, rows: int) -> None:
-        X_all, y_all, w_all = joined_rows(self._pending, self.format)
-        self._pending = [(X_all[rows:], y_all[rows:], None if w_all is None else w_all[rows:])] \
-            if X_all.shape[0] > rows else []
-        self._pending_rows = X_all.shape[0] - rows
-        self.written.merge(self.format.write(
-            self.group, X_all[:rows], y_all[:rows], None if w_all is None else w_all[:rows],
-            first_row=self.written.n_rows, grow=True))
+        pending = joined_rows(self._pending, self.format)
+        self._pending = [pending.cut(rows, pending.n_rows)] if pending.n_rows > rows else []
+        self._pending_rows = pending.n_rows - rows
+        self.written.merge(self.format.write(self.group, pending.cut(0, rows), first_row=self.written.n_rows,
+                                             grow=True))
 
 
-def joined_rows(blocks: list[tuple[Any, np.ndarray, np.ndarray | None]], shard_format: ShardFormat
-                ) -> tuple[Any, np.ndarray, np.ndarray | None]:
-    """The row blocks ``(X, y, w)`` stacked into one, in order."""
-    Xs, ys, ws = zip(*blocks)
-    if len(Xs) == 1:
-        return Xs[0], ys[0], ws[0]
-    X = vstack_csr(list(Xs), shard_format.n_features, shard_format.x_dtype) if shard_format.sparse \
-        else np.concatenate(Xs)
-    return X, np.concatenate(ys), None if ws[0] is None else np.concatenate(ws)
+def joined_rows(blocks: list[Rows], shard_format: ShardFormat) -> Rows:
+    """The row blocks stacked into one, in order."""
+    if len(blocks) == 1:
+        return blocks[0]
+    Xs = [block.X for block in blocks]
+    X = vstack_csr(Xs, shard_format.n_features, shard_format.x_dtype) if shard_format.sparse else np.concatenate(Xs)
+    return Rows(X, np.concatenate([block.y for block in blocks]), joined([block.w for block in blocks]),
+                joined([block.offset for block in blocks]))
 
 
-def block_arrays(block: Any) -> tuple[Any, np.ndarray, np.ndarray | None]:
-    """``(X, y, w)`` of a block given as ``(X, y)`` or ``(X, y, sample_weight)``."""
-    if not isinstance(block, (tuple, list)) or len(block) not in (2, 3):
-        raise InvalidDataError(f"a block must be (X, y) or (X, y, sample_weight), got {type(block).__name__}"
+def block_arrays(block: Any) -> Rows:
+    """The rows of a block given as ``(X, y)``, ``(X, y, sample_weight)`` or
+    ``(X, y, sample_weight, offset)`` (either of the last two may be None)."""
+    if not isinstance(block, (tuple, list)) or len(block) not in (2, 3, 4):
+        raise InvalidDataError(f"a block must be (X, y), (X, y, sample_weight) or (X, y, sample_weight, offset), "
+                               f"got {type(block).__name__}"
                                + (f" of length {len(block)}" if isinstance(block, (tuple, list)) else ""))
-    X, y, *w = block
-    weights = None if not w or w[0] is None else np.asarray(w[0])
-    return (X if is_sparse(X) else np.asarray(X)), np.asarray(y), weights
+    X, y, *extras = block
+    w, offset = (None if value is None else np.asarray(value) for value in (*extras, None, None)[:2])
+    return Rows(X if is_sparse(X) else np.asarray(X), np.asarray(y), w, offset)
 
 
 def is_replaceable(path: Path) -> bool:
@@ -114,20 +114,20 @@ def write_dataset(
     feature_names: list[str] | None, attrs: dict[str, Any] | None, overwrite: bool,
     compressor: Any, dtype: Any,
 ) -> None:
-    """Write ``blocks`` of (X, y) or (X, y, sample_weight) rows to a new dataset at ``target``
-    (:func:`written_atomically`: the schema is the last thing written)."""
+    """Write ``blocks`` of (X, y), (X, y, sample_weight) or (X, y, sample_weight, offset) rows to a
+    new dataset at ``target`` (:func:`written_atomically`: the schema is the last thing written)."""
     compressors = resolve_compressor(compressor)
     with written_atomically(target, overwrite=overwrite) as open_target:
         writer = None
         for block in blocks:
-            X, y, w = block_arrays(block)
+            rows = block_arrays(block)
             if writer is None:
-                shard_format = ShardFormat.of_first_block(X, y, w, shard_rows=shard_rows, dtype=dtype,
+                shard_format = ShardFormat.of_first_block(rows, shard_rows=shard_rows, dtype=dtype,
                                                           compressors=compressors)
                 # the first block is good: only now is anything at the target replaced
                 group = zarr.create_group(store=open_target().zarr_store(read_only=False), zarr_format=3)
                 writer = ShardWriter(group, shard_format)
-            writer.append(X, y, w)
+            writer.append(rows)
         if writer is None:
             raise InvalidDataError("the dataset is empty (shape (0, 0)); give at least one row and one feature")
         writer.finish()

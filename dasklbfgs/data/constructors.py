@@ -24,6 +24,7 @@ from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
 from dasklbfgs.data.frame_input import frame_pieces
 from dasklbfgs.data.location import Location, options_for
+from dasklbfgs.data.rows import cut
 from dasklbfgs.data.svmlight_input import DEFAULT_BLOCK_BYTES, svmlight_pieces
 from dasklbfgs.data.worker_writes import write_on_workers
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
@@ -44,11 +45,11 @@ class DatasetWriters:
     @classmethod
     def create(
         cls, path: Location | os.PathLike[str] | str, X: Any, y: Any = None, *, shard_rows: int,
-        sample_weight: Any = None, feature_names: list[str] | None = None, attrs: dict[str, Any] | None = None,
-        overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
+        sample_weight: Any = None, offset: Any = None, feature_names: list[str] | None = None,
+        attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
         storage_options: dict[str, Any] | None = None,
     ) -> Self:
-        """Write ``X``, ``y`` (and sample weights) as a sharded dataset at ``path`` and open it.
+        """Write ``X``, ``y`` (and sample weights, offsets) as a sharded dataset at ``path`` and open it.
 
         Parameters
         ----------
@@ -70,6 +71,12 @@ class DatasetWriters:
             Optional per-row weights ``(n,)``, >= 0 and not all 0 (numpy or dask). Every
             solver then minimises the weighted mean loss ``sum_i w_i loss_i / sum_i w_i``
             plus the penalty. An xarray.Dataset input may carry them as a ``w`` variable.
+        offset
+            Optional per-row offsets ``(n,)``, finite (numpy or dask): a known term added
+            to each row's linear predictor with no coefficient, in training, evaluation and
+            prediction (linear models). The log of each row's exposure makes a Poisson or
+            Tweedie model one of rates: ``mu_i = exposure_i * exp(x_i . w + b)``. An
+            xarray.Dataset input may carry them as an ``offset`` variable.
         feature_names
             Optional names, one per column.
         attrs
@@ -96,25 +103,28 @@ class DatasetWriters:
         DatasetExistsError, InvalidDataError, ConfigurationError, StoreError
         """
         shard_rows = check_shard_rows(shard_rows)
-        X, y, feature_names, sample_weight = unpack_xarray(X, y, feature_names, sample_weight)
+        X, y, feature_names, sample_weight, offset = unpack_xarray(X, y, feature_names, sample_weight, offset)
         if y is None:
             raise ConfigurationError("y is required unless X is an xarray.Dataset holding 'y'")
-        if any(is_dask_collection(a) for a in (X, y, sample_weight)) and active_client() is not None:
-            return cls.from_dask(path, X, y, sample_weight, shard_rows=shard_rows, feature_names=feature_names,
-                                 attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype,
-                                 storage_options=storage_options)
+        if any(is_dask_collection(a) for a in (X, y, sample_weight, offset)) and active_client() is not None:
+            return cls.from_dask(path, X, y, sample_weight, offset=offset, shard_rows=shard_rows,
+                                 feature_names=feature_names, attrs=attrs, overwrite=overwrite, compressor=compressor,
+                                 dtype=dtype, storage_options=storage_options)
         X = as_csr(X) if is_sparse(X) else _as_array(X, "X")  # CSR: COO and DIA cannot slice rows
         y = _as_array(y, "y")
         check_block_shapes(X, y, where="in the input")  # before any block is read
-        if sample_weight is not None:
-            sample_weight = _as_array(sample_weight, "sample_weight")
-            check_weights_shape(sample_weight, X.shape[0], where="in the input")
+        extras = []
+        for values, name in ((sample_weight, "sample_weight"), (offset, "offset")):
+            if values is not None:
+                values = _as_array(values, name)
+                check_weights_shape(values, X.shape[0], where="in the input", name=name)
+            extras.append(values)
         if 0 in X.shape:
             raise InvalidDataError(
                 f"the dataset is empty (shape {tuple(X.shape)}); give at least one row and one feature"
             )
         return cls.from_blocks(
-            path, _row_blocks(X, y, sample_weight, shard_rows), shard_rows=shard_rows, feature_names=feature_names,
+            path, _row_blocks(X, y, *extras, shard_rows=shard_rows), shard_rows=shard_rows, feature_names=feature_names,
             attrs=attrs, overwrite=overwrite, compressor=compressor, dtype=dtype, storage_options=storage_options,
         )
 
@@ -125,8 +135,10 @@ class DatasetWriters:
         overwrite: bool = False, compressor: Any = "default", dtype: Any = None,
         storage_options: dict[str, Any] | None = None,
     ) -> Self:
-        """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks, or of
-        ``(X_block, y_block, weight_block)`` for weighted data (every block then has weights).
+        """Write a dataset from an iterable of ``(X_block, y_block)`` row blocks, of
+        ``(X_block, y_block, weight_block)`` for weighted data (every block then has
+        weights), or of ``(X_block, y_block, weight_block, offset_block)`` with offsets
+        (``weight_block`` None for offsets without weights).
 
         Blocks may have any number of rows; they are buffered into whole shards, so only
         about one shard is held in memory at a time. This is how a dataset larger than
@@ -145,7 +157,7 @@ class DatasetWriters:
     @classmethod
     def from_dask(
         cls, path: Location | os.PathLike[str] | str, X: Any, y: Any, sample_weight: Any = None, *,
-        shard_rows: int, client: Any = None, feature_names: list[str] | None = None,
+        offset: Any = None, shard_rows: int, client: Any = None, feature_names: list[str] | None = None,
         attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
         dtype: Any = None, storage_options: dict[str, Any] | None = None,
     ) -> Self:
@@ -153,7 +165,7 @@ class DatasetWriters:
         by a task on a worker: the client sends no rows and receives none.
 
         ``X`` is a dask array, dense or with scipy.sparse chunks (a sparse dataset), ``y``
-        and ``sample_weight`` dask or numpy arrays with one row per row of ``X`` (rechunked
+        ``sample_weight`` and ``offset`` dask or numpy arrays with one row per row of ``X`` (rechunked
         by dask to ``X``'s row chunks, on the workers). Rows that fail a check (NaN or
         infinity, a negative weight, a value the stored dtype cannot hold) fail the whole
         write with an :class:`~dasklbfgs.errors.InvalidDataError` naming shard, row and
@@ -166,7 +178,7 @@ class DatasetWriters:
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options)
         _check_attrs(attrs)
-        pieces, rows, shard_format = dask_pieces(X, y, sample_weight, shard_rows=shard_rows, dtype=dtype,
+        pieces, rows, shard_format = dask_pieces(X, y, sample_weight, offset, shard_rows=shard_rows, dtype=dtype,
                                                  compressors=resolve_compressor(compressor))
         write_on_workers(location, pieces, rows, shard_format, client=client_for(client, "from_dask"),
                          feature_names=feature_names, attrs=attrs, overwrite=overwrite)
@@ -175,7 +187,8 @@ class DatasetWriters:
     @classmethod
     def from_dataframe(
         cls, path: Location | os.PathLike[str] | str, frame: Any, *, label: str, features: list[str] | None = None,
-        weight: str | None = None, shard_rows: int, one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS,
+        weight: str | None = None, offset: str | None = None, shard_rows: int,
+        one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS,
         hash_features: int | None = None, crosses: list[tuple[str, str]] | None = None, client: Any = None,
         attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
         dtype: Any = None, storage_options: dict[str, Any] | None = None,
@@ -189,9 +202,10 @@ class DatasetWriters:
         frame
             A ``dask.dataframe.DataFrame`` (read by the workers: ``read_parquet``,
             ``read_csv``, ...) or a ``pandas.DataFrame`` (sent to the cluster in pieces).
-        label, weight
+        label, weight, offset
             The column of labels (numbers, or text: then ``y`` is the index of its class
-            among the sorted classes, recorded as ``classes``) and of sample weights.
+            among the sorted classes, recorded as ``classes``), of sample weights and of
+            offsets (see :meth:`create`; e.g. the log of each policy's exposure).
         features
             The columns of ``X`` (default: every other column), numeric, boolean, string
             or categorical; see :mod:`dasklbfgs.data.frame_features` for how text becomes
@@ -217,7 +231,7 @@ class DatasetWriters:
         _check_attrs(attrs)
         cluster = client_for(client, "from_dataframe")
         pieces, rows, shard_format, frame_features = frame_pieces(
-            frame, label=label, features=features, weight=weight, one_hot_max_levels=one_hot_max_levels,
+            frame, label=label, features=features, weight=weight, offset=offset, one_hot_max_levels=one_hot_max_levels,
             hash_features=hash_features, crosses=list(crosses or []), shard_rows=shard_rows, dtype=dtype,
             compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster)
         write_on_workers(location, pieces, rows, shard_format, client=cluster,
@@ -255,13 +269,15 @@ class DatasetWriters:
         return cls(location)
 
 
-def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None, sample_weight: Any = None):
-    """``(X, y, feature_names, sample_weight)`` from an ``xarray.Dataset`` with ``X`` and ``y``
-    variables (``X`` as (sample, feature)) and optionally ``w``; other inputs pass through unchanged."""
+def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None, sample_weight: Any = None,
+                  offset: Any = None):
+    """``(X, y, feature_names, sample_weight, offset)`` from an ``xarray.Dataset`` with ``X``
+    and ``y`` variables (``X`` as (sample, feature)) and optionally ``w`` and ``offset``; other
+    inputs pass through unchanged."""
     import xarray as xr
 
     if not isinstance(X, xr.Dataset):
-        return X, y, feature_names, sample_weight
+        return X, y, feature_names, sample_weight, offset
     if y is not None:
         raise ConfigurationError("pass y=None when X is an xarray.Dataset (y is read from it)")
     if missing := [v for v in ("X", "y") if v not in X.data_vars]:
@@ -274,11 +290,13 @@ def unpack_xarray(X: Any, y: Any, feature_names: list[str] | None = None, sample
         xa = xa.transpose("sample", "feature")
     if "feature" in xa.coords and feature_names is None:
         feature_names = [str(v) for v in xa.coords["feature"].values]
-    if "w" in X.data_vars:
-        if sample_weight is not None:
-            raise ConfigurationError("the xarray.Dataset holds sample weights 'w'; pass sample_weight=None")
-        sample_weight = X["w"].data
-    return xa.data, X["y"].data, feature_names, sample_weight
+    extras = {"sample_weight": sample_weight, "offset": offset}
+    for variable, name in (("w", "sample_weight"), ("offset", "offset")):
+        if variable in X.data_vars:
+            if extras[name] is not None:
+                raise ConfigurationError(f"the xarray.Dataset holds {name} {variable!r}; pass {name}=None")
+            extras[name] = X[variable].data
+    return xa.data, X["y"].data, feature_names, extras["sample_weight"], extras["offset"]
 
 
 def _check_attrs(attrs: Any) -> None:
@@ -299,16 +317,19 @@ def _as_array(a: Any, name: str):
         raise InvalidDataError(f"{name} cannot be converted to an array: {exc}") from exc
 
 
-def _row_blocks(X, y, w, shard_rows: int) -> Iterator[tuple[Any, np.ndarray, np.ndarray | None]]:
-    """Yield (X, y, w) row blocks of one shard each (w None when unweighted); dask inputs are
-    computed block by block.
+def _row_blocks(X, y, w, offset, *, shard_rows: int) -> Iterator[tuple[Any, ...]]:
+    """Yield (X, y, w, offset) row blocks of one shard each (w, offset None when absent); dask
+    inputs are computed block by block.
 
     A sparse X is never cut here but handed over whole (in memory) or chunk by chunk (dask):
     the writer checks each block before cutting it, and scipy's row slicing would drop an
     out-of-range column index silently.
     """
+    def numpy(values: Any) -> Any:
+        return None if values is None else np.asarray(values)
+
     if is_sparse(X):
-        yield X, np.asarray(y), None if w is None else np.asarray(w)
+        yield X, np.asarray(y), numpy(w), numpy(offset)
         return
     if hasattr(X, "dask") and is_sparse(getattr(X, "_meta", None)):
         import dask
@@ -316,17 +337,18 @@ def _row_blocks(X, y, w, shard_rows: int) -> Iterator[tuple[Any, np.ndarray, np.
         start = 0
         for i in range(X.numblocks[0]):
             rows = slice(start, start + X.chunks[0][i])
-            Xb, yb, wb = dask.compute(X.blocks[i, 0] if X.numblocks[1] == 1 else X.blocks[i].rechunk({1: -1}),
-                                      y[rows], None if w is None else w[rows])
+            Xb, *rest = dask.compute(X.blocks[i, 0] if X.numblocks[1] == 1 else X.blocks[i].rechunk({1: -1}),
+                                     y[rows], cut(w, rows.start, rows.stop), cut(offset, rows.start, rows.stop))
             start += X.chunks[0][i]
-            yield Xb, np.asarray(yb), None if wb is None else np.asarray(wb)
+            yield Xb, *(numpy(values) for values in rest)
         return
-    lazy = any(hasattr(a, "dask") for a in (X, y, w))
+    lazy = any(hasattr(a, "dask") for a in (X, y, w, offset))
     for start in range(0, X.shape[0], shard_rows):
-        rows = slice(start, start + shard_rows)
-        Xb, yb, wb = X[rows], y[rows], None if w is None else w[rows]
+        stop = start + shard_rows
+        block = (X[start:stop], y[start:stop], cut(w, start, stop), cut(offset, start, stop))
         if lazy:
             import dask
 
-            Xb, yb, wb = dask.compute(Xb, yb, wb)
-        yield (Xb if is_sparse(Xb) else np.asarray(Xb)), np.asarray(yb), None if wb is None else np.asarray(wb)
+            block = dask.compute(*block)
+        Xb = block[0]
+        yield (Xb if is_sparse(Xb) else np.asarray(Xb)), *(numpy(values) for values in block[1:])

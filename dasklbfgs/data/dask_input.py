@@ -14,6 +14,7 @@ import numpy as np
 
 from dasklbfgs.data._shard_format import ShardFormat
 from dasklbfgs.data._sparse import is_sparse
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import InvalidDataError
 
 __all__ = ["is_dask_collection", "dask_pieces"]
@@ -23,10 +24,10 @@ def is_dask_collection(value: Any) -> bool:
     return hasattr(value, "dask") and hasattr(value, "compute")
 
 
-def dask_pieces(X: Any, y: Any, w: Any, *, shard_rows: int, dtype: Any, compressors: tuple
+def dask_pieces(X: Any, y: Any, w: Any, offset: Any = None, *, shard_rows: int, dtype: Any, compressors: tuple
                 ) -> tuple[list[Any], list[int], ShardFormat]:
-    """``(pieces, rows per piece, format)`` of the rows of ``X``, ``y`` and ``w`` (dask
-    arrays, or numpy for ``y``/``w``), none of them computed here."""
+    """``(pieces, rows per piece, format)`` of the rows of ``X``, ``y``, ``w`` and
+    ``offset`` (dask arrays, or numpy for all but ``X``), none of them computed here."""
     import dask
     import dask.array as da
     import scipy.sparse as sp  # loaded with sparse data only
@@ -37,20 +38,24 @@ def dask_pieces(X: Any, y: Any, w: Any, *, shard_rows: int, dtype: Any, compress
     row_chunks = X.chunks[0]
     y = _rows_like(y, row_chunks, "y")
     w = None if w is None else _rows_like(w, row_chunks, "sample_weight")
-    if y.shape[0] != X.shape[0] or (w is not None and w.shape != (X.shape[0],)):
-        raise InvalidDataError(f"X has {X.shape[0]} rows but y has shape {y.shape}"
-                               + ("" if w is None else f" and sample_weight shape {w.shape}")
-                               + "; give one label (and weight) per row")
+    offset = None if offset is None else _rows_like(offset, row_chunks, "offset")
+    if y.shape[0] != X.shape[0]:
+        raise InvalidDataError(f"X has {X.shape[0]} rows but y has shape {y.shape}; give one label per row")
+    for values, name in ((w, "sample_weight"), (offset, "offset")):
+        if values is not None and values.shape != (X.shape[0],):
+            raise InvalidDataError(f"X has {X.shape[0]} rows but {name} has shape {values.shape}; give one "
+                                   "number per row")
     sparse = is_sparse(X._meta)
     probe_X = sp.csr_array((0, X.shape[1]), dtype=X.dtype) if sparse else np.empty((0, X.shape[1]), X.dtype)
-    shard_format = ShardFormat.of_first_block(
-        probe_X, np.empty((0, *y.shape[1:]), y.dtype), None if w is None else np.empty(0, w.dtype),
-        shard_rows=shard_rows, dtype=dtype, compressors=compressors)
+    probe = Rows(probe_X, np.empty((0, *y.shape[1:]), y.dtype), *(
+        None if values is None else np.empty(0, values.dtype) for values in (w, offset)))
+    shard_format = ShardFormat.of_first_block(probe, shard_rows=shard_rows, dtype=dtype, compressors=compressors)
     x_blocks, y_blocks = X.to_delayed(), y.to_delayed()
-    w_blocks = None if w is None else w.to_delayed()
+    w_blocks, offset_blocks = (None if values is None else values.to_delayed() for values in (w, offset))
     pieces = [
         dask.delayed(_row_block, pure=True)(list(x_blocks[i]), y_blocks[i] if y.ndim == 1 else y_blocks[i, 0],
-                                            None if w_blocks is None else w_blocks[i])
+                                            None if w_blocks is None else w_blocks[i],
+                                            None if offset_blocks is None else offset_blocks[i])
         for i in range(len(row_chunks))
     ]
     return pieces, [int(r) for r in row_chunks], shard_format
@@ -80,8 +85,9 @@ def _rows_like(values: Any, row_chunks: tuple[int, ...], name: str) -> Any:
     return values.rechunk({0: row_chunks, **({1: -1} if values.ndim == 2 else {})})
 
 
-def _row_block(x_parts: list[Any], y: np.ndarray, w: np.ndarray | None) -> tuple[Any, np.ndarray, Any]:
-    """One row chunk: ``X``'s column chunks side by side, with its labels and weights."""
+def _row_block(x_parts: list[Any], y: np.ndarray, w: np.ndarray | None, offset: np.ndarray | None
+               ) -> tuple[Any, np.ndarray, Any, Any]:
+    """One row chunk: ``X``'s column chunks side by side, with its labels, weights and offsets."""
     import scipy.sparse as sp  # loaded with sparse data only
 
     if len(x_parts) == 1:
@@ -90,4 +96,4 @@ def _row_block(x_parts: list[Any], y: np.ndarray, w: np.ndarray | None) -> tuple
         X = sp.hstack([sp.csr_array(p) for p in x_parts], format="csr")
     else:
         X = np.concatenate(x_parts, axis=1)
-    return X, np.asarray(y), None if w is None else np.asarray(w)
+    return X, np.asarray(y), None if w is None else np.asarray(w), None if offset is None else np.asarray(offset)

@@ -42,6 +42,7 @@ class FrameFeatures:
 
     label: str | None
     weight: str | None = None
+    offset: str | None = None
     numeric: tuple[str, ...] = ()
     one_hot: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (column, its levels in order)
     hashed: tuple[str, ...] = ()
@@ -66,7 +67,7 @@ class FrameFeatures:
 
     @property
     def columns(self) -> list[str]:
-        """Every column the features read (not the label or weight)."""
+        """Every column the features read (not the label, weight or offset)."""
         crossed = [c for pair in self.crosses for c in pair]
         return list(dict.fromkeys([*self.numeric, *(c for c, _ in self.one_hot), *self.hashed, *crossed]))
 
@@ -75,28 +76,32 @@ class FrameFeatures:
         return _absent(self.columns, columns)
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "weight": self.weight, "numeric": list(self.numeric),
+        return {"label": self.label, "weight": self.weight, "offset": self.offset, "numeric": list(self.numeric),
                 "one_hot": {column: list(levels) for column, levels in self.one_hot},
                 "hashed": list(self.hashed), "crosses": [list(pair) for pair in self.crosses],
                 "hash_features": self.hash_features, "classes": None if self.classes is None else list(self.classes)}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> FrameFeatures:
-        return cls(label=doc["label"], weight=doc["weight"], numeric=tuple(doc["numeric"]),
+        return cls(label=doc["label"], weight=doc["weight"], offset=doc.get("offset"), numeric=tuple(doc["numeric"]),
                    one_hot=tuple((c, tuple(levels)) for c, levels in doc["one_hot"].items()),
                    hashed=tuple(doc["hashed"]), crosses=tuple((a, b) for a, b in doc["crosses"]),
                    hash_features=int(doc["hash_features"]),
                    classes=None if doc["classes"] is None else tuple(doc["classes"]))
 
-    def transform(self, frame: Any, *, first_row: int = 0) -> tuple[Any, np.ndarray, np.ndarray | None]:
-        """``(X, y, w)`` of a pandas DataFrame (``first_row``: where it starts, for errors)."""
+    def transform(self, frame: Any, *, first_row: int = 0
+                  ) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """``(X, y, w, offset)`` of a pandas DataFrame (``first_row``: where it starts, for
+        errors; ``w`` and ``offset`` None without their columns)."""
         label = self.label
         if label is None:
             raise ConfigurationError("these features were decided for a table without labels: take its rows' "
                                      "features(frame)")
-        _check_columns(frame, [label, *self.columns, *([self.weight] if self.weight else [])], first_row)
-        return self.features(frame, first_row=first_row), self._labels(frame[label], label, first_row), (
-            None if self.weight is None else _numbers(frame[self.weight], self.weight, first_row))
+        extras = [column for column in (self.weight, self.offset) if column]
+        _check_columns(frame, [label, *self.columns, *extras], first_row)
+        w, offset = (None if column is None else _numbers(frame[column], column, first_row)
+                     for column in (self.weight, self.offset))
+        return self.features(frame, first_row=first_row), self._labels(frame[label], label, first_row), w, offset
 
     def features(self, frame: Any, *, first_row: int = 0) -> Any:
         """``X`` of a pandas DataFrame: dense float64, or CSR when hashed."""

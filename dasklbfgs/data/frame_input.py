@@ -4,7 +4,7 @@ estimator's ``X``.
 One pass over the partitions, on the workers, counts their rows and collects the levels of
 the string and categorical columns (at most ``one_hot_max_levels + 1`` per column and
 partition reach the client); that decides the :class:`FrameFeatures`
-(:func:`decide_features`). The write then turns each partition into ``(X, y, w)`` where it
+(:func:`decide_features`). The write then turns each partition into ``(X, y, w, offset)`` where it
 is read (:mod:`dasklbfgs.data.worker_writes`); an estimator takes the ``X`` of each
 partition as a chunk of a lazy dask array (:func:`feature_rows`).
 """
@@ -18,6 +18,7 @@ import numpy as np
 
 from dasklbfgs.data._shard_format import MAX_LABELS_COUNTED, ShardFormat
 from dasklbfgs.data.frame_features import FrameFeatures
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.data.worker_writes import piece_starts
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
@@ -25,9 +26,9 @@ __all__ = ["check_encoding", "decide_features", "feature_rows", "frame_pieces", 
 
 
 def frame_pieces(
-    frame: Any, *, label: str, features: Sequence[str] | None, weight: str | None, one_hot_max_levels: int,
-    hash_features: int | None, crosses: Sequence[tuple[str, str]], shard_rows: int, dtype: Any, compressors: tuple,
-    partition_rows: int, client: Any,
+    frame: Any, *, label: str, features: Sequence[str] | None, weight: str | None, offset: str | None,
+    one_hot_max_levels: int, hash_features: int | None, crosses: Sequence[tuple[str, str]], shard_rows: int,
+    dtype: Any, compressors: tuple, partition_rows: int, client: Any,
 ) -> tuple[list[Any], list[int], ShardFormat, FrameFeatures]:
     """``(pieces, rows per piece, format, features)`` of a Dask or pandas DataFrame."""
     import dask
@@ -36,19 +37,20 @@ def frame_pieces(
 
     if isinstance(frame, pd.DataFrame):
         frame = dd.from_pandas(frame, chunksize=partition_rows, sort=False)
-    features_, rows = decide_features(frame, label=label, features=features, weight=weight,
+    features_, rows = decide_features(frame, label=label, features=features, weight=weight, offset=offset,
                                       one_hot_max_levels=one_hot_max_levels, hash_features=hash_features,
                                       crosses=crosses, client=client)
     pieces = [dask.delayed(features_.transform, pure=True)(p, first_row=start)
               for p, start in zip(frame.to_delayed(), piece_starts(rows))]
     probe = features_.transform(frame._meta, first_row=0)
-    shard_format = ShardFormat.of_first_block(*probe, shard_rows=shard_rows, dtype=dtype, compressors=compressors)
+    shard_format = ShardFormat.of_first_block(Rows(*probe), shard_rows=shard_rows, dtype=dtype, compressors=compressors)
     return pieces, rows, shard_format, features_
 
 
 def decide_features(
     frame: Any, *, label: str | None, features: Sequence[str] | None = None, weight: str | None = None,
-    one_hot_max_levels: int, hash_features: int | None, crosses: Sequence[tuple[str, str]] = (), client: Any,
+    offset: str | None = None, one_hot_max_levels: int, hash_features: int | None,
+    crosses: Sequence[tuple[str, str]] = (), client: Any,
 ) -> tuple[FrameFeatures, list[int]]:
     """How the columns of ``frame`` become features, and its rows per partition: a Dask
     DataFrame's partitions scanned by the workers of ``client``, a pandas DataFrame here (one
@@ -61,11 +63,12 @@ def decide_features(
         raise ConfigurationError(f"expected a Dask or pandas DataFrame, got {type(frame).__name__}")
     check_encoding(one_hot_max_levels, hash_features)
     columns = [str(c) for c in frame.columns]
-    named = [*([label] if label else []), *([weight] if weight else []), *(features or []),
+    named = [*([label] if label else []), *([weight] if weight else []), *([offset] if offset else []),
+             *(features or []),
              *(c for pair in crosses for c in pair)]
     if missing := [c for c in named if c not in columns]:
         raise InvalidDataError(f"the table has no column(s) {missing}; its columns are {columns}")
-    chosen = list(features) if features is not None else [c for c in columns if c not in (label, weight)]
+    chosen = list(features) if features is not None else [c for c in columns if c not in (label, weight, offset)]
     texts = [c for c in chosen if _is_text(frame.dtypes[c])]
     for c in chosen:
         if not _is_text(frame.dtypes[c]) and not pd.api.types.is_numeric_dtype(frame.dtypes[c]):
@@ -86,8 +89,8 @@ def decide_features(
             merged = None if known is None or values is None else known | values
             # partitions under the cap each may be over it together
             levels[c] = None if merged is None or len(merged) > _level_cap(c, label, one_hot_max_levels) else merged
-    return _decide(chosen, texts, levels, label=label, weight=weight, string_label=string_label, crosses=crosses,
-                   hash_features=hash_features, one_hot_max_levels=one_hot_max_levels), rows
+    return _decide(chosen, texts, levels, label=label, weight=weight, offset=offset, string_label=string_label,
+                   crosses=crosses, hash_features=hash_features, one_hot_max_levels=one_hot_max_levels), rows
 
 
 def feature_rows(features: FrameFeatures, frame: Any, rows: Sequence[int]) -> Any:
@@ -151,8 +154,8 @@ def _level_cap(column: str, label: str | None, cap: int) -> int:
 
 
 def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | None], *, label: str | None,
-            weight: str | None, string_label: bool, crosses: Sequence[tuple[str, str]], hash_features: int | None,
-            one_hot_max_levels: int) -> FrameFeatures:
+            weight: str | None, offset: str | None, string_label: bool, crosses: Sequence[tuple[str, str]],
+            hash_features: int | None, one_hot_max_levels: int) -> FrameFeatures:
     classes = None
     if label is not None and string_label:
         found = levels[label]
@@ -173,6 +176,7 @@ def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | No
     if crosses and hash_features is None:
         raise ConfigurationError(f"crosses {[list(p) for p in crosses]} are hashed: give hash_features too")
     return FrameFeatures(
-        label=label, weight=weight, numeric=tuple(c for c in chosen if c not in texts), one_hot=tuple(one_hot),
+        label=label, weight=weight, offset=offset, numeric=tuple(c for c in chosen if c not in texts),
+        one_hot=tuple(one_hot),
         hashed=tuple(hashed), crosses=tuple((str(a), str(b)) for a, b in crosses), hash_features=hash_features or 0,
         classes=classes)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.data.folds import Folds, RandomSplit
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.data.sharded import ShardedDataset
 from dasklbfgs.errors import ConfigurationError
 
@@ -52,8 +53,9 @@ class FoldDataset(ShardedDataset):
         keep = self.keep(shard, y)
         return keep if w is None else keep * w
 
-    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]:
-        return [(X, y, self.masked(i, y, w)) for i, (X, y, w) in zip(indices, self.base.load_shards(indices))]
+    def load_shards(self, indices: Sequence[int]) -> list[Rows]:
+        return [rows._replace(w=self.masked(i, rows.y, rows.w))
+                for i, rows in zip(indices, self.base.load_shards(indices))]
 
     def load_shard_weights(self, index: int) -> np.ndarray | None:
         lo, hi = self.shard_bounds[index]

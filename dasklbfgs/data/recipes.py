@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from dasklbfgs.data.claims import FEATURE_NAMES, Claims
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
 from dasklbfgs.data.location import Location
 from dasklbfgs.data.synthetic import SyntheticProblem
@@ -158,11 +159,11 @@ def _record(kind: str, options: RecipeOptions) -> dict[str, Any]:
     return {"kind": kind, **options.to_json()}
 
 
-def _counted(blocks: Iterable[tuple[Any, Any]], split: str, on_progress: Callable[[str, int], Any]):
+def _counted(blocks: Iterable[tuple[Any, ...]], split: str, on_progress: Callable[[str, int], Any]):
     rows = 0
-    for X, y in blocks:
-        yield X, y
-        rows += X.shape[0]  # a sparse block has no len()
+    for block in blocks:
+        yield block
+        rows += block[0].shape[0]  # a sparse block has no len()
         on_progress(split, rows)
 
 
@@ -187,6 +188,21 @@ def _ctr_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
     attrs = {"task": RECIPES[kind].task, "n_classes": 2, "source": "synthetic:ctr", "seed": o.seed,
              "fields": N_FIELDS, "crosses": len(CROSSES), "hashed_features": logs.n_features}
     return _generated_splits(logs.blocks, o.rows, o.test_fraction, attrs)
+
+
+def _claims_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
+    """Claim counts with their exposure offsets (``train``, ``test``: a Poisson frequency
+    model) and the average sizes of the policies with claims, weighted by their counts
+    (``severity-train``, ``severity-test``: a Gamma severity model), of the same policies."""
+    if o.rows is None:
+        raise ConfigurationError("the 'claims' recipe needs rows (policies)", parameters=("rows",))
+    claims = Claims(o.seed)
+    attrs = {"source": "synthetic:claims", "seed": o.seed, "offset": "log(exposure in years)"}
+    splits = _generated_splits(claims.frequency_blocks, o.rows, o.test_fraction, {**attrs, "task": "counts"},
+                               FEATURE_NAMES)
+    severity = _generated_splits(claims.severity_blocks, o.rows, o.test_fraction,
+                                 {**attrs, "task": "amounts", "weights": "claim counts"}, FEATURE_NAMES)
+    return {**splits, **{f"severity-{name}": split for name, split in severity.items()}}
 
 
 def _text_hashed_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
@@ -315,6 +331,8 @@ RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (
     Recipe("regression", "regression", ("rows", "features", "ill_conditioned"), _synthetic_splits),
     Recipe("counts", "counts", ("rows", "features", "ill_conditioned"), _synthetic_splits),
     Recipe("amounts", "amounts", ("rows", "features", "ill_conditioned"), _synthetic_splits),
+    Recipe("claims", "counts", ("rows",), _claims_splits,
+           (("features", f"it has {len(FEATURE_NAMES)} policy features"),)),
     # scikit-learn's bundled real datasets, of a fixed size
     *(Recipe(name, task, (), _bundled_splits, (("rows", FIXED_SIZE), ("features", FIXED_SIZE)))
       for name, task in (("digits", "multiclass"), ("breast_cancer", "binary"), ("wine", "multiclass"))),

@@ -1,10 +1,11 @@
 """``ShardedDataset``: training data as a Zarr (format 3) group chunked along rows.
 
 The group holds ``X`` (n x d), ``y`` ((n,) or (n, k)) and, for weighted data, ``w`` (n,) of
-sample weights; one row chunk of the arrays is one *data shard*, the unit Sandblaster caches
-on a worker and Downpour replicas stream from. Schema and label statistics live in the group
-attribute ``"dasklbfgs"``. A sparse ``X`` (scipy.sparse input) is stored shard by shard in
-CSR form (see :mod:`dasklbfgs.data._sparse`) and read back as ``scipy.sparse.csr_array``.
+sample weights, for data with offsets ``offset`` (n,); one row chunk of the arrays is one
+*data shard*, the unit Sandblaster caches on a worker and Downpour replicas stream from.
+Schema and label statistics live in the group attribute ``"dasklbfgs"``. A sparse ``X``
+(scipy.sparse input) is stored shard by shard in CSR form (see :mod:`dasklbfgs.data._sparse`)
+and read back as ``scipy.sparse.csr_array``.
 
 A dataset lives in a local folder or at any fsspec URL (``s3://bucket/train.zarr`` with
 ``storage_options``: :mod:`dasklbfgs.data.location`); the workers read it where it lives.
@@ -29,6 +30,7 @@ from dasklbfgs.data._sparse import csr_nbytes, read_csr_shard, vstack_csr
 from dasklbfgs.data.constructors import FRAME_FEATURES_KEY, DatasetWriters
 from dasklbfgs.data.frame_features import FrameFeatures
 from dasklbfgs.data.location import Location
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import (
     ConfigurationError,
     CorruptDatasetError,
@@ -76,7 +78,8 @@ class ShardedDataset(DatasetWriters):
                 "commits last (a write that did not finish leaves this; write it again with overwrite=True)")
         schema = self._attrs.get(ATTRS_KEY, {})
         sparse = schema.get("X_format") == "csr"
-        for name in ("y",) + (() if sparse else ("X",)) + (("w",) if schema.get("weighted") else ()):
+        for name in ("y",) + (() if sparse else ("X",)) + (("w",) if schema.get("weighted") else ()) + (
+                ("offset",) if schema.get("offsets") else ()):
             if name not in group.array_keys():
                 raise NotADatasetError(
                     f"{self.url!r} is a Zarr group but has no {name!r} array; "
@@ -161,6 +164,12 @@ class ShardedDataset(DatasetWriters):
         return bool(self.schema.get("weighted", False))
 
     @property
+    def has_offsets(self) -> bool:
+        """Whether the rows carry offsets (the ``offset`` array: a known term of each row's
+        linear predictor, see :meth:`create`)."""
+        return bool(self.schema.get("offsets", False))
+
+    @property
     def total_weight(self) -> float:
         """The sum of the sample weights (``n_samples`` when unweighted): what the loss sum
         is divided by to give the objective's (weighted) mean."""
@@ -213,7 +222,8 @@ class ShardedDataset(DatasetWriters):
     @property
     def nbytes_in_memory(self) -> int:
         """Bytes X and y take once loaded (decompressed)."""
-        y_bytes = int(np.prod(self.y_shape)) * self._y_dtype.itemsize + (8 * self.n_samples if self.is_weighted else 0)
+        y_bytes = int(np.prod(self.y_shape)) * self._y_dtype.itemsize + 8 * self.n_samples * (
+            int(self.is_weighted) + int(self.has_offsets))
         if self.is_sparse:
             return y_bytes + sum(csr_nbytes(nnz, stop - start, self.n_features, self.dtype.itemsize)
                                  for nnz, (start, stop) in zip(self.schema["nnz"], self.shard_bounds, strict=True))
@@ -241,7 +251,8 @@ class ShardedDataset(DatasetWriters):
         return (
             f"ShardedDataset({self.url!r}, n_samples={self.n_samples}, "
             f"n_features={self.n_features}, n_shards={self.n_shards}, dtype={self.dtype}"
-            f"{f', sparse, nnz={self.nnz}' if self.is_sparse else ''}{', weighted' if self.is_weighted else ''})"
+            f"{f', sparse, nnz={self.nnz}' if self.is_sparse else ''}{', weighted' if self.is_weighted else ''}"
+            f"{', offsets' if self.has_offsets else ''})"
         )
 
     # -- reading --------------------------------------------------------------------
@@ -311,28 +322,34 @@ class ShardedDataset(DatasetWriters):
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None:
         """Sample weights of rows ``[start, stop)`` (float64), or None when the data are unweighted."""
-        if not self.is_weighted:
-            return None
+        return self._per_row("w", "sample weights", start, stop) if self.is_weighted else None
+
+    def load_shard_weights(self, index: int) -> np.ndarray | None:
+        """Sample weights of shard ``index`` (None when unweighted)."""
+        return self.load_weights(*self.shard_bounds[index])
+
+    def load_offsets(self, start: int, stop: int) -> np.ndarray | None:
+        """Offsets of rows ``[start, stop)`` (float64), or None when the dataset has none."""
+        return self._per_row("offset", "offsets", start, stop) if self.has_offsets else None
+
+    def _per_row(self, name: str, what: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``[start, stop)`` of the per-row array ``name`` (weights, offsets)."""
         if not (0 <= start <= stop <= self.n_samples):
             raise ConfigurationError(
                 f"row range [{start}, {stop}) is outside the dataset's {self.n_samples} rows"
             )
         if remote.applies(self, start, stop):
-            return cast(np.ndarray, remote.read_rows(self, start, stop, ("w",))["w"])
+            return cast(np.ndarray, remote.read_rows(self, start, stop, (name,))[name])
         try:
-            w = cast(zarr.Array, self._group()["w"])
+            array = cast(zarr.Array, self._group()[name])
         except (StoreError, NotADatasetError):
             raise
         except Exception as exc:
-            raise CorruptDatasetError(f"cannot open the sample weights of the dataset at {self.url!r}: "
+            raise CorruptDatasetError(f"cannot open the {what} of the dataset at {self.url!r}: "
                                       f"{exc}; rewrite the dataset") from exc
-        weights = self._dense_rows(w, "w", start, stop)
+        values = self._dense_rows(array, name, start, stop)
         self._check_same_write()
-        return weights
-
-    def load_shard_weights(self, index: int) -> np.ndarray | None:
-        """Sample weights of shard ``index`` (None when unweighted)."""
-        return self.load_weights(*self.shard_bounds[index])
+        return values
 
     def _dense_rows(self, array: zarr.Array, name: str, start: int, stop: int) -> np.ndarray:
         if stop == start:
@@ -387,17 +404,20 @@ class ShardedDataset(DatasetWriters):
             raise ConfigurationError(f"shard index {index} out of range [0, {self.n_shards})")
         return self.load_rows(*self.shard_bounds[index])
 
-    def load_shards(self, indices: Sequence[int]) -> list[tuple[Any, np.ndarray, np.ndarray | None]]:
-        """X, y and the sample weights (None when unweighted) of each shard of ``indices``;
-        on an object store every object of them is fetched in one concurrent batch, retried
-        within the retry budget (:mod:`dasklbfgs.data._fetch`)."""
+    def load_shards(self, indices: Sequence[int]) -> list[Rows]:
+        """The rows of each shard of ``indices``: X, y, and the sample weights and offsets
+        (None when the dataset has none); on an object store every object of them is
+        fetched in one concurrent batch, retried within the retry budget
+        (:mod:`dasklbfgs.data._fetch`)."""
         for index in indices:
             if not (0 <= index < self.n_shards):
                 raise ConfigurationError(f"shard index {index} out of range [0, {self.n_shards})")
         if not all(remote.applies(self, *self.shard_bounds[i]) for i in indices):
-            return [(*self.load_shard(i), self.load_shard_weights(i)) for i in indices]
-        parts = ("X", "y", "w") if self.is_weighted else ("X", "y")
-        return [(shard["X"], shard["y"], shard.get("w")) for shard in remote.read_shards(self, indices, parts)]
+            return [Rows(*self.load_shard(i), self.load_shard_weights(i), self.load_offsets(*self.shard_bounds[i]))
+                    for i in indices]
+        parts = ("X", "y", *(("w",) if self.is_weighted else ()), *(("offset",) if self.has_offsets else ()))
+        return [Rows(shard["X"], shard["y"], shard.get("w"), shard.get("offset"))
+                for shard in remote.read_shards(self, indices, parts)]
 
     def iter_shards(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for i in range(self.n_shards):
@@ -424,6 +444,12 @@ class ShardedDataset(DatasetWriters):
         import dask.array as da
 
         return da.from_zarr(cast(zarr.Array, self._group()["w"])) if self.is_weighted else None
+
+    def offsets_to_dask(self) -> dask.array.Array | None:
+        """The offsets as a dask array chunked like :meth:`to_dask`'s; None when the dataset has none."""
+        import dask.array as da
+
+        return da.from_zarr(cast(zarr.Array, self._group()["offset"])) if self.has_offsets else None
 
     def to_xarray(self) -> xarray.Dataset:
         """A lazy ``xarray.Dataset`` with ``X`` (sample, feature) and ``y`` (sample[, output])."""
@@ -458,6 +484,7 @@ class ShardedDataset(DatasetWriters):
             "label_counts": self.label_counts,
             "weighted": self.is_weighted,
             "total_weight": self.total_weight,
+            "offsets": self.has_offsets,
             "attrs": {k: v for k, v in self._attrs.items() if k != ATTRS_KEY},
         }
 

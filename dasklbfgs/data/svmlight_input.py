@@ -21,6 +21,7 @@ import numpy as np
 
 from dasklbfgs.data._shard_format import ShardFormat
 from dasklbfgs.data.location import Location, has_scheme
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import ConfigurationError, InvalidDataError, StoreError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def svmlight_pieces(
         shift, width = _indexing([(fs, path) for fs, path, _, _ in ranges], stats, n_features, zero_based)
         pieces = [dask.delayed(_as_block, pure=True)(block, shift, width) for block in parsed]
         probe = sp.csr_array((0, width), dtype=np.float64)
-        shard_format = ShardFormat.of_first_block(probe, np.empty(0), None, shard_rows=shard_rows, dtype=dtype,
+        shard_format = ShardFormat.of_first_block(Rows(probe, np.empty(0)), shard_rows=shard_rows, dtype=dtype,
                                                   compressors=compressors)
         yield pieces, [rows for rows, _, _, _ in stats], shard_format
     finally:

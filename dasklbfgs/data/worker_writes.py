@@ -1,7 +1,7 @@
 """Datasets written by the workers: each shard assembled, checked and written by a task.
 
 The input is a sequence of *pieces*, lazy row blocks (dask ``Delayed`` objects computing to
-``(X, y, w)``: a dask array's row chunks, a DataFrame's partitions, a file's byte ranges)
+``(X, y, w)`` or ``(X, y, w, offset)``: a dask array's row chunks, a DataFrame's partitions, a file's byte ranges)
 whose row counts are known. Shard ``s`` covers rows ``[s * shard_rows, (s + 1) * shard_rows)``;
 its task takes the pieces that overlap it, cuts and joins their rows, checks them and writes
 them (:class:`~dasklbfgs.data._shard_format.ShardFormat`, the format a single writer uses,
@@ -186,12 +186,11 @@ def _write_shard(where: Location, shard_format: ShardFormat, first_row: int,
     rows, start, stop)``), check them and write them as the shard starting at ``first_row``."""
     cut = []
     for block, block_row, rows, start, stop in parts:
-        X, y, w = block_arrays(block)
-        if X.shape[0] != rows:
-            raise InvalidDataError(f"the block of rows starting at row {block_row} has {X.shape[0]} rows, but "
+        given = block_arrays(block)
+        if given.n_rows != rows:
+            raise InvalidDataError(f"the block of rows starting at row {block_row} has {given.n_rows} rows, but "
                                    f"{rows} were counted before the write (did the source change while it was read?)")
-        X = shard_format.check_block(X, y, w, first_row=block_row)  # whole: a sparse cut hides bad columns
-        cut.append((X[start:stop], y[start:stop], None if w is None else w[start:stop]))
-    X, y, w = joined_rows(cut, shard_format)
+        checked = shard_format.check_block(given, first_row=block_row)  # whole: a sparse cut hides bad columns
+        cut.append(checked.cut(start, stop))
     group = zarr.open_group(store=where.zarr_store(read_only=False), mode="r+", zarr_format=3)
-    return shard_format.write(group, X, y, w, first_row=first_row, grow=False)
+    return shard_format.write(group, joined_rows(cut, shard_format), first_row=first_row, grow=False)

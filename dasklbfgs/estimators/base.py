@@ -196,7 +196,10 @@ class ShardedEstimator(PostFit, BaseEstimator):
             self._check_classes(classes)
             yield X, classes
             return
-        X, y, _, sample_weight = unpack_xarray(X, y, sample_weight=sample_weight)  # or the Dataset's 'w'
+        X, y, _, sample_weight, offset = unpack_xarray(X, y, sample_weight=sample_weight)  # or the Dataset's 'w'
+        if offset is not None:
+            raise ConfigurationError("the xarray.Dataset holds offsets: write it as a dataset (ShardedDataset.create) "
+                                     "and fit from that, where offsets are kept with their rows")
         client = self._client()
         X, table = self._table_rows_to_fit(X, client)
         if client is not None and any(is_dask_collection(a) for a in (X, y, sample_weight)):

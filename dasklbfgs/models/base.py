@@ -64,6 +64,9 @@ class Model:
     #: Whether :meth:`loss_grad_sum` takes per-row weights ``w``; other models refuse
     #: weighted datasets in :meth:`check_data`.
     accepts_weights: ClassVar[bool] = False
+    #: Whether the row sums and prediction take per-row offsets ``offset`` (a known term of
+    #: each row's linear predictor); other models refuse datasets with offsets.
+    accepts_offsets: ClassVar[bool] = False
     if TYPE_CHECKING:  # read-only to a model's users: a subclass sets them in __init__ or computes them
         @property
         def n_features(self) -> int: ...
@@ -110,19 +113,30 @@ class Model:
         raise NotImplementedError
 
     def sums_of(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
-                w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-        """:meth:`loss_grad_sum`, handing it ``w`` only when there are weights: a model that
-        does not take weights (a ``loss_grad_sum`` of three arguments) still trains on
-        unweighted data. What every caller of the row sums goes through."""
+                w: np.ndarray | None = None, offset: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """:meth:`loss_grad_sum`, handing it ``w`` only when there are weights and ``offset``
+        only when there are offsets: a model that takes neither (a ``loss_grad_sum`` of three
+        arguments) still trains on data without them. What every caller of the row sums
+        goes through."""
+        if offset is not None:
+            self.check_offsets_taken()
+            return self.loss_grad_sum(params, X, y, w, offset=offset)  # type: ignore[call-arg]
         return self.loss_grad_sum(params, X, y) if w is None else self.loss_grad_sum(params, X, y, w)
 
+    def check_offsets_taken(self) -> None:
+        """Raise :class:`ModelDataMismatchError` unless this model takes offsets."""
+        if not self.accepts_offsets:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} does not take offsets; the single-output linear models do "
+                "(least_squares, logistic and the GLMs)")
+
     def portion_loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
-                              w: np.ndarray | None = None) -> tuple[float, Any]:
+                              w: np.ndarray | None = None, offset: np.ndarray | None = None) -> tuple[float, Any]:
         """:meth:`loss_grad_sum` in the form a Sandblaster portion task sends it: dense
         here; a model whose sums on some blocks are zero outside a few coordinates returns
         a :class:`~dasklbfgs.models.sums.SparseSum` for them (the same numbers, added with
         :func:`~dasklbfgs.models.sums.add_sum_parts`)."""
-        return self.sums_of(params, X, y, w)
+        return self.sums_of(params, X, y, w, offset)
 
     def compact_positions(self, X: Any) -> np.ndarray | None:
         """The parameters that the portion sums of the rows ``X`` (a cached shard, or any
@@ -132,7 +146,8 @@ class Model:
         return None
 
     def compact_loss_grad_sum(self, local_params: np.ndarray, X: Any, y: np.ndarray,
-                              w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+                              w: np.ndarray | None = None, offset: np.ndarray | None = None
+                              ) -> tuple[float, np.ndarray]:
         """:meth:`portion_loss_grad_sum` of rows ``X`` given only the parameters at
         :meth:`compact_positions` of them (``local_params``, in that order): the loss sum and
         the gradient sum's values at those positions, the same bits. What a worker computes
@@ -187,19 +202,20 @@ class Model:
             return self.predict_proba(params, X), self.predict(params, X)  # type: ignore[attr-defined]
         return self.predict(params, X), None
 
-    def scored(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> Scored:
+    def scored(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None,
+               offset: np.ndarray | None = None) -> Scored:
         """What an evaluation needs of the rows of ``X``: their loss, the sums the objective's
         value needs, the model's outputs. Here the training sums and :meth:`outputs`; a model
-        that can form all of it from one pass over the rows overrides this."""
-        loss, sums = self.sums_of(params, X, y, w)
+        that can form all of it from one pass over the rows (and takes offsets) overrides this."""
+        loss, sums = self.sums_of(params, X, y, w, offset)
         return Scored(float(loss), np.asarray(sums, dtype=np.float64), *self.outputs(params, X))
 
     def objective(self, params: np.ndarray, X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *,
-                  n: float | None = None) -> tuple[float, np.ndarray]:
+                  n: float | None = None, offset: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Objective and gradient over all of ``X`` in one process (a reference path, and a
-        mini-batch's): the loss sum (weighted by ``w``) over ``n``, by default the row count,
-        or the total weight ``w.sum()``."""
-        loss, sums = self.sums_of(params, X, y, w)
+        mini-batch's): the loss sum (weighted by ``w``; with the rows' ``offset``) over ``n``,
+        by default the row count, or the total weight ``w.sum()``."""
+        loss, sums = self.sums_of(params, X, y, w, offset)
         if n is None:
             n = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
         return self.objective_from_sums(params, loss, sums, n)
@@ -244,6 +260,10 @@ class Model:
                 f"{self!r} expects {self.n_features} features but the dataset at "
                 f"{data.url!r} has {data.n_features}"
             )
+        if getattr(data, "has_offsets", False) and not self.accepts_offsets:
+            raise ModelDataMismatchError(
+                f"{type(self).__name__} does not take offsets, but the dataset at {data.url!r} has them (its "
+                "'offset' array); the single-output linear models do (least_squares, logistic and the GLMs)")
 
     def _check_labels(self, data: Dataset) -> None:
         return None
@@ -293,8 +313,10 @@ class SoftmaxOutput:
     def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
         return np.argmax(self.decision_function(params, X), axis=1)
 
-    def outputs(self, params: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """The probabilities and the classes from one computation of the class scores."""
+    def outputs(self, params: np.ndarray, X: np.ndarray, offset: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The probabilities and the classes from one computation of the class scores (no
+        offsets: :attr:`Model.accepts_offsets` is False for them)."""
         return self.outputs_of(self.decision_function(params, X))
 
     def outputs_of(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -58,6 +58,7 @@ class LinearModel(Model):
     name: ClassVar[str]
     accepts_sparse: ClassVar[bool] = True
     accepts_weights: ClassVar[bool] = True
+    accepts_offsets: ClassVar[bool] = True
     linear: ClassVar[bool] = True
     _link: ClassVar[Callable[..., tuple[float, np.ndarray]]]
     class_weight: tuple[float, ...] | None = None
@@ -110,9 +111,10 @@ class LinearModel(Model):
         return by_class if w is None else by_class * w
 
     def loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
-                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+                      w: np.ndarray | None = None, offset: np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """Sum over the rows of (loss, gradient of the loss), weighted by
-        :meth:`row_weights`; no penalty.
+        :meth:`row_weights`, each row's ``offset`` (when given) added to its decision value;
+        no penalty.
 
         Rows are processed in cache-sized blocks: each block of X is read from memory for
         ``X_b W`` and is still in cache for ``X_b^T dz``, so X streams from memory about
@@ -121,7 +123,7 @@ class LinearModel(Model):
         """
         w = self.row_weights(y, w)
         if is_sparse(X):
-            return self._sparse_loss_grad_sum(params, X.tocsr(), y, w)
+            return self._sparse_loss_grad_sum(params, X.tocsr(), y, w, offset)
         if X.dtype.kind != "f":  # integer-coded features: compute in float64, never truncate W
             X = X.astype(np.float64)
         W, b = self.unpack(params)
@@ -134,6 +136,8 @@ class LinearModel(Model):
             Xb = X[start : start + step]
             z = Xb @ W
             z += b if self.n_outputs > 1 else b[0]
+            if offset is not None:
+                z += offset[start : start + step]
             block_w = None if w is None else w[start : start + step]
             block_loss, dz = self.link(z, y[start : start + step], block_w)
             loss += block_loss
@@ -142,10 +146,10 @@ class LinearModel(Model):
         return loss, grad
 
     def _sparse_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
-                              w: np.ndarray | None) -> tuple[float, np.ndarray]:
+                              w: np.ndarray | None, offset: np.ndarray | None) -> tuple[float, np.ndarray]:
         """:meth:`loss_grad_sum` of a CSR block in one pass (a row of it is a few non-zeros:
         no cache blocking needed); float64 parameters whatever X's dtype."""
-        loss, dz = self._sparse_link(*self.unpack(params), X, y, w)
+        loss, dz = self._sparse_link(*self.unpack(params), X, y, w, offset)
         grad = np.zeros(self.n_params)
         gW, gb = self.unpack(grad)
         gW += X.T @ dz
@@ -153,15 +157,17 @@ class LinearModel(Model):
         return loss, grad
 
     def _sparse_link(self, W: np.ndarray, b: np.ndarray, X: Any, y: np.ndarray,
-                     w: np.ndarray | None) -> tuple[float, np.ndarray]:
+                     w: np.ndarray | None, offset: np.ndarray | None) -> tuple[float, np.ndarray]:
         """Loss sum and ``d loss / d z`` of the rows of a CSR block at coefficients ``W``
-        (the rows of ``W`` that ``X``'s columns index) and intercepts ``b``."""
-        z = X @ W
+        (the rows of ``W`` that ``X``'s columns index), intercepts ``b`` and offsets."""
+        z = np.asarray(X @ W, dtype=np.float64)
         z += b if self.n_outputs > 1 else b[0]
-        return self.link(np.asarray(z, dtype=np.float64), y, w)
+        if offset is not None:
+            z += offset
+        return self.link(z, y, w)
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
-                              w: np.ndarray | None = None) -> tuple[float, Any]:
+                              w: np.ndarray | None = None, offset: np.ndarray | None = None) -> tuple[float, Any]:
         """On sparse rows, the gradient sum as a :class:`~dasklbfgs.models.sums.SparseSum`:
         the coefficients of the columns the rows use (all ``n_outputs`` of each) and the
         intercepts; everything else is zero. Its size follows the rows' non-zeros, not
@@ -172,10 +178,10 @@ class LinearModel(Model):
         (renumbering keeps each row's order), so the numbers are its bits. Dense X:
         :meth:`loss_grad_sum`."""
         if not (is_sparse(X) or isinstance(X, CompactColumns)):
-            return super().portion_loss_grad_sum(params, X, y, w)
+            return super().portion_loss_grad_sum(params, X, y, w, offset)
         rows = CompactColumns.of(X)
         positions = self.positions_of(rows.columns)
-        loss, values = self.compact_loss_grad_sum(params[positions], rows, y, w)
+        loss, values = self.compact_loss_grad_sum(params[positions], rows, y, w, offset)
         return loss, SparseSum(self.n_params, positions, values)
 
     def compact_positions(self, X: Any) -> np.ndarray | None:
@@ -186,7 +192,8 @@ class LinearModel(Model):
         return self.positions_of(X.columns)
 
     def compact_loss_grad_sum(self, local_params: np.ndarray, X: Any, y: np.ndarray,
-                              w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+                              w: np.ndarray | None = None, offset: np.ndarray | None = None
+                              ) -> tuple[float, np.ndarray]:
         """The sums of :meth:`portion_loss_grad_sum` on :class:`CompactColumns` rows from the
         coefficients of their columns then the intercepts (``local_params``), as values in
         that layout."""
@@ -197,7 +204,7 @@ class LinearModel(Model):
         coef = local_params[: m * K]
         W = coef if K == 1 else coef.reshape(m, K)
         b = local_params[m * K :] if self.fit_intercept else np.zeros(K)
-        loss, dz = self._sparse_link(W, b, X.local, y, self.row_weights(y, w))
+        loss, dz = self._sparse_link(W, b, X.local, y, self.row_weights(y, w), offset)
         gW = np.zeros(m if K == 1 else (m, K))
         gW += X.local.T @ dz
         values = gW.ravel()
@@ -262,22 +269,29 @@ class LinearModel(Model):
 
     # -- prediction -----------------------------------------------------------------------
 
-    def decision_function(self, params: np.ndarray, X: Any) -> np.ndarray:
+    def decision_function(self, params: np.ndarray, X: Any, offset: np.ndarray | None = None) -> np.ndarray:
+        """``X W + b``, plus each row's ``offset`` when given."""
         W, b = self.unpack(np.asarray(params, dtype=np.float64))
         z = (X.tocsr() if is_sparse(X) else np.asarray(X)) @ W
-        return z + (b if self.n_outputs > 1 else b[0])
+        z = z + (b if self.n_outputs > 1 else b[0])
+        if offset is not None:
+            self.check_offsets_taken()
+            z += offset
+        return z
 
-    def outputs(self, params: np.ndarray, X: Any) -> tuple[np.ndarray, np.ndarray | None]:
-        return self.outputs_of(self.decision_function(params, X))
+    def outputs(self, params: np.ndarray, X: Any, offset: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.outputs_of(self.decision_function(params, X, offset))
 
     def outputs_of(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """:meth:`outputs` of the decision values ``z`` (the predictions, for a regression)."""
         return z, None
 
-    def scored(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None) -> Scored:
+    def scored(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+               offset: np.ndarray | None = None) -> Scored:
         """One product ``X W`` gives the loss and the outputs: no gradient (an evaluation
         reports the objective's value only), one pass over the rows."""
-        z = self.decision_function(params, X)
+        z = self.decision_function(params, X, offset)
         outputs, predicted = self.outputs_of(z)
         loss, _ = self.link(z.copy() if outputs is z else z, y, self.row_weights(y, w))  # links work in place
         return Scored(float(loss), None, outputs, predicted)
@@ -301,8 +315,8 @@ class LeastSquares(LinearModel):
                     **shape: Any) -> LeastSquares:
         return cls(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return self.decision_function(params, X)
+    def predict(self, params: np.ndarray, X: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+        return self.decision_function(params, X, offset)
 
 
 class Logistic(LinearModel):
@@ -323,12 +337,12 @@ class Logistic(LinearModel):
         weights = None if class_weight is None else schema.balanced_class_weight(data, 2)
         return cls(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1, class_weight=weights)
 
-    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+    def predict_proba(self, params: np.ndarray, X: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
         """Columns P(y=0), P(y=1)."""
-        return self.outputs_of(self.decision_function(params, X))[0]
+        return self.outputs_of(self.decision_function(params, X, offset))[0]
 
-    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
-        return (self.decision_function(params, X) > 0).astype(np.int64)
+    def predict(self, params: np.ndarray, X: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
+        return (self.decision_function(params, X, offset) > 0).astype(np.int64)
 
     def outputs_of(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from scipy.special import expit  # the logistic function, accurate in both tails
@@ -350,6 +364,7 @@ class Softmax(SoftmaxOutput, LinearModel):
 
     name = "softmax"
     takes_class_weight = True
+    accepts_offsets = False  # one offset a row would shift every class's score alike: nothing
     _link = staticmethod(softmax_link)
 
     def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True,

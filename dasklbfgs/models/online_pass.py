@@ -59,15 +59,16 @@ class PassResult:
         return self.loss / self.rows_weight if self.rows_weight > 0 else float("nan")
 
 
-def adagrad_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None, *,
-                 learning_rate: float, batch_rows: int = BATCH_ROWS) -> PassResult:
+def adagrad_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+                 offset: np.ndarray | None = None, *, learning_rate: float, batch_rows: int = BATCH_ROWS
+                 ) -> PassResult:
     """One pass of Adagrad at ``learning_rate`` over the rows of ``X`` (in order, ``batch_rows``
-    at a time) from ``params``; ``params`` is not modified."""
+    at a time; their ``offset`` when given) from ``params``; ``params`` is not modified."""
     from dasklbfgs.models.linear import LinearModel
 
     if isinstance(model, LinearModel) and (is_sparse(X) or isinstance(X, CompactColumns)):
-        return _sparse_linear_pass(model, params, CompactColumns.of(X), y, w, learning_rate, batch_rows)
-    return _dense_pass(model, params, X, y, w, learning_rate, batch_rows)
+        return _sparse_linear_pass(model, params, CompactColumns.of(X), y, w, offset, learning_rate, batch_rows)
+    return _dense_pass(model, params, X, y, w, offset, learning_rate, batch_rows)
 
 
 def averaged(start: np.ndarray, passes: Sequence[PassResult]) -> np.ndarray:
@@ -95,7 +96,7 @@ def _weight(w: np.ndarray | None, rows: int) -> float:
 
 
 def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
-                learning_rate: float, batch_rows: int) -> PassResult:
+                offset: np.ndarray | None, learning_rate: float, batch_rows: int) -> PassResult:
     """Any model, any rows: each step on the objective of its mini-batch (loss and penalty)."""
     rule = adagrad(learning_rate)
     x = np.array(params, dtype=np.float64)
@@ -109,7 +110,8 @@ def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.n
         weight = _weight(wb, Xb.shape[0])
         if weight <= 0:
             continue
-        batch_loss, sums = model.sums_of(x, Xb, yb, wb)  # what model.objective does, keeping the loss sum
+        ob = None if offset is None else offset[start:stop]
+        batch_loss, sums = model.sums_of(x, Xb, yb, wb, ob)  # what model.objective does, keeping the loss sum
         _, g = model.objective_from_sums(x, batch_loss, sums, weight)
         loss += batch_loss
         rows_weight += weight
@@ -119,7 +121,7 @@ def _dense_pass(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.n
 
 
 def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y: np.ndarray, w: np.ndarray | None,
-                        learning_rate: float, batch_rows: int) -> PassResult:
+                        offset: np.ndarray | None, learning_rate: float, batch_rows: int) -> PassResult:
     """A linear model on sparse rows: every step on the mini-batch's own columns."""
     rule = adagrad(learning_rate)
     K = model.n_outputs
@@ -145,6 +147,8 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
         at = coef[columns]
         z = np.asarray(Xb @ (at if K > 1 else at[:, 0]), dtype=np.float64)
         z += intercept if K > 1 else intercept[0]
+        if offset is not None:
+            z += offset[start:stop]
         batch_loss, dz = link(z, yb, wb)
         loss += batch_loss
         rows_weight += weight

@@ -2,7 +2,8 @@
 predictions for every row of a dataset, written where the data is."""
 
 from dasklbfgs.scoring.evaluation import evaluate, held_out_metrics
+from dasklbfgs.scoring.inference import Inference, inference
 from dasklbfgs.scoring.predictions import predict
 from dasklbfgs.scoring.summaries import METRICS
 
-__all__ = ["METRICS", "evaluate", "held_out_metrics", "predict"]
+__all__ = ["METRICS", "Inference", "evaluate", "held_out_metrics", "inference", "predict"]

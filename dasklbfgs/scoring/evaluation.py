@@ -18,6 +18,7 @@ import numpy as np
 
 from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data._client import active_client
+from dasklbfgs.data.rows import Rows, aligned_rows
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.ranking import PARTS, RankedPart
 from dasklbfgs.scoring.summaries import METRICS, RANKING, Summary, summarize
@@ -147,16 +148,16 @@ def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, 
     parameters, arrived over the wire, aligned (:func:`~dasklbfgs._wire.aligned`: numpy
     hands only aligned arrays to BLAS; its own loop is about 3x slower)."""
     X, y = data.load_shard(index)
-    return summarize(model, aligned(params), X, y, data.load_shard_weights(index), names, curves=curves)
+    return summarize(model, aligned(params), X, y, data.load_shard_weights(index), names, curves=curves,
+                     offset=data.load_offsets(*data.shard_bounds[index]))
 
 
-def _rows_summary(model: Model, params: np.ndarray, shard: tuple[Any, np.ndarray, np.ndarray | None],
-                  names: tuple[str, ...], curves: bool) -> Summary:
+def _rows_summary(model: Model, params: np.ndarray, shard: Rows, names: tuple[str, ...], curves: bool) -> Summary:
     """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again;
     rows and parameters that came over the wire aligned, as in :func:`_shard_summary`)."""
-    X, y, w = shard
-    return summarize(model, aligned(params), aligned(X.to_csr() if hasattr(X, "to_csr") else X), aligned(y),
-                     None if w is None else aligned(w), names, curves=curves)
+    X, y, w, offset = aligned_rows(shard)
+    X = shard.X.to_csr() if hasattr(shard.X, "to_csr") else X
+    return summarize(model, aligned(params), X, y, w, names, curves=curves, offset=offset)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:

@@ -172,9 +172,11 @@ def _output_shape(model: Model, params: np.ndarray, data: ShardedDataset, method
 
 def _shard_predictions(model: Model, params: np.ndarray, data: ShardedDataset, index: int, method_name: str
                        ) -> np.ndarray:
-    """Task: the predictions of shard ``index``'s rows."""
+    """Task: the predictions of shard ``index``'s rows (with their offsets, when the data have them)."""
     X, _ = data.load_shard(index)
-    return np.asarray(getattr(model, method_name)(params, X))
+    offset = data.load_offsets(*data.shard_bounds[index])
+    predicted = getattr(model, method_name)
+    return np.asarray(predicted(params, X) if offset is None else predicted(params, X, offset))
 
 
 def _write_shard_predictions(model: Model, params: np.ndarray, data: ShardedDataset, index: int, method_name: str,

@@ -212,13 +212,15 @@ RANKING = ("roc_auc", "average_precision")
 
 
 def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
-              names: tuple[str, ...] = METRICS["classification"], *, curves: bool = False) -> Summary:
-    """The summary of one block of rows, for the metrics ``names`` and, with ``curves``,
+              names: tuple[str, ...] = METRICS["classification"], *, curves: bool = False,
+              offset: np.ndarray | None = None) -> Summary:
+    """The summary of one block of rows (with their ``offset``, when the data have them),
+    for the metrics ``names`` and, with ``curves``,
     :meth:`Summary.curves` (the score counts, and so the ROC and precision-recall curves,
     only when a ranking metric is among ``names``), from one
     :meth:`~dasklbfgs.models.base.Model.scored` of the rows."""
     weight = np.ones(X.shape[0]) if w is None else np.asarray(w, dtype=np.float64)
-    scored = model.scored(params, X, y, w)
+    scored = model.scored(params, X, y, w) if offset is None else model.scored(params, X, y, w, offset)
     base = Summary(model.task, int(X.shape[0]), float(weight.sum()), scored.loss, scored.sums)
     if model.task == "classification":
         assert scored.predicted is not None
@@ -228,7 +230,7 @@ def summarize(model: Model, params: np.ndarray, X: Any, y: np.ndarray, w: np.nda
     if model.task == "regression":
         labels = np.asarray(y, dtype=np.float64)
         residual = labels - scored.outputs
-        power = float(getattr(model, "power", 0.0))  # a GLM's family; least squares' deviance is the squared error
+        power = float(getattr(model, "deviance_power", 0.0))  # a GLM's; least squares' deviance: the squared error
         base = replace(base, power=power, deviance=float(weight @ unit_deviance(labels, scored.outputs, power)),
                        label_terms=float(weight @ label_terms(labels, power)))
         return replace(base, labels=Moments.of(labels, weight),

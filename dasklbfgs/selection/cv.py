@@ -26,6 +26,7 @@ import numpy as np
 
 from dasklbfgs.data.folds import Folds, check_n_splits, kfold, stratified_kfold
 from dasklbfgs.data.masked import FoldDataset
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.scoring.evaluation import chosen_metrics
@@ -41,7 +42,7 @@ __all__ = ["CrossValidatedPath", "cross_validate", "cross_validated_path", "fold
 
 def _labels_summary(shard: Any) -> tuple[np.ndarray, np.ndarray]:
     """Task: per class label (0..max), a cached shard's row count and first row (len: absent)."""
-    y = np.asarray(shard[1]).astype(np.intp)
+    y = np.asarray(shard.y).astype(np.intp)
     counts = np.bincount(y, minlength=int(y.max()) + 1 if len(y) else 0)
     first = np.full(len(counts), len(y))
     present = np.flatnonzero(counts)
@@ -68,21 +69,22 @@ def plan_folds(shards: CachedDataset, n_splits: int, stratified: bool) -> Folds:
     return stratified_kfold(counts, first, n_splits)
 
 
-def _masked_shard(shard: Any, view: FoldDataset, index: int) -> tuple[Any, np.ndarray, np.ndarray]:
+def _masked_shard(shard: Rows, view: FoldDataset, index: int) -> Rows:
     """Task: a cached shard seen through a fold's mask: for its training rows the same X and
     y with new weights (no copy of the rows); for its held-out rows, a copy of those rows
     alone (a fifth of the shard with 5 folds: scoring them reads no other row)."""
-    X, y, w = shard
-    weights = view.masked(index, y, w)
+    X, y = shard.X, shard.y
+    weights = view.masked(index, y, shard.w)
     if view.train:
-        return X, y, weights
+        return shard._replace(w=weights)
     rows = np.flatnonzero(view.keep(index, y))
     kept = CompactColumns.of(X.to_csr()[rows]) if isinstance(X, CompactColumns) else X[rows]
-    return kept, y[rows], weights[rows]
+    return Rows(kept, y[rows], weights[rows], None if shard.offset is None else shard.offset[rows])
 
 
-def _weight_of(shard: Any) -> float:
-    return float(np.sum(shard[2], dtype=np.float64))
+def _weight_of(shard: Rows) -> float:
+    assert shard.w is not None  # a fold's view weighs every row
+    return float(np.sum(shard.w, dtype=np.float64))
 
 
 def fold_views(shards: CachedDataset, folds: Folds, fold: int) -> tuple[CachedDataset, CachedDataset]:

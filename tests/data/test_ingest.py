@@ -153,12 +153,14 @@ def _import(*args: str) -> subprocess.CompletedProcess:
 def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cluster(client, tmp_path, s3) -> None:
     bucket, options = s3
     df = table(300, seed=5)
+    df["log_exposure"] = np.log(np.linspace(0.5, 2.0, 300))
     source = f"{bucket}/tables-{uuid.uuid4().hex[:6]}"
     df.to_parquet(f"{source}/part-0.parquet", storage_options=options)
     dest = f"{bucket}/imported-{uuid.uuid4().hex[:6]}.zarr"
     flags = [f"--storage-option={key}={value}" for key, value in (
         ("key", "k"), ("secret", "s"), ("client_kwargs.endpoint_url", options["client_kwargs"]["endpoint_url"]))]
-    done = _import(f"{source}/*.parquet", dest, "--label", "label", "--weight", "w", "--features", "age,city,user",
+    done = _import(f"{source}/*.parquet", dest, "--label", "label", "--weight", "w", "--offset", "log_exposure",
+                   "--features", "age,city,user",
                    "--hash-features", "2**8", "--cross", "city,user", "--one-hot-max-levels", "8", "--shard-rows",
                    "100", "--scheduler", client.scheduler.address, *flags)
     assert done.returncode == 0, done.stderr
@@ -166,6 +168,7 @@ def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cl
     assert (data.n_samples, data.n_features, data.n_shards) == (300, 1 + 3 + 2**8, 3) and data.is_sparse
     assert data.frame_features.crosses == (("city", "user"),) and "300" in done.stdout
     np.testing.assert_array_equal(data.load_weights(0, 300), df.w)
+    np.testing.assert_array_equal(data.load_offsets(0, 300), df.log_exposure)
 
     X = sp.random(200, 30, density=0.1, format="csr", random_state=5)
     dump_svmlight_file(X, np.arange(200) % 2, str(tmp_path / "rows.svm"), zero_based=False)
@@ -180,6 +183,7 @@ def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cl
     (["rows.dat", "out"], r"cannot tell the format of 'rows.dat' from its name; pass --format"),
     (["t.parquet", "out"], "--label is required for parquet files"),
     (["r.svm", "out", "--label", "y"], "svmlight files take no --label"),
+    (["r.svm", "out", "--offset", "e"], "svmlight files take no --offset"),
     (["t.csv", "out", "--label", "y", "--cross", "a"], r"--cross takes two columns as COL,COL, got 'a'"),
 ])
 def test_import_flags_that_do_not_fit_are_refused(args, match) -> None:

@@ -58,6 +58,40 @@ def test_claims_recipes_plant_a_log_linear_mean(tmp_path, kind, model) -> None:
     assert fitted.intercept_ == pytest.approx(intercept[0] / 4.0 + (-1.5 if kind == "counts" else 7.0), abs=0.03)
 
 
+def test_the_claims_recipe_plants_a_frequency_with_exposure_and_a_weighted_severity(tmp_path) -> None:
+    """``claims``: counts with the offset log(exposure) and named policy features (statsmodels'
+    Poisson GLM with the offset recovers the planted rate), and the severity splits of the same
+    policies: their average claim sizes weighted by their counts (a Gamma GLM recovers the
+    planted mean size, with the dispersion 1 / shape)."""
+    import statsmodels.api as sm
+
+    from dasklbfgs.data.claims import FEATURE_NAMES, SEVERITY_SHAPE, Claims
+    from dasklbfgs.models.registry import default_model
+
+    made = make_dataset("claims", tmp_path / "claims", rows=150_000, shard_rows=50_000)
+    assert sorted(made) == ["severity-test", "severity-train", "test", "train"]
+    train, severity = made["train"], made["severity-train"]
+    assert train.has_offsets and not train.is_weighted and train.feature_names == FEATURE_NAMES
+    assert severity.is_weighted and not severity.has_offsets
+    assert (default_model(train), default_model(severity)) == ("poisson", "gamma")
+    X, y = train.load_rows(0, train.n_samples)
+    exposure = np.exp(train.load_offsets(0, train.n_samples))
+    assert 0.05 <= exposure.min() and exposure.max() <= 1.0 and y.sum() / exposure.sum() == pytest.approx(0.1, rel=0.1)
+    planted = Claims(0).planted()
+    frequency = sm.GLM(y, sm.add_constant(X, prepend=False), family=sm.families.Poisson(),
+                       offset=np.log(exposure)).fit()
+    np.testing.assert_allclose(frequency.params, planted["frequency"], atol=4 * frequency.bse.max())
+    Xs, sizes = severity.load_rows(0, severity.n_samples)
+    counts = severity.load_weights(0, severity.n_samples)
+    assert counts.min() >= 1 and severity.n_samples == np.count_nonzero(y)  # the policies with claims
+    fit = sm.GLM(sizes, sm.add_constant(Xs, prepend=False), family=sm.families.Gamma(sm.families.links.Log()),
+                 var_weights=counts).fit()
+    np.testing.assert_allclose(fit.params, planted["severity"], atol=4 * fit.bse.max())
+    assert fit.scale == pytest.approx(1 / SEVERITY_SHAPE, rel=0.1)
+    with pytest.raises(ConfigurationError, match="the 'claims' recipe takes no features"):
+        make_dataset("claims", tmp_path / "other", rows=100, features=3)
+
+
 def test_ill_conditioned_features_span_four_decades(tmp_path) -> None:
     train = make_dataset("multinomial", tmp_path / "d", rows=4000, features=5, shard_rows=4000,
                          n_classes=4, ill_conditioned=True, test_fraction=0)["train"]

@@ -36,9 +36,9 @@ def _name(kind: str) -> str:
 
 
 def _same_shards(got, expected) -> None:
-    """Shards (X, y, w) equal bit for bit, with their dtypes; sparse X as the same CSR arrays."""
+    """Shards (X, y, w[, offset]) equal bit for bit, with their dtypes; sparse X as the same CSR arrays."""
     assert len(got) == len(expected)
-    for (X, y, w), (Xe, ye, we) in zip(got, expected, strict=True):
+    for (X, y, w, *offset), (Xe, ye, we, *offset_expected) in zip(got, expected, strict=True):
         if sp.issparse(Xe):
             assert sp.issparse(X) and X.shape == Xe.shape
             for part in ("data", "indices", "indptr"):
@@ -49,9 +49,13 @@ def _same_shards(got, expected) -> None:
         assert (w is None) == (we is None)
         if we is not None:
             np.testing.assert_array_equal(w, we, strict=True)
+        for given, wanted in zip(offset, offset_expected, strict=True):
+            assert (given is None) == (wanted is None)
+            if wanted is not None:
+                np.testing.assert_array_equal(given, wanted, strict=True)
 
 
-@pytest.mark.parametrize("kind", ["dense", "weighted float32", "sparse", "sparse weighted"] +
+@pytest.mark.parametrize("kind", ["dense", "weighted float32 offsets", "sparse", "sparse weighted"] +
                          [f"codec {name}" for name in CODECS])
 def test_a_remote_read_gives_the_bits_of_the_local_read(s3, tmp_path, kind) -> None:
     X, y, w = _rows()
@@ -59,6 +63,8 @@ def test_a_remote_read_gives_the_bits_of_the_local_read(s3, tmp_path, kind) -> N
     kw: dict = {"shard_rows": 128}
     if "weighted" in kind:
         kw["sample_weight"] = w
+    if "offsets" in kind:
+        kw["offset"] = np.log(w)
     if "float32" in kind:
         kw["dtype"] = np.float32
     if kind.startswith("codec"):
@@ -75,7 +81,8 @@ def test_a_remote_read_gives_the_bits_of_the_local_read(s3, tmp_path, kind) -> N
     _same_shards([remote.load_shards([i])[0] for i in (4, 0)], [local.load_shards([i])[0] for i in (4, 0)])
     for start, stop in [(0, 700), (128, 384), (100, 130), (650, 700), (3, 4)]:
         got, expected = remote.load_rows(start, stop), local.load_rows(start, stop)
-        _same_shards([(*got, remote.load_weights(start, stop))], [(*expected, local.load_weights(start, stop))])
+        _same_shards([(*got, remote.load_weights(start, stop), remote.load_offsets(start, stop))],
+                     [(*expected, local.load_weights(start, stop), local.load_offsets(start, stop))])
 
 
 def test_a_read_fetches_its_objects_at_once(s3_server) -> None:

@@ -62,9 +62,9 @@ def _with(position: int, value: float) -> np.ndarray:
     (_with(31, np.nan), r"sample_weight holds a non-finite value \(nan\) in shard 1 at row 31; drop or impute"),
     (_with(89, np.inf), r"sample_weight holds a non-finite value \(inf\) in shard 3 at row 89"),
     (np.zeros(90), r"every sample_weight is 0 \(over 90 rows\): the weighted objective is undefined"),
-    (W[:80], r"sample_weight must be 1-D with one weight per row of X in the input: X has 90 rows, "
+    (W[:80], r"sample_weight must be 1-D with one number per row of X in the input: X has 90 rows, "
              r"sample_weight has shape \(80,\)"),
-    (np.ones((90, 1)), r"sample_weight must be 1-D with one weight per row of X in the input"),
+    (np.ones((90, 1)), r"sample_weight must be 1-D with one number per row of X in the input"),
     (np.array(["a"] * 90), r"sample_weight must hold real numbers, got dtype <U1"),
 ])
 def test_bad_weights_are_refused_naming_shard_and_row_and_leave_nothing(tmp_path, weights, match) -> None:
@@ -75,12 +75,12 @@ def test_bad_weights_are_refused_naming_shard_and_row_and_leave_nothing(tmp_path
 
 def test_blocks_give_weights_all_or_none(tmp_path) -> None:
     with pytest.raises(InvalidDataError, match=r"the block starting at row 30 has no sample weights but the first "
-                                               r"block had; give weights with every block or none"):
+                                               r"block had; give sample weights with every block or none"):
         ShardedDataset.from_blocks(tmp_path / "m", [(X[:30], Y[:30], W[:30]), (X[30:], Y[30:])], shard_rows=25)
     with pytest.raises(InvalidDataError, match=r"the block starting at row 30 has sample weights but the first "
                                                r"block had none"):
         ShardedDataset.from_blocks(tmp_path / "m", [(X[:30], Y[:30]), (X[30:], Y[30:], W[30:])], shard_rows=25)
-    with pytest.raises(InvalidDataError, match=r"a block must be \(X, y\) or \(X, y, sample_weight\), got tuple "
-                                               r"of length 4"):
-        ShardedDataset.from_blocks(tmp_path / "m", [(X, Y, W, W)], shard_rows=25)
+    with pytest.raises(InvalidDataError, match=r"a block must be \(X, y\), \(X, y, sample_weight\) or "
+                                               r"\(X, y, sample_weight, offset\), got tuple of length 5"):
+        ShardedDataset.from_blocks(tmp_path / "m", [(X, Y, W, W, W)], shard_rows=25)
     assert list(tmp_path.iterdir()) == []

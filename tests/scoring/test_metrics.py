@@ -9,6 +9,7 @@ from sklearn import metrics as skm
 from sklearn.preprocessing import label_binarize
 
 from dasklbfgs import ShardedDataset, evaluate
+from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import ConfigurationError, MetricsWarning
 from dasklbfgs.models import MLP, Gamma, LeastSquares, Logistic, Poisson, Softmax, SparseAutoencoder, Tweedie
 from dasklbfgs.scoring.curves import CURVE_POINTS, Histogram, ranking_curves
@@ -478,6 +479,6 @@ def test_rows_and_parameters_that_came_unaligned_give_the_same_bits() -> None:
     params = rng.normal(size=model.n_params)
     assert not _unaligned(X).flags.aligned and not _unaligned(params).flags.aligned
     names = METRICS["classification"]
-    here = _rows_summary(model, params, (X, y, None), names, True)
-    arrived = _rows_summary(model, _unaligned(params), (_unaligned(X), _unaligned(y), None), names, True)
+    here = _rows_summary(model, params, Rows(X, y), names, True)
+    arrived = _rows_summary(model, _unaligned(params), Rows(_unaligned(X), _unaligned(y)), names, True)
     assert arrived.metrics(names) == here.metrics(names) and arrived.curves() == here.curves()

@@ -45,13 +45,15 @@ class Batches:
 
 
 class Batch(NamedTuple):
-    """One mini-batch: its rows of X and y, and their sample weights scaled to a mean of 1
-    over the dataset (None: unweighted), so that the batch's mean loss, taken over its row
-    count, is an unbiased estimate of the dataset's weighted mean loss."""
+    """One mini-batch: its rows of X and y, their sample weights scaled to a mean of 1 over
+    the dataset (None: unweighted), so that the batch's mean loss, taken over its row count,
+    is an unbiased estimate of the dataset's weighted mean loss, and their offsets (None:
+    the dataset has none)."""
 
     X: Any
     y: np.ndarray
     w: np.ndarray | None
+    offset: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -69,6 +71,7 @@ class ReplicaTask:
         self.X, self.y = data.load_rows(*rows)
         weights = data.load_weights(*rows)
         self.w = None if weights is None else weights * (data.n_samples / data.total_weight)
+        self.offset = data.load_offsets(*rows)
         self.batches = Batches(self.X.shape[0], config.options, replica)
         self.steps = self.examples = 0
         self.stop: str | None = None
@@ -83,12 +86,15 @@ class ReplicaTask:
 
     def batch(self, index: np.ndarray) -> Batch:
         """The rows ``index`` of the replica's rows (see :class:`Batch`)."""
-        return Batch(self.X[index], self.y[index], None if self.w is None else self.w[index])
+        return Batch(self.X[index], self.y[index], None if self.w is None else self.w[index],
+                     None if self.offset is None else self.offset[index])
 
     def gradient(self, params: np.ndarray, batch: Batch, epoch: int) -> tuple[float, np.ndarray] | None:
         """The mini-batch loss and gradient at ``params``; None when either is not finite
         (``stop`` then says so)."""
-        loss, grad = self.timed(lambda: self.model.objective(params, batch.X, batch.y, batch.w, n=batch.size))
+        offsets = {} if batch.offset is None else {"offset": batch.offset}  # a partitioned model takes none
+        loss, grad = self.timed(lambda: self.model.objective(params, batch.X, batch.y, batch.w, n=batch.size,
+                                                             **offsets))
         if math.isfinite(loss) and np.all(np.isfinite(grad)):
             return loss, grad
         self.stop = non_finite_message(self.replica, loss, self.steps, epoch)

@@ -64,7 +64,7 @@ def sample_objective(model: Model, data: Dataset, ranges: list[tuple[int, int]],
     for a, b in ranges:
         X, y = data.load_rows(a, b)
         w = data.load_weights(a, b)
-        part_loss, part_sums = model.sums_of(params, X, y, w)
+        part_loss, part_sums = model.sums_of(params, X, y, w, data.load_offsets(a, b))
         loss += float(part_loss)
         sums = np.asarray(part_sums, dtype=np.float64) if sums is None else sums + part_sums
         n += (b - a) if w is None else float(np.sum(w, dtype=np.float64))

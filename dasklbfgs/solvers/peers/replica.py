@@ -403,7 +403,7 @@ class SyncReplica(PeerReplica):
         so (a linear model's on sparse rows); out of rows, the sum over none."""
         if not batch.size:
             return 0.0, SparseSum.zero(self.model.n_sums)
-        return self.timed(self.model.portion_loss_grad_sum, self.params, batch.X, batch.y, batch.w)
+        return self.timed(self.model.portion_loss_grad_sum, self.params, batch.X, batch.y, batch.w, batch.offset)
 
     def objective_of(self, summed: tuple[float, Any, int]) -> tuple[float, np.ndarray]:
         """The large batch's objective and gradient from its added ``(loss_sum, sums, n)``."""

@@ -36,9 +36,9 @@ from distributed import Client, Future, wait
 
 from dasklbfgs._typing import Dataset
 from dasklbfgs.data.location import has_scheme
+from dasklbfgs.data.rows import aligned_rows
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.sandblaster.tasks import (
-    aligned_shard,
     compact_positions,
     load_cached_shard,
     load_cached_shards,
@@ -174,7 +174,7 @@ class ShardCache:
         (a helper's) is given up with its worker; a moved shard may be rebuilt elsewhere."""
         self._copies_made += 1
         return self.client.submit(
-            aligned_shard, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-copy-{self._copies_made}",
+            aligned_rows, self.shards[shard], key=f"sandblaster-shard-{self.token}-{shard}-copy-{self._copies_made}",
             workers=[worker], allow_other_workers=not stays, pure=False,
         )
 

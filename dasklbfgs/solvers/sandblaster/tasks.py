@@ -10,6 +10,7 @@ from dask.sizeof import sizeof
 
 from dasklbfgs._typing import Dataset, is_sparse
 from dasklbfgs._wire import aligned
+from dasklbfgs.data.rows import Rows, aligned_rows
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.compact_rows import CompactColumns
 from dasklbfgs.models.online_pass import PassResult, adagrad_pass
@@ -23,13 +24,9 @@ def _bytes_of(rows: CompactColumns) -> int:
     return int(rows.columns.nbytes + local.data.nbytes + local.indices.nbytes + local.indptr.nbytes)
 
 
-Shard = tuple[Any, np.ndarray, "np.ndarray | None"]  # X, y and the sample weights (None: unweighted)
+Shard = Rows  # X, y, and the sample weights and offsets (None: the dataset has none)
 
 
-def aligned_shard(shard: Shard) -> Shard:
-    """The shard with its arrays aligned (see :func:`aligned`)."""
-    X, y, w = shard
-    return aligned(X), aligned(y), None if w is None else aligned(w)
 
 
 def load_shard(data: Dataset, index: int) -> Shard:
@@ -47,7 +44,7 @@ def load_cached_shard(data: Dataset, index: int) -> Shard:
 def load_cached_shards(data: Dataset, indices: list[int]) -> list[Shard]:
     """:func:`load_cached_shard` of several shards read at once (at a URL: every object of
     them in one concurrent fetch)."""
-    return [((CompactColumns.of(X) if is_sparse(X) else X), y, w) for X, y, w in data.load_shards(indices)]
+    return [rows.with_X(CompactColumns.of(rows.X)) if is_sparse(rows.X) else rows for rows in data.load_shards(indices)]
 
 
 def shard_of(shards: list[Shard], position: int) -> Shard:
@@ -58,9 +55,8 @@ def shard_of(shards: list[Shard], position: int) -> Shard:
 def portion_loss_grad(shard: Shard, local: slice, *, model: Model, x: np.ndarray) -> tuple[float, Any]:
     """Loss and gradient sums of one portion of a cached shard (compact on sparse rows:
     :meth:`~dasklbfgs.models.base.Model.portion_loss_grad_sum`)."""
-    X, y, w = shard
-    return model.portion_loss_grad_sum(aligned(x), aligned(X[local]), aligned(y[local]),
-                                       None if w is None else aligned(w[local]))
+    X, y, w, offset = aligned_rows(shard.cut(local.start, local.stop))
+    return model.portion_loss_grad_sum(aligned(x), X, y, w, offset)
 
 
 def compact_positions(shard: Shard, *, model: Model) -> np.ndarray | None:
@@ -73,9 +69,9 @@ def portion_compact_loss_grad(shard: Shard, local: slice, *, model: Model, local
                               ) -> tuple[float, np.ndarray]:
     """:func:`portion_loss_grad` given only the parameters at the shard's
     :func:`compact_positions`: the loss sum and the gradient sum's values there."""
-    X, y, w = shard
-    return model.compact_loss_grad_sum(aligned(local_params), X[local], aligned(y[local]),
-                                       None if w is None else aligned(w[local]))
+    rows = shard.cut(local.start, local.stop)
+    _, y, w, offset = aligned_rows(rows)
+    return model.compact_loss_grad_sum(aligned(local_params), rows.X, y, w, offset)
 
 
 def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: Dataset, x: np.ndarray
@@ -83,7 +79,7 @@ def portion_loss_grad_from_store(start: int, stop: int, *, model: Model, data: D
     """The same sums, reading the rows from Zarr: out-of-core evaluation, or a copy on a
     worker without the shard (a backup, a rescue)."""
     X, y = data.load_rows(start, stop)
-    return model.portion_loss_grad_sum(aligned(x), X, y, data.load_weights(start, stop))
+    return model.portion_loss_grad_sum(aligned(x), X, y, data.load_weights(start, stop), data.load_offsets(start, stop))
 
 
 def shard_column_moments(data: Dataset, index: int) -> tuple[float, np.ndarray, np.ndarray]:
@@ -97,7 +93,7 @@ def column_moments(shard: Shard) -> tuple[float, np.ndarray, np.ndarray]:
     then the same for weighted rows as for the rows repeated. A sparse shard's come from its
     column sums and sums of squares (centering it would make it dense)."""
     X: Any  # dense or sparse rows (aligned() passes sparse ones through)
-    X, _, w = shard
+    X, w = shard.X, shard.w
     X = X.to_csr() if isinstance(X, CompactColumns) else aligned(X)
     total = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
     if total == 0:  # rows that weigh nothing say nothing about the columns
@@ -120,8 +116,8 @@ def _column_sums(A: Any, w: np.ndarray | None) -> np.ndarray:
 def shard_online_pass(shard: Shard, *, model: Model, x: np.ndarray, learning_rate: float) -> PassResult:
     """One online pass of Adagrad over a cached shard's rows from ``x``
     (:func:`~dasklbfgs.models.online_pass.adagrad_pass`)."""
-    X, y, w = aligned_shard(shard)
-    return adagrad_pass(model, aligned(x), X, y, w, learning_rate=learning_rate)
+    X, y, w, offset = aligned_rows(shard)
+    return adagrad_pass(model, aligned(x), X, y, w, offset, learning_rate=learning_rate)
 
 
 def stored_shard_online_pass(data: Dataset, index: int, *, model: Model, x: np.ndarray,

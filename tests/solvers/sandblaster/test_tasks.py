@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dasklbfgs._wire import aligned
+from dasklbfgs.data.rows import Rows, aligned_rows
 from dasklbfgs.models import MLP, Softmax
-from dasklbfgs.solvers.sandblaster.tasks import aligned, aligned_shard, portion_loss_grad
+from dasklbfgs.solvers.sandblaster.tasks import portion_loss_grad
 
 
 def misaligned_copy(a: np.ndarray, offset: int = 3) -> np.ndarray:
@@ -26,8 +28,8 @@ def test_a_portion_of_a_misaligned_shard_copy_gives_the_same_bits(model) -> None
     y = rng.integers(0, 3, size=1000).astype(np.float64)
     w = rng.random(1000)
     x = rng.normal(size=model.n_params) * 3
-    shard, copy = (X, y, w), (misaligned_copy(X), misaligned_copy(y), misaligned_copy(w))
-    assert not any(a.flags.aligned for a in copy)
+    shard, copy = Rows(X, y, w), Rows(misaligned_copy(X), misaligned_copy(y), misaligned_copy(w))
+    assert not any(a.flags.aligned for a in copy[:3])
     local = slice(500, 1000)
     loss, grad = portion_loss_grad(shard, local, model=model, x=x)
     copy_loss, copy_grad = portion_loss_grad(copy, local, model=model, x=misaligned_copy(x))
@@ -42,9 +44,9 @@ def test_aligned_copies_only_what_is_misaligned() -> None:
     fixed = aligned(b)
     assert fixed.flags.aligned and fixed is not b
     np.testing.assert_array_equal(fixed, a)
-    X, y, w = aligned_shard((misaligned_copy(np.ones((4, 2))), a, misaligned_copy(a)))
-    assert X.flags.aligned and y is a and w.flags.aligned
-    assert aligned_shard((X, y, None))[2] is None  # unweighted
+    X, y, w, offset = aligned_rows(Rows(misaligned_copy(np.ones((4, 2))), a, misaligned_copy(a), misaligned_copy(a)))
+    assert X.flags.aligned and y is a and w.flags.aligned and offset.flags.aligned
+    assert aligned_rows(Rows(X, y)).w is None  # unweighted
 
 
 def test_polling_for_portions_leaves_nothing_for_the_garbage_collector(client) -> None:
