@@ -364,6 +364,24 @@ def test_elastic_net_and_lasso_reach_scikit_learns_optimum(client, l1_ratio) -> 
     assert ours.score(X, y) == pytest.approx(ref.score(X, y), abs=1e-6)
 
 
+def test_positive_coefficients_are_scikit_learns(client) -> None:
+    """``positive=True``: scikit-learn's non-negative least squares and positive lasso, held
+    by Sandblaster's projected method (coefficients it holds at 0 are exactly 0.0)."""
+    from sklearn.linear_model import LinearRegression as SkLinearRegression
+
+    X, y = _sparse_truth_problem()
+    y = y - 2.0 * X[:, 0]  # a coefficient the bound holds at zero
+    ours = LinearRegression(positive=True, tol=1e-10, max_iter=2000).fit(X, y)
+    ref = SkLinearRegression(positive=True).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, atol=1e-6)
+    assert np.all(ours.coef_ >= 0) and np.array_equal(ours.coef_ == 0, ref.coef_ == 0) and ours.coef_[0] == 0
+    lasso = Lasso(0.1, positive=True, tol=1e-10, max_iter=1000).fit(X, y)
+    sk_lasso = SkLasso(0.1, positive=True, tol=1e-14, max_iter=100_000).fit(X, y)
+    np.testing.assert_allclose(lasso.coef_, sk_lasso.coef_, atol=1e-6)
+    with pytest.raises(ConfigurationError, match="positive must be True or False, got 'yes'"):
+        Lasso(0.1, positive="yes").fit(X, y)
+
+
 @pytest.mark.parametrize(("l1_ratio", "n_classes"), [(1.0, 2), (0.5, 3)])
 def test_l1_and_elastic_net_logistic_reach_scikit_learns_optimum(client, l1_ratio, n_classes) -> None:
     X, score = _sparse_truth_problem(seed=1)

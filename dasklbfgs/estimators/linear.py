@@ -242,7 +242,16 @@ class LeastSquaresEstimator(ScoredOnTheCluster, RegressorMixin, ShardedEstimator
         return self
 
     def _model(self, data: ShardedDataset) -> LinearModel:
-        return LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data))
+        return LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data),
+                            **self._bounds())
+
+    def _bounds(self) -> dict[str, float]:
+        """scikit-learn's ``positive=True``: every coefficient >= 0 (Sandblaster's projected
+        method keeps it; the intercept is free)."""
+        positive = getattr(self, "positive", False)
+        if not isinstance(positive, (bool, np.bool_)):
+            raise ConfigurationError(f"positive must be True or False, got {positive!r}")
+        return {"lower_bounds": 0.0} if positive else {}
 
     @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
@@ -250,15 +259,17 @@ class LeastSquaresEstimator(ScoredOnTheCluster, RegressorMixin, ShardedEstimator
 
 
 class LinearRegression(LeastSquaresEstimator):
-    """Least squares with an optional l2 penalty (``alpha``, as scikit-learn's ``Ridge``).
+    """Least squares with an optional l2 penalty (``alpha``, as scikit-learn's ``Ridge``);
+    ``positive=True`` keeps every coefficient >= 0 (scikit-learn's ``positive``).
 
     Minimises ``||y - X w - b||^2 + alpha ||w||^2``, solved as the equivalent
     ``mean_i (x_i w + b - y_i)^2 / 2 + (alpha / n) ||w||^2 / 2``. Parameters as
     :class:`LogisticRegression`'s.
     """
 
-    def __init__(self, *, alpha: float = 0.0, fit_intercept: bool = True, max_iter: int = 200,
-                 tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
+    def __init__(self, *, alpha: float = 0.0, fit_intercept: bool = True, positive: bool = False,
+                 max_iter: int = 200, tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster",
+                 standardize: bool = True,
                  learning_rate: float = REPLICAS.default("learning_rate"),
                  batch_size: int = REPLICAS.default("batch_size"), n_replicas: int = REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None,
@@ -282,12 +293,14 @@ class ElasticNet(LeastSquaresEstimator):
     :class:`~dasklbfgs.models.LeastSquares` with ``l1 = alpha l1_ratio`` and ``l2 = alpha
     (1 - l1_ratio)``, its loss already a mean, so the penalties do not scale with ``n``.
     The L1 part needs a solver that minimises one (Sandblaster, by OWL-QN); coefficients it
-    removes are exactly 0.0. ``tol`` is the tolerance on the (pseudo-)gradient, ``max_iter``
-    counts L-BFGS iterations; the other parameters are :class:`LogisticRegression`'s.
+    removes are exactly 0.0. ``positive=True`` keeps every coefficient >= 0 (Sandblaster).
+    ``tol`` is the tolerance on the (pseudo-)gradient, ``max_iter`` counts L-BFGS iterations;
+    the other parameters are :class:`LogisticRegression`'s.
     """
 
     def __init__(self, alpha: float = 1.0, *, l1_ratio: float = 0.5, fit_intercept: bool = True,
-                 max_iter: int = 200, tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster",
+                 positive: bool = False, max_iter: int = 200, tol: float = 1e-6, warm_start: bool = False,
+                 solver: str = "sandblaster",
                  standardize: bool = True, learning_rate: float = REPLICAS.default("learning_rate"),
                  batch_size: int = REPLICAS.default("batch_size"), n_replicas: int = REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None,
@@ -311,8 +324,9 @@ class Lasso(ElasticNet):
     """:class:`ElasticNet` with ``l1_ratio=1``: scikit-learn's ``Lasso``, minimising
     ``||y - X w - b||^2 / (2 n) + alpha ||w||_1``."""
 
-    def __init__(self, alpha: float = 1.0, *, fit_intercept: bool = True, max_iter: int = 200, tol: float = 1e-6,
-                 warm_start: bool = False, solver: str = "sandblaster", standardize: bool = True,
+    def __init__(self, alpha: float = 1.0, *, fit_intercept: bool = True, positive: bool = False,
+                 max_iter: int = 200, tol: float = 1e-6, warm_start: bool = False, solver: str = "sandblaster",
+                 standardize: bool = True,
                  learning_rate: float = REPLICAS.default("learning_rate"),
                  batch_size: int = REPLICAS.default("batch_size"), n_replicas: int = REPLICAS.default("n_replicas"),
                  solver_options: dict[str, Any] | None = None,

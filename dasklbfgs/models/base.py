@@ -158,6 +158,11 @@ class Model:
         """The penalty term of the objective and its gradient."""
         raise NotImplementedError
 
+    def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(lower, upper)``, one of each per parameter (-inf, inf: unbounded), that the
+        parameters must stay within, or ``None`` when the model has none (the default)."""
+        return None
+
     def l1_weights(self) -> np.ndarray | None:
         """Per-parameter weights of an L1 term ``sum_j w_j |theta_j|`` that the optimizer adds
         to the objective (OWL-QN), or ``None`` when the model has none (the default)."""

@@ -145,8 +145,9 @@ class Tweedie(_MeanRegression):
     shape_options: ClassVar[tuple[str, ...]] = ("power",)
 
     def __init__(self, n_features: int, *, power: float = 1.5, l2: float = 0.0, fit_intercept: bool = True,
-                 l1: float = 0.0) -> None:
-        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
+                 l1: float = 0.0, lower_bounds: Any = None, upper_bounds: Any = None) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1,
+                         lower_bounds=lower_bounds, upper_bounds=upper_bounds)
         self.power = check_power(power)
 
     @property
@@ -175,8 +176,10 @@ class _OnePower(Tweedie):
     family_power: ClassVar[float]
     shape_options: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
-        super().__init__(n_features, power=self.family_power, l2=l2, fit_intercept=fit_intercept, l1=l1)
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0,
+                 lower_bounds: Any = None, upper_bounds: Any = None) -> None:
+        super().__init__(n_features, power=self.family_power, l2=l2, fit_intercept=fit_intercept, l1=l1,
+                         lower_bounds=lower_bounds, upper_bounds=upper_bounds)
 
     def _config(self) -> dict[str, Any]:
         return {key: value for key, value in super()._config().items() if key != "power"}
@@ -215,8 +218,10 @@ class Gamma(_OnePower):
     shape_options: ClassVar[tuple[str, ...]] = ("link",)
 
     def __init__(self, n_features: int, *, link: str = "log", start_mean: float | None = None, l2: float = 0.0,
-                 fit_intercept: bool = True, l1: float = 0.0) -> None:
-        super().__init__(n_features, l2=l2, fit_intercept=fit_intercept, l1=l1)
+                 fit_intercept: bool = True, l1: float = 0.0, lower_bounds: Any = None,
+                 upper_bounds: Any = None) -> None:
+        super().__init__(n_features, l2=l2, fit_intercept=fit_intercept, l1=l1,
+                         lower_bounds=lower_bounds, upper_bounds=upper_bounds)
         if link not in GAMMA_LINKS:
             raise ConfigurationError(f"link must be one of {GAMMA_LINKS!r}, got {link!r}")
         if link == "inverse" and not self.fit_intercept:
@@ -279,8 +284,9 @@ class NegativeBinomial(_MeanRegression):
     shape_options: ClassVar[tuple[str, ...]] = ("dispersion",)
 
     def __init__(self, n_features: int, *, dispersion: float = 1.0, l2: float = 0.0, fit_intercept: bool = True,
-                 l1: float = 0.0) -> None:
-        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
+                 l1: float = 0.0, lower_bounds: Any = None, upper_bounds: Any = None) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1,
+                         lower_bounds=lower_bounds, upper_bounds=upper_bounds)
         self.dispersion = check_dispersion(dispersion)
 
     @property

@@ -7,7 +7,10 @@ row-major (``K = 1`` for least squares and logistic), then the ``K`` intercepts 
     f(theta) = (1/N) sum_i c_{y_i} w_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2 + l1 ||W||_1
 
 with intercepts not penalised; ``w_i`` are the data's sample weights (1 without) and N their
-sum (the row count without), ``c_k`` the classifiers' ``class_weight`` (1 without).
+sum (the row count without), ``c_k`` the classifiers' ``class_weight`` (1 without). Bounds
+``lower_bounds <= W <= upper_bounds`` (numbers, or one per feature; intercepts never bounded)
+constrain the coefficients: :meth:`Model.bounds`, kept by Sandblaster's projected
+quasi-Newton method (docs/algorithms.md §12).
 :meth:`Model.penalty` is the smooth part (the l2 term); the l1 term is the optimizer's
 (:meth:`LinearModel.l1_weights`, OWL-QN, docs/algorithms.md §8). Models compute the loss and
 gradient *sums* over a block of rows (:meth:`loss_grad_sum`), so partial results from any
@@ -52,6 +55,34 @@ def check_class_weight(class_weight: Any, n_classes: int) -> tuple[float, ...] |
     return tuple(float(v) for v in weights)
 
 
+def coefficient_bounds(lower: Any, upper: Any, n_features: int, n_outputs: int) -> tuple[Any, Any]:
+    """``(lower_bounds, upper_bounds)`` of a linear model's coefficients, checked: each None, a
+    number, or one number per feature (the same for every output); -inf and inf are no bound;
+    the pair must leave some point (:func:`~dasklbfgs.optim.constraints.box`). Numbers stay
+    numbers, per-feature bounds become float64 arrays (n_features,)."""
+    from dasklbfgs.optim.constraints import box
+
+    checked: list[Any] = []
+    for value, name in ((lower, "lower_bounds"), (upper, "upper_bounds")):
+        if value is None:
+            checked.append(None)
+            continue
+        try:
+            bound = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"{name} must be a number or {n_features} numbers (one per feature), got "
+                                     f"{value!r}") from None
+        if bound.shape not in ((), (n_features,)):
+            raise ConfigurationError(f"{name} must be a number or {n_features} numbers (one per feature), got shape "
+                                     f"{bound.shape}")
+        checked.append(float(bound) if bound.ndim == 0 else bound)
+    try:
+        box(checked[0], checked[1], n_features)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{exc} (lower_bounds and upper_bounds, by feature)") from None
+    return checked[0], checked[1]
+
+
 class LinearModel(Model):
     """Shared machinery of the linear objectives; subclasses set the link and label rules."""
 
@@ -64,7 +95,8 @@ class LinearModel(Model):
     class_weight: tuple[float, ...] | None = None
     n_features: int
 
-    def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool, l1: float) -> None:
+    def __init__(self, n_features: int, n_outputs: int, *, l2: float, fit_intercept: bool, l1: float,
+                 lower_bounds: Any = None, upper_bounds: Any = None) -> None:
         self.n_features = check_int(n_features, "n_features")
         self.n_outputs = n_outputs
         self.l2 = check_l2(l2)
@@ -72,6 +104,7 @@ class LinearModel(Model):
         if not isinstance(fit_intercept, (bool, np.bool_)):
             raise ConfigurationError(f"fit_intercept must be True or False, got {fit_intercept!r}")
         self.fit_intercept = bool(fit_intercept)
+        self.lower_bounds, self.upper_bounds = coefficient_bounds(lower_bounds, upper_bounds, n_features, n_outputs)
 
     # -- layout ----------------------------------------------------------------------
 
@@ -259,6 +292,18 @@ class LinearModel(Model):
         add_scaled(grad[: self.n_coef], self.l2, coef)
         return 0.5 * self.l2 * float(coef @ coef)
 
+    def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(lower, upper)`` over the parameters: the coefficients' bounds (each feature's for
+        each output), the intercepts unbounded; None without bounds."""
+        if self.lower_bounds is None and self.upper_bounds is None:
+            return None
+        lower, upper = np.full(self.n_params, -np.inf), np.full(self.n_params, np.inf)
+        for bound, into in ((self.lower_bounds, lower), (self.upper_bounds, upper)):
+            if bound is not None:
+                into[: self.n_coef] = np.repeat(np.asarray(bound, dtype=np.float64), self.n_outputs) \
+                    if np.ndim(bound) else bound
+        return lower, upper
+
     def l1_weights(self) -> np.ndarray | None:
         """``l1`` on every coefficient and 0 on the intercepts; ``None`` without an l1 term."""
         if self.l1 == 0.0:
@@ -297,7 +342,11 @@ class LinearModel(Model):
         return Scored(float(loss), None, outputs, predicted)
 
     def _config(self) -> dict[str, Any]:
-        return {"n_features": self.n_features, "l2": self.l2, "l1": self.l1, "fit_intercept": self.fit_intercept}
+        bounds = {name: value if np.ndim(value) == 0 else np.asarray(value).tolist()
+                  for name, value in (("lower_bounds", self.lower_bounds), ("upper_bounds", self.upper_bounds))
+                  if value is not None}
+        return {"n_features": self.n_features, "l2": self.l2, "l1": self.l1, "fit_intercept": self.fit_intercept,
+                **bounds}
 
 
 class LeastSquares(LinearModel):
@@ -307,8 +356,10 @@ class LeastSquares(LinearModel):
     task = "regression"
     _link = staticmethod(squared_link)
 
-    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0) -> None:
-        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
+    def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0,
+                 lower_bounds: Any = None, upper_bounds: Any = None) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1, lower_bounds=lower_bounds,
+                         upper_bounds=upper_bounds)
 
     @classmethod
     def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
@@ -327,8 +378,10 @@ class Logistic(LinearModel):
     _link = staticmethod(logistic_link)
 
     def __init__(self, n_features: int, *, l2: float = 0.0, fit_intercept: bool = True, l1: float = 0.0,
-                 class_weight: Sequence[float] | None = None) -> None:
-        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1)
+                 class_weight: Sequence[float] | None = None, lower_bounds: Any = None,
+                 upper_bounds: Any = None) -> None:
+        super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1, lower_bounds=lower_bounds,
+                         upper_bounds=upper_bounds)
         self.class_weight = check_class_weight(class_weight, 2)
 
     @classmethod
@@ -368,9 +421,11 @@ class Softmax(SoftmaxOutput, LinearModel):
     _link = staticmethod(softmax_link)
 
     def __init__(self, n_features: int, n_classes: int, *, l2: float = 0.0, fit_intercept: bool = True,
-                 l1: float = 0.0, class_weight: Sequence[float] | None = None) -> None:
+                 l1: float = 0.0, class_weight: Sequence[float] | None = None, lower_bounds: Any = None,
+                 upper_bounds: Any = None) -> None:
         n_classes = check_int(n_classes, "n_classes", minimum=2)
-        super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1)
+        super().__init__(n_features, n_classes, l2=l2, fit_intercept=fit_intercept, l1=l1, lower_bounds=lower_bounds,
+                         upper_bounds=upper_bounds)
         self.class_weight = check_class_weight(class_weight, n_classes)
 
     @classmethod

@@ -59,6 +59,12 @@ class ModelOptions(Options):
     stride: int | None = _shape("local_autoencoder pixels between windows", "int", minimum=1)
     maps: int | None = _shape("local_autoencoder hidden units per window location", "int", minimum=1)
     embed_dim: int | None = _shape("embedding_lm embedding width", "int", minimum=1)
+    lower_bounds: float | None = option(None, "linear models: the least value of every coefficient (never the "
+                                        "intercepts); Sandblaster keeps it by a projected quasi-Newton method",
+                                        "float", nullable=True, none_means="no bound")
+    upper_bounds: float | None = option(None, "linear models: the greatest value of every coefficient (never the "
+                                        "intercepts)", "float", nullable=True, none_means="no bound")
+    non_negative: bool = option(False, "linear models: coefficients >= 0 (lower_bounds 0)", "bool")
     power: float | None = _shape("tweedie variance power: 0, or >= 1 (1 Poisson, 2 Gamma; default 1.5)", "float",
                                  minimum=0)
     link: str | None = _shape("gamma link: 'log' (mean exp(z), the default) or 'inverse' (canonical, mean 1/z, "
@@ -95,13 +101,14 @@ def default_model(data: Dataset) -> str:
 
 
 def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 0.0, fit_intercept: bool = True,
-                      class_weight: str | None = None, **options: Any) -> Model:
+                      class_weight: str | None = None, lower_bounds: float | None = None,
+                      upper_bounds: float | None = None, non_negative: bool = False, **options: Any) -> Model:
     """Build model ``name`` sized for ``data`` (classes or vocabulary from the dataset).
 
-    ``options`` are the model's shape options (its ``shape_options``); ``fit_intercept``
-    and ``l1`` apply to the linear models only (the neural ones always have biases, and
-    OWL-QN's orthants suit convex objectives), ``class_weight`` to the models that take it
-    (logistic and softmax). What the model reads of ``data`` is its own
+    ``options`` are the model's shape options (its ``shape_options``); ``fit_intercept``,
+    ``l1`` and the bounds (``non_negative`` is ``lower_bounds=0``) apply to the linear models
+    only (the neural ones always have biases, and OWL-QN's orthants suit convex objectives),
+    ``class_weight`` to the models that take it (logistic and softmax). What the model reads of ``data`` is its own
     (:meth:`~dasklbfgs.models.base.Model.for_dataset`).
     """
     if name not in CLASSES:
@@ -125,4 +132,16 @@ def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 
         raise ConfigurationError(
             f"l1={l1!r} applies to the linear models {list(LINEAR)}, not {name!r}; use l2 for {name!r}"
         )
-    return cls.for_dataset(data, l2=l2, l1=l1, fit_intercept=fit_intercept, class_weight=class_weight, **options)
+    if non_negative:
+        if lower_bounds is not None:
+            raise ConfigurationError(f"non_negative is lower_bounds=0; give one of them, not both (lower_bounds="
+                                     f"{lower_bounds!r})")
+        lower_bounds = 0.0
+    bounded = lower_bounds is not None or upper_bounds is not None
+    if bounded and not cls.linear:
+        raise ConfigurationError(f"bounds (lower_bounds, upper_bounds, non_negative) apply to the linear models "
+                                 f"{list(LINEAR)}, not {name!r}")
+    model = cls.for_dataset(data, l2=l2, l1=l1, fit_intercept=fit_intercept, class_weight=class_weight, **options)
+    if not bounded:
+        return model
+    return type(model)(**{**model._config(), "lower_bounds": lower_bounds, "upper_bounds": upper_bounds})

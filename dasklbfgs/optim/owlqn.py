@@ -1,4 +1,5 @@
-"""OWL-QN: L-BFGS for ``f(x) + sum_j w_j |x_j|`` (Andrew and Gao 2007; docs/algorithms.md §8).
+"""OWL-QN: L-BFGS for ``f(x) + sum_j w_j |x_j|`` (Andrew and Gao 2007; docs/algorithms.md §8),
+and within bounds ``lower <= x <= upper`` (projected quasi-Newton, §12).
 
 ``f`` is smooth (``evaluate(x) -> (f, g)``, as for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`);
 ``w_j >= 0`` are per-coordinate L1 weights (zero on intercepts). The method keeps L-BFGS's
@@ -13,7 +14,10 @@ two-loop recursion, basis and stopping rules and changes four things, all elemen
 - the line search backtracks until Armijo's condition holds on the full objective, with the
   pseudo-gradient's linear prediction ``v . (x_trial - x)``.
 
-The curvature pairs use the smooth gradient: ``y = g_new - g``.
+The curvature pairs use the smooth gradient: ``y = g_new - g``. Bounds add a box to the
+orthant: a coordinate on a bound whose ``-v`` points out of the box has ``v = 0`` (the
+projected gradient), the direction does not leave the box from a bound, and each trial point
+is clipped into it (:class:`~dasklbfgs.optim.constraints.Constraints` does this work).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.basis import LocalBasis, keep_pair
+from dasklbfgs.optim.constraints import Constraints, box
 from dasklbfgs.optim.lbfgs import (
     Evaluate,
     LBFGSOptions,
@@ -45,7 +50,7 @@ from dasklbfgs.optim.vectors import max_abs
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
 
-__all__ = ["align_direction", "l1_weights", "orthant_of", "owlqn_minimize", "project_to_orthant", "pseudo_gradient"]
+__all__ = ["l1_weights", "owlqn_minimize", "pseudo_gradient"]
 
 
 def l1_weights(l1: Any, n: int, penalised: Any = None) -> np.ndarray:
@@ -66,66 +71,42 @@ def l1_weights(l1: Any, n: int, penalised: Any = None) -> np.ndarray:
 
 
 def pseudo_gradient(x: np.ndarray, g: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """The minimum-norm subgradient of ``f + sum w |x|``: ``g + w sign(x)`` off zero; at zero
-    ``g + w`` or ``g - w`` when that still points downhill, else 0 (zero is optimal there)."""
-    v = np.sign(x)  # streamed over whole vectors (no gathers at the zeros: most of a sparse solution)
-    v *= weights
-    v += g
-    right, left = g + weights, g - weights
-    np.copyto(v, np.where(right < 0, right, np.where(left > 0, left, 0.0)), where=x == 0)
-    return v
-
-
-def l1_term(x: np.ndarray, weights: np.ndarray) -> float:
-    return float(weights @ np.abs(x))
-
-
-def align_direction(p: np.ndarray, pg: np.ndarray, penalised: np.ndarray) -> None:
-    """Zero, in place, the penalised components of ``p`` that do not point along ``-pg``."""
-    np.copyto(p, 0.0, where=penalised & (p * pg >= 0))
-
-
-def orthant_of(x: np.ndarray, pg: np.ndarray) -> np.ndarray:
-    """The orthant a step from ``x`` stays in: ``sign(x)``, or ``sign(-pg)`` where ``x = 0``."""
-    return np.where(x != 0, np.sign(x), -np.sign(pg))
-
-
-def project_to_orthant(x: np.ndarray, orthant: np.ndarray, penalised: np.ndarray) -> None:
-    """Zero, in place, the penalised components of ``x`` that left ``orthant``."""
-    np.copyto(x, 0.0, where=penalised & (np.sign(x) != orthant))
+    """The minimum-norm subgradient of ``f + sum w |x|`` (:meth:`Constraints.pseudo_gradient`
+    without a box)."""
+    return Constraints(weights).pseudo_gradient(x, g)
 
 
 class OrthantSpace(LocalVectors):
     """The OWL-QN vectors in this process, with the questions :func:`run_iterations` asks.
 
     ``state.g`` is the smooth gradient; the basis holds the pseudo-gradient as its
-    gradient vector, so the two-loop recursion gives ``-H v``.
+    gradient vector, so the two-loop recursion gives ``-H v``. ``constraints`` are the L1
+    weights and the box (:class:`~dasklbfgs.optim.constraints.Constraints`).
     """
 
-    def __init__(self, evaluate: Evaluate, state: LBFGSState, weights: np.ndarray) -> None:
-        self.evaluate, self.state, self.weights = evaluate, state, weights
+    def __init__(self, evaluate: Evaluate, state: LBFGSState, constraints: Constraints) -> None:
+        self.evaluate, self.state, self.constraints = evaluate, state, constraints
         self.basis: LocalBasis = state.basis  # type: ignore[assignment]
-        self.penalised = weights > 0
-        self.pg = pseudo_gradient(self._x, self._g, weights)
+        self.pg = constraints.pseudo_gradient(self._x, self._g)
         self._p = np.zeros(0)
-        self._orthant = np.zeros(0)
+        self._orthant: np.ndarray | None = None
         self._trials: dict[float, tuple[np.ndarray, float, np.ndarray]] = {}
 
     def set_direction(self, delta: np.ndarray) -> float:
-        """Point along ``sum delta_l b_l``, sign-aligned with ``-v``; returns ``v . p``."""
+        """Point along ``sum delta_l b_l``, aligned with ``-v`` and the box; returns ``v . p``."""
         p = self.basis.combine(delta)
-        align_direction(p, self.pg, self.penalised)
+        self.constraints.align(self._x, p, self.pg)
         self._p = p
-        self._orthant = orthant_of(self._x, self.pg)
+        self._orthant = self.constraints.orthant(self._x, self.pg)
         self._trials = {}
         return float(self.pg @ p)
 
     def trial(self, alpha: float) -> tuple[float, float]:
         """The full objective at the projected trial point and ``v . (x_trial - x)``."""
         x_trial = self._x + alpha * self._p
-        project_to_orthant(x_trial, self._orthant, self.penalised)
+        self.constraints.project_trial(x_trial, self._orthant)
         f_trial, g_trial = self.evaluate(x_trial)
-        objective = float(f_trial) + l1_term(x_trial, self.weights)
+        objective = float(f_trial) + self.constraints.l1_term(x_trial)
         self._trials[alpha] = (x_trial, objective, g_trial)
         return objective, float(self.pg @ (x_trial - self._x))
 
@@ -135,7 +116,7 @@ class OrthantSpace(LocalVectors):
         s, y = x_new - self._x, g_new - self._g
         if keep_pair(float(s @ y), -float(self.pg @ s)):
             self.basis.push_pair(s, y)
-        self.pg = pseudo_gradient(x_new, g_new, self.weights)
+        self.pg = self.constraints.pseudo_gradient(x_new, g_new)
         self.basis.set_gradient(self.pg)
         self.state.x, self.state.g = x_new, g_new
         return objective
@@ -162,8 +143,11 @@ def owlqn_minimize(
     state: LBFGSState | None = None,
     on_iteration: Callable[[LBFGSState], str | None] | None = None,
     space: Any = None,
+    lower: Any = None,
+    upper: Any = None,
 ) -> tuple[OptimizeResult, LBFGSState]:
-    """Minimise ``f(x) + sum_j w_j |x_j|`` from ``x0`` (or continue from ``state``) with OWL-QN.
+    """Minimise ``f(x) + sum_j w_j |x_j|`` from ``x0`` (or continue from ``state``) with OWL-QN,
+    within ``lower <= x <= upper`` when bounds are given.
 
     Parameters
     ----------
@@ -179,6 +163,9 @@ def owlqn_minimize(
         Which coordinates carry the L1 term (a boolean mask, indices or a slice); default all.
     callback, state, on_iteration
         As for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`.
+    lower, upper
+        Bounds (a number, or one per coordinate; None, -inf and inf: none), checked by
+        :func:`~dasklbfgs.optim.constraints.box`; ``x0`` is clipped into them.
     space
         Where the vectors live, when not in this process (``evaluate`` and ``x0`` are then
         unused): as for :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize`, a space holding the
@@ -196,28 +183,42 @@ def owlqn_minimize(
 
     Notes
     -----
-    Stopping is L-BFGS's with the pseudo-gradient in place of the gradient: ``max|v| <= gtol``;
+    Stopping is L-BFGS's with the pseudo-gradient (projected onto the box: zero on a bound
+    it pushes against) in place of the gradient: ``max|v| <= gtol``;
     the relative decrease of the full objective ``<= ftol``; ``maxiter``; ``maxfun``; a
     failed backtracking search (retried once along ``-v``) gives status 2, a non-finite
-    objective on it status 3. Without any positive weight this *is* L-BFGS: the call is
-    :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize` itself, so the iterates are the same bits.
+    objective on it status 3. Without any positive weight or bound this *is* L-BFGS: the
+    call is :func:`~dasklbfgs.optim.lbfgs.lbfgs_minimize` itself, so the iterates are the same bits.
     """
     opts = options or LBFGSOptions()
     n = space.size if space is not None else (state.x if state is not None and state.x is not None
                                               else np.asarray(x0)).size
-    weights = l1_weights(l1, n, penalised)
-    if not np.any(weights > 0):
+    constraints = constraints_of(l1, n, penalised, lower, upper)
+    if constraints is None:
         return lbfgs_minimize(evaluate, x0, opts, callback=callback, state=state, on_iteration=on_iteration,
                               space=space)
     if space is not None:
         space, state = start_run(evaluate, x0, opts, state, space)
         return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration)
     if state is None:
-        x, f, g = evaluate_start(evaluate, x0)
-        state = LBFGSState(x=x, f=f + l1_term(x, weights), g=g, basis=LocalBasis(x.size, opts.history), nfev=1)
-    space = OrthantSpace(evaluate, state, weights)
+        x, f, g = evaluate_start(evaluate, constraints.project(np.array(x0, dtype=np.float64)))
+        state = LBFGSState(x=x, f=f + constraints.l1_term(x), g=g, basis=LocalBasis(x.size, opts.history), nfev=1)
+    space = OrthantSpace(evaluate, state, constraints)
     space.basis.set_gradient(space.pg)
     return run_iterations(space, state, opts, _iterate, callback=callback, on_iteration=on_iteration)
+
+
+def constraints_of(l1: Any, n: int, penalised: Any = None, lower: Any = None, upper: Any = None
+                   ) -> Constraints | None:
+    """The :class:`Constraints` of ``n`` coordinates with these L1 weights (None or all 0: no
+    L1 term) and bounds; None when there is neither an L1 term nor a bound (plain L-BFGS)."""
+    weights = None if l1 is None else l1_weights(l1, n, penalised)
+    if weights is not None and not np.any(weights > 0):
+        weights = None
+    low, high = box(lower, upper, n)
+    if weights is None and low is None and high is None:
+        return None
+    return Constraints(weights, low, high)
 
 
 def _orthant_direction(space: Any) -> tuple[float, float]:

@@ -58,7 +58,8 @@ class Solver:
     a run repeats bitwise. ``takes_l1`` says whether it minimises a model's L1 term
     (:meth:`Model.l1_weights`) whatever its options, ``l1_optimizers`` the values of its
     ``optimizer`` option with which it does (:meth:`minimises_l1`); other runs of a model
-    with l1 are refused.
+    with l1 are refused. ``takes_bounds``: whether it keeps a model's bounds
+    (:meth:`Model.bounds`); other runs of a model with bounds are refused.
     """
 
     name: str
@@ -69,6 +70,7 @@ class Solver:
     deterministic: bool = False
     takes_l1: bool = False
     l1_optimizers: tuple[str, ...] = ()
+    takes_bounds: bool = False
 
     def minimises_l1(self, options: Options) -> bool:
         """Whether a run with ``options`` minimises the model's l1 term."""
@@ -193,6 +195,10 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     resolved = resolve_options(chosen, options, values)
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
         _refuse_l1(chosen, resolved, model)
+    if model.bounds() is not None and not chosen.takes_bounds:
+        able = " or ".join(repr(known.name) for known in _load().values() if known.takes_bounds)
+        raise ConfigurationError(f"solver {chosen.name!r} does not keep bounds on the coefficients, and {model!r} "
+                                 f"has them; train it with solver {able}, or without bounds")
     context = RunContext.checked(chosen, model, data, resolved, x0=x0, callback=callback, eval_data=eval_data,
                                  score=score)
     planned = chosen.plan(context)  # bad input fails here, before a cluster starts

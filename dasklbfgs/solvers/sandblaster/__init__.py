@@ -30,7 +30,7 @@ SUMMARY = """Minimise ``model``'s objective over ``data`` with Sandblaster L-BFG
 SOLVER = register(Solver("sandblaster", SandblasterOptions,
                          PlannedBy("dasklbfgs.solvers.sandblaster.coordinator", "plan_sandblaster"), SUMMARY,
                          SandblasterStats,
-                         deterministic=True, takes_l1=True))
+                         deterministic=True, takes_l1=True, takes_bounds=True))
 sandblaster_lbfgs = solver_function("sandblaster_lbfgs", "sandblaster", SandblasterOptions, SUMMARY)
 
 # Workers of an embedded cluster start with the portion service (the evaluation's fast path),

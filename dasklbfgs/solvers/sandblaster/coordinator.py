@@ -25,7 +25,9 @@ from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.online_pass import averaged
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
+from dasklbfgs.optim.constraints import Constraints
 from dasklbfgs.optim.lbfgs import inverse_hessian_scale
+from dasklbfgs.optim.owlqn import constraints_of
 from dasklbfgs.parallel import partition
 from dasklbfgs.parallel.replica import PartitionedReplicas
 from dasklbfgs.solvers.context import RunContext
@@ -76,7 +78,8 @@ class SandblasterRun:
         self.partitioned = partition(model, options.model_partitions) if options.model_partitions > 1 else None
         self.replicas: PartitionedReplicas | None = None
         self.l1 = model.l1_weights()
-        self.l1_theta = self.l1  # the weights in the optimizer's coordinates (set by _minimize)
+        self.bounds = model.bounds()
+        self.constraints: Constraints | None = None  # L1 and bounds in the optimizer's coordinates (_minimize)
         # sharded state, a linear model and no x0: the vector shards make its zeros, so no
         # d-length vector is formed here (the neural models start from random weights)
         shards_start_at_zero = context.x0 is None and options.state == "sharded" and isinstance(model, LinearModel)
@@ -184,11 +187,10 @@ class SandblasterRun:
         theta0 = self.x_start
         if self.transform is not None and self.x_start is not None:
             theta0 = self.transform.to_theta(self.x_start)
-        if self.l1 is not None and self.transform is not None:
-            self.l1_theta = self.transform.l1_weights_to_theta(self.l1)
+        self.constraints = self._constraints()
         if opts.state == "sharded":
             self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.total_weight, theta0,
-                                      opts.history, opts.param_shards, self.transform, self.l1_theta)
+                                      opts.history, opts.param_shards, self.transform, self.constraints)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
                 assert self.checkpoint is not None  # a saved state came from it
@@ -229,15 +231,29 @@ class SandblasterRun:
                     self.online["seconds"], ", ".join(f"{v:.5g}" for v in losses))
         return x
 
+    def _constraints(self) -> Constraints | None:
+        """The model's l1 weights and bounds in the optimizer's coordinates (standardised or
+        not); None without either (plain L-BFGS)."""
+        l1, bounds, transform = self.l1, self.bounds, self.transform
+        if transform is not None:
+            l1 = None if l1 is None else transform.l1_weights_to_theta(l1)
+            bounds = None if bounds is None else (transform.bounds_to_theta(bounds[0]),
+                                                  transform.bounds_to_theta(bounds[1]))
+        lower, upper = (None, None) if bounds is None else bounds
+        return constraints_of(l1, self.model.n_params, lower=lower, upper=upper)
+
     def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
-        """L-BFGS, or OWL-QN with the model's l1 weights (in ``theta``'s coordinates)."""
+        """L-BFGS, or OWL-QN and the projected method with the model's l1 weights and bounds (in
+        ``theta``'s coordinates)."""
         # theta0 is None only with the sharded state, whose space holds the start (x0 is then unused)
         x0 = cast(np.ndarray, theta0)
-        if self.l1 is None:
+        constraints = self.constraints
+        if constraints is None:
             return lbfgs_minimize(self._evaluate, x0, self.options, state=self.saved,
                                   on_iteration=self._on_iteration, space=self.space)
-        return owlqn_minimize(self._evaluate, x0, self.l1_theta, self.options, state=self.saved,
-                              on_iteration=self._on_iteration, space=self.space)
+        return owlqn_minimize(self._evaluate, x0, constraints.weights, self.options, state=self.saved,
+                              on_iteration=self._on_iteration, space=self.space, lower=constraints.lower,
+                              upper=constraints.upper)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""

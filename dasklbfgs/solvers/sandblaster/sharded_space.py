@@ -19,11 +19,11 @@ only the ``(2m+1)^2`` Gram matrix and scalars:
 So what reaches the coordinator per iteration does not grow with the number of
 parameters (:attr:`ShardedSpace.bytes_received` counts it).
 
-With L1 weights (OWL-QN, docs/algorithms.md §8) the shards also do OWL-QN's element-wise
-work on their slices: the pseudo-gradient (which their basis holds in place of ``g``; the
-smooth gradient is kept aside for the pairs), the sign alignment of ``p``, the orthant and
-the projection of each trial point; the L1 term and ``v . (x_trial - x)`` come back as
-partial sums like ``g . p``.
+With L1 weights (OWL-QN, docs/algorithms.md §8) or bounds (§12) the shards also do the
+element-wise work of :class:`~dasklbfgs.optim.constraints.Constraints` on their slices: the
+pseudo-gradient (which their basis holds in place of ``g``; the smooth gradient is kept aside
+for the pairs), the alignment of ``p``, the orthant and the projection of each trial point;
+the L1 term and ``v . (x_trial - x)`` come back as partial sums like ``g . p``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dasklbfgs.errors import CheckpointError, NonFiniteObjectiveError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums, as_dense, reduce_in_groups
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
-from dasklbfgs.optim.owlqn import align_direction, l1_term, orthant_of, project_to_orthant, pseudo_gradient
+from dasklbfgs.optim.constraints import Constraints
 from dasklbfgs.optim.vectors import max_abs
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 
@@ -60,13 +60,15 @@ class VectorShard:
     index: int = 0
 
     def __init__(self, index: int, start: int, stop: int, x: np.ndarray | None, m: int,
-                 weights: np.ndarray | None = None) -> None:
+                 constraints: Constraints | None = None) -> None:
         n = stop - start
         self.index, self.start, self.stop = index, start, stop
+        self.constraints = constraints  # L1 weights and bounds of this slice (None: plain L-BFGS)
         self.x = np.zeros(n) if x is None else np.array(x, dtype=np.float64)  # None: start from zeros
-        self.weights = None if weights is None else np.array(weights, dtype=np.float64)  # L1 (OWL-QN)
-        self.g = np.zeros(n)  # the smooth gradient; the basis holds the pseudo-gradient under L1
-        self.orthant = np.zeros(n)
+        if constraints is not None:
+            constraints.project(self.x)  # a start outside the box starts on its nearest point
+        self.g = np.zeros(n)  # the smooth gradient; the basis holds the pseudo-gradient under constraints
+        self.orthant: np.ndarray | None = None
         self.p = np.zeros(n)
         self.x_trial = self.x.copy()
         self.g_trial = np.zeros(n)
@@ -77,28 +79,28 @@ class VectorShard:
     async def trial_params(self, alpha: float | None) -> np.ndarray:
         """This slice of ``x + alpha p`` (``None``: of ``x``), remembered as the trial point."""
         self.x_trial = self.x.copy() if alpha is None else self.x + alpha * self.p
-        if self.weights is not None and alpha is not None:
-            project_to_orthant(self.x_trial, self.orthant, self.weights > 0)
+        if self.constraints is not None and alpha is not None:
+            self.constraints.project_trial(self.x_trial, self.orthant)
         return self.x_trial
 
     async def set_trial_gradient(self, g: np.ndarray) -> tuple[float, float, float]:
         """Store this slice of the trial point's gradient; return its parts of ``g . p``, of
-        the L1 term and of ``v . (x_trial - x)`` (both 0 without L1 weights)."""
+        the L1 term and of ``v . (x_trial - x)`` (both 0 without constraints)."""
         self.g_trial = aligned(np.asarray(g, dtype=np.float64))  # arrived over the wire
-        if self.weights is None:
+        if self.constraints is None:
             return float(self.g_trial @ self.p), 0.0, 0.0
-        return (float(self.g_trial @ self.p), l1_term(self.x_trial, self.weights),
+        return (float(self.g_trial @ self.p), self.constraints.l1_term(self.x_trial),
                 float(self.basis.g @ (self.x_trial - self.x)))
 
     async def set_direction(self, delta: np.ndarray, k: int) -> float:
-        """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]`` (with L1 weights:
-        sign-aligned with ``-v``, and the orthant set); returns this slice's part of ``g . p``."""
+        """``p = sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]`` (with constraints:
+        aligned with ``-v`` and the box, and the orthant set); returns this slice's part of ``g . p``."""
         if k != self.basis.k:
             raise RuntimeError(f"vector shard {self.index} holds {self.basis.k} pairs, the coordinator {k}")
         self.p = self.basis.combine(aligned(delta))  # delta arrived over the wire
-        if self.weights is not None:
-            align_direction(self.p, self.basis.g, self.weights > 0)
-            self.orthant = orthant_of(self.x, self.basis.g)
+        if self.constraints is not None:
+            self.constraints.align(self.x, self.p, self.basis.g)
+            self.orthant = self.constraints.orthant(self.x, self.basis.g)
         return float(self.basis.g @ self.p)
 
     async def curvature(self) -> np.ndarray:
@@ -115,9 +117,9 @@ class VectorShard:
         return {**out, **self._take_gradient(self.g_trial.copy())}
 
     def _take_gradient(self, g: np.ndarray) -> dict[str, Any]:
-        """Take the smooth gradient ``g``; the basis gets it, or with L1 weights the pseudo-gradient."""
+        """Take the smooth gradient ``g``; the basis gets it, or with constraints the pseudo-gradient."""
         self.g = g
-        v = g if self.weights is None else pseudo_gradient(self.x, g, self.weights)
+        v = g if self.constraints is None else self.constraints.pseudo_gradient(self.x, g)
         return {"grad": self.basis.set_gradient(v), "gmax": max_abs(v)}
 
     async def drop_pairs(self) -> None:
@@ -184,20 +186,21 @@ class ShardedSpace:
     """The coordinator's side: Gram matrix and scalars; vectors on :class:`VectorShard` actors."""
 
     def __init__(self, client: Client, evaluator: Any, model: Model, total_weight: float, x0: np.ndarray | None,
-                 m: int, n_shards: int, transform: Any = None, l1_weights: np.ndarray | None = None) -> None:
+                 m: int, n_shards: int, transform: Any = None, constraints: Constraints | None = None) -> None:
         """``x0`` in the optimizer's coordinates (None: zeros, made on the shards); ``transform`` (a
         :class:`~dasklbfgs.solvers.sandblaster.standardize.Standardizer`, per-feature scales only)
-        maps them to the model's parameters on the workers; ``l1_weights`` (in the optimizer's
-        coordinates) make it a space for OWL-QN (:func:`~dasklbfgs.optim.owlqn.owlqn_minimize`)."""
+        maps them to the model's parameters on the workers; ``constraints`` (L1 weights and bounds
+        in the optimizer's coordinates) make it a space for OWL-QN and the projected method
+        (:func:`~dasklbfgs.optim.owlqn.owlqn_minimize`)."""
         self.client, self.evaluator, self.model, self.n = client, evaluator, model, total_weight
         self.transform = transform
         self.size = model.n_params
-        self.orthants = l1_weights is not None
+        self.orthants = constraints is not None
         self.bounds = vector_bounds(model.n_params, n_shards)
         workers = sorted(client.scheduler_info(n_workers=-1)["workers"]) or [None]
         self._futures = [
             client.submit(VectorShard, i, a, b, None if x0 is None else x0[a:b], m,
-                          None if l1_weights is None else l1_weights[a:b],
+                          None if constraints is None else constraints.part(a, b),
                           actor=True, pure=False,
                           workers=None if workers[0] is None else [workers[i % len(workers)]])
             for i, (a, b) in enumerate(self.bounds)

@@ -90,6 +90,13 @@ class Standardizer:
         wW, wb = self._split(weights)
         return self._join(wW / self.std[:, None], wb)
 
+    def bounds_to_theta(self, bound: np.ndarray) -> np.ndarray:
+        """A coefficient bound in ``theta``: ``W_jk >= l`` is ``C_jk >= l sigma_j`` (sigma > 0,
+        so upper stays upper); the intercepts, which centering mixes with every coefficient,
+        carry none (their entries pass through: -inf or inf)."""
+        bW, bb = self._split(bound)
+        return self._join(bW * self.std[:, None], bb)
+
     def gradient_to_params(self, grad_theta: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`gradient_to_theta`: dF/dW = sigma dF/dC + mu dF/db^T."""
         gC, gc = self._split(grad_theta)

@@ -27,10 +27,12 @@ from tests._checkpoint_faults import FAILURE_IDS, FAILURES, InjectedFailure, fai
 from tests._datasets import load_all
 
 
-@pytest.mark.parametrize("standardize, l1", [(False, 0.0), (True, 0.0), (True, 1e-3)])
-def test_resume_reaches_the_same_result_bitwise(client, datasets, tmp_path, standardize, l1) -> None:
+@pytest.mark.parametrize("standardize, l1, bounds", [(False, 0.0, {}), (True, 0.0, {}), (True, 1e-3, {}),
+                                                    (True, 0.0, {"lower_bounds": -0.2, "upper_bounds": 0.15})])
+def test_resume_reaches_the_same_result_bitwise(client, datasets, tmp_path, standardize, l1, bounds) -> None:
     data = datasets["multinomial-ill"]
-    model = Softmax(data.n_features, 3, l2=1e-3, l1=l1)  # l1 > 0: OWL-QN's state resumes too
+    model = Softmax(data.n_features, 3, l2=1e-3, l1=l1, **bounds)  # l1 > 0: OWL-QN's state resumes too; bounds
+    # the projected method's
     # 40 iterations: far enough past the checkpoint for rounding differences to show; 3
     # pairs: the checkpoint at 4 holds them in reused rows (LocalBasis.slots)
     straight = sandblaster_lbfgs(model, data, client=client, maxiter=40, standardize=standardize, history=3)

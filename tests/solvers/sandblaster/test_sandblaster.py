@@ -534,3 +534,39 @@ def test_online_passes_refuse_what_they_cannot_do(client, wide_sparse, datasets)
                           model_partitions=2)
     with pytest.raises(ConfigurationError, match="online_learning_rate must be"):
         sandblaster_lbfgs(model, wide_sparse, client=client, online_passes=1, online_learning_rate=0)
+
+
+@pytest.mark.parametrize("standardize", [False, True], ids=["raw", "standardized"])
+def test_bounded_coefficients_are_l_bfgs_bs_optimum(client, datasets, standardize) -> None:
+    """Bounds on the coefficients (per feature, the intercept free): the projected method's
+    optimum is scipy's L-BFGS-B's on the same objective, every bound it meets held exactly."""
+    data = datasets["logistic"]
+    X, y = load_all(data)
+    upper = [0.5, np.inf, 0.2, np.inf, np.inf, 0.1, np.inf, np.inf]
+    model = Logistic(8, l2=1e-3, lower_bounds=-0.1, upper_bounds=upper)
+    result = sandblaster_lbfgs(model, data, client=client, gtol=1e-9, ftol=1e-15, standardize=standardize)
+    lower_all, upper_all = model.bounds()
+    reference = minimize(lambda w: model.objective(w, X, y), np.zeros(9), jac=True, method="L-BFGS-B",
+                         bounds=list(zip(lower_all, upper_all)), options={"gtol": 1e-12, "ftol": 1e-16})
+    assert result.success, result.message
+    np.testing.assert_allclose(result.x, reference.x, atol=1e-6)
+    on_bounds = np.isclose(reference.x[:8], -0.1) | np.isclose(reference.x[:8], upper)
+    assert on_bounds.sum() >= 2 and np.all((result.x[:8] == -0.1) | (result.x[:8] == upper) | ~on_bounds)
+
+
+def test_solvers_that_do_not_keep_bounds_refuse_them(client, datasets) -> None:
+    from dasklbfgs.models.registry import model_for_dataset
+
+    with pytest.raises(ConfigurationError, match=r"solver 'downpour' does not keep bounds on the coefficients, and "
+                                                 r"LeastSquares\(.*lower_bounds=0.0.*\) has them; train it with "
+                                                 r"solver 'sandblaster'"):
+        from dasklbfgs import minimize as fit
+
+        fit(LeastSquares(8, lower_bounds=0.0), datasets["regression"], "downpour", client=client)
+    data = datasets["regression"]
+    assert model_for_dataset("least_squares", data, non_negative=True).bounds()[0][:8].tolist() == [0.0] * 8
+    with pytest.raises(ConfigurationError, match="non_negative is lower_bounds=0; give one of them, not both"):
+        model_for_dataset("least_squares", data, non_negative=True, lower_bounds=-1.0)
+    with pytest.raises(ConfigurationError, match=r"bounds \(lower_bounds, upper_bounds, non_negative\) apply to the "
+                                                 r"linear models"):
+        model_for_dataset("mlp", datasets["multinomial"], upper_bounds=1.0)

@@ -17,13 +17,15 @@ from tests._checkpoint_faults import InjectedFailure, fail_writes, tree_bytes
 from tests._datasets import load_all
 
 
-@pytest.mark.parametrize("name", ["logistic", "multinomial", "regression", "mlp"])
+@pytest.mark.parametrize("name", ["logistic", "multinomial", "regression", "mlp", "bounded"])
 def test_same_iterates_as_the_local_mode(client, datasets, name) -> None:
     """Also for a neural model, whose start is random weights (a linear model's zeros are
-    made on the shards: the coordinator never forms the parameters)."""
-    data = datasets["multinomial" if name == "mlp" else name]
+    made on the shards: the coordinator never forms the parameters), and within bounds (the
+    shards project)."""
+    data = datasets["multinomial" if name == "mlp" else "regression" if name == "bounded" else name]
     model = {"logistic": Logistic(8, l2=1e-3), "multinomial": Softmax(8, 3, l2=1e-3),
-             "regression": LeastSquares(8, l2=1e-3), "mlp": MLP(8, (5,), 3, l2=1e-3)}[name]
+             "regression": LeastSquares(8, l2=1e-3), "mlp": MLP(8, (5,), 3, l2=1e-3),
+             "bounded": LeastSquares(8, l2=1e-3, lower_bounds=0.0, upper_bounds=[0.3] * 4 + [np.inf] * 4)}[name]
     local = sandblaster_lbfgs(model, data, client=client, maxiter=15)
     sharded = sandblaster_lbfgs(model, data, client=client, maxiter=15, state="sharded", n_param_shards=3)
     assert sharded.nit == local.nit and sharded.nfev == local.nfev and sharded.message == local.message
