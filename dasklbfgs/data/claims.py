@@ -3,7 +3,8 @@
 What an actuary's pricing models are fitted to (French MTPL-like): every row is a policy
 observed for ``exposure`` years (0.05 to 1: policies start and end within the year) with
 :data:`NUMERIC` standardised features and a region (one-hot, region A the reference level:
-no column). Claim counts are Poisson with the planted rate times the exposure, so a
+no column), and as many more standardised rating factors (``risk_1``, ...) as asked for a
+wider table. Claim counts are Poisson with the planted rate times the exposure, so a
 frequency model is a Poisson GLM with the offset ``log(exposure)`` (:data:`FREQUENCY`:
 about 0.1 claims a policy-year); each claim's size is Gamma (shape :data:`SEVERITY_SHAPE`)
 with a planted log-linear mean around ``exp(7)``, and the severity rows are the policies
@@ -24,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from dasklbfgs.data.synthetic import GENERATOR_BLOCK_ROWS, seeded_blocks
+from dasklbfgs.errors import ConfigurationError
 
-__all__ = ["Claims", "FEATURE_NAMES", "FREQUENCY", "NUMERIC", "REGIONS", "SEVERITY_SHAPE"]
+__all__ = ["Claims", "FEATURE_NAMES", "FREQUENCY", "NUMERIC", "REGIONS", "SEVERITY_SHAPE", "feature_names"]
 
 NUMERIC = ("driver_age", "vehicle_age", "vehicle_power", "bonus_malus", "log_density")
 REGIONS = ("A", "B", "C", "D", "E")
@@ -36,20 +38,36 @@ SEVERITY_SHAPE = 2.0
 MEAN_SIZE = float(np.exp(7.0))
 
 
+def feature_names(n_features: int) -> list[str]:
+    """The names of the columns of a claims table of ``n_features`` (at least the policy's own
+    :data:`FEATURE_NAMES`; the others ``risk_1``, ``risk_2``, ...)."""
+    return [*FEATURE_NAMES, *(f"risk_{j}" for j in range(1, n_features - len(FEATURE_NAMES) + 1))]
+
+
 @dataclass(frozen=True)
 class Claims:
-    """Seeded claims data (see the module): :meth:`frequency_blocks` and
-    :meth:`severity_blocks` of the same policies."""
+    """Seeded claims data (see the module) of ``n_features`` columns: :meth:`frequency_blocks`
+    and :meth:`severity_blocks` of the same policies."""
 
     seed: int = 0
+    n_features: int = len(FEATURE_NAMES)
+
+    def __post_init__(self) -> None:
+        if self.n_features < len(FEATURE_NAMES):
+            raise ConfigurationError(f"the claims recipe has at least {len(FEATURE_NAMES)} features (the policy's "
+                                     f"own: {', '.join(FEATURE_NAMES)}), got {self.n_features}",
+                                     parameters=("features",))
 
     def planted(self) -> dict[str, np.ndarray]:
-        """The planted coefficients (one per feature) and intercepts of the claim rate per year
-        (``frequency``) and of the mean claim size (``severity``)."""
+        """The planted coefficients (one per feature; the extra rating factors' smaller) and
+        intercepts of the claim rate per year (``frequency``) and of the mean claim size
+        (``severity``)."""
         rng = np.random.default_rng([self.seed, 2**31 - 2])
-        d = len(FEATURE_NAMES)
-        return {"frequency": np.append(rng.normal(scale=0.3, size=d), np.log(FREQUENCY)),
-                "severity": np.append(rng.normal(scale=0.15, size=d), np.log(MEAN_SIZE))}
+        d, extra = len(FEATURE_NAMES), self.n_features - len(FEATURE_NAMES)
+        return {"frequency": np.concatenate([rng.normal(scale=0.3, size=d), rng.normal(scale=0.05, size=extra),
+                                             [np.log(FREQUENCY)]]),
+                "severity": np.concatenate([rng.normal(scale=0.15, size=d), rng.normal(scale=0.03, size=extra),
+                                            [np.log(MEAN_SIZE)]])}
 
     def policies(self, n_rows: int, first_block: int = 0
                  ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
@@ -57,11 +75,12 @@ class Claims:
         size 0 where there is no claim)."""
         planted = self.planted()
         for rng, rows in seeded_blocks(n_rows, GENERATOR_BLOCK_ROWS, self.seed, first_block):
-            X = np.zeros((rows, len(FEATURE_NAMES)))
+            X = np.zeros((rows, self.n_features))
             X[:, : len(NUMERIC)] = rng.normal(size=(rows, len(NUMERIC)))
             region = rng.integers(0, len(REGIONS), size=rows)
             coded = np.flatnonzero(region > 0)
             X[coded, len(NUMERIC) + region[coded] - 1] = 1.0
+            X[:, len(FEATURE_NAMES) :] = rng.normal(size=(rows, self.n_features - len(FEATURE_NAMES)))
             exposure = rng.uniform(0.05, 1.0, size=rows)
             rate = np.exp(X @ planted["frequency"][:-1] + planted["frequency"][-1])
             counts = rng.poisson(exposure * rate).astype(np.float64)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from dasklbfgs.data.claims import FEATURE_NAMES, Claims
+from dasklbfgs.data.claims import FEATURE_NAMES, Claims, feature_names
 from dasklbfgs.data.ctr import CROSSES, DEFAULT_HASHED_FEATURES, N_FIELDS, ClickLogs
 from dasklbfgs.data.location import Location
 from dasklbfgs.data.synthetic import SyntheticProblem
@@ -196,12 +196,12 @@ def _claims_splits(kind: str, o: RecipeOptions) -> dict[str, Split]:
     (``severity-train``, ``severity-test``: a Gamma severity model), of the same policies."""
     if o.rows is None:
         raise ConfigurationError("the 'claims' recipe needs rows (policies)", parameters=("rows",))
-    claims = Claims(o.seed)
+    claims = Claims(o.seed, len(FEATURE_NAMES) if o.features is None else int(o.features))
+    names = feature_names(claims.n_features)
     attrs = {"source": "synthetic:claims", "seed": o.seed, "offset": "log(exposure in years)"}
-    splits = _generated_splits(claims.frequency_blocks, o.rows, o.test_fraction, {**attrs, "task": "counts"},
-                               FEATURE_NAMES)
+    splits = _generated_splits(claims.frequency_blocks, o.rows, o.test_fraction, {**attrs, "task": "counts"}, names)
     severity = _generated_splits(claims.severity_blocks, o.rows, o.test_fraction,
-                                 {**attrs, "task": "amounts", "weights": "claim counts"}, FEATURE_NAMES)
+                                 {**attrs, "task": "amounts", "weights": "claim counts"}, names)
     return {**splits, **{f"severity-{name}": split for name, split in severity.items()}}
 
 
@@ -331,8 +331,7 @@ RECIPES: dict[str, Recipe] = {recipe.name: recipe for recipe in (
     Recipe("regression", "regression", ("rows", "features", "ill_conditioned"), _synthetic_splits),
     Recipe("counts", "counts", ("rows", "features", "ill_conditioned"), _synthetic_splits),
     Recipe("amounts", "amounts", ("rows", "features", "ill_conditioned"), _synthetic_splits),
-    Recipe("claims", "counts", ("rows",), _claims_splits,
-           (("features", f"it has {len(FEATURE_NAMES)} policy features"),)),
+    Recipe("claims", "counts", ("rows", "features"), _claims_splits),
     # scikit-learn's bundled real datasets, of a fixed size
     *(Recipe(name, task, (), _bundled_splits, (("rows", FIXED_SIZE), ("features", FIXED_SIZE)))
       for name, task in (("digits", "multiclass"), ("breast_cancer", "binary"), ("wine", "multiclass"))),

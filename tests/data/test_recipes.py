@@ -88,7 +88,9 @@ def test_the_claims_recipe_plants_a_frequency_with_exposure_and_a_weighted_sever
                  var_weights=counts).fit()
     np.testing.assert_allclose(fit.params, planted["severity"], atol=4 * fit.bse.max())
     assert fit.scale == pytest.approx(1 / SEVERITY_SHAPE, rel=0.1)
-    with pytest.raises(ConfigurationError, match="the 'claims' recipe takes no features"):
+    wide = make_dataset("claims", tmp_path / "wide", rows=100, features=12, test_fraction=0)["train"]
+    assert wide.feature_names == [*FEATURE_NAMES, "risk_1", "risk_2", "risk_3"]
+    with pytest.raises(ConfigurationError, match="the claims recipe has at least 9 features"):
         make_dataset("claims", tmp_path / "other", rows=100, features=3)
 
 

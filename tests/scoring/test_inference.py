@@ -1,6 +1,7 @@
 """A GLM's inference equals statsmodels' GLM results at the same parameters (to 1e-6): standard
 errors, z, p-values, intervals, deviances, Pearson chi2, scale, log-likelihood, AIC and BIC;
-by the workers, here, and on cached shards; and what it refuses."""
+with offsets (the null deviance of the intercept-only model fitted with them) and the negative
+binomial's frequency weights; by the workers, here, and on cached shards; and what it refuses."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import statsmodels.api as sm
 import dasklbfgs
 from dasklbfgs import ShardedDataset, inference
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.models import MLP, Gamma, LeastSquares, Logistic, Poisson, Softmax, Tweedie
+from dasklbfgs.models import MLP, Gamma, LeastSquares, Logistic, NegativeBinomial, Poisson, Softmax, Tweedie
 from dasklbfgs.scoring.inference import Inference, family_of, inferred
 
 rng = np.random.default_rng(11)
@@ -30,7 +31,22 @@ LABELS = {
     "amounts": rng.gamma(2.0, MU / 2.0),
     "premiums": rng.poisson(MU) * rng.gamma(2.0, 0.5, N),
 }
+#: log exposures, and labels whose means include them (a generator of their own: the one above
+#: is drawn from by tests too)
+_more = np.random.default_rng(12)
+OFFSET = _more.normal(0.0, 0.5, N)
+ETA_O = ETA + OFFSET
+WITH_OFFSETS = {
+    "gaussian": ETA_O + _more.normal(size=N),
+    "binomial": (_more.uniform(size=N) < 1.0 / (1.0 + np.exp(-ETA_O))).astype(np.float64),
+    "counts": _more.poisson(np.exp(ETA_O)).astype(np.float64),
+    "amounts": _more.gamma(2.0, np.exp(ETA_O) / 2.0),
+    "premiums": _more.poisson(np.exp(ETA_O)) * _more.gamma(2.0, 0.5, N),
+    "over-dispersed": _more.negative_binomial(2.0, 2.0 / (2.0 + np.exp(ETA_O))).astype(np.float64),
+}
+LABELS["over-dispersed"] = _more.negative_binomial(2.0, 2.0 / (2.0 + MU)).astype(np.float64)
 LOG = sm.families.links.Log()
+NB = sm.families.NegativeBinomial(alpha=0.5)
 CASES = {  # name: (model, statsmodels family, labels, weighted)
     "least-squares": (LeastSquares(D), sm.families.Gaussian(), "gaussian", False),
     "least-squares-weighted": (LeastSquares(D), sm.families.Gaussian(), "gaussian", True),
@@ -47,26 +63,36 @@ CASES = {  # name: (model, statsmodels family, labels, weighted)
     # statsmodels has no Tweedie likelihood above power 2: log-likelihood, AIC and BIC are NaN in both
     "tweedie-3": (Tweedie(D, power=3.0), sm.families.Tweedie(var_power=3.0, link=LOG), "amounts", True),
     "poisson-no-intercept": (Poisson(D, fit_intercept=False), sm.families.Poisson(), "counts", True),
+    # the negative binomial's sample weights are statsmodels' freq_weights: df_resid and BIC count their sum
+    "negative-binomial": (NegativeBinomial(D, dispersion=0.5), NB, "over-dispersed", False),
+    "negative-binomial-weighted": (NegativeBinomial(D, dispersion=0.5), NB, "over-dispersed", True),
 }
+#: with offsets (labels of WITH_OFFSETS): the null model is fitted with them, in closed form (Gaussian,
+#: log-link Tweedie family) or by Newton's method on the intercept (logistic, negative binomial)
+OFFSET_CASES = {name: CASES[name] for name in (
+    "least-squares", "least-squares-weighted", "logistic-weighted", "poisson", "poisson-weighted", "gamma",
+    "gamma-weighted", "tweedie-weighted", "negative-binomial", "negative-binomial-weighted")}
 #: our name: statsmodels' GLMResults attribute
 FIGURES = {"std_err": "bse", "z": "tvalues", "p_values": "pvalues", "deviance": "deviance",
            "null_deviance": "null_deviance", "pearson_chi2": "pearson_chi2", "scale": "scale", "loglike": "llf",
            "aic": "aic", "bic": "bic"}
 
 
-def _statsmodels(model, family, X, y, w):
+def _statsmodels(model, family, X, y, w, offset=None):
     """statsmodels' fit, converged far below the tolerance compared (its covariance is that
-    of the last IRLS step's weights, an iteration behind its parameters)."""
+    of the last IRLS step's weights, an iteration behind its parameters); the weights are its
+    var_weights, a negative binomial's its freq_weights."""
     exog = sm.add_constant(X, prepend=False, has_constant="add") if model.fit_intercept else X
-    return sm.GLM(y, exog, family=family, var_weights=w).fit(tol=1e-14, maxiter=1000)
+    weights = {"freq_weights" if isinstance(model, NegativeBinomial) else "var_weights": w}
+    return sm.GLM(y, exog, family=family, offset=offset, **weights).fit(tol=1e-14, maxiter=1000)
 
 
 def _assert_statsmodels(found: Inference, reference, alpha: float = 0.05) -> None:
     for ours, theirs in FIGURES.items():
         np.testing.assert_allclose(getattr(found, ours), getattr(reference, theirs), rtol=1e-6, err_msg=ours)
     np.testing.assert_allclose(found.conf_int, reference.conf_int(alpha=alpha), rtol=1e-6, atol=1e-12)
-    assert (found.df_model, found.df_resid, found.n_samples) == (reference.df_model, reference.df_resid,
-                                                                 reference.nobs)
+    assert (found.df_model, found.n_samples) == (reference.df_model, reference.nobs)
+    assert found.df_resid == pytest.approx(reference.df_resid, rel=1e-12)  # a weight sum for a weighted NB
 
 
 def _assert_same(a: Inference, b: Inference) -> None:
@@ -155,6 +181,45 @@ def test_cached_shards_give_the_figures_of_the_store(client, tmp_path) -> None:
     _assert_same(found, inference(model, reference.params, data, client=client))
 
 
+@pytest.mark.parametrize("name", list(OFFSET_CASES))
+def test_offsets_are_statsmodels_offset_in_the_fit_and_in_its_null_model(name, client, tmp_path) -> None:
+    model, family, labels, weighted = OFFSET_CASES[name]
+    y, w = WITH_OFFSETS[labels], (W if weighted else None)
+    reference = _statsmodels(model, family, X, y, w, OFFSET)
+    data = ShardedDataset.create(tmp_path / "d", X, y, sample_weight=w, offset=OFFSET, shard_rows=128)
+    found = inference(model, reference.params, data, client=client)
+    _assert_statsmodels(found, reference)
+    _assert_same(inferred(model, reference.params, data, family_of(model), 0.05, client=None), found)
+    without = ShardedDataset.create(tmp_path / "without", X, y, sample_weight=w, shard_rows=128)
+    assert inference(model, reference.params, without, client=client).deviance != pytest.approx(found.deviance)
+
+
+def test_cached_shards_with_offsets_give_the_figures_of_the_store(client, tmp_path) -> None:
+    model, family, labels, _ = OFFSET_CASES["negative-binomial-weighted"]
+    y = WITH_OFFSETS[labels]
+    reference = _statsmodels(model, family, X, y, W, OFFSET)
+    data = ShardedDataset.create(tmp_path / "d", X, y, sample_weight=W, offset=OFFSET, shard_rows=128)
+    with dasklbfgs.cached(data, client=client) as shards:
+        found = inference(model, reference.params, shards)
+    _assert_statsmodels(found, reference)
+    _assert_same(found, inference(model, reference.params, data, client=client))
+
+
+def test_a_negative_binomial_s_weights_are_frequencies(client, tmp_path) -> None:
+    y, counts = LABELS["over-dispersed"], np.round(2.0 * W)  # whole frequencies, then fractional ones
+    model = NegativeBinomial(D, dispersion=0.5)
+    for kind, weights, df_resid in (("whole", counts, int(counts.sum()) - D - 1), ("fractional", W, W.sum() - D - 1)):
+        reference = _statsmodels(model, NB, X, y, weights)
+        data = ShardedDataset.create(tmp_path / kind, X, y, sample_weight=weights, shard_rows=128)
+        found = inference(model, reference.params, data, client=client)
+        _assert_statsmodels(found, reference)
+        assert found.n_samples == N and found.df_resid == pytest.approx(df_resid, rel=1e-12)
+        assert isinstance(found.df_resid, int) == isinstance(df_resid, int)  # an int for whole weights
+        assert found.bic == pytest.approx(-2.0 * found.loglike + (D + 1) * np.log(weights.sum()), rel=1e-12)
+        shown = str(df_resid) if isinstance(df_resid, int) else f"{df_resid:.2f}"
+        assert re.search(rf"Df Residuals: +{re.escape(shown)}\n", found.summary())
+
+
 @pytest.mark.filterwarnings("ignore:The design matrix is rank-deficient")
 def test_collinear_features_count_once_in_the_degrees_of_freedom(client, tmp_path) -> None:
     twice = np.column_stack([X, X[:, 0]])
@@ -187,15 +252,16 @@ def test_a_penalised_fit_is_flagged_and_its_summary_says_what_its_errors_are(cli
         assert header in text
 
 
-def test_models_that_are_no_glm_too_wide_ones_and_offsets_are_refused(tmp_path) -> None:
+def test_models_that_are_no_glm_too_wide_ones_and_an_inverse_link_with_offsets_are_refused(tmp_path) -> None:
     data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=300)
     with pytest.raises(ConfigurationError, match=r"MLP\(.*\) is not one: it takes LeastSquares, Logistic, Poisson"):
         inference(MLP(D, (4,), 2), np.zeros(MLP(D, (4,), 2).n_params), data)
     with pytest.raises(ConfigurationError, match=r"does not cover multiclass models: Softmax\(.*\) is a softmax"):
         inference(Softmax(D, 2), np.zeros(Softmax(D, 2).n_params), data)
-    offsets = ShardedDataset.create(tmp_path / "o", X, LABELS["counts"], offset=np.zeros(N), shard_rows=300)
-    with pytest.raises(ConfigurationError, match=r"has offsets, which inference does not take"):
-        inference(Poisson(D), np.zeros(D + 1), offsets)
+    offsets = ShardedDataset.create(tmp_path / "o", X, LABELS["amounts"], offset=np.zeros(N), shard_rows=300)
+    with pytest.raises(ConfigurationError, match=r"does not take offsets with the inverse link of Gamma\(.*use the "
+                                                 r"log link, or a dataset without offsets"):
+        inference(Gamma(D, link="inverse"), np.r_[np.zeros(D), 1.0], offsets)
     wide = 16_384  # with its intercept, 16385^2 float64 is just over 2 GiB
     rows = sp.random_array((20, wide), density=0.001, format="csr", rng=np.random.default_rng(0))
     hashed = ShardedDataset.create(tmp_path / "wide", rows, rng.normal(size=20), shard_rows=10)
