@@ -33,12 +33,15 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
         for split, dataset in (("train", data), ("test", test)):
             if dataset is not None and split not in scores:
                 scores[split] = evaluate(model, result.x, dataset, client=client)
+    from dasklbfgs.scoring.names import held_out_names
+
     report: dict[str, Any] = {
         "model": repr(model),
         "n_params": model.n_params,
         "solver": result.solver,
         "success": bool(result.success),
         "message": result.message,
+        "score": held_out_names(model)[0],  # what the score line leads with: a GLM's deviance, not its RMSE
         **scores,
     }
     report.update(result.stats.summary(result))
@@ -95,7 +98,7 @@ def format_report(report: dict[str, Any]) -> str:
     for split in ("train", "test"):
         if split in report:
             m = report[split]
-            name = score_name(m)
+            name = report["score"] if report.get("score") in SCORES and report["score"] in m else score_name(m)
             score = "" if name is None else f"{SCORES[name].format(**m)}, "
             more = "".join(f", {metric_label(key)} {m[key]:.4g}" for key in MORE_SCORES if key in m)
             lines.append(f"{split:<10} {m['n_samples']} rows: {score}objective {m['objective']:.6g}{more}")

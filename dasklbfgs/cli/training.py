@@ -39,6 +39,7 @@ def train_with_progress(client: Client, model: Model, data: Dataset, solver: str
     stopped at the next iteration or step once ``interrupt`` has seen Ctrl-C (and its
     ending told in the report: :func:`endings_in_the_report`)."""
     from dasklbfgs.monitor.progress import Progress
+    from dasklbfgs.scoring.names import held_out_names
 
     chosen = get_solver(solver)
     planned = options.planned_work(data.n_samples)
@@ -46,7 +47,8 @@ def train_with_progress(client: Client, model: Model, data: Dataset, solver: str
                         enabled=False if quiet else None)
     # label -> history key; the loss is what the solver's statistics call it (the objective, or
     # the mean loss of recent mini-batches)
-    shown = {chosen.stats.loss_name.replace(" ", "_").replace("-", "_"): "loss", "eval_accuracy": "eval_accuracy"}
+    shown = {chosen.stats.loss_name.replace(" ", "_").replace("-", "_"): "loss",
+             **{f"eval_{name}": f"eval_{name}" for name in held_out_names(model)}}  # a GLM's: its deviance and D²
 
     def show(entry: OptimizeResult) -> None:
         if interrupt is not None:

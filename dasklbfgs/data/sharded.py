@@ -15,7 +15,7 @@ This module reads; the constructors that write one are in :mod:`dasklbfgs.data.c
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -319,6 +319,21 @@ class ShardedDataset(DatasetWriters):
             rows = self._dense_rows(cast(zarr.Array, X), "X", start, stop), self._dense_rows(y, "y", start, stop)
         self._check_same_write()  # an overwrite takes the schema back before it deletes a chunk
         return rows
+
+    def load_labels(self, start: int, stop: int) -> np.ndarray:
+        """``y`` of rows ``[start, stop)`` alone (no X read)."""
+        return self._per_row("y", "labels", start, stop)
+
+    def first_label(self, bad: Callable[[np.ndarray], np.ndarray]) -> tuple[int, int, float] | None:
+        """``(shard, row, value)`` of the first label ``bad`` marks (a boolean array of a shard's
+        labels), reading the labels alone, shard by shard until one is found; None when none is.
+        What an error about the labels names (a check that failed on the schema's range)."""
+        for shard, (start, stop) in enumerate(self.shard_bounds):
+            y = self.load_labels(start, stop)
+            hit = np.flatnonzero(np.asarray(bad(y)).reshape(len(y), -1).any(axis=1))
+            if hit.size:
+                return shard, start + int(hit[0]), float(np.ravel(y[hit[0]])[0])
+        return None
 
     def load_weights(self, start: int, stop: int) -> np.ndarray | None:
         """Sample weights of rows ``[start, stop)`` (float64), or None when the data are unweighted."""

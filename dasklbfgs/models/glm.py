@@ -101,6 +101,16 @@ def null_deviance(power: float, weight: float, mean: float, spread: float, terms
                   + mean ** (2.0 - power) * weight / (2.0 - power))
 
 
+def first_bad_label(data: Dataset, bad: Any) -> str:
+    """Where the first label ``bad`` marks is, for an error message: ``"; the first is y = v in
+    shard s at row r"`` (read shard by shard, labels only: the schema knows only the range)."""
+    found = data.first_label(bad) if hasattr(data, "first_label") else None
+    if found is None:
+        return ""
+    shard, row, value = found
+    return f"; the first is y = {value:g} in shard {shard} at row {row}"
+
+
 class _MeanRegression(LinearModel):
     """A regression whose prediction is a mean of the margins ``z = x . w + b``
     (:meth:`mean_of`: ``exp(z)`` here), scored by the Tweedie deviance at
@@ -135,7 +145,7 @@ class _MeanRegression(LinearModel):
         low, _ = data.label_range
         if low < 0:
             raise ModelDataMismatchError(f"{self!r} needs labels >= 0 (counts, amounts), but y at {data.url!r} has "
-                                         f"the smallest value {low:g}")
+                                         f"the smallest value {low:g}{first_bad_label(data, lambda y: y < 0)}")
 
 
 class Tweedie(_MeanRegression):
@@ -162,7 +172,8 @@ class Tweedie(_MeanRegression):
         low, _ = data.label_range
         if self.power >= 2 and low <= 0:
             raise ModelDataMismatchError(f"{self!r} needs labels > 0 (its variance power is {self.power:g}), but y "
-                                         f"at {data.url!r} has the smallest value {low:g}")
+                                         f"at {data.url!r} has the smallest value {low:g}"
+                                         f"{first_bad_label(data, lambda y: y <= 0)}")
         if 0 < self.power < 2:
             self._refuse_negative_labels(data)
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dasklbfgs.errors import MetricsWarning
+from dasklbfgs.scoring.names import held_out_names
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -95,6 +96,7 @@ def start_facts(solver: Any, model: Any, dataset: Any, options: Any, held_out: b
     return plain_event({"name": getattr(options, "name", None), "unit": solver.stats.unit,
                         "loss_name": solver.stats.loss_name, "has_replicas": solver.stats.has_replicas,
                         "event_figures": solver.stats.event_figures, "task": model.task, "held_out": held_out,
+                        "held_out_metrics": list(held_out_names(model)),
                         "steps_per_epoch": options.planned_work(dataset.n_samples).per_epoch,
                         "model": repr(model), "n_params": model.n_params,
                         "options": options.to_json(), "dataset": {"path": dataset.url, "n_samples": dataset.n_samples,

@@ -76,8 +76,8 @@ class RunView:
         if panel in CURVES and panel.startswith("eval_"):
             if "held_out" not in s:
                 return any(panel in e for e in self.steps)
-            task = HELD_OUT.get(s.get("task", ""), ())
-            return bool(s["held_out"]) and panel in ("eval_objective", *(f"eval_{name}" for name in task))
+            scored = s.get("held_out_metrics") or HELD_OUT.get(s.get("task", ""), ())  # (older runs: by task)
+            return bool(s["held_out"]) and panel in ("eval_objective", *(f"eval_{name}" for name in scored))
         given = {**({name: key in figures for name, key in _FIGURE_PANELS.items()} if figures is not None else {}),
                  "loss": True, "rate": s.get("has_replicas"), "held_out": s.get("held_out"), "scores": s.get("scored"),
                  "partitions": s["options"].get("model_partitions", 1) > 1 if "options" in s else None}

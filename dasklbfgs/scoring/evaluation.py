@@ -124,13 +124,13 @@ def chosen_metrics(task: str, metrics: Sequence[str] | None) -> tuple[str, ...]:
 def held_out_metrics(model: Model, params: np.ndarray, data: Dataset, client: Any = None,
                      cached: list[Any] | None = None) -> dict[str, Any]:
     """The held-out figures a run records as it goes (``eval_`` keys): the objective and the
-    task's scores (:data:`~dasklbfgs.scoring.names.HELD_OUT`), by the workers of ``client``
+    model's scores (:func:`~dasklbfgs.scoring.names.held_out_names`), by the workers of ``client``
     (Sandblaster's, idle between its evaluations; ``cached``: futures of the held-out shards
     in their memory), or with None in this process (a replica solver's workers are busy with
     their replicas)."""
-    from dasklbfgs.scoring.names import HELD_OUT
+    from dasklbfgs.scoring.names import held_out_names
 
-    found = evaluated(model, params, data, HELD_OUT[model.task], client=client, cached=cached)
+    found = evaluated(model, params, data, held_out_names(model), client=client, cached=cached)
     return {f"eval_{k}": v for k, v in found.items() if k != "n_samples"}
 
 

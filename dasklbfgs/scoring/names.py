@@ -24,11 +24,28 @@ HIGHER_IS_BETTER = frozenset({"accuracy", "roc_auc", "average_precision", "preci
                               "explained_variance", "d2"})
 #: the held-out score of each task, as :func:`~dasklbfgs.scoring.evaluate` names it, and how reports show it
 SCORES = {"accuracy": "accuracy {accuracy:.4f}", "rmse": "rmse {rmse:.4g}, r2 {r2:.4f}",
+          "mean_tweedie_deviance": "mean deviance {mean_tweedie_deviance:.4g}, d2 {d2:.4f}",
           "reconstruction_mse": "reconstruction mse {reconstruction_mse:.4g}"}
 #: each score's name on plots and pages (the dashboard, curves.png)
 SCORE_LABELS = {name: METRIC_LABELS[name] for name in SCORES}
-#: the metrics a run scores its held-out data with as it goes, by task (its first is the score above)
-HELD_OUT = {"classification": ("accuracy",), "regression": ("rmse", "r2"), "reconstruction": ("reconstruction_mse",)}
+#: the metrics a run scores its held-out data with as it goes, by task (its first is the score
+#: above), and for a GLM's (:func:`held_out_kind`) its family's deviance and D²
+HELD_OUT = {"classification": ("accuracy",), "regression": ("rmse", "r2"), "reconstruction": ("reconstruction_mse",),
+            "deviance": ("mean_tweedie_deviance", "d2")}
+
+
+def held_out_kind(model: Any) -> str:
+    """Which :data:`HELD_OUT` metrics a run of ``model`` scores its held-out data with: its
+    task's, or ``"deviance"`` for a regression scored by a deviance other than the squared
+    error (a GLM: its ``deviance_power`` is not 0)."""
+    if model.task == "regression" and float(getattr(model, "deviance_power", 0.0)) != 0.0:
+        return "deviance"
+    return str(model.task)
+
+
+def held_out_names(model: Any) -> tuple[str, ...]:
+    """The metrics a run of ``model`` scores its held-out data with (:func:`held_out_kind`)."""
+    return HELD_OUT[held_out_kind(model)]
 
 
 def score_name(metrics: Mapping[str, Any], prefix: str = "") -> str | None:

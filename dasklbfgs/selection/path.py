@@ -27,7 +27,7 @@ from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.options import Options
 from dasklbfgs.scoring import evaluate
 from dasklbfgs.scoring.evaluation import chosen_metrics
-from dasklbfgs.scoring.names import HELD_OUT, HIGHER_IS_BETTER
+from dasklbfgs.scoring.names import HIGHER_IS_BETTER, held_out_names
 from dasklbfgs.selection.options import PathOptions
 from dasklbfgs.solvers.registry import get_solver, minimize, resolve_options
 from dasklbfgs.solvers.sandblaster.cached import CachedDataset, cached
@@ -234,7 +234,7 @@ class PathPlan:
         """The fits on ``data`` (see :func:`regularization_path`)."""
         model = self.model
         names = chosen_metrics(model.task, metrics if metrics is not None else
-                               (SELECTED_BY[model.task], *HELD_OUT[model.task]))  # refused before any caching
+                               (SELECTED_BY[model.task], *held_out_names(model)))  # refused before any caching
         started = time.perf_counter()
         with contextlib.ExitStack() as stack:
             shards = cached_on(data, client, stack)

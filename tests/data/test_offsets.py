@@ -100,6 +100,9 @@ def test_evaluation_and_prediction_use_the_offsets(tmp_path, client, counts) -> 
     np.testing.assert_allclose(np.asarray(written), means, rtol=1e-12)
     scores = dasklbfgs.evaluate(Poisson(D), params, counts, client=client)
     assert scores["mean_tweedie_deviance"] == pytest.approx(mean_poisson_deviance(COUNTS, means), rel=1e-10)
+    held_out = minimize(Poisson(D), counts, client=client, eval_data=counts, **TIGHT).history[-1]
+    assert held_out["eval_mean_tweedie_deviance"] == pytest.approx(scores["mean_tweedie_deviance"], rel=1e-6)
+    assert "eval_d2" in held_out and "eval_rmse" not in held_out  # a GLM's run is scored by its deviance
 
 
 def test_sparse_rows_an_online_start_and_a_logistic_offset(tmp_path, client) -> None:

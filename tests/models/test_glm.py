@@ -82,10 +82,14 @@ def test_the_deviance_is_scikit_learns() -> None:
 
 def test_labels_outside_the_support_and_bad_powers_are_refused(tmp_path) -> None:
     counts = ShardedDataset.create(tmp_path / "c", X, CASES["poisson"][2], shard_rows=200)
-    negative = ShardedDataset.create(tmp_path / "n", X, np.where(np.arange(400) == 5, -2.0, 1.0), shard_rows=200)
-    with pytest.raises(ModelDataMismatchError, match=r"needs labels >= 0 .* the smallest value -2"):
+    labels = np.where(np.isin(np.arange(400), [205, 330]), -2.0, 1.0)
+    negative = ShardedDataset.create(tmp_path / "n", X, labels, shard_rows=200)
+    with pytest.raises(ModelDataMismatchError, match=r"needs labels >= 0 .* the smallest value -2; the first is "
+                                                     r"y = -2 in shard 1 at row 205"):
         Poisson(4).check_data(negative)
-    with pytest.raises(ModelDataMismatchError, match=r"needs labels > 0 \(its variance power is 2\).* value 0"):
+    first_zero = int(np.flatnonzero(CASES["poisson"][2] == 0)[0])
+    with pytest.raises(ModelDataMismatchError, match=rf"needs labels > 0 \(its variance power is 2\).* value 0; the "
+                                                     rf"first is y = 0 in shard {first_zero // 200} at row {first_zero}"):
         Gamma(4).check_data(counts)
     Tweedie(4, power=1.2).check_data(counts)  # zeros are a compound Poisson-gamma's
     Tweedie(4, power=0.0).check_data(negative)  # the normal takes any label
