@@ -88,8 +88,9 @@ def test_labels_outside_the_support_and_bad_powers_are_refused(tmp_path) -> None
                                                      r"y = -2 in shard 1 at row 205"):
         Poisson(4).check_data(negative)
     first_zero = int(np.flatnonzero(CASES["poisson"][2] == 0)[0])
-    with pytest.raises(ModelDataMismatchError, match=rf"needs labels > 0 \(its variance power is 2\).* value 0; the "
-                                                     rf"first is y = 0 in shard {first_zero // 200} at row {first_zero}"):
+    with pytest.raises(ModelDataMismatchError, match=rf"needs labels > 0 \(its variance power is 2\).* value 0; "
+                                                     rf"the first is y = 0 in shard {first_zero // 200} at row "
+                                                     rf"{first_zero}"):
         Gamma(4).check_data(counts)
     Tweedie(4, power=1.2).check_data(counts)  # zeros are a compound Poisson-gamma's
     Tweedie(4, power=0.0).check_data(negative)  # the normal takes any label
