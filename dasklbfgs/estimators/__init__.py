@@ -1,6 +1,7 @@
 """scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
 
-``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso``, ``MLPClassifier`` and
+``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso``, the GLM regressors,
+``HuberRegressor``, ``MLPClassifier`` and
 the cross-validated ``ElasticNetCV``, ``LassoCV`` and ``LogisticRegressionCV`` follow scikit-learn's parameter names and
 objectives, so they drop into ``Pipeline``,
 ``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
@@ -20,7 +21,8 @@ from dasklbfgs.estimators.glm import GammaRegressor, PoissonRegressor, TweedieRe
 from dasklbfgs.estimators.linear import ElasticNet, Lasso, LinearRegression, LogisticRegression
 from dasklbfgs.estimators.logistic_cv import LogisticRegressionCV
 from dasklbfgs.estimators.mlp import MLPClassifier
+from dasklbfgs.estimators.robust import HuberRegressor
 
 __all__ = ["LogisticRegression", "LogisticRegressionCV", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso",
-           "LassoCV", "PoissonRegressor", "GammaRegressor", "TweedieRegressor",
+           "LassoCV", "PoissonRegressor", "GammaRegressor", "TweedieRegressor", "HuberRegressor",
            "MLPClassifier"]

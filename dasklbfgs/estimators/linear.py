@@ -239,7 +239,12 @@ class LeastSquaresEstimator(ScoredOnTheCluster, RegressorMixin, ShardedEstimator
         W, b = model.unpack(result.x)
         self.coef_ = np.asarray(W, dtype=np.float64).copy()
         self.intercept_ = float(b[0]) if self.fit_intercept else 0.0
+        self._fitted(model, result.x, X, y)
         return self
+
+    def _fitted(self, model: LinearModel, x: np.ndarray, X: Any, y: Any) -> None:
+        """What a regressor records of its fit beyond ``coef_`` and ``intercept_`` (``x``: the
+        model's parameters; ``X``, ``y``: the input as given); nothing here."""
 
     def _model(self, data: ShardedDataset) -> LinearModel:
         return LeastSquares(data.n_features, fit_intercept=self.fit_intercept, **self._penalties(data),

@@ -8,7 +8,8 @@ from dasklbfgs.models.linear import LeastSquares, LinearModel, Logistic, Softmax
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.models.registry import MODELS, model_for_dataset
+from dasklbfgs.models.robust import Huber
 
 __all__ = ["Model", "LinearModel", "LeastSquares", "Logistic", "Softmax", "Poisson", "Gamma", "Tweedie",
-           "NegativeBinomial", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM", "MODELS",
+           "NegativeBinomial", "Huber", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM", "MODELS",
            "model_for_dataset"]

@@ -99,6 +99,46 @@ def gamma_inverse_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = None
     return _dot(w, terms), dz * w
 
 
+def huber_scale_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *, epsilon: float,
+                     scale: float) -> tuple[float, np.ndarray, float]:
+    """Huber's loss with a concomitant scale ``sigma`` (``scale``; Owen 2007, scikit-learn's
+    ``HuberRegressor``): with the residual ``r = y - z``, the loss ``sigma + sigma H(r / sigma)``,
+    ``H(t) = t^2`` for ``|t| <= epsilon`` else ``2 epsilon |t| - epsilon^2``, is
+
+        |r| <= epsilon sigma:  sigma + r^2 / sigma            d/dz: -2 r / sigma     d/dsigma: 1 - r^2 / sigma^2
+        otherwise:             sigma + 2 epsilon |r| - epsilon^2 sigma
+                                                               d/dz: -2 epsilon sign(r)   d/dsigma: 1 - epsilon^2
+
+    Returns the loss sum, ``dloss/dz`` and the sum of ``dloss/dsigma`` (weighted by ``w``). With
+    ``psi = clip(r, -epsilon sigma, epsilon sigma)`` both branches are one form: the loss is
+    ``sigma + psi (2 r - psi) / sigma``, ``dloss/dz = -2 psi / sigma`` and ``dloss/dsigma =
+    1 - (psi / sigma)^2``. For ``sigma <= 0`` (or NaN), outside the domain, the loss is ``+inf``
+    and the derivatives 0, as :func:`gamma_inverse_link` outside its own."""
+    z = np.asarray(z, dtype=np.float64)
+    if not scale > 0:
+        return math.inf, np.zeros_like(z), 0.0
+    r = np.subtract(y, z)
+    threshold = epsilon * scale
+    psi = np.clip(r, -threshold, threshold)
+    share = psi / scale
+    terms = share * (2.0 * r - psi)
+    terms += scale
+    d_scale = 1.0 - share * share
+    dz = -2.0 * share
+    if w is None:
+        return _sum(terms), dz, _sum(d_scale)
+    return _dot(w, terms), dz * w, _dot(w, d_scale)
+
+
+def huber_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *, epsilon: float,
+               scale: float) -> tuple[float, np.ndarray]:
+    """Huber's loss at a fixed ``scale``: :func:`huber_scale_link`'s loss and ``dloss/dz``,
+    ``scale + scale H((y - z) / scale)`` (the constant ``scale`` kept, so the loss is the
+    jointly scaled model's at that scale)."""
+    loss, dz, _ = huber_scale_link(z, y, w, epsilon=epsilon, scale=scale)
+    return loss, dz
+
+
 def logistic_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """Logistic: loss log(1 + e^z) - y z, derivative sigmoid(z) - y.
 

@@ -96,6 +96,12 @@ class Model:
         raise NotImplementedError
 
     @property
+    def starts_at_zero(self) -> bool:
+        """Whether :meth:`init_params` (no seed) is all zeros, so that a solver may make the start
+        where its vectors live without forming it (Sandblaster's sharded state); False here."""
+        return False
+
+    @property
     def n_sums(self) -> int:
         """Length of the sum vector :meth:`loss_grad_sum` returns (the gradient first)."""
         return self.n_params

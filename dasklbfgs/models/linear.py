@@ -2,7 +2,8 @@
 
 Parameter layout (one flat float64 vector): coefficients first, the ``d x K`` matrix
 row-major (``K = 1`` for least squares and logistic), then the ``K`` intercepts when
-``fit_intercept``. The objective is
+``fit_intercept``, then the ``n_extra`` parameters a model's link reads beside the decision
+values (none but Huber's jointly estimated scale: :meth:`LinearModel.link_sums`). The objective is
 
     f(theta) = (1/N) sum_i c_{y_i} w_i loss(x_i . W + b, y_i) + (l2 / 2) ||W||^2 + l1 ||W||_1
 
@@ -113,15 +114,31 @@ class LinearModel(Model):
         return self.n_features * self.n_outputs
 
     @property
+    def n_extra(self) -> int:
+        """Parameters after the intercepts that the link reads (:meth:`link_sums`; Huber's
+        jointly estimated scale), last in the layout: none here."""
+        return 0
+
+    @property
     def n_params(self) -> int:
-        return self.n_coef + (self.n_outputs if self.fit_intercept else 0)
+        return self.n_coef + (self.n_outputs if self.fit_intercept else 0) + self.n_extra
+
+    @property
+    def starts_at_zero(self) -> bool:
+        """Whether :meth:`init_params` (no seed) is all zeros: the linear models' start, known
+        without forming it; a subclass with a start of its own (Gamma's inverse link) is asked."""
+        return type(self).init_params is LinearModel.init_params or not np.any(self.init_params())
 
     def unpack(self, params: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Views ``(W, b)``: W is (d,) when K = 1 else (d, K); b is (K,) (zeros without intercept)."""
         coef = params[: self.n_coef]
         W = coef if self.n_outputs == 1 else coef.reshape(self.n_features, self.n_outputs)
-        b = params[self.n_coef :] if self.fit_intercept else np.zeros(self.n_outputs)
+        b = params[self.n_coef : self.n_coef + self.n_outputs] if self.fit_intercept else np.zeros(self.n_outputs)
         return W, b
+
+    def extra_of(self, params: np.ndarray) -> np.ndarray:
+        """View of the :attr:`n_extra` parameters after the intercepts (empty for most models)."""
+        return params[len(params) - self.n_extra :]
 
     def init_params(self, seed: int | None = None) -> np.ndarray:
         """Zeros (``seed=None``) or small Gaussian weights drawn from ``seed``."""
@@ -135,6 +152,13 @@ class LinearModel(Model):
         """The loss sum of decision values ``z`` against labels ``y`` (weights ``w``) and its
         derivative in ``z``: the model's link kernel (:mod:`dasklbfgs.models._kernels`)."""
         return type(self)._link(z, y, w)
+
+    def link_sums(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, extra: np.ndarray,
+                  extra_grad: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`link` of a block for the row sums, given the :attr:`n_extra` parameters after
+        the intercepts (``extra``); a model that has some adds the block's gradient sums in them
+        to ``extra_grad`` in place. Here (no such parameters) the link itself."""
+        return self.link(z, y, w)
 
     def row_weights(self, y: np.ndarray, w: np.ndarray | None) -> np.ndarray | None:
         """Each row's weight in the sums: its sample weight times its class's weight (None: all 1)."""
@@ -163,6 +187,7 @@ class LinearModel(Model):
         W = W.astype(X.dtype, copy=False)
         grad = np.zeros(self.n_params)
         gW, gb = self.unpack(grad)  # views into grad; without an intercept gb is scratch
+        extra, g_extra = self.extra_of(params), self.extra_of(grad)
         loss = 0.0
         step = block_rows(self.n_features * (1 if self.n_outputs == 1 else 2), X.dtype.itemsize)
         for start in range(0, X.shape[0], step):
@@ -172,7 +197,7 @@ class LinearModel(Model):
             if offset is not None:
                 z += offset[start : start + step]
             block_w = None if w is None else w[start : start + step]
-            block_loss, dz = self.link(z, y[start : start + step], block_w)
+            block_loss, dz = self.link_sums(z, y[start : start + step], block_w, extra, g_extra)
             loss += block_loss
             gW += dz @ Xb if self.n_outputs == 1 else Xb.T @ dz
             gb += dz.sum(axis=0)
@@ -182,22 +207,24 @@ class LinearModel(Model):
                               w: np.ndarray | None, offset: np.ndarray | None) -> tuple[float, np.ndarray]:
         """:meth:`loss_grad_sum` of a CSR block in one pass (a row of it is a few non-zeros:
         no cache blocking needed); float64 parameters whatever X's dtype."""
-        loss, dz = self._sparse_link(*self.unpack(params), X, y, w, offset)
         grad = np.zeros(self.n_params)
+        loss, dz = self._sparse_link(*self.unpack(params), X, y, w, offset, self.extra_of(params),
+                                     self.extra_of(grad))
         gW, gb = self.unpack(grad)
         gW += X.T @ dz
         gb += dz.sum(axis=0)
         return loss, grad
 
-    def _sparse_link(self, W: np.ndarray, b: np.ndarray, X: Any, y: np.ndarray,
-                     w: np.ndarray | None, offset: np.ndarray | None) -> tuple[float, np.ndarray]:
+    def _sparse_link(self, W: np.ndarray, b: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None,
+                     offset: np.ndarray | None, extra: np.ndarray, extra_grad: np.ndarray) -> tuple[float, np.ndarray]:
         """Loss sum and ``d loss / d z`` of the rows of a CSR block at coefficients ``W``
-        (the rows of ``W`` that ``X``'s columns index), intercepts ``b`` and offsets."""
+        (the rows of ``W`` that ``X``'s columns index), intercepts ``b``, offsets and the
+        parameters after the intercepts (:meth:`link_sums`)."""
         z = np.asarray(X @ W, dtype=np.float64)
         z += b if self.n_outputs > 1 else b[0]
         if offset is not None:
             z += offset
-        return self.link(z, y, w)
+        return self.link_sums(z, y, w, extra, extra_grad)
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray,
                               w: np.ndarray | None = None, offset: np.ndarray | None = None) -> tuple[float, Any]:
@@ -228,16 +255,19 @@ class LinearModel(Model):
                               w: np.ndarray | None = None, offset: np.ndarray | None = None
                               ) -> tuple[float, np.ndarray]:
         """The sums of :meth:`portion_loss_grad_sum` on :class:`CompactColumns` rows from the
-        coefficients of their columns then the intercepts (``local_params``), as values in
-        that layout."""
-        K, m = self.n_outputs, len(X.columns)
-        if local_params.shape != (m * K + (K if self.fit_intercept else 0),):
-            raise ValueError(f"{len(X.columns)} columns with {K} output(s) need "
-                             f"{m * K + (K if self.fit_intercept else 0)} parameters, got {local_params.shape}")
+        coefficients of their columns, the intercepts then the :attr:`n_extra` parameters
+        (``local_params``), as values in that layout."""
+        K, m, n_extra = self.n_outputs, len(X.columns), self.n_extra
+        n_local = m * K + (K if self.fit_intercept else 0) + n_extra
+        if local_params.shape != (n_local,):
+            raise ValueError(f"{len(X.columns)} columns with {K} output(s) need {n_local} parameters, got "
+                             f"{local_params.shape}")
         coef = local_params[: m * K]
         W = coef if K == 1 else coef.reshape(m, K)
-        b = local_params[m * K :] if self.fit_intercept else np.zeros(K)
-        loss, dz = self._sparse_link(W, b, X.local, y, self.row_weights(y, w), offset)
+        b = local_params[m * K : m * K + K] if self.fit_intercept else np.zeros(K)
+        g_extra = np.zeros(n_extra)
+        loss, dz = self._sparse_link(W, b, X.local, y, self.row_weights(y, w), offset, self.extra_of(local_params),
+                                     g_extra)
         gW = np.zeros(m if K == 1 else (m, K))
         gW += X.local.T @ dz
         values = gW.ravel()
@@ -245,15 +275,18 @@ class LinearModel(Model):
             gb = np.zeros(K)
             gb += dz.sum(axis=0)
             values = np.concatenate([values, gb])
+        if n_extra:
+            values = np.concatenate([values, g_extra])
         return loss, values
 
     def positions_of(self, columns: np.ndarray) -> np.ndarray:
         """Where in the parameters the coefficients of the features ``columns`` are (every
-        output of each, in order), then the intercepts when the model fits them: the layout
-        of a compact sum over those columns (as a :class:`SparseSum` index)."""
+        output of each, in order), then the intercepts when the model fits them and the
+        :attr:`n_extra` parameters: the layout of a compact sum over those columns (as a
+        :class:`SparseSum` index)."""
         K, dtype = self.n_outputs, index_dtype(self.n_params)
         index: np.ndarray = (columns.astype(dtype)[:, None] * K + np.arange(K, dtype=dtype)).ravel()
-        if not self.fit_intercept:
+        if self.n_params == self.n_coef:  # no intercepts, nothing after them
             return index
         return np.concatenate([index, np.arange(self.n_coef, self.n_params, dtype=dtype)])
 
@@ -338,7 +371,9 @@ class LinearModel(Model):
         reports the objective's value only), one pass over the rows."""
         z = self.decision_function(params, X, offset)
         outputs, predicted = self.outputs_of(z)
-        loss, _ = self.link(z.copy() if outputs is z else z, y, self.row_weights(y, w))  # links work in place
+        extra = self.extra_of(np.asarray(params, dtype=np.float64))
+        loss, _ = self.link_sums(z.copy() if outputs is z else z, y, self.row_weights(y, w), extra,
+                                 np.zeros(self.n_extra))  # links work in place
         return Scored(float(loss), None, outputs, predicted)
 
     def _config(self) -> dict[str, Any]:

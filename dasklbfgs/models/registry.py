@@ -15,6 +15,7 @@ from dasklbfgs.models.glm import GAMMA_LINKS, Gamma, NegativeBinomial, Poisson, 
 from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
+from dasklbfgs.models.robust import Huber
 from dasklbfgs.options import Options, option
 
 #: The models the command line and pipelines build by name: each declares its name, its
@@ -22,7 +23,7 @@ from dasklbfgs.options import Options, option
 #: for a dataset (:meth:`~dasklbfgs.models.base.Model.for_dataset`). A new model is its
 #: module plus its class here.
 CLASSES: dict[str, type[Model]] = {
-    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, Poisson, Gamma, Tweedie, NegativeBinomial, MLP,
+    cls.name: cls for cls in (LeastSquares, Logistic, Softmax, Poisson, Gamma, Tweedie, NegativeBinomial, Huber, MLP,
                               SparseAutoencoder, LocalAutoencoder, EmbeddingLM)
 }
 MODELS = tuple(CLASSES)
@@ -71,6 +72,9 @@ class ModelOptions(Options):
                               "z > 0)", "choice", choices=GAMMA_LINKS)
     dispersion: float | None = _shape("negative_binomial dispersion a, fixed: variance mu + a mu^2 (statsmodels' "
                                       "alpha; default 1.0)", "float", positive=True)
+    epsilon: float | None = _shape("huber threshold in units of the scale, > 1: residuals beyond epsilon x scale "
+                                   "count linearly (outliers); the scale is estimated with the coefficients "
+                                   "(default 1.35, scikit-learn's)", "float", positive=True)
 
 
 def model_options(values: dict[str, Any]) -> dict[str, Any]:

@@ -294,7 +294,7 @@ def _largest_penalty(model: LinearModel, shards: CachedDataset, options: Options
     """The l1 penalty from which every coefficient is zero, ``max_j |dL/dw_j|`` at the
     intercept-only model, and that model's fit (None without intercepts: all zeros)."""
     fitted = None
-    start = np.zeros(model.n_params)
+    start = model.init_params()  # zeros, but for a model with a start of its own (Huber's scale)
     if model.fit_intercept:  # OWL-QN holds every coefficient at zero below an l1 no gradient reaches
         fitted = minimize(with_penalty(model, l1=HOLD_AT_ZERO, l2=0.0), shards, "sandblaster", options,
                           client=shards.client, callback=callback)

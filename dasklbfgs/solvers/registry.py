@@ -197,8 +197,9 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
         _refuse_l1(chosen, resolved, model)
     if model.bounds() is not None and not chosen.takes_bounds:
         able = " or ".join(repr(known.name) for known in _load().values() if known.takes_bounds)
-        raise ConfigurationError(f"solver {chosen.name!r} does not keep bounds on the coefficients, and {model!r} "
-                                 f"has them; train it with solver {able}, or without bounds")
+        raise ConfigurationError(f"solver {chosen.name!r} does not keep bounds on the parameters, and {model!r} "
+                                 f"has them (on its coefficients, or a scale it estimates); train it with solver "
+                                 f"{able}, or without bounds")
     context = RunContext.checked(chosen, model, data, resolved, x0=x0, callback=callback, eval_data=eval_data,
                                  score=score)
     planned = chosen.plan(context)  # bad input fails here, before a cluster starts

@@ -80,9 +80,10 @@ class SandblasterRun:
         self.l1 = model.l1_weights()
         self.bounds = model.bounds()
         self.constraints: Constraints | None = None  # L1 and bounds in the optimizer's coordinates (_minimize)
-        # sharded state, a linear model and no x0: the vector shards make its zeros, so no
-        # d-length vector is formed here (the neural models start from random weights)
-        shards_start_at_zero = context.x0 is None and options.state == "sharded" and isinstance(model, LinearModel)
+        # sharded state, a model that starts at zeros (a linear model's) and no x0: the vector shards
+        # make its zeros, so no d-length vector is formed here (the neural models start from random
+        # weights; Gamma's inverse link and Huber's scale start elsewhere)
+        shards_start_at_zero = context.x0 is None and options.state == "sharded" and model.starts_at_zero
         self.x_start = None if shards_start_at_zero else context.x_start()
         self.config = model_config(model)
         self.settings: dict[str, Any] = {"standardize": options.standardize, "history_size": options.history,

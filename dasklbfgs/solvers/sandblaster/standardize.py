@@ -13,6 +13,10 @@ are unchanged, only the coordinates the optimizer sees are better scaled (as Spa
 does by default). Gradients map back by the chain rule:
 
     dF/dC = (dF/dW - mu dF/db^T) / sigma,     dF/dc = dF/db.
+
+Parameters after the intercepts (a model's ``n_extra``: Huber's jointly estimated scale) have
+no column: they are the same in both coordinates, and so are their gradients, L1 weights and
+bounds (every map passes them through, by the vectors' length).
 """
 
 from __future__ import annotations
@@ -61,43 +65,49 @@ class Standardizer:
         variance = np.where(variance > noise, variance, 0.0)
         return cls(mean, np.sqrt(variance + l2), n_outputs=n_outputs, fit_intercept=fit_intercept)
 
-    def _split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(W, b, rest)``: the coefficients (d, K), the intercepts (zeros without) and what
+        follows them (the parameters without a column, passed through; usually nothing)."""
         d, k = self.mean.size, self.n_outputs
         W = v[: d * k].reshape(d, k)
-        b = v[d * k :] if self.fit_intercept else np.zeros(k)
-        return W, b
+        end = d * k + (k if self.fit_intercept else 0)
+        b = v[d * k : end] if self.fit_intercept else np.zeros(k)
+        return W, b, v[end:]
 
-    def _join(self, W: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def _join(self, W: np.ndarray, b: np.ndarray, rest: np.ndarray) -> np.ndarray:
+        if rest.size:
+            return np.concatenate([W.ravel(), b, rest] if self.fit_intercept else [W.ravel(), rest])
         return np.concatenate([W.ravel(), b]) if self.fit_intercept else W.ravel().copy()
 
     def to_params(self, theta: np.ndarray) -> np.ndarray:
-        C, c = self._split(theta)
+        C, c, rest = self._split(theta)
         W = C / self.std[:, None]
-        return self._join(W, c - self.mean @ W)
+        return self._join(W, c - self.mean @ W, rest)
 
     def to_theta(self, params: np.ndarray) -> np.ndarray:
-        W, b = self._split(params)
-        return self._join(W * self.std[:, None], b + self.mean @ W)
+        W, b, rest = self._split(params)
+        return self._join(W * self.std[:, None], b + self.mean @ W, rest)
 
     def gradient_to_theta(self, grad: np.ndarray) -> np.ndarray:
-        gW, gb = self._split(grad)
+        gW, gb, rest = self._split(grad)
         gC = (gW - self.mean[:, None] * gb[None, :]) / self.std[:, None]
-        return self._join(gC, gb)
+        return self._join(gC, gb, rest)
 
     def l1_weights_to_theta(self, weights: np.ndarray) -> np.ndarray:
         """The L1 weights in ``theta``: ``w |W_jk| = (w / sigma_j) |C_jk|``, so the L1 term,
         and with it the objective and its exact zeros, is unchanged (intercepts carry none)."""
-        wW, wb = self._split(weights)
-        return self._join(wW / self.std[:, None], wb)
+        wW, wb, rest = self._split(weights)
+        return self._join(wW / self.std[:, None], wb, rest)
 
     def bounds_to_theta(self, bound: np.ndarray) -> np.ndarray:
         """A coefficient bound in ``theta``: ``W_jk >= l`` is ``C_jk >= l sigma_j`` (sigma > 0,
         so upper stays upper); the intercepts, which centering mixes with every coefficient,
-        carry none (their entries pass through: -inf or inf)."""
-        bW, bb = self._split(bound)
-        return self._join(bW * self.std[:, None], bb)
+        carry none (their entries pass through: -inf or inf), and the parameters after them
+        keep theirs."""
+        bW, bb, rest = self._split(bound)
+        return self._join(bW * self.std[:, None], bb, rest)
 
     def gradient_to_params(self, grad_theta: np.ndarray) -> np.ndarray:
         """Inverse of :meth:`gradient_to_theta`: dF/dW = sigma dF/dC + mu dF/db^T."""
-        gC, gc = self._split(grad_theta)
-        return self._join(gC * self.std[:, None] + self.mean[:, None] * gc[None, :], gc)
+        gC, gc, rest = self._split(grad_theta)
+        return self._join(gC * self.std[:, None] + self.mean[:, None] * gc[None, :], gc, rest)
