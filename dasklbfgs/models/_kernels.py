@@ -66,13 +66,42 @@ def negative_binomial_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = 
                            dispersion: float) -> tuple[float, np.ndarray]:
     """NB2 with the log link (mean ``mu = e^z``, variance ``mu + a mu^2``, ``a`` the
     ``dispersion``): loss the negative log-likelihood less its log-gamma terms,
-    ``(y + 1/a) log(1 + a mu) - y z - y log a``, derivative ``(mu - y) / (1 + a mu)``.
+    ``(y + 1/a) log(1 + a mu) - y z - y log a``, derivative ``(mu - y) / (1 + a mu)``
+    (:func:`_negative_binomial_parts`)."""
+    terms, dz, _ = _negative_binomial_parts(z, y, dispersion)
+    if w is None:
+        return _sum(terms), dz
+    return _dot(w, terms), dz * w
 
-    With ``t = z + log a`` (so ``a mu = e^t``), ``m = min(t, 0)``, ``M = max(t, 0)``,
-    ``u = e^m``, ``v = e^-M`` (one of them is 1, the other ``e^-|t|``) and
+
+def negative_binomial_dispersion_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = None, *,
+                                      dispersion: float) -> tuple[float, np.ndarray, float]:
+    """:func:`negative_binomial_link` with the dispersion ``a`` a parameter: the loss adds the
+    log-gamma terms that depend on ``a``, ``log Γ(1/a) - log Γ(y + 1/a)`` (the full negative
+    log-likelihood less ``log Γ(y + 1)``), and the derivative in ``a``,
+    ``(mu - y) / (a (1 + a mu)) - (log(1 + a mu) + ψ(1/a) - ψ(y + 1/a)) / a^2``, comes third
+    (summed, weighted). For ``a <= 0`` (or NaN), outside the domain, the loss is ``+inf``."""
+    from scipy.special import digamma, gammaln
+
+    if not dispersion > 0:
+        return math.inf, np.zeros_like(np.asarray(z, dtype=np.float64)), 0.0
+    inverse = 1.0 / dispersion
+    terms, dz, softplus = _negative_binomial_parts(z, y, dispersion)
+    terms += gammaln(inverse) - gammaln(y + inverse)
+    d_a = dz * inverse - (softplus + (digamma(inverse) - digamma(y + inverse))) * inverse**2
+    if w is None:
+        return _sum(terms), dz, _sum(d_a)
+    return _dot(w, terms), dz * w, _dot(w, d_a)
+
+
+def _negative_binomial_parts(z: np.ndarray, y: np.ndarray, dispersion: float
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, NB2's loss term and ``dloss/dz`` (see :func:`negative_binomial_link`) and
+    ``log(1 + a mu)``. With ``t = z + log a`` (so ``a mu = e^t``), ``m = min(t, 0)``,
+    ``M = max(t, 0)``, ``u = e^m``, ``v = e^-M`` (one of them is 1, the other ``e^-|t|``) and
     ``l = log(1 + u v)``: the loss is ``y (l - m) + (M + l) / a`` (``y softplus(-t) +
-    softplus(t) / a``, two non-negative terms) and the derivative ``(u / a - y v) / (u + v)``.
-    """
+    softplus(t) / a``, two non-negative terms), the derivative ``(u / a - y v) / (u + v)`` and
+    ``log(1 + a mu) = M + l``: every ``exp`` of a number ``<= 0``, nothing overflows."""
     z = np.asarray(z, dtype=np.float64)
     t = z + math.log(dispersion)
     low, high = np.minimum(t, 0.0), np.maximum(t, 0.0)
@@ -80,9 +109,7 @@ def negative_binomial_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = 
     shared = np.log1p(u * v)
     terms = y * (shared - low) + (high + shared) / dispersion
     dz = (u / dispersion - y * v) / (u + v)
-    if w is None:
-        return _sum(terms), dz
-    return _dot(w, terms), dz * w
+    return terms, dz, high + shared
 
 
 def gamma_inverse_link(z: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> tuple[float, np.ndarray]:

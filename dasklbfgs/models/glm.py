@@ -22,12 +22,19 @@ import numpy as np
 
 from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
-from dasklbfgs.models._kernels import gamma_inverse_link, negative_binomial_link, tweedie_link
+from dasklbfgs.models._kernels import (
+    gamma_inverse_link,
+    negative_binomial_dispersion_link,
+    negative_binomial_link,
+    tweedie_link,
+)
 from dasklbfgs.models.linear import LinearModel
 
 __all__ = ["Gamma", "NegativeBinomial", "Poisson", "Tweedie", "check_dispersion", "check_power", "label_terms",
            "null_deviance", "unit_deviance"]
 
+#: The least jointly estimated negative binomial dispersion (``NegativeBinomial(dispersion=None)``).
+DISPERSION_FLOOR = 1e-8
 #: Gamma's links: the mean ``exp(z)`` or the canonical ``1 / z``.
 GAMMA_LINKS = ("log", "inverse")
 
@@ -289,24 +296,78 @@ class NegativeBinomial(_MeanRegression):
     is statsmodels' ``GLM(family=NegativeBinomial(alpha=a))``. As ``a -> 0`` it tends to Poisson.
     The deviance metrics are Poisson's (:attr:`deviance_power` 1), the same whatever ``a``:
     they compare an NB fit with a Poisson fit of the same counts.
+
+    ``dispersion=None`` estimates ``a`` with the coefficients, by maximum likelihood
+    (statsmodels' discrete ``NegativeBinomial(loglike_method="nb2")``): ``a`` is one more
+    parameter, last in the layout, started at 1 and kept ``>=`` :data:`DISPERSION_FLOOR` by
+    :meth:`bounds` (so Sandblaster trains it), the loss the full negative log-likelihood less
+    ``log Γ(y + 1)`` (:func:`~dasklbfgs.models._kernels.negative_binomial_dispersion_link`).
     """
 
     name = "negative_binomial"
     shape_options: ClassVar[tuple[str, ...]] = ("dispersion",)
 
-    def __init__(self, n_features: int, *, dispersion: float = 1.0, l2: float = 0.0, fit_intercept: bool = True,
-                 l1: float = 0.0, lower_bounds: Any = None, upper_bounds: Any = None) -> None:
+    def __init__(self, n_features: int, *, dispersion: float | None = 1.0, l2: float = 0.0,
+                 fit_intercept: bool = True, l1: float = 0.0, lower_bounds: Any = None,
+                 upper_bounds: Any = None) -> None:
         super().__init__(n_features, 1, l2=l2, fit_intercept=fit_intercept, l1=l1,
                          lower_bounds=lower_bounds, upper_bounds=upper_bounds)
-        self.dispersion = check_dispersion(dispersion)
+        self.dispersion = None if dispersion is None else check_dispersion(dispersion)
 
     @property
     def deviance_power(self) -> float:
         """Poisson's, 1 (see the class)."""
         return 1.0
 
+    # -- an estimated dispersion: a parameter after the intercept ---------------------------
+
+    @property
+    def n_extra(self) -> int:
+        """1 (``a``) when the dispersion is estimated, else 0."""
+        return 1 if self.dispersion is None else 0
+
+    @property
+    def starts_at_zero(self) -> bool:
+        return self.dispersion is not None
+
+    def dispersion_of(self, params: np.ndarray) -> float:
+        """``a`` at ``params``: the last parameter, or the fixed ``dispersion``."""
+        return float(params[-1]) if self.dispersion is None else self.dispersion
+
+    def init_params(self, seed: int | None = None) -> np.ndarray:
+        """The linear models' start, with ``a = 1`` when it is estimated (statsmodels' GLM default)."""
+        params = super().init_params(seed)
+        if self.dispersion is None:
+            params[-1] = 1.0
+        return params
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The coefficients' bounds, and with an estimated dispersion ``a >=``
+        :data:`DISPERSION_FLOOR` (at the floor the counts show no over-dispersion: Poisson's)."""
+        bounds = super().bounds()
+        if self.dispersion is not None:
+            return bounds
+        lower, upper = bounds or (np.full(self.n_params, -np.inf), np.full(self.n_params, np.inf))
+        lower[-1] = DISPERSION_FLOOR
+        return lower, upper
+
     def link(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[float, np.ndarray]:
+        if self.dispersion is None:
+            raise ConfigurationError(
+                f"{self!r} estimates its dispersion with the coefficients, and this computation gives the loss only "
+                "the decision values (Sandblaster's online passes on sparse rows do): fix the dispersion or train "
+                "without online_passes")
         return negative_binomial_link(z, y, w, dispersion=self.dispersion)
+
+    def link_sums(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, extra: np.ndarray,
+                  extra_grad: np.ndarray) -> tuple[float, np.ndarray]:
+        """With an estimated dispersion, the full negative log-likelihood (less ``log Γ(y+1)``)
+        at ``a = extra[0]``; its derivative in ``a`` added to ``extra_grad[0]``."""
+        if self.dispersion is not None:
+            return self.link(z, y, w)
+        loss, dz, d_dispersion = negative_binomial_dispersion_link(z, y, w, dispersion=float(extra[0]))
+        extra_grad[0] += d_dispersion
+        return loss, dz
 
     def _check_labels(self, data: Dataset) -> None:
         self._refuse_negative_labels(data)

@@ -197,6 +197,10 @@ def family_of(model: Model) -> Family:
     if isinstance(model, Logistic):
         return Family("Binomial", "Logit", 0.0, False)
     if isinstance(model, NegativeBinomial):
+        if model.dispersion is None:
+            raise ConfigurationError(
+                f"{model!r} estimates its dispersion with the coefficients; inference takes a fixed one (statsmodels' "
+                "GLM family): fit NegativeBinomial(dispersion=<the estimate>) at the estimated parameters")
         return Family("NegativeBinomial", "Log", 0.0, False, model.dispersion)
     if isinstance(model, Tweedie):
         name = {"poisson": "Poisson", "gamma": "Gamma"}.get(model.name, "Tweedie")

@@ -134,6 +134,42 @@ def test_the_negative_binomial_optimum_is_statsmodels(client, tmp_path, weighted
     assert scores["d2"] == pytest.approx(d2_tweedie_score(NB_COUNTS, predicted, sample_weight=w, power=1), rel=1e-9)
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_an_estimated_dispersion_is_statsmodels_maximum_likelihood(client, tmp_path, weighted) -> None:
+    """``dispersion=None``: the coefficients and ``a`` by maximum likelihood, as statsmodels'
+    discrete ``NegativeBinomial`` (nb2) finds them, from the stored shards and sparse ones;
+    the loss is the full negative log-likelihood less ``log Γ(y + 1)``; its gradient in ``a``
+    is the finite difference's."""
+    w = np.arange(400) % 3 + 1.0 if weighted else None  # whole weights: the reference repeats the rows
+    model = NegativeBinomial(4, dispersion=None)
+    assert model.n_params == 6 and model.init_params()[-1] == 1.0 and not model.starts_at_zero
+    dense = ShardedDataset.create(tmp_path / "nb", X, NB_COUNTS, sample_weight=w, shard_rows=150)
+    sparse = ShardedDataset.create(tmp_path / "nbs", sp.csr_array(X), NB_COUNTS, sample_weight=w, shard_rows=150)
+    repeats = np.ones(400, dtype=int) if w is None else w.astype(int)  # statsmodels' discrete model takes no weights
+    fit = sm.NegativeBinomial(np.repeat(NB_COUNTS, repeats), sm.add_constant(np.repeat(X, repeats, axis=0),
+                                                                            prepend=False), loglike_method="nb2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = fit.fit(method="newton", maxiter=200, tol=1e-14, disp=False)
+    for data in (dense, sparse):
+        result = minimize(model, data, client=client, **TIGHT)
+        assert result.success, result.message
+        np.testing.assert_allclose(result.x, reference.params, atol=1e-6)
+    assert model.dispersion_of(result.x) == pytest.approx(0.7, abs=0.3)  # the planted over-dispersion
+    loss, _ = model.loss_grad_sum(np.asarray(reference.params), X, NB_COUNTS, w)
+    assert loss == pytest.approx(-reference.llf - repeats @ gammaln(NB_COUNTS + 1), rel=1e-12)
+    at = np.asarray(reference.params) + 0.05
+    grad = model.loss_grad_sum(at, X, NB_COUNTS, w)[1]
+    step = np.zeros(6)
+    step[-1] = 1e-6
+    numeric = (model.loss_grad_sum(at + step, X, NB_COUNTS, w)[0] - model.loss_grad_sum(at - step, X, NB_COUNTS, w)[0])
+    assert grad[-1] == pytest.approx(numeric / 2e-6, rel=1e-6)
+    with pytest.raises(ConfigurationError, match="estimates its dispersion with the coefficients; inference takes"):
+        from dasklbfgs import inference
+
+        inference(model, result.x, dense)
+
+
 def _inverse_link_amounts(case: str) -> tuple[np.ndarray, np.ndarray]:
     """Features and gamma labels of mean ``1 / z``: ``z`` about 1/100 on features in [0, 1],
     or about 1/1000 on the normal features ``X``."""
