@@ -29,6 +29,7 @@ from dasklbfgs.models._kernels import (
     tweedie_link,
 )
 from dasklbfgs.models.linear import LinearModel
+from dasklbfgs.models.nuisance import EstimatedNuisance
 
 __all__ = ["Gamma", "NegativeBinomial", "Poisson", "Tweedie", "check_dispersion", "check_power", "label_terms",
            "null_deviance", "unit_deviance"]
@@ -284,7 +285,7 @@ class Gamma(_OnePower):
         return {**super()._config(), "link": self.link_name, **start}
 
 
-class NegativeBinomial(_MeanRegression):
+class NegativeBinomial(EstimatedNuisance, _MeanRegression):
     """Negative binomial regression (NB2) with the log link, for over-dispersed counts: mean
     ``mu = exp(z)``, variance ``mu + a mu^2`` with a fixed ``dispersion`` ``a > 0``
     (statsmodels' ``alpha``; named apart from the solvers' and the path's own ``alpha``).
@@ -305,6 +306,8 @@ class NegativeBinomial(_MeanRegression):
     """
 
     name = "negative_binomial"
+    nuisance = "dispersion"
+    nuisance_floor = DISPERSION_FLOOR
     shape_options: ClassVar[tuple[str, ...]] = ("dispersion",)
 
     def __init__(self, n_features: int, *, dispersion: float | None = 1.0, l2: float = 0.0,
@@ -319,55 +322,19 @@ class NegativeBinomial(_MeanRegression):
         """Poisson's, 1 (see the class)."""
         return 1.0
 
-    # -- an estimated dispersion: a parameter after the intercept ---------------------------
-
-    @property
-    def n_extra(self) -> int:
-        """1 (``a``) when the dispersion is estimated, else 0."""
-        return 1 if self.dispersion is None else 0
-
-    @property
-    def starts_at_zero(self) -> bool:
-        return self.dispersion is not None
+    # -- the dispersion: fixed, or estimated after the intercept (EstimatedNuisance) ----------
 
     def dispersion_of(self, params: np.ndarray) -> float:
         """``a`` at ``params``: the last parameter, or the fixed ``dispersion``."""
-        return float(params[-1]) if self.dispersion is None else self.dispersion
+        return self.nuisance_of(params)
 
-    def init_params(self, seed: int | None = None) -> np.ndarray:
-        """The linear models' start, with ``a = 1`` when it is estimated (statsmodels' GLM default)."""
-        params = super().init_params(seed)
-        if self.dispersion is None:
-            params[-1] = 1.0
-        return params
+    def link_at(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, value: float
+                ) -> tuple[float, np.ndarray]:
+        return negative_binomial_link(z, y, w, dispersion=value)
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The coefficients' bounds, and with an estimated dispersion ``a >=``
-        :data:`DISPERSION_FLOOR` (at the floor the counts show no over-dispersion: Poisson's)."""
-        bounds = super().bounds()
-        if self.dispersion is not None:
-            return bounds
-        lower, upper = bounds or (np.full(self.n_params, -np.inf), np.full(self.n_params, np.inf))
-        lower[-1] = DISPERSION_FLOOR
-        return lower, upper
-
-    def link(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[float, np.ndarray]:
-        if self.dispersion is None:
-            raise ConfigurationError(
-                f"{self!r} estimates its dispersion with the coefficients, and this computation gives the loss only "
-                "the decision values (Sandblaster's online passes on sparse rows do): fix the dispersion or train "
-                "without online_passes")
-        return negative_binomial_link(z, y, w, dispersion=self.dispersion)
-
-    def link_sums(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, extra: np.ndarray,
-                  extra_grad: np.ndarray) -> tuple[float, np.ndarray]:
-        """With an estimated dispersion, the full negative log-likelihood (less ``log Γ(y+1)``)
-        at ``a = extra[0]``; its derivative in ``a`` added to ``extra_grad[0]``."""
-        if self.dispersion is not None:
-            return self.link(z, y, w)
-        loss, dz, d_dispersion = negative_binomial_dispersion_link(z, y, w, dispersion=float(extra[0]))
-        extra_grad[0] += d_dispersion
-        return loss, dz
+    def link_and_derivative(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, value: float
+                            ) -> tuple[float, np.ndarray, float]:
+        return negative_binomial_dispersion_link(z, y, w, dispersion=value)
 
     def _check_labels(self, data: Dataset) -> None:
         self._refuse_negative_labels(data)

@@ -36,7 +36,7 @@ import numpy as np
 from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models._kernels import huber_link, huber_scale_link
-from dasklbfgs.models.linear import LinearModel
+from dasklbfgs.models.nuisance import EstimatedNuisance
 
 __all__ = ["SCALE_FLOOR", "Huber", "check_epsilon", "check_scale"]
 
@@ -68,11 +68,13 @@ def check_scale(scale: Any) -> float | None:
     return float(scale)
 
 
-class Huber(LinearModel):
+class Huber(EstimatedNuisance):
     """Huber regression (see the module): ``epsilon`` the threshold in units of the scale,
     ``scale`` fixed or (None) estimated with the coefficients as the last parameter."""
 
     name = "huber"
+    nuisance = "scale"
+    nuisance_floor = SCALE_FLOOR
     task = "regression"
     shape_options: ClassVar[tuple[str, ...]] = ("epsilon",)
 
@@ -90,58 +92,19 @@ class Huber(LinearModel):
         given = {name: value for name, value in shape.items() if value is not None}
         return cls(data.n_features, l2=l2, fit_intercept=fit_intercept, l1=l1, **given)
 
-    # -- layout: sigma after the intercept ----------------------------------------------------
-
-    @property
-    def n_extra(self) -> int:
-        """1 (``sigma``) when the scale is estimated, else 0."""
-        return 1 if self.scale is None else 0
-
-    @property
-    def starts_at_zero(self) -> bool:
-        return self.scale is not None
+    # -- the scale: fixed, or estimated after the intercept (EstimatedNuisance) ---------------
 
     def scale_of(self, params: np.ndarray) -> float:
         """``sigma`` at ``params``: the last parameter, or the fixed ``scale``."""
-        return float(params[-1]) if self.scale is None else self.scale
+        return self.nuisance_of(params)
 
-    def init_params(self, seed: int | None = None) -> np.ndarray:
-        """The linear models' start, with ``sigma = 1`` when it is estimated (scikit-learn's)."""
-        params = super().init_params(seed)
-        if self.scale is None:
-            params[-1] = 1.0
-        return params
+    def link_at(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, value: float
+                ) -> tuple[float, np.ndarray]:
+        return huber_link(z, y, w, epsilon=self.epsilon, scale=value)
 
-    def bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The coefficients' bounds, and with an estimated scale ``sigma >= 10`` machine epsilons."""
-        bounds = super().bounds()
-        if self.scale is not None:
-            return bounds
-        lower, upper = bounds or (np.full(self.n_params, -np.inf), np.full(self.n_params, np.inf))
-        lower[-1] = SCALE_FLOOR
-        return lower, upper
-
-    # -- the row sums ---------------------------------------------------------------------
-
-    def link(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[float, np.ndarray]:
-        """At a fixed scale, :func:`~dasklbfgs.models._kernels.huber_link`. An estimated scale
-        is a parameter the link alone does not have: the row sums go through :meth:`link_sums`."""
-        if self.scale is None:
-            raise ConfigurationError(
-                f"{self!r} estimates its scale with the coefficients, and this computation gives the loss only "
-                "the decision values (Sandblaster's online passes on sparse rows do): fix the scale (scale=) or "
-                "train without online_passes")
-        return huber_link(z, y, w, epsilon=self.epsilon, scale=self.scale)
-
-    def link_sums(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, extra: np.ndarray,
-                  extra_grad: np.ndarray) -> tuple[float, np.ndarray]:
-        """With an estimated scale, the loss at ``sigma = extra[0]``; its derivative in ``sigma``
-        added to ``extra_grad[0]``."""
-        if self.scale is not None:
-            return self.link(z, y, w)
-        loss, dz, d_scale = huber_scale_link(z, y, w, epsilon=self.epsilon, scale=float(extra[0]))
-        extra_grad[0] += d_scale
-        return loss, dz
+    def link_and_derivative(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, value: float
+                            ) -> tuple[float, np.ndarray, float]:
+        return huber_scale_link(z, y, w, epsilon=self.epsilon, scale=value)
 
     # -- prediction ---------------------------------------------------------------------------
 
