@@ -22,7 +22,7 @@ from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import softmax_rows
 
-__all__ = ["Model", "Scored", "SoftmaxOutput", "check_l2"]
+__all__ = ["Model", "Scored", "SoftmaxOutput", "check_l2", "first_bad_label"]
 
 
 class Scored(NamedTuple):
@@ -47,6 +47,16 @@ def check_l2(l2: Any, name: str = "l2") -> float:
     if not np.isfinite(value) or value < 0:
         raise ConfigurationError(f"{name} must be a non-negative finite number, got {l2!r}")
     return value
+
+
+def first_bad_label(data: Dataset, bad: Any) -> str:
+    """Where the first label ``bad`` marks is, for an error message: ``"; the first is y = v in
+    shard s at row r"`` (read shard by shard, labels only: the schema knows only the range)."""
+    found = data.first_label(bad) if hasattr(data, "first_label") else None
+    if found is None:
+        return ""
+    shard, row, value = found
+    return f"; the first is y = {value:g} in shard {shard} at row {row}"
 
 
 class Model:
@@ -287,6 +297,7 @@ class Model:
                 f"{type(self).__name__} needs integer labels in 0..{n_classes - 1}, but y at "
                 f"{data.url!r} ranges over [{low:g}, {high:g}]"
                 + ("" if integral else " and is not integer-valued")
+                + first_bad_label(data, lambda y: (y < 0) | (y > n_classes - 1) | (np.mod(y, 1) != 0))
             )
 
     # -- identity ---------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from dasklbfgs.models._kernels import (
     negative_binomial_link,
     tweedie_link,
 )
+from dasklbfgs.models.base import first_bad_label
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.nuisance import EstimatedNuisance
 
@@ -107,16 +108,6 @@ def null_deviance(power: float, weight: float, mean: float, spread: float, terms
         return 2.0 * (weight * np.log(mean) - terms)
     return 2.0 * (terms / ((1.0 - power) * (2.0 - power)) - mean ** (1.0 - power) * total / (1.0 - power)
                   + mean ** (2.0 - power) * weight / (2.0 - power))
-
-
-def first_bad_label(data: Dataset, bad: Any) -> str:
-    """Where the first label ``bad`` marks is, for an error message: ``"; the first is y = v in
-    shard s at row r"`` (read shard by shard, labels only: the schema knows only the range)."""
-    found = data.first_label(bad) if hasattr(data, "first_label") else None
-    if found is None:
-        return ""
-    shard, row, value = found
-    return f"; the first is y = {value:g} in shard {shard} at row {row}"
 
 
 class _MeanRegression(LinearModel):

@@ -204,10 +204,12 @@ def test_configuration_errors(factory, match) -> None:
 
 def test_model_data_mismatch(tmp_path) -> None:
     data = ShardedDataset.create(tmp_path / "d", X, Y["softmax"], shard_rows=1000)
+    first_above_1 = int(np.flatnonzero(Y["softmax"] > 1)[0])
     with pytest.raises(ModelDataMismatchError, match=r"expects 5 features but the dataset at .* has 6"):
         Logistic(5).check_data(data)
     with pytest.raises(ModelDataMismatchError,
-                       match=r"Logistic needs integer labels in 0..1, but y at .* ranges over \[0, 3\]"):
+                       match=r"Logistic needs integer labels in 0..1, but y at .* ranges over \[0, 3\]; the first is "
+                             rf"y = {Y['softmax'][first_above_1]:g} in shard 0 at row {first_above_1}"):
         Logistic(D).check_data(data)
     with pytest.raises(ModelDataMismatchError, match=r"Softmax needs integer labels in 0..2"):
         Softmax(D, 3).check_data(data)
