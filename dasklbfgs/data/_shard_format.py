@@ -24,8 +24,8 @@ from dasklbfgs.data._validate import (
     check_cast,
     check_finite,
     check_numeric,
+    check_per_row_shape,
     check_weight_values,
-    check_weights_shape,
 )
 from dasklbfgs.data.rows import Rows
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
@@ -194,9 +194,9 @@ class ShardFormat:
                 raise InvalidDataError(f"the block starting at row {first_row} {given} {what} but the first "
                                        f"block {first}; give {what} with every block or none")
         if w is not None:
-            check_weights_shape(w, X.shape[0], where=where)
+            check_per_row_shape(w, X.shape[0], where=where)
         if block.offset is not None:
-            check_weights_shape(block.offset, X.shape[0], where=where, name="offset")
+            check_per_row_shape(block.offset, X.shape[0], where=where, name="offset")
         if is_sparse(X) != self.sparse:
             given, first = ("sparse", "dense") if is_sparse(X) else ("dense", "sparse")
             raise InvalidDataError(f"X is {given} {where} but the first block was {first}; "

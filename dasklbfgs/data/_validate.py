@@ -82,13 +82,13 @@ def check_cast(given: np.ndarray, stored: np.ndarray, name: str, *, first_row: i
     )
 
 
-def check_weights_shape(w: np.ndarray, n_rows: int, *, where: str, name: str = "sample_weight") -> None:
-    """Check sample weights (or offsets: ``name``) are one number per row of X."""
-    check_numeric(w, name)
-    if w.ndim != 1 or w.shape[0] != n_rows:
+def check_per_row_shape(values: np.ndarray, n_rows: int, *, where: str, name: str = "sample_weight") -> None:
+    """Check a per-row array (sample weights, offsets: ``name``) is one number per row of X."""
+    check_numeric(values, name)
+    if values.ndim != 1 or values.shape[0] != n_rows:
         raise InvalidDataError(
             f"{name} must be 1-D with one number per row of X {where}: X has {n_rows} rows, "
-            f"{name} has shape {w.shape}"
+            f"{name} has shape {values.shape}"
         )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from dasklbfgs.data._client import active_client, client_for
 from dasklbfgs.data._shard_format import ATTRS_KEY, resolve_compressor
 from dasklbfgs.data._sparse import as_csr, is_sparse
-from dasklbfgs.data._validate import check_block_shapes, check_shard_rows, check_weights_shape
+from dasklbfgs.data._validate import check_block_shapes, check_per_row_shape, check_shard_rows
 from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
@@ -117,7 +117,7 @@ class DatasetWriters:
         for values, name in ((sample_weight, "sample_weight"), (offset, "offset")):
             if values is not None:
                 values = _as_array(values, name)
-                check_weights_shape(values, X.shape[0], where="in the input", name=name)
+                check_per_row_shape(values, X.shape[0], where="in the input", name=name)
             extras.append(values)
         if 0 in X.shape:
             raise InvalidDataError(

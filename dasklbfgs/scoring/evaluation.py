@@ -144,17 +144,15 @@ def merged_in_a_tree(items: list[T], merge: Callable[[T, T], T]) -> T:
 
 def _shard_summary(model: Model, params: np.ndarray, data: Dataset, index: int, names: tuple[str, ...],
                    curves: bool) -> Summary:
-    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves); the
-    parameters, arrived over the wire, aligned (:func:`~dasklbfgs._wire.aligned`: numpy
-    hands only aligned arrays to BLAS; its own loop is about 3x slower)."""
-    X, y = data.load_shard(index)
-    return summarize(model, aligned(params), X, y, data.load_shard_weights(index), names, curves=curves,
-                     offset=data.load_offsets(*data.shard_bounds[index]))
+    """Task: the summary of shard ``index`` for the metrics ``names`` (and the curves), its
+    rows read from the store in one fetch (:meth:`~dasklbfgs.data.ShardedDataset.load_shards`)."""
+    return _rows_summary(model, params, data.load_shards([index])[0], names, curves)
 
 
 def _rows_summary(model: Model, params: np.ndarray, shard: Rows, names: tuple[str, ...], curves: bool) -> Summary:
-    """Task: the summary of a shard held in memory (sparse rows kept compact: as CSR again;
-    rows and parameters that came over the wire aligned, as in :func:`_shard_summary`)."""
+    """Task: the summary of a shard's rows (sparse rows kept compact: as CSR again); rows and
+    parameters that came over the wire aligned (:func:`~dasklbfgs._wire.aligned`: numpy hands
+    only aligned arrays to BLAS; its own loop is about 3x slower)."""
     X, y, w, offset = aligned_rows(shard)
     X = shard.X.to_csr() if hasattr(shard.X, "to_csr") else X
     return summarize(model, aligned(params), X, y, w, names, curves=curves, offset=offset)

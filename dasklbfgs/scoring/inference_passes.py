@@ -9,13 +9,14 @@ them."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
+from dasklbfgs.data.rows import Rows, aligned_rows
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
 from dasklbfgs.scoring.glm_family import Family, family_of
 from dasklbfgs.scoring.information_matrix import information
@@ -135,18 +136,13 @@ def on_the_shards(work: Callable[..., T], model: LinearModel, params: np.ndarray
 
 def _shard_work(work: Callable[..., T], model: LinearModel, params: np.ndarray, data: Dataset, index: int,
                 *args: Any) -> T:
-    """Task: ``work`` of shard ``index``, read from the store (parameters that came over the
-    wire aligned: :func:`~dasklbfgs._wire.aligned`)."""
-    X, y = data.load_shard(index)
-    offset = data.load_offsets(*data.shard_bounds[index]) if getattr(data, "has_offsets", False) else None
-    return work(model, aligned(params), X, y, data.load_shard_weights(index), offset, *args)
+    """Task: ``work`` of shard ``index``, its rows read from the store in one fetch
+    (:meth:`~dasklbfgs.data.ShardedDataset.load_shards`)."""
+    return _rows_work(work, model, params, data.load_shards([index])[0], *args)
 
 
-def _rows_work(work: Callable[..., T], model: LinearModel, params: np.ndarray, shard: Sequence[Any],
-               *args: Any) -> T:
-    """Task: ``work`` of a shard held in memory (a :class:`~dasklbfgs.data.rows.Rows`: its
-    rows, labels, weights and offsets; compact sparse rows as CSR again)."""
-    X, y, w = shard[:3]
-    offset = shard[3] if len(shard) > 3 else None
-    return work(model, aligned(params), aligned(X.to_csr() if hasattr(X, "to_csr") else X), aligned(y),
-                None if w is None else aligned(w), None if offset is None else aligned(offset), *args)
+def _rows_work(work: Callable[..., T], model: LinearModel, params: np.ndarray, shard: Rows, *args: Any) -> T:
+    """Task: ``work`` of a shard's rows (compact sparse rows as CSR again), rows and parameters
+    that came over the wire aligned (:func:`~dasklbfgs._wire.aligned`)."""
+    X, y, w, offset = aligned_rows(shard)
+    return work(model, aligned(params), shard.X.to_csr() if hasattr(shard.X, "to_csr") else X, y, w, offset, *args)
