@@ -22,7 +22,7 @@ import numpy as np
 
 from dasklbfgs._actors import ActorRef
 from dasklbfgs._wire import free_answered_calls
-from dasklbfgs.errors import ModelDataMismatchError, PartitionError, PartitionLostError
+from dasklbfgs.errors import PartitionError, PartitionLostError
 from dasklbfgs.parallel.actor import EXCHANGE_TIMEOUT_SECONDS, PartitionActor
 
 if TYPE_CHECKING:
@@ -266,8 +266,7 @@ class OnPartitions:
                               ) -> tuple[float, np.ndarray]:
         from distributed import get_client
 
-        if offset is not None:  # the partitioned models are neural: check_data refuses data with offsets
-            raise ModelDataMismatchError("a partitioned model takes no offsets")
+        assert offset is None, "the partitioned models are neural: Model.check_data refuses data with offsets"
 
         refs = self._replica_here()
         actors = [ref.handle() for ref in refs]

@@ -92,9 +92,8 @@ class ReplicaTask:
     def gradient(self, params: np.ndarray, batch: Batch, epoch: int) -> tuple[float, np.ndarray] | None:
         """The mini-batch loss and gradient at ``params``; None when either is not finite
         (``stop`` then says so)."""
-        offsets = {} if batch.offset is None else {"offset": batch.offset}  # a partitioned model takes none
         loss, grad = self.timed(lambda: self.model.objective(params, batch.X, batch.y, batch.w, n=batch.size,
-                                                             **offsets))
+                                                             offset=batch.offset))
         if math.isfinite(loss) and np.all(np.isfinite(grad)):
             return loss, grad
         self.stop = non_finite_message(self.replica, loss, self.steps, epoch)

@@ -91,7 +91,8 @@ class PartitionView:
         self.decay = partitioned.own_coefficients(p, decay) if decay else None  # None: no penalty
 
     def objective(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None, *,
-                  n: float | None = None) -> tuple[float, np.ndarray]:
+                  n: float | None = None, offset: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        assert offset is None, "the partitioned models are neural: Model.check_data refuses data with offsets"
         if n is None:
             n = X.shape[0] if w is None else float(np.sum(w, dtype=np.float64))
         loss_sum, penalty, grad = self.exchanges.run(self._program(params, X, y, w))
