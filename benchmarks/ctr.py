@@ -68,14 +68,22 @@ from benchmarks._common import (
 )
 
 L2 = 1e-4
+DEFAULT_ROWS = 1_000_000
 GTOL = 1e-8
 MAXITER = 1000
 SAGA_EPOCHS = 30
 SPARK_ITERATIONS = 150  # Spark takes ~2 s an iteration here: as many as Sandblaster needs, then its gap
 FTRL_RATE, FTRL_EPOCHS = 0.5, 2
-METHODS = ("Sandblaster, local state", "Sandblaster, sharded state", "scikit-learn lbfgs", "scikit-learn saga",
-           "Spark MLlib", "dask-glm lbfgs", "Downpour FTRL")
-OPTIMUM_METHODS = METHODS[:-1]  # minimise the l2 objective (Downpour FTRL does not)
+ONLINE_PASSES, ONLINE_RATE = 1, 0.05  # benchmarks.online_start's best start on this recipe
+VW_BFGS_PASSES = 30
+UNCUT = "Sandblaster, local state, whole vectors"
+METHODS = ("Sandblaster, local state", "Sandblaster, sharded state", "Sandblaster, online then batch", UNCUT,
+           "scikit-learn lbfgs", "scikit-learn saga", "Spark MLlib", "dask-glm lbfgs",
+           "Vowpal Wabbit, online pass", "Vowpal Wabbit, online then BFGS", "Downpour FTRL")
+#: methods that minimise our l2 objective: Downpour FTRL has none, and Vowpal Wabbit's BFGS
+#: penalises its constant too, which shares the hashed table with the columns
+OPTIMUM_METHODS = METHODS[:8]
+SANDBLASTER = METHODS[:4]  # their iterations' timeline is reported
 WIDE = "Sandblaster, sharded state, wide"
 WIDE_FEATURES, WIDE_ROWS, WIDE_ITERATIONS = 2**26, 200_000, 5
 CURVES = ("Sandblaster, local state", "Downpour FTRL")
@@ -106,20 +114,30 @@ def logistic(data: Any, l2: float = L2) -> Any:
 
 # -- one method, in its own process ---------------------------------------------------------
 
-def _sandblaster(state: str):
+def _sandblaster(state: str, cut: bool = True, **options: Any):
+    """Sandblaster L-BFGS; ``cut=False`` keeps every vector as long as the model (the run
+    before :mod:`dasklbfgs.solvers.sandblaster.active`, for the timeline's comparison)."""
     def run(train, test, root):
         from dasklbfgs import connect, sandblaster_lbfgs
+        from dasklbfgs.solvers.sandblaster import active
 
+        if not cut:
+            active.MOST_ACTIVE = 0.0  # this (fresh) process only
         with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
             client.wait_for_workers(2)
             started = time.perf_counter()
             res = sandblaster_lbfgs(logistic(train), train, client=client, maxiter=MAXITER, gtol=GTOL, ftol=1e-15,
-                                    state=state)
+                                    state=state, **options)
             seconds = time.perf_counter() - started
             workers = worker_peaks(client)
-        return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev),
-                                "load_seconds": res.stats["load_seconds"],
-                                "eval_seconds_median": res.stats["eval_seconds_median"], "message": res.message,
+        stats = res.stats
+        return seconds, res.x, {"iterations": int(res.nit), "evaluations": int(res.nfev), "message": res.message,
+                                "trace": [(e["time"], e["loss"]) for e in res.history],
+                                "active_parameters": stats.get("active_parameters"),
+                                "online_seconds": stats["online"]["seconds"] if "online" in stats else None,
+                                **{key: stats[key] for key in ("load_seconds", "eval_seconds_median",
+                                                               "eval_seconds_total", "total_seconds",
+                                                               "busiest_worker_compute_seconds")},
                                 **workers}
     return run
 
@@ -205,6 +223,72 @@ def _dask_glm(train, test, root):
     return seconds, np.concatenate([np.asarray(beta), [0.0]]), workers
 
 
+def _vw_file(data: Any, name: str) -> Path:
+    """Rows as Vowpal Wabbit's text input, beside the dataset: ``label | column:value ...``
+    (labels -1/1) in the default namespace, whose hash is 0, so a column's index in VW's
+    table is the column."""
+    path = Path(data.path).parent / f"{name}.vw"
+    if path.exists():
+        return path
+    X, y = data.load_rows(0, data.n_samples)[:2]
+    X = X.tocsr()
+    partial = path.with_suffix(".partial")
+    with open(partial, "w") as out:
+        for start in range(0, X.shape[0], 10_000):
+            block = X[start : start + 10_000]
+            for i in range(block.shape[0]):
+                lo, hi = block.indptr[i], block.indptr[i + 1]
+                features = " ".join(f"{j}:{v:g}" for j, v in zip(block.indices[lo:hi], block.data[lo:hi]))
+                out.write(f"{1 if y[start + i] > 0 else -1} | {features}\n")
+    partial.rename(path)
+    return path
+
+
+def _vowpal_wabbit(bfgs: bool):
+    """Vowpal Wabbit in this process, from its command line: one online pass (its defaults:
+    adaptive, normalised, invariant updates; no l2), then, with ``bfgs``, ``--bfgs`` passes
+    from that pass's weights (``--predict_only_model``) with ``--l2 = n * l2``: VW's BFGS
+    minimises the summed log-loss plus ``l2/2 ||w||^2``, ours the mean. Held-out log-loss from
+    VW's own predictions of the test rows."""
+    def run(train, test, root):
+        try:
+            from vowpalwabbit import Workspace
+        except ImportError:
+            raise Skipped("vowpalwabbit is not installed (pip install -e '.[bench]')") from None
+        import tempfile
+
+        train_file, test_file = _vw_file(train, "train"), _vw_file(test, "test")
+        bits = int(np.log2(train.n_features))
+        common = f"--loss_function logistic -b {bits} --quiet"
+        with tempfile.TemporaryDirectory() as tmp:
+            online, final = Path(tmp) / "online.model", Path(tmp) / "bfgs.model"
+            started = time.perf_counter()
+            _vw(Workspace, f"-d {train_file} {common} -f {online} --predict_only_model")
+            online_seconds = time.perf_counter() - started
+            if bfgs:
+                _vw(Workspace, f"-d {train_file} {common} --bfgs --passes {VW_BFGS_PASSES} --holdout_off "
+                    f"--cache_file {Path(tmp) / 'cache'} -i {online} --predict_only_model "
+                    f"--l2 {L2 * train.n_samples:g} -f {final}")
+            seconds = time.perf_counter() - started
+            predictions = Path(tmp) / "predictions"
+            _vw(Workspace, f"-d {test_file} -t -i {final if bfgs else online} --predict_only_model "
+                f"--link logistic -p {predictions} --quiet")
+            p = np.clip(np.loadtxt(predictions), 1e-15, 1 - 1e-15)
+        y = test.load_rows(0, test.n_samples)[1] > 0
+        heldout = float(-np.mean(np.where(y, np.log(p), np.log1p(-p))))
+        return seconds, None, {"heldout_logloss": heldout, "online_seconds": online_seconds,
+                               "iterations": VW_BFGS_PASSES if bfgs else 1}
+    return run
+
+
+def _vw(workspace: Any, arguments: str) -> None:
+    vw = workspace(arguments)
+    try:
+        vw.run_parser()
+    finally:
+        vw.finish()
+
+
 def _downpour_ftrl(train, test, root):
     from dasklbfgs import connect, downpour_sgd
 
@@ -288,8 +372,14 @@ assert set(CURVE_RUNNERS) == set(CURVES)
 
 
 RUNNERS = {"Sandblaster, local state": _sandblaster("local"), "Sandblaster, sharded state": _sandblaster("sharded"),
+           "Sandblaster, online then batch": _sandblaster("local", online_passes=ONLINE_PASSES,
+                                                          online_learning_rate=ONLINE_RATE),
+           UNCUT: _sandblaster("local", cut=False),
            "scikit-learn lbfgs": _sklearn("lbfgs"), "scikit-learn saga": _sklearn("saga"), "Spark MLlib": _spark,
-           "dask-glm lbfgs": _dask_glm, "Downpour FTRL": _downpour_ftrl, WIDE: _wide_sharded}
+           "dask-glm lbfgs": _dask_glm, "Vowpal Wabbit, online pass": _vowpal_wabbit(bfgs=False),
+           "Vowpal Wabbit, online then BFGS": _vowpal_wabbit(bfgs=True), "Downpour FTRL": _downpour_ftrl,
+           WIDE: _wide_sharded}
+assert set(RUNNERS) == {*METHODS, WIDE}
 
 
 def scores(x: np.ndarray, train: Any, test: Any) -> dict[str, float]:
@@ -317,12 +407,13 @@ def _one(method: str, root: str, rows: int, features: int) -> dict:
     train, test = open_data(Path(root), rows, features)
     seconds, x, facts = RUNNERS[method](train, test, Path(root))
     peak = peak_rss_mib()  # before loading the rows to score the solution
-    return {"seconds": seconds, **scores(x, train, test), **facts, "peak_rss_mib": peak}
+    scored = {} if x is None else scores(x, train, test)  # (Vowpal Wabbit scores its own predictions)
+    return {"seconds": seconds, **scored, **facts, "peak_rss_mib": peak}
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     parser.add_argument("--features", type=int, default=2**22)
     add_comparison_arguments(parser, METHODS, timeout=1200.0, repeats=2, repeat_below=60.0)
     parser.add_argument("--wide-features", type=int, default=WIDE_FEATURES,
@@ -337,7 +428,7 @@ def main(argv=None) -> None:
     parser.add_argument("--from-results", action="store_true", help="only redraw from results/ctr.json")
     args = parser.parse_args(argv)
     if args.from_results:
-        finish(read_result("ctr"), record=False)
+        finish(read_result(results_name(args.rows)), record=False)
         return
     command = " ".join(["python -m benchmarks.ctr", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     if args.wide_only:
@@ -380,8 +471,14 @@ def curves_run(args, command: str) -> dict:
     return curves
 
 
+def results_name(rows: int) -> str:
+    """``ctr`` for the recorded size, ``ctr-<rows>`` for another (recorded beside it)."""
+    return "ctr" if rows == DEFAULT_ROWS else f"ctr-{rows}"
+
+
 def finish(out: dict, record: bool = True) -> None:
-    publish("ctr", out, render, plot, OUT / "ctr-seconds.png", record)
+    name = results_name(out["rows"])
+    publish(name, out, render, plot, OUT / f"{name}-seconds.png", record)
     if out.get("curves"):
         plot_curves(out["curves"], OUT / "ctr-curves.png")
 
@@ -449,6 +546,62 @@ def render_curves(curves: dict) -> list[str]:
                         f"Sandblaster's best: {best:.5f}.", ""]
 
 
+def seconds_to_optimum(r: dict, ref: float, within: float = 1e-6) -> float | None:
+    """When a Sandblaster run's objective first came within ``within`` (relative) of ``ref``, by
+    its iterations' clock (from the call, as its seconds)."""
+    return next((t for t, f in r.get("trace", []) if f - ref <= within * abs(ref)), None)
+
+
+def render_timeline(out: dict) -> list[str]:
+    """Where a Sandblaster iteration's time goes, from each run's own counters."""
+    runs = {m: r for m, r in out["methods"].items() if m in SANDBLASTER and "total_seconds" in r}
+    if not runs:
+        return []
+    lines = ["## A wide iteration's time, per iteration", "",
+             "From each run's counters: its evaluations' wall time, the busiest worker's computing within it (direct "
+             "calls), the rest of the evaluations (sending the parameters, the compact sums coming back and being "
+             "added), and the coordinator's own work (everything else after loading the shards and the online "
+             "pass: the L-BFGS vector work on the parameters it optimises, the objective from the sums).", "",
+             "| method | parameters optimised | evaluations | evaluation ms | busiest worker computing ms | "
+             "the rest of the evaluation ms | coordinator's own ms | coordinator / one evaluation | "
+             "non-zeros a second per evaluation |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for method, r in runs.items():
+        nit = max(r["iterations"], 1)
+        per_eval = r["eval_seconds_total"] / max(r["evaluations"], 1)
+        evaluating = r["eval_seconds_total"] / nit
+        busiest = r["busiest_worker_compute_seconds"] / nit
+        before = r["load_seconds"] + (r.get("online_seconds") or 0.0)
+        own = (r["total_seconds"] - before - r["eval_seconds_total"]) / nit
+        active = r.get("active_parameters")
+        lines.append(f"| {method} | {active or out['features'] + 1:,} | {r['evaluations'] / nit:.2f} | "
+                     f"{1e3 * evaluating:.1f} | {1e3 * busiest:.1f} | {1e3 * (evaluating - busiest):.1f} | "
+                     f"{1e3 * own:.1f} | {own / per_eval:.0%} | {out['nnz'] / per_eval / 1e6:.0f}M |")
+    return lines + [""]
+
+
+def render_targets(out: dict) -> list[str]:
+    """Sandblaster against the targets it is held to on this workload."""
+    ref, methods = f_star(out), out["methods"]
+    ours, sklearn, vw = (methods.get(m, {}) for m in ("Sandblaster, local state", "scikit-learn lbfgs",
+                                                      "Vowpal Wabbit, online then BFGS"))
+    if ref is None or "trace" not in ours:
+        return []
+    reached = seconds_to_optimum(ours, ref)
+    lines = ["## Against the targets", ""]
+    if reached is not None:
+        lines.append(f"- Sandblaster (local state) within 1e-6 of f* after {reached:.1f} s (its clock, from the call; "
+                     f"it stops at max |g| <= {GTOL:g} after {ours['seconds']:.1f} s).")
+    for name, r, factor in (("0.3x scikit-learn lbfgs's", sklearn, 0.3), ("Vowpal Wabbit's online then BFGS",
+                                                                          vw, 1.0)):
+        if "seconds" in r and reached is not None:
+            bound = factor * r["seconds"]
+            lines.append(f"- {name} time: {bound:.1f} s: {'met' if reached <= bound else 'not met'} "
+                         f"({reached / bound:.2f}x of it).")
+    lines.append(f"- An evaluation: {out['nnz'] / (ours['eval_seconds_total'] / ours['evaluations']) / 1e6:.0f}M "
+                 "non-zeros a second on 2 workers (the target: 60M).")
+    return lines + [""]
+
+
 def render(out: dict) -> str:
     ref = f_star(out)
     lines = report_header("Sparse logistic regression on click-through-like data", out["command"], out["machine"])
@@ -477,6 +630,7 @@ def render(out: dict) -> str:
               "its own convergence (maxIter 1000, tol 1e-10) it had not finished in 20 minutes. scikit-learn's "
               f"saga is stopped after {SAGA_EPOCHS} epochs. Downpour FTRL minimises no l2 objective: only its "
               "held-out log-loss compares.", ""]
+    lines += render_timeline(out) + render_targets(out)
     wide = out.get("wide")
     if wide:
         lines += [f"## The coordinator at {wide['features']:,} features (sharded state)", "",

@@ -21,6 +21,7 @@ once.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -289,6 +290,18 @@ class LinearModel(Model):
         if self.n_params == self.n_coef:  # no intercepts, nothing after them
             return index
         return np.concatenate([index, np.arange(self.n_coef, self.n_params, dtype=dtype)])
+
+    def on_columns(self, columns: np.ndarray) -> LinearModel:
+        """This model on the features ``columns`` alone (sorted, distinct): its objective at
+        parameters laid out as :meth:`positions_of` ``columns`` puts them is this model's at
+        the parameters zero on every other feature's coefficients (the penalties are
+        separable), its bounds those features' bounds."""
+        on = copy.copy(self)
+        on.n_features = len(columns)
+        on.lower_bounds, on.upper_bounds = (
+            bound if bound is None or np.ndim(bound) == 0 else np.asarray(bound)[columns]
+            for bound in (self.lower_bounds, self.upper_bounds))
+        return on
 
     def row_table_for(self, data: Dataset) -> Any:
         """On sparse data without a penalty, the rows of W (one per feature, ``n_outputs``

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dasklbfgs.optim.vectors import add_scaled
+from dasklbfgs.optim.vectors import BLOCK, add_scaled, products
 
 __all__ = ["GramMatrix", "LocalBasis"]
 
@@ -119,6 +119,28 @@ class LocalBasis(GramMatrix):
         gS, gY, gg = (self.S[:used] @ g)[order], (self.Y[:used] @ g)[order], float(g @ g)
         self.set_gradient_dots(gS, gY, gg)
         return np.concatenate([gS, gY, [gg]])
+
+    def advance(self, pair: tuple[np.ndarray, np.ndarray] | None, g: np.ndarray) -> tuple[np.ndarray | None,
+                                                                                       np.ndarray]:
+        """:meth:`push_pair` ``(s, y)`` (when a ``pair`` is given) then :meth:`set_gradient`
+        ``g``, the products of both taken in one pass over the stored pairs
+        (:func:`~dasklbfgs.optim.vectors.products`) once the vectors are longer than a cache
+        block (shorter ones are in cache either way: taken one by one, as before); returns
+        what each returns (None for no pair)."""
+        if pair is None or len(g) <= BLOCK:
+            return None if pair is None else self.push_pair(*pair), self.set_gradient(g)
+        s, y = pair
+        slot = self.slots.pop(0) if self.make_room() else len(self.slots)
+        self.S[slot], self.Y[slot] = s, y
+        self.slots.append(slot)
+        order, used = self.slots, len(self.slots)
+        on_S, on_Y = products((self.S[:used], self.Y[:used]), (s, y, g))[:, order]
+        pair_dots = (on_S[:, 0], on_Y[:, 0], on_S[:, 1], on_Y[:, 1])
+        self.add_pair(*pair_dots)
+        self.g = g
+        gg = float(g @ g)
+        self.set_gradient_dots(on_S[:, 2], on_Y[:, 2], gg)
+        return np.concatenate(pair_dots), np.concatenate([on_S[:, 2], on_Y[:, 2], [gg]])
 
     def combine(self, delta: np.ndarray) -> np.ndarray:
         """The vector ``sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""

@@ -276,9 +276,7 @@ class LocalSpace(LocalVectors):
         """Move to the trial point at ``alpha``; store the pair when its curvature is positive."""
         x_new, f_new, g_new = self._trials[alpha]
         s, y = x_new - self._x, g_new - self._g
-        if keep_pair(float(s @ y), -float(self._g @ s)):
-            self.basis.push_pair(s, y)
-        self.basis.set_gradient(g_new)
+        self.basis.advance((s, y) if keep_pair(float(s @ y), -float(self._g @ s)) else None, g_new)
         self.state.x, self.state.g = x_new, g_new
         return float(f_new)
 

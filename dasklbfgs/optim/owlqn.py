@@ -114,10 +114,9 @@ class OrthantSpace(LocalVectors):
         """Move to the trial point at ``alpha``; the pair uses the smooth gradients."""
         x_new, objective, g_new = self._trials[alpha]
         s, y = x_new - self._x, g_new - self._g
-        if keep_pair(float(s @ y), -float(self.pg @ s)):
-            self.basis.push_pair(s, y)
+        keep = keep_pair(float(s @ y), -float(self.pg @ s))  # pg where the step began
         self.pg = self.constraints.pseudo_gradient(x_new, g_new)
-        self.basis.set_gradient(self.pg)
+        self.basis.advance((s, y) if keep else None, self.pg)
         self.state.x, self.state.g = x_new, g_new
         return objective
 

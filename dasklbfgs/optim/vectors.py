@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "add_scaled", "max_abs"]
+__all__ = ["BLOCK", "add_scaled", "max_abs", "products"]
 
 #: Elements of a block: a few arrays of it fit in a core's L2 cache.
 BLOCK = 1 << 15
@@ -32,3 +32,27 @@ def max_abs(vector: np.ndarray) -> float:
     if not vector.size:
         return 0.0
     return float(np.maximum(vector.max(), -vector.min()))
+
+
+def products(matrices: tuple[np.ndarray, ...], vectors: tuple[np.ndarray, ...]) -> np.ndarray:
+    """``out[a, :, b] = matrices[a] @ vectors[b]`` for a few long vectors, reading each
+    matrix from memory once for all of them rather than once per vector.
+
+    The columns go by blocks of :data:`BLOCK`: a block of every vector is copied into a
+    small panel and each matrix's block multiplies it (one ``gemm`` of a thin panel, in
+    cache), the blocks' products added in order. Each product is a sum in another order
+    than one ``gemv``'s (other bits, as deterministic). L-BFGS's basis update takes the new
+    pair's and the new gradient's products with the stored pairs this way: at millions of
+    parameters it reads the pairs once instead of three times."""
+    n, k = vectors[0].size, len(vectors)
+    out = np.zeros((len(matrices), matrices[0].shape[0], k))
+    panel = np.empty((k, min(BLOCK, n)))
+    for start in range(0, n, BLOCK):
+        stop = min(start + BLOCK, n)
+        width = stop - start
+        for row, vector in zip(panel, vectors):
+            row[:width] = vector[start:stop]
+        block = panel[:, :width].T
+        for into, matrix in zip(out, matrices):
+            into += matrix[:, start:stop] @ block
+    return out

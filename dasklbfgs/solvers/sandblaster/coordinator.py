@@ -21,6 +21,7 @@ from dasklbfgs._format import human_bytes
 from dasklbfgs.checkpoint_store import checkpoint_exists
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
+from dasklbfgs.models.base import Model
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.online_pass import averaged
 from dasklbfgs.models.persist import model_config
@@ -32,6 +33,7 @@ from dasklbfgs.parallel import partition
 from dasklbfgs.parallel.replica import PartitionedReplicas
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result
+from dasklbfgs.solvers.sandblaster.active import ActiveParameters, active_parameters
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     load_sharded_state,
@@ -41,7 +43,11 @@ from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
 )
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
-from dasklbfgs.solvers.sandblaster.shard_passes import column_moments_by_shard, online_pass_by_shard
+from dasklbfgs.solvers.sandblaster.shard_passes import (
+    column_moments_by_shard,
+    online_pass_by_shard,
+    read_positions_by_shard,
+)
 from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
 from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
 from dasklbfgs.solvers.stats import SandblasterStats
@@ -77,6 +83,9 @@ class SandblasterRun:
         # model parallelism: each portion computed by a replica split over model_partitions workers
         self.partitioned = partition(model, options.model_partitions) if options.model_partitions > 1 else None
         self.replicas: PartitionedReplicas | None = None
+        # what the optimizer minimises: the model, or the model on the features the rows read (_cut_to_active)
+        self.objective: Model = model
+        self.active: ActiveParameters | None = None
         self.l1 = model.l1_weights()
         self.bounds = model.bounds()
         self.constraints: Constraints | None = None  # L1 and bounds in the optimizer's coordinates (_minimize)
@@ -113,8 +122,9 @@ class SandblasterRun:
         config, settings = self.config, self.settings
         if self.space is not None:
             save_sharded_state(path, state, self.space, model_config=config, settings=settings)
-        else:
-            save_state(path, state, model_config=config, settings=settings)
+        else:  # over the whole parameters, whichever ones this run moves
+            save_state(path, state if self.active is None else self.active.expand_state(state),
+                       model_config=config, settings=settings)
 
     # -- the run --------------------------------------------------------------------------
 
@@ -185,6 +195,7 @@ class SandblasterRun:
             self.transform = Standardizer.from_moments(
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
             )
+        self._cut_to_active()
         theta0 = self.x_start
         if self.transform is not None and self.x_start is not None:
             theta0 = self.transform.to_theta(self.x_start)
@@ -209,7 +220,37 @@ class SandblasterRun:
         if self.transform is not None:
             result.x = self.transform.to_params(result.x)
             result.jac = self.transform.gradient_to_params(result.jac)
+        if self.active is not None:  # the coefficients no row reads stayed at zero, their gradient zero
+            result.x, result.jac = self.active.expand(result.x), self.active.expand(result.jac)
         return result
+
+    def _cut_to_active(self) -> None:
+        """On sparse rows that read few of a linear model's features, run the optimizer on the
+        parameters the fit can move alone (:mod:`.active`): the evaluator, the start, the l1
+        weights, the bounds, the standardisation and a resumed state cut to them. Local state
+        only (the sharded state's vectors live on the workers already)."""
+        evaluator, model = self.evaluator, self.model
+        if not (isinstance(model, LinearModel) and self.options.state == "local" and self.partitioned is None
+                and self.dataset.is_sparse and self.x_start is not None):
+            return
+        read = read_positions_by_shard(evaluator)  # the same whether cached or streamed: the same cut
+        if any(p is None for p in read):
+            return
+        found = active_parameters(model, cast(list[np.ndarray], read), self.x_start, self.bounds)
+        if found is None:
+            return
+        active, self.objective = found
+        self.active = active
+        evaluator.restrict_to(active)
+        cut = active.restrict
+        self.x_start = cut(self.x_start)
+        self.l1 = None if self.l1 is None else cut(self.l1)
+        self.bounds = None if self.bounds is None else (cut(self.bounds[0]), cut(self.bounds[1]))
+        if self.transform is not None:
+            self.transform = self.transform.on_columns(active.columns)
+        if self.saved is not None:
+            self.saved = active.restrict_state(self.saved)
+        logger.info("optimizing the %d parameters the rows can move, of %d", active.n_active, active.size)
 
     def _online_start(self, x: np.ndarray | None) -> np.ndarray:
         """The point ``online_passes`` passes of Adagrad over the shards reach from ``x`` (None:
@@ -241,7 +282,7 @@ class SandblasterRun:
             bounds = None if bounds is None else (transform.bounds_to_theta(bounds[0]),
                                                   transform.bounds_to_theta(bounds[1]))
         lower, upper = (None, None) if bounds is None else bounds
-        return constraints_of(l1, self.model.n_params, lower=lower, upper=upper)
+        return constraints_of(l1, self.objective.n_params, lower=lower, upper=upper)
 
     def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
         """L-BFGS, or OWL-QN and the projected method with the model's l1 weights and bounds (in
@@ -258,14 +299,19 @@ class SandblasterRun:
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
         """Objective and gradient in the optimizer's coordinates (standardised or not)."""
-        params = self._params(theta)
+        params = self._objective_params(theta)
         loss, sums = self.evaluator.evaluate(params)
-        f, g = self.model.objective_from_sums(params, loss, sums, self.dataset.total_weight)
+        f, g = self.objective.objective_from_sums(params, loss, sums, self.dataset.total_weight)
         return (f, g) if self.transform is None else (f, self.transform.gradient_to_theta(g))
+
+    def _objective_params(self, theta: np.ndarray) -> np.ndarray:
+        """The parameters of :attr:`objective` for optimizer coordinates ``theta``."""
+        return theta if self.transform is None else self.transform.to_params(theta)
 
     def _params(self, theta: np.ndarray) -> np.ndarray:
         """The model's parameters for optimizer coordinates ``theta``."""
-        return theta if self.transform is None else self.transform.to_params(theta)
+        params = self._objective_params(theta)
+        return params if self.active is None else self.active.expand(params)
 
     def _current_params(self, state: LBFGSState) -> np.ndarray:
         """The parameters of ``state`` in the model's coordinates (gathered from the vector
@@ -298,6 +344,8 @@ class SandblasterRun:
             stats["online"] = self.online
         if self.scale is not None:
             stats["inverse_hessian_scale"] = self.scale
+        if self.active is not None:
+            stats["active_parameters"] = self.active.n_active
         result.stats, result.run_id, result.solver = stats, self.context.run_id, self.context.solver.name
         if not result.success:
             logger.info("Sandblaster L-BFGS stopped early: %s", result.message)

@@ -63,6 +63,7 @@ from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
+from dasklbfgs.solvers.sandblaster.active import ActiveParameters
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
@@ -113,6 +114,8 @@ class EvaluatorStats:
             "evaluation_restarts": self.restarts,
             "shards_moved": self.shards_moved,
             "evaluations_direct": self.direct_evaluations,
+            # the seconds the busiest worker spent computing its direct calls' portions
+            "busiest_worker_compute_seconds": max(self.direct_compute_seconds.values(), default=0.0),
         }
 
 
@@ -180,6 +183,8 @@ class MegaBatchEvaluator:
         #: send each worker only those of its shards (Model.compact_positions)
         self.positions: list[np.ndarray | None] = [None] * data.n_shards
         self._owns_cache = shards is None
+        #: The parameters evaluated at (None: all of them; :meth:`restrict_to`)
+        self.active: ActiveParameters | None = None
         if cache:
             started = time.perf_counter()
             self.cached = ShardCache(client, data, self.token, sorted(workers)) if shards is None else shards
@@ -191,6 +196,14 @@ class MegaBatchEvaluator:
                     self.close()  # the shards it loaded go with it
                     raise
             self.stats.load_seconds = time.perf_counter() - started
+
+    def restrict_to(self, active: ActiveParameters) -> None:
+        """Evaluate from now on at the ``active`` parameters alone (every other one zero) and
+        return the sums there: the direct calls read and answer them as before (each shard's
+        positions among the active ones); a task, which reads a shard's columns as stored, is
+        given the whole parameters and its sums are cut to the active ones. The same sums."""
+        self.active = active
+        self.positions = [None if p is None else active.index_of(p) for p in self.positions]
 
     @property
     def stragglers(self) -> StragglerPolicy | None:
@@ -233,10 +246,11 @@ class MegaBatchEvaluator:
             self.stats.direct_evaluations += 1
             self.placement = [direct.computed_on[i] for i in range(len(self.portions))]
             return [direct.sums[i] for i in range(len(self.portions))]
-        params: Future | np.ndarray = x
-        if x.nbytes > INLINE_PARAMS_BYTES:  # scattered once, not carried by every portion task
+        whole = x if self.active is None else self.active.expand(x)  # what a task's rows read
+        params: Future | np.ndarray = whole
+        if whole.nbytes > INLINE_PARAMS_BYTES:  # scattered once, not carried by every portion task
             try:
-                [params] = client.scatter([x], hash=False)
+                [params] = client.scatter([whole], hash=False)
             except OSError as exc:  # CommClosedError: sent to a worker that just died, not yet known dead
                 time.sleep(0.2)
                 raise EvaluationLost() from exc
@@ -255,12 +269,18 @@ class MegaBatchEvaluator:
                 if all(f.status == "finished" for f in winners):
                     raise
                 raise EvaluationLost() from exc
-            return [direct.sums[i] if i in direct.sums else next(gathered) for i in range(len(self.portions))]
+            return [direct.sums[i] if i in direct.sums else self._from_task(next(gathered))
+                    for i in range(len(self.portions))]
         finally:
             # Released with the next evaluation's submission, not now: the client batches its
             # messages to the scheduler 10 ms apart, and a release sent now would hold the
             # next evaluation's tasks back until then (a cancel would wait for a reply).
             self._done_with = [*winners, params] if isinstance(params, Future) else winners
+
+    def _from_task(self, answer: tuple[float, Any]) -> tuple[float, Any]:
+        """A task's ``(loss, sums)``, its sums at the parameters evaluated at."""
+        loss, sums = answer
+        return (loss, sums) if self.active is None else (loss, self.active.restrict_sums(sums))
 
     def _call_direct(self, x: np.ndarray, started: float) -> DirectCalls:
         """Each worker's portions in one direct call (:mod:`.portion_service`), pinned as the
@@ -304,6 +324,7 @@ class MegaBatchEvaluator:
         ``x_future`` (already on the cluster), in portion order, left on the workers for a
         reduction that never passes through this process. Backups and rescues as in
         :meth:`evaluate`; a lost ``x_future`` raises :class:`WorkerLostError`."""
+        assert self.active is None, "the sums of a reduction on the workers are over the whole parameters"
         started = time.perf_counter()
         try:
             winners = [f for f in self._run_portions(x_future, started) if isinstance(f, Future)]

@@ -14,12 +14,14 @@ from dasklbfgs.models.online_pass import PassResult
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.tasks import (
     column_moments,
+    compact_positions,
     shard_column_moments,
     shard_online_pass,
     stored_shard_online_pass,
+    stored_shard_positions,
 )
 
-__all__ = ["column_moments_by_shard", "online_pass_by_shard"]
+__all__ = ["column_moments_by_shard", "online_pass_by_shard", "read_positions_by_shard"]
 
 
 def column_moments_by_shard(evaluator: MegaBatchEvaluator) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -31,6 +33,15 @@ def column_moments_by_shard(evaluator: MegaBatchEvaluator) -> list[tuple[int, np
         return _per_shard(evaluator, "moments", column_moments, shard_column_moments)
 
     return compute() if evaluator.cached is None else evaluator.cached.remembered("column_moments", compute)
+
+
+def read_positions_by_shard(evaluator: MegaBatchEvaluator) -> list[np.ndarray | None]:
+    """Per shard, the parameters its rows read (:meth:`Model.compact_positions
+    <dasklbfgs.models.base.Model.compact_positions>`; None: all of them): asked of the cached
+    shards once per parameter layout, or read from Zarr by a task per shard when streaming."""
+    if evaluator.cached is not None:
+        return evaluator.cached.compact_positions(evaluator.model)
+    return _per_shard(evaluator, "positions", compact_positions, stored_shard_positions, model=evaluator.model)
 
 
 def online_pass_by_shard(evaluator: MegaBatchEvaluator, x: np.ndarray, learning_rate: float,

@@ -112,15 +112,17 @@ class VectorShard:
     async def accept(self, push: bool) -> dict[str, Any]:
         """Move to the trial point (storing the pair when ``push``); return the partial dot
         products the Gram matrix needs and this slice's ``max |g|``."""
-        out = {"pair": self.basis.push_pair(self.x_trial - self.x, self.g_trial - self.g)} if push else {}
+        pair = (self.x_trial - self.x, self.g_trial - self.g) if push else None
         self.x = self.x_trial.copy()
-        return {**out, **self._take_gradient(self.g_trial.copy())}
+        return self._take_gradient(self.g_trial.copy(), pair)
 
-    def _take_gradient(self, g: np.ndarray) -> dict[str, Any]:
-        """Take the smooth gradient ``g``; the basis gets it, or with constraints the pseudo-gradient."""
+    def _take_gradient(self, g: np.ndarray, pair: tuple[np.ndarray, np.ndarray] | None = None) -> dict[str, Any]:
+        """Take the smooth gradient ``g`` (after storing ``pair``); the basis gets it, or with
+        constraints the pseudo-gradient."""
         self.g = g
         v = g if self.constraints is None else self.constraints.pseudo_gradient(self.x, g)
-        return {"grad": self.basis.set_gradient(v), "gmax": max_abs(v)}
+        pair_dots, grad_dots = self.basis.advance(pair, v)
+        return {"grad": grad_dots, "gmax": max_abs(v)} | ({} if pair_dots is None else {"pair": pair_dots})
 
     async def drop_pairs(self) -> None:
         self.basis.drop_pairs()

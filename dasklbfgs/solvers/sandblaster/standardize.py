@@ -65,6 +65,11 @@ class Standardizer:
         variance = np.where(variance > noise, variance, 0.0)
         return cls(mean, np.sqrt(variance + l2), n_outputs=n_outputs, fit_intercept=fit_intercept)
 
+    def on_columns(self, columns: np.ndarray) -> Standardizer:
+        """The map of the features ``columns`` alone (:meth:`LinearModel.on_columns`)."""
+        return Standardizer(self.mean[columns], self.std[columns], n_outputs=self.n_outputs,
+                            fit_intercept=self.fit_intercept)
+
     def _split(self, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(W, b, rest)``: the coefficients (d, K), the intercepts (zeros without) and what
         follows them (the parameters without a column, passed through; usually nothing)."""

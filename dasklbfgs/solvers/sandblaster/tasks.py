@@ -65,6 +65,13 @@ def compact_positions(shard: Shard, *, model: Model) -> np.ndarray | None:
     return model.compact_positions(shard[0])
 
 
+def stored_shard_positions(data: Dataset, index: int, *, model: Model) -> np.ndarray | None:
+    """:func:`compact_positions` of shard ``index`` read from Zarr (out-of-core runs): what
+    its rows read once renumbered on their columns, as a cached shard's are (None: dense rows)."""
+    X = load_shard(data, index).X
+    return model.compact_positions(CompactColumns.of(X)) if is_sparse(X) else None
+
+
 def portion_compact_loss_grad(shard: Shard, local: slice, *, model: Model, local_params: np.ndarray
                               ) -> tuple[float, np.ndarray]:
     """:func:`portion_loss_grad` given only the parameters at the shard's
