@@ -108,7 +108,8 @@ def measure(client: Any, model: Any, train: Any, way: str, repeats: int) -> dict
             from dasklbfgs.solvers.sandblaster.active import active_parameters
             from dasklbfgs.solvers.sandblaster.shard_passes import read_positions_by_shard
 
-            found = active_parameters(model, read_positions_by_shard(evaluator), np.zeros(model.n_params), None)
+            found = active_parameters(model, read_positions_by_shard(evaluator), np.zeros(model.n_params, dtype=bool),
+                                      None)
             assert found is not None, "the rows read most of the columns: nothing to cut"
             evaluator.restrict_to(found[0])
             points = [found[0].restrict(p) for p in points]

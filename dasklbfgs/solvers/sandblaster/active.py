@@ -10,9 +10,9 @@ never moves. On hashed data most columns are such: the ``ctr`` recipe's 200,000 
 the coordinator (iterate, gradient, the stored pairs, the sums being added) as long as the
 parameters the data can move rather than as the model (docs/algorithms.md §13).
 
-A coefficient is kept when some row reads its feature, when the start is not zero there,
-or when its bounds exclude zero (the first projection moves it): every other one stays at
-zero, where the result reports it.
+A coefficient is kept when some row reads its feature, when the start (or a resumed state:
+its iterate, gradient or pairs) is not zero there, or when its bounds exclude zero (the first
+projection moves it): every other one stays at zero, where the result reports it.
 """
 
 from __future__ import annotations
@@ -60,7 +60,10 @@ class ActiveParameters:
 
     def index_of(self, positions: np.ndarray) -> np.ndarray:
         """Where the (active) whole-vector ``positions`` are among the active ones."""
-        return np.searchsorted(self.positions, positions).astype(index_dtype(self.n_active), copy=False)
+        index: np.ndarray = np.searchsorted(self.positions, positions).astype(index_dtype(self.n_active), copy=False)
+        assert np.array_equal(self.positions[np.minimum(index, self.n_active - 1)], positions), \
+            "positions outside the active parameters (rows reading columns the cut did not keep)"
+        return index
 
     def restrict_sums(self, sums: np.ndarray | SparseSum) -> np.ndarray | SparseSum:
         """A portion's sums over the whole parameters, at the active ones (a compact sum's
@@ -88,13 +91,14 @@ class ActiveParameters:
         return dataclasses.replace(state, x=move(state.x), g=move(state.g), basis=moved)
 
 
-def active_parameters(model: LinearModel, read: list[np.ndarray], start: np.ndarray,
+def active_parameters(model: LinearModel, read: list[np.ndarray], nonzero: np.ndarray,
                       bounds: tuple[np.ndarray, np.ndarray] | None) -> tuple[ActiveParameters, LinearModel] | None:
-    """The parameters a fit of ``model`` from ``start`` can move on rows whose shards read the
-    parameters ``read`` (each shard's compact positions), and the model on those columns;
-    None when more than :data:`MOST_ACTIVE` of them can."""
+    """The parameters a fit of ``model`` can move on rows whose shards read the parameters
+    ``read`` (each shard's compact positions), from a start (or a resumed state) non-zero where
+    ``nonzero``; and the model on those columns. None when more than :data:`MOST_ACTIVE` of
+    them can."""
     n_coef, K = model.n_coef, model.n_outputs
-    moved = [start[:n_coef] != 0]
+    moved = [nonzero[:n_coef]]
     if bounds is not None:
         lower, upper = bounds
         moved.append((lower[:n_coef] > 0) | (upper[:n_coef] < 0))

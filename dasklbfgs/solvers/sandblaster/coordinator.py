@@ -25,7 +25,7 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.linear import LinearModel
 from dasklbfgs.models.online_pass import averaged
 from dasklbfgs.models.persist import model_config
-from dasklbfgs.optim import LBFGSState, lbfgs_minimize, owlqn_minimize
+from dasklbfgs.optim import LBFGSState, LocalBasis, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.optim.constraints import Constraints
 from dasklbfgs.optim.lbfgs import inverse_hessian_scale
 from dasklbfgs.optim.owlqn import constraints_of
@@ -236,7 +236,13 @@ class SandblasterRun:
         read = read_positions_by_shard(evaluator)  # the same whether cached or streamed: the same cut
         if any(p is None for p in read):
             return
-        found = active_parameters(model, cast(list[np.ndarray], read), self.x_start, self.bounds)
+        nonzero = self.x_start != 0
+        if self.saved is not None:  # (its x0 may have been another): what the resumed state holds
+            basis = self.saved.basis
+            assert isinstance(basis, LocalBasis), "a local state"
+            for held in (self.saved.x, self.saved.g, *basis.S[: basis.k], *basis.Y[: basis.k]):
+                nonzero |= held != 0
+        found = active_parameters(model, cast(list[np.ndarray], read), nonzero, self.bounds)
         if found is None:
             return
         active, self.objective = found

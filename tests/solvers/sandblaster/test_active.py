@@ -10,11 +10,12 @@ import scipy.sparse as sp
 from scipy.optimize import minimize
 
 from dasklbfgs import ShardedDataset, sandblaster_lbfgs
-from dasklbfgs.models import Logistic, Softmax
+from dasklbfgs.models import Huber, Logistic, Softmax
 from dasklbfgs.models.sums import SparseSum
 from dasklbfgs.optim import LBFGSState
 from dasklbfgs.optim.basis import LocalBasis
 from dasklbfgs.optim.vectors import BLOCK, products
+from dasklbfgs.sandblaster import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster import active as active_module
 from dasklbfgs.solvers.sandblaster.active import ActiveParameters, active_parameters
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import load_state
@@ -31,18 +32,24 @@ def rows_reading(columns: np.ndarray, n: int, d: int, seed: int = 0) -> sp.csr_a
 
 
 @pytest.mark.parametrize("model", [Logistic(40, l2=0.1, l1=0.01, lower_bounds=-np.arange(40.0) - 1),
-                                   Softmax(40, 3, l2=0.1, fit_intercept=False)], ids=["logistic", "softmax"])
+                                   Softmax(40, 3, l2=0.1, fit_intercept=False), Softmax(40, 3, l2=0.1),
+                                   Huber(40, l2=0.1)], ids=["logistic", "softmax", "softmax-intercepts",
+                                                            "huber-estimated-scale"])
 def test_the_model_on_its_read_columns_is_the_whole_model_at_zeros_elsewhere(model) -> None:
     columns = np.array([2, 3, 11, 17, 30, 39])
     X = rows_reading(columns, 60, 40)
     y = np.random.default_rng(1).integers(0, getattr(model, "n_classes", 2), size=60)
+    if isinstance(model, Huber):
+        y = y + np.random.default_rng(3).normal(size=60)
     found = active_parameters(model, [model.positions_of(np.array([2, 11, 30])), model.positions_of(columns)],
-                              np.zeros(model.n_params), model.bounds())
+                              np.zeros(model.n_params, dtype=bool), model.bounds())
     assert found is not None
     active, on = found
     np.testing.assert_array_equal(active.columns, columns)
     assert on.n_features == 6 and on.n_params == active.n_active == len(active.positions)
     theta = np.random.default_rng(2).normal(size=on.n_params)
+    if isinstance(model, Huber):
+        theta[-1] = 1.5  # the scale: positive
     whole = active.expand(theta)
     f_whole, g_whole = model.objective(whole, X, y)
     f_on, g_on = on.objective(theta, X[:, columns], y)
@@ -58,17 +65,25 @@ def test_a_start_or_a_bound_away_from_zero_keeps_its_column() -> None:
     model = Logistic(10, lower_bounds=[0, 0, 0, 0, 0.5, 0, 0, 0, 0, 0], upper_bounds=1.0)
     start = np.zeros(model.n_params)
     start[7] = 0.25
-    active, on = active_parameters(model, [model.positions_of(np.array([1]))], start, model.bounds())
+    active, on = active_parameters(model, [model.positions_of(np.array([1]))], start != 0, model.bounds())
     np.testing.assert_array_equal(active.columns, [1, 4, 7])  # read, bound above zero, started elsewhere
     np.testing.assert_array_equal(active.positions, [1, 4, 7, 10])  # and the intercept
     np.testing.assert_array_equal(on.lower_bounds, [0, 0.5, 0])
     assert on.upper_bounds == 1.0
 
 
+def test_positions_outside_the_cut_are_refused() -> None:
+    active = ActiveParameters(np.array([1, 4, 5, 9]), 10, np.array([1, 4, 5]))
+    np.testing.assert_array_equal(active.index_of(np.array([4, 9])), [1, 3])
+    for outside in ([3], [10], [0, 4]):
+        with pytest.raises(AssertionError, match="outside the active parameters"):
+            active.index_of(np.array(outside))
+
+
 def test_no_cut_when_most_parameters_can_move() -> None:
     model = Logistic(10)
     read = [model.positions_of(np.arange(int(10 * active_module.MOST_ACTIVE) + 1))]
-    assert active_parameters(model, read, np.zeros(11), None) is None
+    assert active_parameters(model, read, np.zeros(11, dtype=bool), None) is None
 
 
 def test_sums_states_and_standardization_move_between_the_layouts() -> None:
@@ -213,3 +228,59 @@ def _config(model):
     from dasklbfgs.models.persist import model_config
 
     return model_config(model)
+
+
+def test_an_evaluation_on_the_cut_has_the_bits_of_the_whole_one_by_direct_calls_or_tasks(client, few_columns) -> None:
+    """Direct calls answer at the shards' positions among the active parameters; tasks (what
+    backups, rescues and streaming run) are sent the whole vector and their sums are cut back:
+    both give the whole evaluation's numbers at the active parameters, bit for bit."""
+    from dasklbfgs.solvers.sandblaster.shard_passes import read_positions_by_shard
+
+    data, _ = few_columns
+    model = Softmax(D, 2, l2=1e-3)  # two outputs and their intercepts: the col * K + k layout
+    x = np.random.default_rng(3).normal(scale=0.1, size=model.n_params)
+    whole = MegaBatchEvaluator(client, model, data)
+    try:
+        active, _ = active_parameters(model, read_positions_by_shard(whole), np.zeros(model.n_params, dtype=bool),
+                                      None)
+        x = active.expand(active.restrict(x))  # zero off the cut, as a cut run's parameters are
+        expected_loss, expected = whole.evaluate(x)
+    finally:
+        whole.close()
+    for direct in (True, False):
+        evaluator = MegaBatchEvaluator(client, model, data, direct=direct)
+        try:
+            evaluator.restrict_to(active)
+            loss, grad = evaluator.evaluate(active.restrict(x))
+            assert evaluator.stats.direct_evaluations == int(direct)
+        finally:
+            evaluator.close()
+        assert loss == expected_loss
+        np.testing.assert_array_equal(grad, active.restrict(expected), strict=True)
+
+
+def test_standardized_softmax_on_the_cut_reaches_scipys_optimum(client, few_columns) -> None:
+    data, columns = few_columns
+    model = Softmax(D, 2, l2=1e-3)
+    result = sandblaster_lbfgs(model, data, client=client, standardize=True, gtol=1e-10, ftol=1e-15, maxiter=2000)
+    assert result.stats["active_parameters"] == 2 * 150 + 2 and result.success, result.message
+    reference = scipy_optimum(model, data)
+    assert result.fun == pytest.approx(reference.fun, rel=1e-10)
+    np.testing.assert_allclose(result.x, reference.x, atol=1e-5)
+
+
+def test_a_resume_keeps_what_the_saved_state_moved_whatever_x0(client, few_columns, tmp_path) -> None:
+    """The first run started away from zero on an unread column (so it kept that column);
+    a resume without x0 keeps it too (from the saved state), and ends as the straight run."""
+    data, columns = few_columns
+    unread = np.setdiff1d(np.arange(D), columns)[0]
+    model = Logistic(D, l2=1e-3)
+    x0 = np.zeros(D + 1)
+    x0[unread] = 1.0
+    straight = sandblaster_lbfgs(model, data, client=client, x0=x0, maxiter=20, history=3)
+    path = tmp_path / "ckpt"
+    sandblaster_lbfgs(model, data, client=client, x0=x0, maxiter=5, history=3, checkpoint_path=path)
+    resumed = sandblaster_lbfgs(model, data, client=client, maxiter=20, history=3, checkpoint_path=path, resume=True)
+    assert resumed.stats["active_parameters"] == straight.stats["active_parameters"] == 152
+    assert resumed.x[unread] != 0.0
+    np.testing.assert_array_equal(resumed.x, straight.x)
