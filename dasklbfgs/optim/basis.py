@@ -103,22 +103,15 @@ class LocalBasis(GramMatrix):
     def push_pair(self, s: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Append a curvature pair, dropping the oldest when ``m`` are stored; returns its
         dot products with the pairs, itself included: ``[S s, Y s, S y, Y y]``."""
-        slot = self.slots.pop(0) if self.make_room() else len(self.slots)
-        self.S[slot], self.Y[slot] = s, y
-        self.slots.append(slot)
+        self._store(s, y)
         order, used = self.slots, len(self.slots)
         S, Y = self.S[:used], self.Y[:used]
-        dots = ((S @ s)[order], (Y @ s)[order], (S @ y)[order], (Y @ y)[order])
-        self.add_pair(*dots)
-        return np.concatenate(dots)
+        return self._record_pair(((S @ s)[order], (Y @ s)[order], (S @ y)[order], (Y @ y)[order]))
 
     def set_gradient(self, g: np.ndarray) -> np.ndarray:
         """Take ``g`` as the gradient; returns its dot products ``[S g, Y g, g . g]``."""
-        self.g = g
         order, used = self.slots, len(self.slots)
-        gS, gY, gg = (self.S[:used] @ g)[order], (self.Y[:used] @ g)[order], float(g @ g)
-        self.set_gradient_dots(gS, gY, gg)
-        return np.concatenate([gS, gY, [gg]])
+        return self._record_gradient(g, (self.S[:used] @ g)[order], (self.Y[:used] @ g)[order])
 
     def advance(self, pair: tuple[np.ndarray, np.ndarray] | None, g: np.ndarray) -> tuple[np.ndarray | None,
                                                                                        np.ndarray]:
@@ -130,17 +123,29 @@ class LocalBasis(GramMatrix):
         if pair is None or len(g) <= BLOCK:
             return None if pair is None else self.push_pair(*pair), self.set_gradient(g)
         s, y = pair
+        self._store(s, y)
+        order, used = self.slots, len(self.slots)
+        on_S, on_Y = products((self.S[:used], self.Y[:used]), (s, y, g))[:, order]
+        return (self._record_pair((on_S[:, 0], on_Y[:, 0], on_S[:, 1], on_Y[:, 1])),
+                self._record_gradient(g, on_S[:, 2], on_Y[:, 2]))
+
+    def _store(self, s: np.ndarray, y: np.ndarray) -> None:
+        """Put pair ``(s, y)`` in a free row, or the oldest pair's once ``m`` are stored."""
         slot = self.slots.pop(0) if self.make_room() else len(self.slots)
         self.S[slot], self.Y[slot] = s, y
         self.slots.append(slot)
-        order, used = self.slots, len(self.slots)
-        on_S, on_Y = products((self.S[:used], self.Y[:used]), (s, y, g))[:, order]
-        pair_dots = (on_S[:, 0], on_Y[:, 0], on_S[:, 1], on_Y[:, 1])
-        self.add_pair(*pair_dots)
+
+    def _record_pair(self, dots: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        """The stored pair's products ``(S s, Y s, S y, Y y)`` (pair order) into the Gram matrix."""
+        self.add_pair(*dots)
+        return np.concatenate(dots)
+
+    def _record_gradient(self, g: np.ndarray, gS: np.ndarray, gY: np.ndarray) -> np.ndarray:
+        """Take ``g`` as the gradient, given its products with the pairs (pair order)."""
         self.g = g
         gg = float(g @ g)
-        self.set_gradient_dots(on_S[:, 2], on_Y[:, 2], gg)
-        return np.concatenate(pair_dots), np.concatenate([on_S[:, 2], on_Y[:, 2], [gg]])
+        self.set_gradient_dots(gS, gY, gg)
+        return np.concatenate([gS, gY, [gg]])
 
     def combine(self, delta: np.ndarray) -> np.ndarray:
         """The vector ``sum_l delta_l b_l`` over ``[s_0..s_{k-1}, y_0..y_{k-1}, g]``."""
