@@ -53,6 +53,20 @@ def _combine_whole(basis: Any, delta: np.ndarray) -> np.ndarray:
     return on_S @ basis.S[:k] + on_Y @ basis.Y[:k] + delta[2 * k] * basis.g
 
 
+def _combine_two_products(basis: Any, delta: np.ndarray) -> np.ndarray:
+    """Before: the direction as a product with the ``s`` rows, one with the ``y`` rows, added
+    (before they were interleaved in one matrix)."""
+    from dasklbfgs.optim.vectors import add_scaled
+
+    k = basis.k
+    on_S, on_Y = np.empty(k), np.empty(k)
+    on_S[basis.slots], on_Y[basis.slots] = delta[:k], delta[k : 2 * k]
+    p = on_S @ basis.S[:k]
+    p += on_Y @ basis.Y[:k]
+    add_scaled(p, delta[2 * k], basis.g)
+    return p
+
+
 def _add_fancy(parts: list[Any], total: np.ndarray) -> None:
     """Before: each portion's compact sum added by a fancy-indexed ``+=``."""
     for part in parts:
@@ -69,7 +83,7 @@ def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -
 def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[str, Any]:
     from dasklbfgs.models import Logistic
     from dasklbfgs.models.sums import SparseSum
-    from dasklbfgs.optim.vectors import max_abs
+    from dasklbfgs.optim.vectors import max_abs, stepped
 
     rng = np.random.default_rng(0)
     basis = _filled_basis(n, m, rng)
@@ -80,8 +94,9 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
     sums = rng.normal(size=n)
     delta = rng.normal(size=2 * basis.k + 1)
     columns = min(columns, n // 2)
-    compact = [SparseSum(n, np.sort(rng.choice(n - 1, size=columns, replace=False)).astype(np.int32),
+    compact = [SparseSum(n, np.sort(rng.choice(n - 1, size=columns, replace=False)).astype(np.intp),
                          rng.normal(size=columns)) for _ in range(portions)]
+    four_bytes = [SparseSum(n, part.index.astype(np.int32), part.values) for part in compact]
     total = np.zeros(n)
     out: dict[str, Any] = {
         "read_pairs": median_seconds(lambda: [float(row @ row) for row in (*basis.S, *basis.Y)], repeats),
@@ -90,12 +105,15 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
         "advance": median_seconds(lambda: basis.advance((s, y), g_new), repeats),
         "direction_before": median_seconds(lambda: _combine_whole(basis, delta), repeats),
         "direction": median_seconds(lambda: basis.combine(delta), repeats),
-        "trial_point": median_seconds(lambda: x + 0.5 * p, repeats),
+        "direction_two_products": median_seconds(lambda: _combine_two_products(basis, delta), repeats),
+        "trial_point": median_seconds(lambda: stepped(x, 0.5, p), repeats),
+        "trial_point_before": median_seconds(lambda: x + 0.5 * p, repeats),
         "pair_and_test": median_seconds(lambda: (float((x_new - x) @ (g_new - g)), float(g @ (x_new - x))), repeats),
         "objective_before": median_seconds(lambda: _penalty_whole(model, x, sums, 1e5), repeats),
         "objective": median_seconds(lambda: model.objective_from_sums(x, 1.0, sums, 1e5), repeats),
         "add_sums_before": median_seconds(lambda: _add_fancy(compact, total), repeats),
         "add_sums": median_seconds(lambda: [part.add_to(total) for part in compact], repeats),
+        "add_sums_four_bytes": median_seconds(lambda: [part.add_to(total) for part in four_bytes], repeats),
         "gmax_before": median_seconds(lambda: float(np.max(np.abs(g))), repeats),
         "gmax": median_seconds(lambda: max_abs(g), repeats),
     }
@@ -158,8 +176,16 @@ def render(out: dict[str, Any]) -> str:
               f"{t['advance'] / t['advance_before']:.2f}x |",
               f"| adding the portions' compact sums (a fancy-indexed `+=`) | {1e3 * t['add_sums_before']:.1f} | "
               f"{1e3 * t['add_sums']:.1f} | {t['add_sums'] / t['add_sums_before']:.2f}x |",
+              f"| adding the portions' compact sums (`np.add.at` with a 4-byte index, converted at each call) | "
+              f"{1e3 * t['add_sums_four_bytes']:.1f} | {1e3 * t['add_sums']:.1f} | "
+              f"{t['add_sums'] / t['add_sums_four_bytes']:.2f}x |",
+              f"| search direction (a product with S, one with Y, added: before S and Y were one matrix) | "
+              f"{1e3 * t['direction_two_products']:.1f} | {1e3 * t['direction']:.1f} | "
+              f"{t['direction'] / t['direction_two_products']:.2f}x |",
               f"| search direction (one whole-vector expression) | {1e3 * t['direction_before']:.1f} | "
               f"{1e3 * t['direction']:.1f} | {t['direction'] / t['direction_before']:.2f}x |",
+              f"| a trial point (`x + alpha * p`: two fresh vectors) | {1e3 * t['trial_point_before']:.1f} | "
+              f"{1e3 * t['trial_point']:.1f} | {t['trial_point'] / t['trial_point_before']:.2f}x |",
               f"| max abs g (`np.abs(g)` formed whole) | {1e3 * t['gmax_before']:.1f} | "
               f"{1e3 * t['gmax']:.1f} | {t['gmax'] / t['gmax_before']:.2f}x |",
               f"| objective and gradient (the penalty's gradient formed whole) | {1e3 * t['objective_before']:.1f} | "

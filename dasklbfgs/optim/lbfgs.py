@@ -20,7 +20,7 @@ from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
-from dasklbfgs.optim.vectors import max_abs
+from dasklbfgs.optim.vectors import max_abs, stepped
 from dasklbfgs.options import Options, option
 
 if TYPE_CHECKING:
@@ -267,7 +267,7 @@ class LocalSpace(LocalVectors):
         self._trials = {}
 
     def trial(self, alpha: float) -> tuple[float, float]:
-        x_trial = self._x + alpha * self._p
+        x_trial = stepped(self._x, alpha, self._p)
         f_trial, g_trial = self.evaluate(x_trial)
         self._trials[alpha] = (x_trial, f_trial, g_trial)
         return float(f_trial), float(g_trial @ self._p)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dasklbfgs.optim.vectors import BLOCK, add_scaled, max_abs
+from dasklbfgs.optim.basis import LocalBasis
+from dasklbfgs.optim.vectors import BLOCK, add_scaled, max_abs, stepped
 
 rng = np.random.default_rng(4)
 
@@ -31,3 +32,34 @@ def test_max_abs_is_numpys_and_keeps_nan() -> None:
     assert max_abs(-np.abs(g)) == float(np.max(np.abs(g)))
     assert np.isnan(max_abs(np.array([1.0, np.nan]))) and np.isnan(max_abs(np.array([np.nan, -1.0])))
     assert max_abs(np.empty(0)) == 0.0
+
+
+def test_stepped_has_the_bits_of_the_whole_expression() -> None:
+    x, p = rng.normal(size=BLOCK + 9) * 1e3, rng.normal(size=BLOCK + 9)
+    out = stepped(x, 0.731, p)
+    np.testing.assert_array_equal(out, x + 0.731 * p, strict=True)
+    assert not np.shares_memory(out, x) and not np.shares_memory(out, p)
+
+
+@pytest.mark.parametrize("pushes", [2, 5, 9])
+def test_pairs_stored_side_by_side_combine_as_the_pairs_do(pushes) -> None:
+    """S and Y are views of one matrix (rows reused once m are stored): the direction is
+    the pairs' combination in pair order, as the vectors pushed say."""
+    m, n = 4, 3 * BLOCK + 5
+    basis, pushed = LocalBasis(n, m), []
+    for _ in range(pushes):
+        s, y = rng.normal(size=n), rng.normal(size=n)
+        basis.push_pair(s, y)
+        pushed = [*pushed, (s, y)][-m:]
+    g = rng.normal(size=n)
+    basis.set_gradient(g)
+    k = basis.k
+    delta = rng.normal(size=2 * k + 1)
+    expected = sum(d * s for d, (s, _) in zip(delta[:k], pushed)) + sum(
+        d * y for d, (_, y) in zip(delta[k : 2 * k], pushed)) + delta[-1] * g
+    np.testing.assert_allclose(basis.combine(delta), expected, rtol=1e-12, atol=1e-12)
+    for l, (s, y) in enumerate(pushed):  # S[slot] and Y[slot] are pair l's, however the rows were reused
+        np.testing.assert_array_equal(basis.S[basis.slots[l]], s)
+        np.testing.assert_array_equal(basis.Y[basis.slots[l]], y)
+    basis.S = np.zeros((m, n))  # assigning S writes its rows, Y untouched
+    assert not basis.S.any() and basis.Y[basis.slots[0]].any()

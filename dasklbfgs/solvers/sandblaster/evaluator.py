@@ -71,6 +71,7 @@ from dasklbfgs.solvers.sandblaster.placement import Speeds
 from dasklbfgs.solvers.sandblaster.portion_service import (
     DirectCalls,
     Plan,
+    as_gather_index,
     as_sums,
     call_workers,
     parameters_to_send,
@@ -102,6 +103,10 @@ class EvaluatorStats:
     shards_moved: int = 0
     direct_evaluations: int = 0  # evaluations answered by direct calls alone, no task
     direct_compute_seconds: dict[str, float] = field(default_factory=dict)  # per worker, summed
+    # this process's own part of the evaluations: gathering what each worker is sent, and
+    # adding the portions' sums (the rest is the workers' computing and the messages)
+    gather_seconds: float = 0.0
+    adding_seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +121,8 @@ class EvaluatorStats:
             "evaluations_direct": self.direct_evaluations,
             # the seconds the busiest worker spent computing its direct calls' portions
             "busiest_worker_compute_seconds": max(self.direct_compute_seconds.values(), default=0.0),
+            "gather_seconds_total": self.gather_seconds,
+            "adding_seconds_total": self.adding_seconds,
         }
 
 
@@ -191,7 +198,7 @@ class MegaBatchEvaluator:
             self._moves_before = self.cached.moves  # a cache of earlier runs has moved shards for them
             if self.direct and data.is_sparse:
                 try:
-                    self.positions = self.cached.compact_positions(model)
+                    self.positions = as_gather_index(self.cached.compact_positions(model))
                 except BaseException:
                     self.close()  # the shards it loaded go with it
                     raise
@@ -203,7 +210,7 @@ class MegaBatchEvaluator:
         positions among the active ones); a task, which reads a shard's columns as stored, is
         given the whole parameters and its sums are cut to the active ones. The same sums."""
         self.active = active
-        self.positions = [None if p is None else active.index_of(p) for p in self.positions]
+        self.positions = as_gather_index([None if p is None else active.index_of(p) for p in self.positions])
 
     @property
     def stragglers(self) -> StragglerPolicy | None:
@@ -230,12 +237,14 @@ class MegaBatchEvaluator:
                     self.on_restart()
         else:
             raise WorkerLostError(f"an evaluation lost workers {MAX_ATTEMPTS} times in a row; giving up")
+        adding = time.perf_counter()
         self.stats.evaluations += 1
-        self.stats.eval_seconds.append(time.perf_counter() - started)
-
+        self.stats.eval_seconds.append(adding - started)  # the sums are in; adding them is this process's work
         # Fixed portion order and grouping: the same sums whoever computed which portion.
         loss, sums = reduce_in_groups(list(results), add_sums_dense)
-        return loss, as_dense(sums)  # (one portion is not added)
+        sums = as_dense(sums)  # (one portion is not added)
+        self.stats.adding_seconds += time.perf_counter() - adding
+        return loss, sums
 
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
         client = self.client
@@ -290,7 +299,9 @@ class MegaBatchEvaluator:
         whole ``x`` only if one of its shards reads every parameter."""
         plan = self.direct_plan()
         positions = self.portion_positions()
+        gathering = time.perf_counter()
         sent, upload = parameters_to_send(x, plan, positions)
+        self.stats.gather_seconds += time.perf_counter() - gathering
         if upload > DIRECT_UPLOAD_BYTES:
             return DirectCalls()
         self._next_key += 1

@@ -54,7 +54,7 @@ def load_state(path: Where, *, model_config: dict[str, Any], settings: dict[str,
     check_same_model(path, attrs, model_config, **settings)
     S = arrays["S"]
     basis = LocalBasis(S.shape[1], S.shape[0])
-    basis.S, basis.Y, basis._G = S.copy(), arrays["Y"].copy(), arrays["gram"].copy()
+    basis.S, basis.Y, basis._G = S, arrays["Y"], arrays["gram"].copy()  # S and Y are copied into its rows
     basis.k = int(attrs["pairs"])
     basis.slots = [int(i) for i in attrs.get("slots", range(basis.k))]  # written before rows were reused: in order
     basis.g = arrays["g"].copy()

@@ -41,7 +41,7 @@ from dasklbfgs.solvers.sandblaster.tasks import portion_compact_loss_grad, porti
 _worker_cvar: ContextVar[Any] | None = getattr(distributed.worker, "_worker_cvar", None)
 
 __all__ = ["PortionService", "HANDLER", "start_service", "DirectCalls", "Plan", "Sent", "as_sums", "call_workers",
-           "parameters_to_send"]
+           "as_gather_index", "parameters_to_send"]
 
 PROTOCOL = 2  # in the names below: a cluster kept running across an upgrade gets the new service beside the old
 HANDLER = f"dasklbfgs_portion_sums_v{PROTOCOL}"
@@ -142,6 +142,13 @@ Plan = dict[str, list[tuple[int, str, int, int]]]
 #: What a direct call sends a worker: the whole parameters (None: none of its portions need
 #: them) and, per shard key, the parameters that shard's portions read.
 Sent = tuple[np.ndarray | None, dict[str, np.ndarray]]
+
+
+def as_gather_index(positions: list[np.ndarray | None]) -> list[np.ndarray | None]:
+    """Each shard's positions (None: every parameter) as ``np.intp``, the index numpy gathers
+    and ``np.add.at`` take without converting: a 4-byte index is converted at every call,
+    which doubled the time of adding a million-wide evaluation's compact sums."""
+    return [None if p is None else np.asarray(p, dtype=np.intp) for p in positions]
 
 
 def parameters_to_send(x: np.ndarray, plan: Plan, positions: list[np.ndarray | None]) -> tuple[dict[str, Sent], int]:
