@@ -171,8 +171,8 @@ def steady_own_seconds(history: list[dict], spans: list[tuple[float, float]], sk
     A history entry's ``time`` counts from the run's start, which is where its first
     evaluation (the starting point's) begins: that span anchors the iterations' ends. The
     online pass's evaluations, if any, come before it and are not among the iterations'."""
-    if len(history) <= skip + 1:
-        return None
+    if len(history) <= skip + 1 or len(spans) < history[-1]["nfev"]:
+        return None  # (the sharded state's evaluations leave their sums on the workers: not timed here)
     first = len(spans) - history[-1]["nfev"]  # the run's own evaluations are the last nfev
     anchor = spans[first][0]
     ends = [anchor + entry["time"] for entry in history]
@@ -650,9 +650,17 @@ def render_timeline(out: dict) -> list[str]:
         lines.append(f"| {method} | {active or out['features'] + 1:,} | {c.evaluations:.2f} | "
                      f"{1e3 * c.workers:.1f} | {1e3 * c.busiest:.1f} | {1e3 * c.gather:.1f} | {1e3 * c.adding:.1f} | "
                      f"{_ms(c.vectors)} | {_ms(c.coordinator)} | {1e3 * c.averaged:.1f} | "
-                     f"{'' if c.coordinator is None else f'{c.coordinator / c.workers:.0%}'} | "
+                     f"{_share(c)} | "
                      f"{out['nnz'] / c.workers / 1e6:.0f}M |")
     return lines + [""]
+
+
+def _share(c: IterationCosts) -> str:
+    """The coordinator's work against an evaluation: in a steady iteration, or averaged over
+    the run where the iterations' evaluations were not timed (the sharded state's)."""
+    if c.coordinator is not None:
+        return f"{c.coordinator / c.workers:.0%}"
+    return f"{c.averaged / c.workers:.0%} (averaged)"
 
 
 def _ms(seconds: float | None) -> str:
