@@ -155,6 +155,7 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
         scale = 1.0 / weight
         nonzeros = slice(starts[start], starts[stop])
         at, v, r = column_of[nonzeros], values[nonzeros], row_in_batch[nonzeros]
+        z: np.ndarray
         if K == 1:
             z = np.bincount(r, weights=v * coef[at, 0], minlength=stop - start)
         else:
