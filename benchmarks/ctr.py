@@ -137,7 +137,7 @@ def _sandblaster(state: str, cut: bool = True, **options: Any):
                                 "trace": [(e["time"], e["loss"]) for e in res.history],
                                 "active_parameters": stats.get("active_parameters"),
                                 "online_seconds": stats["online"]["seconds"] if "online" in stats else None,
-                                "steady_own_seconds": steady_own_seconds(res.history, spans),
+                                "steady_own_seconds": steady_own_seconds(res.history, spans, int(res.nfev)),
                                 **{key: stats.get(key) for key in ("load_seconds", "eval_seconds_median",
                                                                    "eval_seconds_total", "total_seconds",
                                                                    "busiest_worker_compute_seconds",
@@ -164,16 +164,18 @@ def evaluation_spans() -> list[tuple[float, float]]:
     return spans
 
 
-def steady_own_seconds(history: list[dict], spans: list[tuple[float, float]], skip: int = 5) -> float | None:
+def steady_own_seconds(history: list[dict], spans: list[tuple[float, float]], nfev: int,
+                       skip: int = 5) -> float | None:
     """The coordinator's work outside the evaluations in a steady iteration: the median over
     the iterations after the first ``skip`` of each one's wall time less its evaluations'.
 
     A history entry's ``time`` counts from the run's start, which is where its first
     evaluation (the starting point's) begins: that span anchors the iterations' ends. The
-    online pass's evaluations, if any, come before it and are not among the iterations'."""
-    if len(history) <= skip + 1 or len(spans) < history[-1]["nfev"]:
+    run's ``nfev`` evaluations are the last spans (a run that ends on a failed line search
+    made some after its last iteration)."""
+    if len(history) <= skip + 1 or len(spans) < nfev:
         return None  # (the sharded state's evaluations leave their sums on the workers: not timed here)
-    first = len(spans) - history[-1]["nfev"]  # the run's own evaluations are the last nfev
+    first = len(spans) - nfev
     anchor = spans[first][0]
     ends = [anchor + entry["time"] for entry in history]
     own = []
@@ -633,12 +635,15 @@ def render_timeline(out: dict) -> list[str]:
         return []
     lines = ["## A wide iteration's time", "",
              "From each run's counters. An evaluation: the workers computing and the messages (the parameters "
-             "sent, the sums back: its wall time less the coordinator's gathering), the busiest worker's computing "
-             "within it (direct calls). The coordinator's work, all of it in this process: gathering the parameters "
-             "each worker is sent and adding the portions' sums, per evaluation; its vector work outside the "
-             "evaluations (L-BFGS's pairs, direction and trial points, the objective from the sums) in a steady "
-             "iteration (the median after the fifth); all of it in a steady iteration; and the same averaged over "
-             "the whole run (its set-up and teardown included: the columns' pass, the cut, the result's expansion).",
+             "sent, the sums back and unpacked: its wall time less the coordinator's gathering), the busiest "
+             "worker's computing within it (direct calls). The coordinator's work in this process: gathering the "
+             "parameters each worker is sent and adding the portions' sums, per evaluation; its vector work "
+             "outside the evaluations (L-BFGS's pairs, direction and trial points, the objective from the sums, "
+             "the iteration's report) in a steady iteration (the median after the fifth); all of it in a steady "
+             "iteration (that median, and the gathering and adding of the run's evaluations an iteration); and "
+             "all but the evaluations averaged over the whole run (its set-up and teardown included: the columns' "
+             "pass, the cut, the result's expansion). The sharded state's evaluations are not timed apart (their "
+             "sums stay on the workers): its average holds the vector work on the workers and their reductions.",
              "",
              "| method | parameters optimised | evaluations an iteration | an evaluation ms | the busiest worker "
              "computing ms | gathering ms an evaluation | adding ms an evaluation | vector work ms an iteration | "

@@ -138,10 +138,10 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
     link, l2 = model.link, model.l2
     local = rows.local
     n, step = local.shape[0], max(1, int(batch_rows))
-    starts = np.asarray(local.indptr, dtype=np.intp)
-    column_of = np.asarray(local.indices, dtype=np.intp)  # each non-zero's column among the shard's
+    starts, column_of = local.indptr, local.indices  # each non-zero's column among the shard's
+    # numpy's own float64 (a view when the values are float64 already): values read from a
+    # store may carry an equal dtype of their own, which sends np.add.at down its slow loop
     values = np.asarray(local.data, dtype=np.float64)
-    row_in_batch = np.repeat(np.arange(n) % step, np.diff(starts))  # each non-zero's row in its mini-batch
     gradient_sums = np.zeros_like(coef)  # a step's gradient sums on its columns, zeroed after it
     mark = np.empty(len(coef), dtype=np.intp)  # which of a step's non-zeros stands for its column
     loss = rows_weight = 0.0
@@ -154,7 +154,8 @@ def _sparse_linear_pass(model: Any, params: np.ndarray, rows: CompactColumns, y:
             continue
         scale = 1.0 / weight
         nonzeros = slice(starts[start], starts[stop])
-        at, v, r = column_of[nonzeros], values[nonzeros], row_in_batch[nonzeros]
+        at, v = column_of[nonzeros].astype(np.intp), values[nonzeros]
+        r = np.repeat(np.arange(stop - start), np.diff(starts[start : stop + 1]))  # each non-zero's row
         z: np.ndarray
         if K == 1:
             z = np.bincount(r, weights=v * coef[at, 0], minlength=stop - start)

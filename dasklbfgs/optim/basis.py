@@ -94,8 +94,8 @@ class LocalBasis(GramMatrix):
 
     ``S`` and ``Y`` are the even and odd rows of one matrix (``s`` of a slot, then its ``y``),
     so the pairs in use are its first ``2k`` rows and the direction is one product with them
-    (:meth:`combine`): at a million parameters, 2-3x faster than a product with each of
-    ``S`` and ``Y`` and their sum.
+    (:meth:`combine`) rather than a product with each of ``S`` and ``Y`` and their sum
+    (``benchmarks.coordinator`` measures both).
     """
 
     def __init__(self, n: int, m: int) -> None:
@@ -111,7 +111,7 @@ class LocalBasis(GramMatrix):
 
     @S.setter
     def S(self, rows: np.ndarray) -> None:
-        self._rows[0::2] = rows
+        self._rows[0::2] = self._as_rows(rows)
 
     @property
     def Y(self) -> np.ndarray:
@@ -120,7 +120,13 @@ class LocalBasis(GramMatrix):
 
     @Y.setter
     def Y(self, rows: np.ndarray) -> None:
-        self._rows[1::2] = rows
+        self._rows[1::2] = self._as_rows(rows)
+
+    def _as_rows(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` if it has the shape of ``S`` (no broadcasting one row into all of them)."""
+        if np.shape(rows) != self.S.shape:
+            raise ValueError(f"the pairs' rows are {self.S.shape}, got an array of shape {np.shape(rows)}")
+        return rows
 
     def push_pair(self, s: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Append a curvature pair, dropping the oldest when ``m`` are stored; returns its

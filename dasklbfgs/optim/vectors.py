@@ -29,7 +29,7 @@ def add_scaled(into: np.ndarray, scale: float, vector: np.ndarray) -> None:
 def stepped(x: np.ndarray, alpha: float, p: np.ndarray) -> np.ndarray:
     """``x + alpha * p`` as a fresh vector, with no second one for ``alpha * p`` (the same
     bits: the sum is formed as ``alpha * p + x``, and addition commutes)."""
-    out = np.multiply(p, alpha)
+    out = np.multiply(p, alpha, dtype=np.result_type(x, p))
     out += x
     return out
 

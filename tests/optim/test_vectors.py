@@ -63,3 +63,5 @@ def test_pairs_stored_side_by_side_combine_as_the_pairs_do(pushes) -> None:
         np.testing.assert_array_equal(basis.Y[basis.slots[l]], y)
     basis.S = np.zeros((m, n))  # assigning S writes its rows, Y untouched
     assert not basis.S.any() and basis.Y[basis.slots[0]].any()
+    with pytest.raises(ValueError, match=r"the pairs' rows are \(4, 98309\), got an array of shape \(98309,\)"):
+        basis.Y = np.zeros(n)  # one row is not broadcast into all of them

@@ -74,19 +74,29 @@ class ActiveParameters:
 
     def restrict_state(self, state: LBFGSState) -> LBFGSState:
         """A local L-BFGS state over the whole parameters (a checkpoint's), on the active ones."""
-        return self._moved(state, self.restrict, self.n_active)
+        return self._moved(state, self.restrict, self._restrict_into, self.n_active)
 
     def expand_state(self, state: LBFGSState) -> LBFGSState:
         """A local L-BFGS state on the active parameters, over the whole ones (as checkpoints
         hold it, whichever parameters a run moved)."""
-        return self._moved(state, self.expand, self.size)
+        return self._moved(state, self.expand, self._expand_into, self.size)
+
+    def _restrict_into(self, rows: np.ndarray, out: np.ndarray) -> None:
+        out[...] = rows[..., self.positions]
+
+    def _expand_into(self, rows: np.ndarray, out: np.ndarray) -> None:
+        out[..., self.positions] = rows  # (out is zeros: a new basis's)
 
     @staticmethod
-    def _moved(state: LBFGSState, move, n: int) -> LBFGSState:
+    def _moved(state: LBFGSState, move, move_into, n: int) -> LBFGSState:
+        """``state`` with its vectors moved by ``move``, its pairs by ``move_into`` straight
+        into the new basis's rows (no second copy of them, as long as the whole vector)."""
         basis = state.basis
         assert isinstance(basis, LocalBasis) and state.x is not None and state.g is not None, "a local state"
         moved = LocalBasis(n, basis.S.shape[0])
-        moved.S, moved.Y, moved.g = move(basis.S), move(basis.Y), move(basis.g)
+        move_into(basis.S, moved.S)
+        move_into(basis.Y, moved.Y)
+        moved.g = move(basis.g)
         moved._G, moved.k, moved.slots = basis._G.copy(), basis.k, list(basis.slots)
         return dataclasses.replace(state, x=move(state.x), g=move(state.g), basis=moved)
 

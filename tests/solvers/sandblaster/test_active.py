@@ -170,9 +170,10 @@ def test_a_cut_run_reaches_scipys_optimum_of_the_whole_model_cached_or_streamed(
     np.testing.assert_array_equal(cached.x, streamed.x, strict=True)  # one cut, the same bits
     assert cached.success and cached.fun == pytest.approx(reference.fun, rel=1e-10)
     # the coordinator's own part of the direct calls is timed apart from the workers'
-    assert 0 < cached.stats["gather_seconds_total"] + cached.stats["adding_seconds_total"] \
-        < cached.stats["eval_seconds_total"] + cached.stats["adding_seconds_total"]
-    assert streamed.stats["gather_seconds_total"] == 0.0 < streamed.stats["adding_seconds_total"]
+    # (direct calls gather each worker's parameters; tasks, as streaming uses, read the whole vector)
+    assert 0 < cached.stats["gather_seconds_total"] < cached.stats["eval_seconds_total"]
+    assert cached.stats["adding_seconds_total"] > 0 and streamed.stats["adding_seconds_total"] > 0
+    assert streamed.stats["gather_seconds_total"] == 0.0
     np.testing.assert_allclose(cached.x, reference.x, atol=1e-5)
     assert cached.x.shape == cached.jac.shape == (D + 1,)
     np.testing.assert_array_equal(np.delete(cached.x, np.r_[columns, D]), 0.0)
