@@ -86,7 +86,7 @@ def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -
 def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[str, Any]:
     from dasklbfgs.models import Logistic
     from dasklbfgs.models.sums import SparseSum
-    from dasklbfgs.optim.vectors import max_abs, stepped
+    from dasklbfgs.optim.vectors import max_abs
 
     rng = np.random.default_rng(0)
     basis = _filled_basis(n, m, rng)
@@ -109,8 +109,7 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
         "direction_before": median_seconds(lambda: _combine_whole(basis, delta), repeats),
         "direction": median_seconds(lambda: basis.combine(delta), repeats),
         "direction_two_products": median_seconds(lambda: _combine_two_products(basis, S, Y, delta), repeats),
-        "trial_point": median_seconds(lambda: stepped(x, 0.5, p), repeats),
-        "trial_point_before": median_seconds(lambda: x + 0.5 * p, repeats),
+        "trial_point": median_seconds(lambda: x + 0.5 * p, repeats),
         "pair_and_test": median_seconds(lambda: (float((x_new - x) @ (g_new - g)), float(g @ (x_new - x))), repeats),
         "objective_before": median_seconds(lambda: _penalty_whole(model, x, sums, 1e5), repeats),
         "objective": median_seconds(lambda: model.objective_from_sums(x, 1.0, sums, 1e5), repeats),
@@ -190,8 +189,6 @@ def render(out: dict[str, Any]) -> str:
               f"{t['direction'] / t['direction_two_products']:.2f}x |",
               f"| search direction (one whole-vector expression) | {1e3 * t['direction_before']:.1f} | "
               f"{1e3 * t['direction']:.1f} | {t['direction'] / t['direction_before']:.2f}x |",
-              f"| a trial point (`x + alpha * p`: two fresh vectors) | {1e3 * t['trial_point_before']:.1f} | "
-              f"{1e3 * t['trial_point']:.1f} | {t['trial_point'] / t['trial_point_before']:.2f}x |",
               f"| max abs g (`np.abs(g)` formed whole) | {1e3 * t['gmax_before']:.1f} | "
               f"{1e3 * t['gmax']:.1f} | {t['gmax'] / t['gmax_before']:.2f}x |",
               f"| objective and gradient (the penalty's gradient formed whole) | {1e3 * t['objective_before']:.1f} | "

@@ -20,7 +20,7 @@ from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.linesearch import strong_wolfe
 from dasklbfgs.optim.two_loop import two_loop_coefficients
-from dasklbfgs.optim.vectors import max_abs, stepped
+from dasklbfgs.optim.vectors import max_abs
 from dasklbfgs.options import Options, option
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class Status(IntEnum):
 
 MSG_GTOL = "CONVERGENCE: NORM OF PROJECTED GRADIENT <= GTOL"
 MSG_FTOL = "CONVERGENCE: RELATIVE REDUCTION OF F <= FTOL"
+MSG_PREDICTED = "CONVERGENCE: PREDICTED RELATIVE REDUCTION OF F <= FTOL (NO STEP CHANGES F BEYOND ITS ROUNDING)"
 MSG_MAXITER = "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT"
 MSG_MAXFUN = "STOP: TOTAL NO. OF F,G EVALUATIONS EXCEEDS LIMIT"
 MSG_CALLBACK = "`callback` raised `StopIteration`."
@@ -148,7 +149,10 @@ def lbfgs_minimize(
     Notes
     -----
     Stopping is scipy's: ``max|g| <= gtol``; ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)
-    <= ftol``; ``nit >= maxiter``; ``nfev >= maxfun``. The first step along ``-g`` has
+    <= ftol`` (and, when a line search fails, the reduction its first trial predicts,
+    ``-(g . p) alpha_1``, within ``ftol`` likewise: no step changes ``f`` beyond its rounding
+    there, and the next accepted step would have stopped the run); ``nit >= maxiter``;
+    ``nfev >= maxfun``. The first step along ``-g`` has
     length 1 (``alpha = 1 / ||g||``), later ones start at ``alpha = 1``. A pair with
     ``s.y <= eps (-g.s)`` is skipped (:func:`~dasklbfgs.optim.basis.keep_pair`: scale
     invariant, as L-BFGS-B). As in scipy, the relative decrease is measured against at least
@@ -267,7 +271,7 @@ class LocalSpace(LocalVectors):
         self._trials = {}
 
     def trial(self, alpha: float) -> tuple[float, float]:
-        x_trial = stepped(self._x, alpha, self._p)
+        x_trial = self._x + alpha * self._p  # (numpy adds into alpha * p's temporary: one fresh vector)
         f_trial, g_trial = self.evaluate(x_trial)
         self._trials[alpha] = (x_trial, f_trial, g_trial)
         return float(f_trial), float(g_trial @ self._p)
@@ -363,6 +367,10 @@ def quasi_newton_iteration(space: Any, state: LBFGSState, opts: LBFGSOptions, *,
         result = search(phi, state.f, slope, alpha1, budget)
         if result.success:
             break
+        if -slope * alpha1 <= opts.ftol * max(abs(state.f), 1.0):
+            # the first trial step's predicted reduction is within ftol: the search failed at the
+            # objective's precision, where the next accepted step would have stopped the run
+            return Status.CONVERGED, MSG_PREDICTED
         failure = search_failure(result, state, opts, basis)
         if failure is not None:
             return failure

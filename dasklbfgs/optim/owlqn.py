@@ -45,7 +45,7 @@ from dasklbfgs.optim.lbfgs import (
 )
 from dasklbfgs.optim.linesearch import backtracking_armijo
 from dasklbfgs.optim.two_loop import two_loop_coefficients
-from dasklbfgs.optim.vectors import max_abs, stepped
+from dasklbfgs.optim.vectors import max_abs
 
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
@@ -103,7 +103,7 @@ class OrthantSpace(LocalVectors):
 
     def trial(self, alpha: float) -> tuple[float, float]:
         """The full objective at the projected trial point and ``v . (x_trial - x)``."""
-        x_trial = stepped(self._x, alpha, self._p)
+        x_trial = self._x + alpha * self._p
         self.constraints.project_trial(x_trial, self._orthant)
         f_trial, g_trial = self.evaluate(x_trial)
         objective = float(f_trial) + self.constraints.l1_term(x_trial)

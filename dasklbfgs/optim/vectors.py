@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BLOCK", "add_scaled", "max_abs", "products", "stepped"]
+__all__ = ["BLOCK", "add_scaled", "max_abs", "products"]
 
 #: Elements of a block: a few arrays of it fit in a core's L2 cache.
 BLOCK = 1 << 15
@@ -24,14 +24,6 @@ def add_scaled(into: np.ndarray, scale: float, vector: np.ndarray) -> None:
         step = scratch[: len(vector[block])]
         np.multiply(vector[block], scale, out=step)
         into[block] += step
-
-
-def stepped(x: np.ndarray, alpha: float, p: np.ndarray) -> np.ndarray:
-    """``x + alpha * p`` as a fresh vector, with no second one for ``alpha * p`` (the same
-    bits: the sum is formed as ``alpha * p + x``, and addition commutes)."""
-    out = np.multiply(p, alpha, dtype=np.result_type(x, p))
-    out += x
-    return out
 
 
 def max_abs(vector: np.ndarray) -> float:

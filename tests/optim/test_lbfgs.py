@@ -8,6 +8,7 @@ from scipy.optimize import minimize, rosen, rosen_der
 
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.optim import LBFGSOptions, Status, lbfgs_minimize
+from dasklbfgs.optim.lbfgs import MSG_PREDICTED
 
 
 def rosen_fg(x):
@@ -98,3 +99,16 @@ def test_non_finite_start_raises() -> None:
 def test_option_errors(kwargs, match) -> None:
     with pytest.raises(ConfigurationError, match=match):
         LBFGSOptions(**kwargs)
+
+
+def test_a_failed_search_predicting_a_reduction_within_ftol_has_converged() -> None:
+    """A line search that fails where its first trial predicts a relative reduction within
+    ftol stops the run as converged (the next accepted step would have, by ftol); one that
+    predicted more ends as the failure it is."""
+    def fg(x):
+        return float(x @ x) + 10.0, 2 * x
+
+    res, _ = lbfgs_minimize(fg, np.array([1e-3]), LBFGSOptions(max_line_search=1, ftol=1e-3, gtol=1e-12))
+    assert res.success and res.status == Status.CONVERGED and res.message == MSG_PREDICTED
+    res, _ = lbfgs_minimize(fg, np.array([1e-3]), LBFGSOptions(max_line_search=1, gtol=1e-12))
+    assert not res.success and res.status == Status.LINE_SEARCH_FAILED

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dasklbfgs.optim.basis import LocalBasis
-from dasklbfgs.optim.vectors import BLOCK, add_scaled, max_abs, stepped
+from dasklbfgs.optim.vectors import BLOCK, add_scaled, max_abs
 
 rng = np.random.default_rng(4)
 
@@ -32,13 +32,6 @@ def test_max_abs_is_numpys_and_keeps_nan() -> None:
     assert max_abs(-np.abs(g)) == float(np.max(np.abs(g)))
     assert np.isnan(max_abs(np.array([1.0, np.nan]))) and np.isnan(max_abs(np.array([np.nan, -1.0])))
     assert max_abs(np.empty(0)) == 0.0
-
-
-def test_stepped_has_the_bits_of_the_whole_expression() -> None:
-    x, p = rng.normal(size=BLOCK + 9) * 1e3, rng.normal(size=BLOCK + 9)
-    out = stepped(x, 0.731, p)
-    np.testing.assert_array_equal(out, x + 0.731 * p, strict=True)
-    assert not np.shares_memory(out, x) and not np.shares_memory(out, p)
 
 
 @pytest.mark.parametrize("pushes", [2, 5, 9])

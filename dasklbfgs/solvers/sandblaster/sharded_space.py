@@ -43,7 +43,7 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums, as_dense, reduce_in_groups
 from dasklbfgs.optim.basis import GramMatrix, LocalBasis, keep_pair
 from dasklbfgs.optim.constraints import Constraints
-from dasklbfgs.optim.vectors import max_abs, stepped
+from dasklbfgs.optim.vectors import max_abs
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import SHARD_KIND
 
 __all__ = ["VectorShard", "ShardedSpace", "vector_bounds"]
@@ -78,7 +78,7 @@ class VectorShard:
 
     async def trial_params(self, alpha: float | None) -> np.ndarray:
         """This slice of ``x + alpha p`` (``None``: of ``x``), remembered as the trial point."""
-        self.x_trial = self.x.copy() if alpha is None else stepped(self.x, alpha, self.p)
+        self.x_trial = self.x.copy() if alpha is None else self.x + alpha * self.p
         if self.constraints is not None and alpha is not None:
             self.constraints.project_trial(self.x_trial, self.orthant)
         return self.x_trial
