@@ -90,7 +90,7 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
     except Exception:
         data = ShardedDataset.create(path, X, (X[:, 0] > 0).astype(np.int64), shard_rows=TINY_ROWS // TINY_PORTIONS,
                                      overwrite=True)
-    from dasklbfgs.solvers.sandblaster.portion_service import call_workers
+    from dasklbfgs.solvers.sandblaster.direct_calls import call_workers
 
     evaluator = MegaBatchEvaluator(client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS)
     by_tasks = MegaBatchEvaluator(client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS,

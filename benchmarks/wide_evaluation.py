@@ -88,22 +88,23 @@ def _reduce_seconds(evaluator: Any, x: np.ndarray, repeats: int) -> tuple[float,
 
 def _sent_bytes(evaluator: Any, x: np.ndarray) -> int:
     """Parameter bytes one evaluation by direct calls sends (each worker's, added)."""
-    from dasklbfgs.solvers.sandblaster.portion_service import parameters_to_send
+    from dasklbfgs.solvers.sandblaster.direct_calls import parameters_to_send
 
-    return parameters_to_send(x, evaluator.direct_plan(), evaluator.portion_positions())[1]
+    return parameters_to_send(x, evaluator.direct_plan(), evaluator.direct.portion_positions(evaluator.portions))[1]
 
 
 def measure(client: Any, model: Any, train: Any, way: str, repeats: int) -> dict[str, Any]:
+    from dasklbfgs.solvers.sandblaster import direct_calls
     from dasklbfgs.solvers.sandblaster import evaluator as evaluation
 
     rng = np.random.default_rng(0)
     points = [rng.normal(scale=1e-3, size=model.n_params) for _ in range(repeats)]
-    limit = evaluation.DIRECT_UPLOAD_BYTES
+    limit = direct_calls.DIRECT_UPLOAD_BYTES
     evaluator = evaluation.MegaBatchEvaluator(client, model, train, direct=way != "tasks")
     try:
         if way == "whole-vector direct calls":
-            evaluator.positions = [None] * train.n_shards
-            evaluation.DIRECT_UPLOAD_BYTES = 2**40
+            evaluator.direct.positions = [None] * train.n_shards
+            direct_calls.DIRECT_UPLOAD_BYTES = 2**40
         if way == ACTIVE:  # as a run cuts its vectors
             from dasklbfgs.solvers.sandblaster.active import active_parameters
             from dasklbfgs.solvers.sandblaster.shard_passes import read_positions_by_shard
@@ -122,7 +123,7 @@ def measure(client: Any, model: Any, train: Any, way: str, repeats: int) -> dict
         out["read_floor_s"] = _read_floor(client, evaluator, len(client.scheduler_info()["workers"]), repeats)
         return out
     finally:
-        evaluation.DIRECT_UPLOAD_BYTES = limit
+        direct_calls.DIRECT_UPLOAD_BYTES = limit
         evaluator.close()
 
 

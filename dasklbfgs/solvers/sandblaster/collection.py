@@ -21,8 +21,8 @@ from dask.typing import Key
 from distributed import Future, wait
 
 from dasklbfgs.errors import PartitionLostError
+from dasklbfgs.solvers.sandblaster.direct_calls import DirectCalls
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
-from dasklbfgs.solvers.sandblaster.portion_service import DirectCalls
 from dasklbfgs.solvers.sandblaster.portions import Portion
 from dasklbfgs.solvers.sandblaster.stragglers import Progress, StragglerPolicy, portion_progress
 

@@ -6,7 +6,7 @@ worker holding it is lost, and the partial ``(loss, gradient)`` sums are added i
 order, so the result does not depend on which worker computed what (docs/algorithms.md
 §1). Each evaluation goes one of three ways, with the same bits:
 
-- **Direct calls** (the default on cached shards; :mod:`.portion_service`): after asking
+- **Direct calls** (the default on cached shards; :mod:`.direct_calls`): after asking
   the scheduler where the shards are, the client sends the parameters to each worker
   holding shards and asks it, in one message, for the sums of its portions; a round trip
   of about a millisecond instead of a task's trip through the scheduler. A sparse shard is
@@ -37,7 +37,8 @@ and the next evaluations split that shard's portions between the two holders
 (:mod:`.placement`), so work drifts away from a persistent straggler. Portions whose worker
 died are rescued by reading their rows from Zarr.
 
-The parts: :mod:`.portion_service` (direct calls), :mod:`.launcher` (an evaluation's tasks),
+The parts: :mod:`.direct_calls` (the client's side of the direct calls, :mod:`.portion_service`
+the workers'), :mod:`.launcher` (an evaluation's tasks),
 :mod:`.collection` (the wait for them: winners, rescues, backups), :mod:`.stragglers` (the
 rule), :mod:`.placement` (which holder computes which portion) and :mod:`.shard_cache` (where
 the shards live, and how they move to workers that join). This module chooses the way and
@@ -65,18 +66,10 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
 from dasklbfgs.solvers.sandblaster.active import ActiveParameters
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
+from dasklbfgs.solvers.sandblaster.direct_calls import DirectCalls, DirectPath, Plan
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.placement import Speeds
-from dasklbfgs.solvers.sandblaster.portion_service import (
-    DirectCalls,
-    Plan,
-    as_gather_index,
-    as_sums,
-    call_workers,
-    parameters_to_send,
-    start_service,
-)
 from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
@@ -84,10 +77,6 @@ from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
 __all__ = ["EvaluatorStats", "MegaBatchEvaluator"]
 
 GATHER_TIMEOUT_SECONDS = 5.0
-#: The parameters a client sends per evaluation by direct calls (one copy per worker asked):
-#: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
-#: parameters once and let the workers copy them from each other, off the client's link.
-DIRECT_UPLOAD_BYTES = 64 * 2**20
 
 
 @dataclass
@@ -181,14 +170,10 @@ class MegaBatchEvaluator:
         if given:  # the default plan never has more portions than shards: nothing to blame on it
             warn_if_many(self.portions, portion_rows)
         self.cached: ShardCache | None = None
-        # The fast path (module docstring): cached shards of a whole model, and a client that
-        # may reach the workers (it says so with direct_to_workers).
-        self.direct = bool(direct and cache and portion_model is None and client.direct_to_workers)
-        if self.direct:
-            start_service(client)
-        #: Per shard, the parameters its portions read (None: all), when the direct calls
-        #: send each worker only those of its shards (Model.compact_positions)
-        self.positions: list[np.ndarray | None] = [None] * data.n_shards
+        #: The fast path (module docstring): cached shards of a whole model, and a client that
+        #: may reach the workers (it says so with direct_to_workers); None: tasks only.
+        self.direct = (DirectPath(client, model, self.token, data.n_shards)
+                       if direct and cache and portion_model is None and client.direct_to_workers else None)
         self._owns_cache = shards is None
         #: The parameters evaluated at (None: all of them; :meth:`restrict_to`)
         self.active: ActiveParameters | None = None
@@ -196,9 +181,9 @@ class MegaBatchEvaluator:
             started = time.perf_counter()
             self.cached = ShardCache(client, data, self.token, sorted(workers)) if shards is None else shards
             self._moves_before = self.cached.moves  # a cache of earlier runs has moved shards for them
-            if self.direct and data.is_sparse:
+            if self.direct is not None and data.is_sparse:
                 try:
-                    self.positions = as_gather_index(self.cached.compact_positions(model))
+                    self.direct.read_positions(self.cached)
                 except BaseException:
                     self.close()  # the shards it loaded go with it
                     raise
@@ -210,7 +195,8 @@ class MegaBatchEvaluator:
         positions among the active ones); a task, which reads a shard's columns as stored, is
         given the whole parameters and its sums are cut to the active ones. The same sums."""
         self.active = active
-        self.positions = as_gather_index([None if p is None else active.index_of(p) for p in self.positions])
+        if self.direct is not None:
+            self.direct.restrict_to(active)
 
     @property
     def stragglers(self) -> StragglerPolicy | None:
@@ -249,7 +235,7 @@ class MegaBatchEvaluator:
     def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
         client = self.client
         started = time.perf_counter()
-        direct = self._call_direct(x, started) if self.direct else DirectCalls()
+        direct = self._call_direct(x, started) if self.direct is not None else DirectCalls()
         if len(direct.sums) == len(self.portions):
             self._done_with = []  # a previous evaluation's tasks: nothing is submitted after them
             self.stats.direct_evaluations += 1
@@ -292,22 +278,12 @@ class MegaBatchEvaluator:
         return (loss, sums) if self.active is None else (loss, self.active.restrict_sums(sums))
 
     def _call_direct(self, x: np.ndarray, started: float) -> DirectCalls:
-        """Each worker's portions in one direct call (:mod:`.portion_service`), pinned as the
-        tasks would be; portions of shards being reloaded are left to tasks, and everything
-        when the parameters to send would exceed ``DIRECT_UPLOAD_BYTES``. A worker is sent,
-        for each of its shards with :attr:`positions`, only the parameters there, and the
-        whole ``x`` only if one of its shards reads every parameter."""
-        plan = self.direct_plan()
-        positions = self.portion_positions()
-        gathering = time.perf_counter()
-        sent, upload = parameters_to_send(x, plan, positions)
-        self.stats.gather_seconds += time.perf_counter() - gathering
-        if upload > DIRECT_UPLOAD_BYTES:
-            return DirectCalls()
-        self._next_key += 1
-        calls = call_workers(self.client, f"{self.token}-{self._next_key}", self.model, sent, plan, started,
-                             self.stragglers)
-        as_sums(calls.sums, positions, x.size)
+        """Each worker's portions in one direct call (:class:`.DirectPath`), pinned as the tasks
+        would be; portions of shards being reloaded are left to tasks, and everything when the
+        parameters to send would exceed ``DIRECT_UPLOAD_BYTES``."""
+        assert self.direct is not None, "called only on the fast path"
+        calls = self.direct.call(x, self.direct_plan(), self.portions, started, self.stragglers)
+        self.stats.gather_seconds += calls.gather_seconds
         for worker, at in calls.finished.items():
             self.speeds.measured(worker, calls.rows[worker], at - started)
         spent = self.stats.direct_compute_seconds
@@ -325,10 +301,6 @@ class MegaBatchEvaluator:
                 shard_key, local = str(holders[p.shard][worker].key), p.local
                 plan.setdefault(worker, []).append((p.index, shard_key, local.start, local.stop))
         return plan
-
-    def portion_positions(self) -> list[np.ndarray | None]:
-        """Per portion, the parameters it reads (its shard's :attr:`positions`)."""
-        return [self.positions[p.shard] for p in self.portions]
 
     def portion_sums(self, x_future: Future) -> list[Future]:
         """Futures of every portion's ``(loss, sums)`` at the parameters held by

@@ -15,7 +15,7 @@ A busy worker is credited with the rows it reported done plus the rows it is com
 (in flight), as if those were about to end: no worker is a straggler merely because the
 work in its hands has not ended yet. What each way of evaluating feeds the rule:
 
-- **direct calls** (:mod:`.portion_service`): a worker answers for all its portions at
+- **direct calls** (:mod:`.direct_calls`): a worker answers for all its portions at
   once, so all of them are in flight until it answers;
 - **tasks** pinned to the holders of the shards: a worker's portions are those pinned to
   it, each reported as it ends, one per thread of the worker in flight;

@@ -209,7 +209,7 @@ def test_direct_calls_use_every_thread_of_a_worker_with_the_same_bits(tmp_path) 
 def test_parameters_too_large_to_send_to_every_worker_go_by_tasks(client, tmp_path, monkeypatch) -> None:
     """Past ``DIRECT_UPLOAD_BYTES`` of parameters per evaluation (a wide model on many workers)
     the evaluation scatters them once and goes by tasks: the same bits."""
-    from dasklbfgs.solvers.sandblaster import evaluator as evaluation
+    from dasklbfgs.solvers.sandblaster import direct_calls
 
     rng = np.random.default_rng(10)
     X = rng.normal(size=(800, 30))
@@ -220,7 +220,7 @@ def test_parameters_too_large_to_send_to_every_worker_go_by_tasks(client, tmp_pa
     try:
         expected = evaluator.evaluate(x)
         assert evaluator.stats.direct_evaluations == 1
-        monkeypatch.setattr(evaluation, "DIRECT_UPLOAD_BYTES", x.nbytes)  # one copy fits, two do not
+        monkeypatch.setattr(direct_calls, "DIRECT_UPLOAD_BYTES", x.nbytes)  # one copy fits, two do not
         loss, grad = evaluator.evaluate(x)
         assert evaluator.stats.direct_evaluations == 1 and evaluator.stats.evaluations == 2
         assert loss == expected[0]
@@ -233,7 +233,7 @@ def test_wide_sparse_shards_are_sent_only_their_parameters(client, tmp_path, mon
     """A wide sparse model whose whole parameter vector exceeds ``DIRECT_UPLOAD_BYTES`` still
     evaluates by direct calls: each worker gets only its shards' columns' coefficients, a
     few percent of the vector, and the bits are the tasks'."""
-    from dasklbfgs.solvers.sandblaster import evaluator as evaluation
+    from dasklbfgs.solvers.sandblaster import direct_calls
 
     rng = np.random.default_rng(11)
     wide, n = 2**18, 2000
@@ -241,7 +241,7 @@ def test_wide_sparse_shards_are_sent_only_their_parameters(client, tmp_path, mon
     data = ShardedDataset.create(tmp_path / "wide", X, (rng.uniform(size=n) < 0.3).astype(float), shard_rows=500)
     model = Logistic(wide, l2=1e-4)
     x = rng.normal(scale=0.01, size=model.n_params)
-    monkeypatch.setattr(evaluation, "DIRECT_UPLOAD_BYTES", x.nbytes // 4)  # not even one whole copy
+    monkeypatch.setattr(direct_calls, "DIRECT_UPLOAD_BYTES", x.nbytes // 4)  # not even one whole copy
     (direct, _), (tasks, _) = _evaluate_both_ways(client, model, data, x)
     assert direct[0] == tasks[0]
     np.testing.assert_array_equal(direct[1], tasks[1], strict=True)
