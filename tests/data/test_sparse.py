@@ -227,6 +227,35 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
             assert np.array_equal(np.signbit(as_dense(total)), np.signbit(dense_total))
 
 
+@pytest.mark.parametrize("n_parts", [1, 3, 20])
+def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(monkeypatch, n_parts) -> None:
+    """An evaluation's sums added a block of coordinates at a time (blocks of 7 here, over 100
+    coordinates) are the fixed tree of groups' bits, signs of zero included: compact sums with
+    either index type, dense ones, indices cut at the blocks beforehand (the evaluator's
+    positions) or not, and a cut made for another width ignored."""
+    from dasklbfgs.models import sums
+    from dasklbfgs.models.sums import BlockIndex, SparseSum, as_dense, reduce_in_blocks, reduce_in_groups
+
+    monkeypatch.setattr(sums, "ADD_BLOCK", 7)
+    rng = np.random.default_rng(11)
+    size, parts = 100, []
+    for i in range(n_parts):
+        values = rng.normal(size=size) * 10.0 ** rng.uniform(-8, 8, size=size)  # the order of additions shows
+        values[rng.uniform(size=size) < 0.1] = -0.0
+        if i % 4 == 3:
+            parts.append((float(rng.normal()), values))
+        else:
+            index = np.flatnonzero(rng.uniform(size=size) < 0.4).astype(np.int32 if i % 2 else np.intp)
+            parts.append((float(rng.normal()), SparseSum(size, index, values[index])))
+    compact = [s for _, s in parts if isinstance(s, SparseSum)]
+    known = {id(s.index): BlockIndex.of(s.index, size) for s in compact[:1]}
+    known |= {id(s.index): BlockIndex.of(s.index, size + 1) for s in compact[1:2]}  # another width's: ignored
+    loss, total = reduce_in_groups(parts, sums.add_sums_dense)
+    for given in (None, known):
+        blocked_loss, blocked = reduce_in_blocks(parts, given)
+        assert blocked_loss == loss and blocked.tobytes() == as_dense(total).tobytes()
+
+
 def test_compact_positions_are_only_for_rows_on_their_columns() -> None:
     """Rows not renumbered on their columns (dense, plain CSR) read every parameter; compact
     sums refuse parameters that are not those of the rows' columns."""

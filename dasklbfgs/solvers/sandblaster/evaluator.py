@@ -63,7 +63,7 @@ from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.sums import add_sums_dense, as_dense, reduce_in_groups
+from dasklbfgs.models.sums import reduce_in_blocks
 from dasklbfgs.solvers.sandblaster.active import ActiveParameters
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
 from dasklbfgs.solvers.sandblaster.direct_calls import DirectCalls, DirectPath, Plan
@@ -227,8 +227,7 @@ class MegaBatchEvaluator:
         self.stats.evaluations += 1
         self.stats.eval_seconds.append(adding - started)  # the sums are in; adding them is this process's work
         # Fixed portion order and grouping: the same sums whoever computed which portion.
-        loss, sums = reduce_in_groups(list(results), add_sums_dense)
-        sums = as_dense(sums)  # (one portion is not added)
+        loss, sums = reduce_in_blocks(list(results), None if self.direct is None else self.direct.blocks)
         self.stats.adding_seconds += time.perf_counter() - adding
         return loss, sums
 
