@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -76,6 +78,21 @@ def _add_fancy(parts: list[Any], total: np.ndarray) -> None:
         total[part.index.astype(np.intp, copy=False)] += part.values
 
 
+def _median_cold_seconds(fn: Callable[[], Any], repeats: int) -> float:
+    """:func:`median_seconds` with the caches flushed before each call (a read of 64 MiB): in a
+    run the portions' sums arrive fresh and the gradient was last touched an iteration ago,
+    while a loop of calls would find much of them in the cache."""
+    flush = np.ones(2**23)
+    times = []
+    fn()
+    for _ in range(repeats):
+        flush.sum()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
 def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -> None:
     """Before: the penalty's gradient formed whole (a zeroed vector and ``l2 * W``), then added."""
     penalty, penalty_grad = model.penalty(params)
@@ -85,7 +102,14 @@ def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -
 
 def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[str, Any]:
     from dasklbfgs.models import Logistic
-    from dasklbfgs.models.sums import SparseSum
+    from dasklbfgs.models.sums import (
+        BlockIndex,
+        SparseSum,
+        add_sums_dense,
+        as_dense,
+        reduce_in_blocks,
+        reduce_in_groups,
+    )
     from dasklbfgs.optim.vectors import max_abs
 
     rng = np.random.default_rng(0)
@@ -101,6 +125,8 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
     compact = [SparseSum(n, np.sort(rng.choice(n - 1, size=columns, replace=False)).astype(np.intp),
                          rng.normal(size=columns)) for _ in range(portions)]
     four_bytes = [SparseSum(n, part.index.astype(np.int32), part.values) for part in compact]
+    parts = [(1.0, part) for part in compact]
+    known = {id(part.index): BlockIndex.of(part.index, n) for part in compact}  # as the evaluator keeps them
     total = np.zeros(n)
     out: dict[str, Any] = {
         "read_pairs": median_seconds(lambda: [float(row @ row) for row in (*basis.S, *basis.Y)], repeats),
@@ -113,9 +139,11 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
         "pair_and_test": median_seconds(lambda: (float((x_new - x) @ (g_new - g)), float(g @ (x_new - x))), repeats),
         "objective_before": median_seconds(lambda: _penalty_whole(model, x, sums, 1e5), repeats),
         "objective": median_seconds(lambda: model.objective_from_sums(x, 1.0, sums, 1e5), repeats),
-        "add_sums_before": median_seconds(lambda: _add_fancy(four_bytes, total), repeats),
-        "add_sums": median_seconds(lambda: [part.add_to(total) for part in compact], repeats),
-        "add_sums_four_bytes": median_seconds(lambda: [part.add_to(total) for part in four_bytes], repeats),
+        "add_sums": _median_cold_seconds(lambda: reduce_in_blocks(parts, known), repeats),
+        "add_tree_whole": _median_cold_seconds(lambda: as_dense(reduce_in_groups(parts, add_sums_dense)[1]), repeats),
+        "add_flat_fancy": median_seconds(lambda: _add_fancy(four_bytes, total), repeats),
+        "add_flat": median_seconds(lambda: [part.add_to(total) for part in compact], repeats),
+        "add_flat_four_bytes": median_seconds(lambda: [part.add_to(total) for part in four_bytes], repeats),
         "gmax_before": median_seconds(lambda: float(np.max(np.abs(g))), repeats),
         "gmax": median_seconds(lambda: max_abs(g), repeats),
     }
@@ -147,7 +175,8 @@ PIECES: tuple[tuple[str, str, Callable[[int], int] | None], ...] = (
     ("trial_point", "a trial point x + alpha p", lambda m: 2),
     ("pair_and_test", "the step's pair s, y and its curvature test", lambda m: 4),
     ("objective", "objective and gradient from the sums, L2 penalty included", lambda m: 2),
-    ("add_sums", "adding the portions' compact sums", None),
+    ("add_sums", "adding the portions' compact sums (the evaluator's tree of groups, by blocks; caches flushed)",
+     None),
     ("gmax", "max abs g (the convergence test)", lambda m: 1),
 )
 
@@ -179,11 +208,15 @@ def render(out: dict[str, Any]) -> str:
               f"| basis update (the pair's, then the gradient's products, a pass over the pairs each) | "
               f"{1e3 * t['advance_before']:.1f} | {1e3 * t['advance']:.1f} | "
               f"{t['advance'] / t['advance_before']:.2f}x |",
-              f"| adding the portions' compact sums (a fancy-indexed `+=`) | {1e3 * t['add_sums_before']:.1f} | "
-              f"{1e3 * t['add_sums']:.1f} | {t['add_sums'] / t['add_sums_before']:.2f}x |",
-              f"| adding the portions' compact sums (`np.add.at` with a 4-byte index, converted at each call) | "
-              f"{1e3 * t['add_sums_four_bytes']:.1f} | {1e3 * t['add_sums']:.1f} | "
-              f"{t['add_sums'] / t['add_sums_four_bytes']:.2f}x |",
+              f"| adding the portions' compact sums (the tree of groups into whole-length totals, caches flushed) | "
+              f"{1e3 * t['add_tree_whole']:.1f} | {1e3 * t['add_sums']:.1f} | "
+              f"{t['add_sums'] / t['add_tree_whole']:.2f}x |",
+              f"| one portion's sums into one total (a fancy-indexed `+=`; now `np.add.at`, in a loop: warm) | "
+              f"{1e3 * t['add_flat_fancy']:.1f} | {1e3 * t['add_flat']:.1f} | "
+              f"{t['add_flat'] / t['add_flat_fancy']:.2f}x |",
+              f"| one portion's sums into one total (`np.add.at` with a 4-byte index, converted at each call) | "
+              f"{1e3 * t['add_flat_four_bytes']:.1f} | {1e3 * t['add_flat']:.1f} | "
+              f"{t['add_flat'] / t['add_flat_four_bytes']:.2f}x |",
               f"| search direction (a product with S, one with Y, added: before S and Y were one matrix) | "
               f"{1e3 * t['direction_two_products']:.1f} | {1e3 * t['direction']:.1f} | "
               f"{t['direction'] / t['direction_two_products']:.2f}x |",
