@@ -181,6 +181,8 @@ class BlockIndex:
 
     @classmethod
     def of(cls, index: np.ndarray, size: int) -> BlockIndex:
+        if index.size > 1 and not np.all(index[1:] > index[:-1]):
+            raise ValueError("a compact sum's index must be sorted and distinct to be cut at blocks")
         edges = block_edges(size)
         bounds = np.searchsorted(index, edges)
         slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -205,14 +207,18 @@ def reduce_in_blocks(parts: list[tuple[float, Any]],
         return loss, as_dense(sums)
     known = known or {}
     cuts = [None if not isinstance(sums, SparseSum) else _cut_at_blocks(sums.index, size, known) for _, sums in parts]
-    total = np.empty(size)
+    total: np.ndarray | None = None
     loss = 0.0
     for block, (start, stop) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist())):
         pieces = [(part_loss, sums[start:stop] if cut is None else
                    SparseSum(stop - start, cut.local[block], sums.values[cut.slices[block]]))
                   for (part_loss, sums), cut in zip(parts, cuts)]
         loss, block_sums = reduce_in_groups(pieces, add_sums_dense)
-        total[start:stop] = as_dense(block_sums)
+        dense = as_dense(block_sums)
+        if total is None:  # (the dtype the tree gives: the dense parts')
+            total = np.empty(size, dtype=dense.dtype)
+        total[start:stop] = dense
+    assert total is not None, "two blocks at least"
     return loss, total
 
 

@@ -36,6 +36,7 @@ class Coordinates:
 
     def standardize(self, transform: Standardizer) -> None:
         """Optimise in ``transform``'s coordinates (before :meth:`cut_to`, which cuts it too)."""
+        assert self.active is None, "standardised before the cut, which cuts the transform"
         self.transform = transform
 
     def cut_to(self, active: ActiveParameters, objective: Model) -> None:
