@@ -239,6 +239,7 @@ def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(
     from dasklbfgs.models.sums import BlockIndex, SparseSum, as_dense, reduce_in_blocks, reduce_in_groups
 
     monkeypatch.setattr(sums, "ADD_BLOCK", 7)
+    monkeypatch.setattr(sums, "WHOLE_TOTALS_BYTES", 0)  # by blocks however small
     rng = np.random.default_rng(11)
     parts = []
     for i in range(n_parts):
