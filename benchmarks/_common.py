@@ -27,12 +27,16 @@ OUT = Path(os.environ.get("DASKLBFGS_BENCH_OUT", HERE))
 RESULTS = OUT / "results"
 
 
-def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of ``fn`` over ``repeats`` calls, after ``warmup`` calls."""
+def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1,
+                   before: Callable[[], Any] | None = None) -> float:
+    """Median wall time of ``fn`` over ``repeats`` calls, after ``warmup`` calls; ``before`` is
+    called, untimed, before each timed call."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeats):
+        if before is not None:
+            before()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -78,21 +76,6 @@ def _add_fancy(parts: list[Any], total: np.ndarray) -> None:
         total[part.index.astype(np.intp, copy=False)] += part.values
 
 
-def _median_cold_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    """:func:`median_seconds` with the caches flushed before each call (a read of 64 MiB): in a
-    run the portions' sums arrive fresh and the gradient was last touched an iteration ago,
-    while a loop of calls would find much of them in the cache."""
-    flush = np.ones(2**23)
-    times = []
-    fn()
-    for _ in range(repeats):
-        flush.sum()
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
-
-
 def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -> None:
     """Before: the penalty's gradient formed whole (a zeroed vector and ``l2 * W``), then added."""
     penalty, penalty_grad = model.penalty(params)
@@ -128,6 +111,9 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
     parts = [(1.0, part) for part in compact]
     known = {id(part.index): BlockIndex.of(part.index, n) for part in compact}  # as the evaluator keeps them
     total = np.zeros(n)
+    # 64 MiB read before each adding: in a run the portions' sums arrive fresh and the gradient
+    # was last touched an iteration ago, while a loop of calls would find much of them in the cache
+    flush = np.ones(2**23)
     out: dict[str, Any] = {
         "read_pairs": median_seconds(lambda: [float(row @ row) for row in (*basis.S, *basis.Y)], repeats),
         "advance_before": median_seconds(lambda: _advance_before(basis, s, y, g_new), repeats),
@@ -139,8 +125,9 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
         "pair_and_test": median_seconds(lambda: (float((x_new - x) @ (g_new - g)), float(g @ (x_new - x))), repeats),
         "objective_before": median_seconds(lambda: _penalty_whole(model, x, sums, 1e5), repeats),
         "objective": median_seconds(lambda: model.objective_from_sums(x, 1.0, sums, 1e5), repeats),
-        "add_sums": _median_cold_seconds(lambda: reduce_in_blocks(parts, known), repeats),
-        "add_tree_whole": _median_cold_seconds(lambda: as_dense(reduce_in_groups(parts, add_sums_dense)[1]), repeats),
+        "add_sums": median_seconds(lambda: reduce_in_blocks(parts, known), repeats, before=flush.sum),
+        "add_tree_whole": median_seconds(lambda: as_dense(reduce_in_groups(parts, add_sums_dense)[1]), repeats,
+                                         before=flush.sum),
         "add_flat_fancy": median_seconds(lambda: _add_fancy(four_bytes, total), repeats),
         "add_flat": median_seconds(lambda: [part.add_to(total) for part in compact], repeats),
         "add_flat_four_bytes": median_seconds(lambda: [part.add_to(total) for part in four_bytes], repeats),

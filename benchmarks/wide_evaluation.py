@@ -64,16 +64,17 @@ def _read_floor(client: Any, evaluator: Any, workers: int, repeats: int) -> floa
 
 def _reduce_seconds(evaluator: Any, x: np.ndarray, repeats: int) -> tuple[float, float]:
     """The client's reduction of one evaluation's portion sums (as they arrived by direct
-    calls), and the same additions as ``SparseSum.add_to`` made them before it viewed the
-    values with numpy's own dtype (``np.add.at`` on the values as unpickled)."""
-    from dasklbfgs.models.sums import SparseSum, add_sums_dense, as_dense, reduce_in_groups
+    calls; the evaluator's tree of groups by blocks), and the same additions as
+    ``SparseSum.add_to`` made them before it viewed the values with numpy's own dtype
+    (``np.add.at`` on the values as unpickled)."""
+    from dasklbfgs.models.sums import SparseSum, reduce_in_blocks
 
     parts = evaluator._call_direct(x, time.perf_counter()).sums
     ordered = [parts[i] for i in range(len(evaluator.portions))]
     now, before = [], []
     for _ in range(repeats):
         started = time.perf_counter()
-        as_dense(reduce_in_groups(list(ordered), add_sums_dense)[1])
+        reduce_in_blocks(ordered, evaluator.direct.blocks)
         now.append(time.perf_counter() - started)
         started = time.perf_counter()
         total = np.zeros(x.size)

@@ -228,21 +228,24 @@ def test_compact_portion_sums_are_the_dense_sums_bit_for_bit(model, weighted) ->
 
 
 @pytest.mark.parametrize("n_parts", [1, 3, 20])
-def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(monkeypatch, n_parts) -> None:
-    """An evaluation's sums added a block of coordinates at a time (blocks of 7 here, over 100
-    coordinates) are the fixed tree of groups' bits, signs of zero included: compact sums with
-    either index type, dense ones, indices cut at the blocks beforehand (the evaluator's
-    positions) or not, and a cut made for another width ignored."""
+@pytest.mark.parametrize("size", [5, 7, 98, 100])
+def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(monkeypatch, n_parts, size) -> None:
+    """An evaluation's sums added a block of coordinates at a time (blocks of 7 here: less than
+    one, one, a multiple, a remainder) are the fixed tree of groups' bits, signs of zero
+    included: compact sums with either index type, dense ones (first among them too), indices
+    cut at the blocks beforehand (the evaluator's positions) or not, and a cut made for another
+    width ignored. An index not sorted is refused."""
     from dasklbfgs.models import sums
     from dasklbfgs.models.sums import BlockIndex, SparseSum, as_dense, reduce_in_blocks, reduce_in_groups
 
     monkeypatch.setattr(sums, "ADD_BLOCK", 7)
+    monkeypatch.setattr(sums, "WHOLE_TOTALS_BYTES", 0)  # by blocks however small
     rng = np.random.default_rng(11)
-    size, parts = 100, []
+    parts = []
     for i in range(n_parts):
         values = rng.normal(size=size) * 10.0 ** rng.uniform(-8, 8, size=size)  # the order of additions shows
         values[rng.uniform(size=size) < 0.1] = -0.0
-        if i % 4 == 3:
+        if i % 4 == 3 or (i == 0 and n_parts == 3):
             parts.append((float(rng.normal()), values))
         else:
             index = np.flatnonzero(rng.uniform(size=size) < 0.4).astype(np.int32 if i % 2 else np.intp)
@@ -254,6 +257,10 @@ def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(
     for given in (None, known):
         blocked_loss, blocked = reduce_in_blocks(parts, given)
         assert blocked_loss == loss and blocked.tobytes() == as_dense(total).tobytes()
+    float32 = [(1.0, np.full(size, 0.1, dtype=np.float32))] * 2  # a model's own dtype, as the tree keeps it
+    assert reduce_in_blocks(float32)[1].dtype == as_dense(reduce_in_groups(float32, sums.add_sums_dense)[1]).dtype
+    with pytest.raises(ValueError, match="must be sorted and distinct to be cut at blocks"):
+        BlockIndex.of(np.array([3, 1]), size)
 
 
 def test_compact_positions_are_only_for_rows_on_their_columns() -> None:

@@ -21,19 +21,17 @@ from dasklbfgs._format import human_bytes
 from dasklbfgs.checkpoint_store import checkpoint_exists
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
-from dasklbfgs.models.base import Model
 from dasklbfgs.models.linear import LinearModel
-from dasklbfgs.models.online_pass import averaged
 from dasklbfgs.models.persist import model_config
 from dasklbfgs.optim import LBFGSState, LocalBasis, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.optim.constraints import Constraints
 from dasklbfgs.optim.lbfgs import inverse_hessian_scale
-from dasklbfgs.optim.owlqn import constraints_of
 from dasklbfgs.parallel import partition
 from dasklbfgs.parallel.replica import PartitionedReplicas
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result
-from dasklbfgs.solvers.sandblaster.active import ActiveParameters, active_parameters
+from dasklbfgs.solvers.sandblaster.active import active_parameters
+from dasklbfgs.solvers.sandblaster.coordinates import Coordinates
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     load_sharded_state,
@@ -43,11 +41,7 @@ from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
 )
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
-from dasklbfgs.solvers.sandblaster.shard_passes import (
-    column_moments_by_shard,
-    online_pass_by_shard,
-    read_positions_by_shard,
-)
+from dasklbfgs.solvers.sandblaster.shard_passes import column_moments_by_shard, online_start, read_positions_by_shard
 from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
 from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
 from dasklbfgs.solvers.stats import SandblasterStats
@@ -83,11 +77,9 @@ class SandblasterRun:
         # model parallelism: each portion computed by a replica split over model_partitions workers
         self.partitioned = partition(model, options.model_partitions) if options.model_partitions > 1 else None
         self.replicas: PartitionedReplicas | None = None
-        # what the optimizer minimises: the model, or the model on the features the rows read (_cut_to_active)
-        self.objective: Model = model
-        self.active: ActiveParameters | None = None
-        self.l1 = model.l1_weights()
-        self.bounds = model.bounds()
+        # what the optimizer minimises, and how: the model, or the model on the features the rows
+        # read (_cut_to_active), standardised or not
+        self.coords = Coordinates(model)
         self.constraints: Constraints | None = None  # L1 and bounds in the optimizer's coordinates (_minimize)
         # sharded state, a model that starts at zeros (a linear model's) and no x0: the vector shards
         # make its zeros, so no d-length vector is formed here (the neural models start from random
@@ -103,7 +95,6 @@ class SandblasterRun:
         self.saved = self._load_checkpoint()
         self.saved_nit = None if self.saved is None else self.saved.nit  # the iteration last checkpointed
         self.space: ShardedSpace | None = None
-        self.transform: Standardizer | None = None
         self.online: dict[str, Any] | None = None  # what the online passes did (online_passes > 0)
         self.scale: float | None = None  # the final inverse Hessian scale (LBFGSOptions.initial_scale)
 
@@ -123,7 +114,8 @@ class SandblasterRun:
         if self.space is not None:
             save_sharded_state(path, state, self.space, model_config=config, settings=settings)
         else:  # over the whole parameters, whichever ones this run moves
-            save_state(path, state if self.active is None else self.active.expand_state(state),
+            active = self.coords.active
+            save_state(path, state if active is None else active.expand_state(state),
                        model_config=config, settings=settings)
 
     # -- the run --------------------------------------------------------------------------
@@ -188,21 +180,19 @@ class SandblasterRun:
     def _minimize(self, client: Client) -> OptimizeResult:
         opts = self.options
         if opts.online_passes and self.saved is None:  # (a resumed run continues its own iterates)
-            self.x_start = self._online_start(self.x_start)
+            self.x_start, self.online = online_start(self.evaluator, self.x_start, opts, self.dataset.url)
         if opts.standardize:
             assert isinstance(self.model, LinearModel), "standardize=True is refused for other models (__init__)"
             moments = combine_moments(column_moments_by_shard(self.evaluator))
-            self.transform = Standardizer.from_moments(
+            self.coords.standardize(Standardizer.from_moments(
                 *moments, n_outputs=self.model.n_outputs, fit_intercept=self.model.fit_intercept, l2=self.model.l2,
-            )
+            ))
         self._cut_to_active()
-        theta0 = self.x_start
-        if self.transform is not None and self.x_start is not None:
-            theta0 = self.transform.to_theta(self.x_start)
-        self.constraints = self._constraints()
+        theta0 = None if self.x_start is None else self.coords.to_theta(self.x_start)
+        self.constraints = self.coords.constraints()
         if opts.state == "sharded":
             self.space = ShardedSpace(client, self.evaluator, self.model, self.dataset.total_weight, theta0,
-                                      opts.history, opts.param_shards, self.transform, self.constraints)
+                                      opts.history, opts.param_shards, self.coords.transform, self.constraints)
             theta0 = self.x_start = None  # the shards hold it now: no d-length vector stays here
             if self.saved is not None:
                 assert self.checkpoint is not None  # a saved state came from it
@@ -216,12 +206,8 @@ class SandblasterRun:
             self._save(self.checkpoint, final)  # the last iterations since a checkpoint: the state it ended in
         if self.eval_set is not None and result.history and "eval_objective" not in result.history[-1]:
             # held-out scores at the end too, whatever eval_every (None: only here)
-            result.history[-1].update(self.context.score(self._params(result.x), by_workers=True))
-        if self.transform is not None:
-            result.x = self.transform.to_params(result.x)
-            result.jac = self.transform.gradient_to_params(result.jac)
-        if self.active is not None:  # the coefficients no row reads stayed at zero, their gradient zero
-            result.x, result.jac = self.active.expand(result.x), self.active.expand(result.jac)
+            result.history[-1].update(self.context.score(self.coords.params(result.x), by_workers=True))
+        self.coords.to_model(result)
         return result
 
     def _cut_to_active(self) -> None:
@@ -242,53 +228,16 @@ class SandblasterRun:
             assert isinstance(basis, LocalBasis), "a local state"
             for held in (self.saved.x, self.saved.g, *basis.S[: basis.k], *basis.Y[: basis.k]):
                 nonzero |= held != 0
-        found = active_parameters(model, cast(list[np.ndarray], read), nonzero, self.bounds)
+        found = active_parameters(model, cast(list[np.ndarray], read), nonzero, self.coords.bounds)
         if found is None:
             return
-        active, self.objective = found
-        self.active = active
+        active, objective = found
+        self.coords.cut_to(active, objective)
         evaluator.restrict_to(active)
-        cut = active.restrict
-        self.x_start = cut(self.x_start)
-        self.l1 = None if self.l1 is None else cut(self.l1)
-        self.bounds = None if self.bounds is None else (cut(self.bounds[0]), cut(self.bounds[1]))
-        if self.transform is not None:
-            self.transform = self.transform.on_columns(active.columns)
+        self.x_start = active.restrict(self.x_start)
         if self.saved is not None:
             self.saved = active.restrict_state(self.saved)
         logger.info("optimizing the %d parameters the rows can move, of %d", active.n_active, active.size)
-
-    def _online_start(self, x: np.ndarray | None) -> np.ndarray:
-        """The point ``online_passes`` passes of Adagrad over the shards reach from ``x`` (None:
-        zeros), each pass's per-shard results averaged (:func:`~dasklbfgs.models.online_pass.averaged`)."""
-        opts = self.options
-        x = np.zeros(self.model.n_params) if x is None else x
-        started, losses = time.perf_counter(), []
-        for number in range(opts.online_passes):
-            passes = online_pass_by_shard(self.evaluator, x, opts.online_learning_rate, number)
-            x = averaged(x, passes)
-            losses.append(sum(p.loss for p in passes) / max(sum(p.rows_weight for p in passes), 1e-300))
-            if not (np.all(np.isfinite(x)) and np.isfinite(losses[-1])):
-                raise NonFiniteObjectiveError(
-                    f"online pass {number + 1} of {opts.online_passes} diverged (online_learning_rate="
-                    f"{opts.online_learning_rate:g}, progressive loss {losses[-1]:g}): lower the rate "
-                    f"(dataset {self.dataset.url!r})")
-        self.online = {"passes": opts.online_passes, "seconds": time.perf_counter() - started,
-                       "progressive_loss": losses}
-        logger.info("online start: %d pass(es) of Adagrad in %.2f s, progressive loss %s", opts.online_passes,
-                    self.online["seconds"], ", ".join(f"{v:.5g}" for v in losses))
-        return x
-
-    def _constraints(self) -> Constraints | None:
-        """The model's l1 weights and bounds in the optimizer's coordinates (standardised or
-        not); None without either (plain L-BFGS)."""
-        l1, bounds, transform = self.l1, self.bounds, self.transform
-        if transform is not None:
-            l1 = None if l1 is None else transform.l1_weights_to_theta(l1)
-            bounds = None if bounds is None else (transform.bounds_to_theta(bounds[0]),
-                                                  transform.bounds_to_theta(bounds[1]))
-        lower, upper = (None, None) if bounds is None else bounds
-        return constraints_of(l1, self.objective.n_params, lower=lower, upper=upper)
 
     def _optimize(self, theta0: np.ndarray | None) -> tuple[OptimizeResult, LBFGSState]:
         """L-BFGS, or OWL-QN and the projected method with the model's l1 weights and bounds (in
@@ -304,28 +253,18 @@ class SandblasterRun:
                               upper=constraints.upper)
 
     def _evaluate(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        """Objective and gradient in the optimizer's coordinates (standardised or not)."""
-        params = self._objective_params(theta)
+        """Objective and gradient in the optimizer's coordinates (:class:`.Coordinates`)."""
+        params = self.coords.objective_params(theta)
         loss, sums = self.evaluator.evaluate(params)
-        f, g = self.objective.objective_from_sums(params, loss, sums, self.dataset.total_weight)
-        return (f, g) if self.transform is None else (f, self.transform.gradient_to_theta(g))
-
-    def _objective_params(self, theta: np.ndarray) -> np.ndarray:
-        """The parameters of :attr:`objective` for optimizer coordinates ``theta``."""
-        return theta if self.transform is None else self.transform.to_params(theta)
-
-    def _params(self, theta: np.ndarray) -> np.ndarray:
-        """The model's parameters for optimizer coordinates ``theta``."""
-        params = self._objective_params(theta)
-        return params if self.active is None else self.active.expand(params)
+        return self.coords.objective_from_sums(params, loss, sums, self.dataset.total_weight)
 
     def _current_params(self, state: LBFGSState) -> np.ndarray:
         """The parameters of ``state`` in the model's coordinates (gathered from the vector
         shards in sharded mode)."""
         if self.space is not None:
-            return self._params(self.space.x())
+            return self.coords.params(self.space.x())
         assert state.x is not None, "a local state holds its vectors"
-        return self._params(state.x)
+        return self.coords.params(state.x)
 
     def _on_iteration(self, state: LBFGSState) -> str | None:
         """Held-out scores, the checkpoint and the report after each iteration; the reason to
@@ -350,8 +289,8 @@ class SandblasterRun:
             stats["online"] = self.online
         if self.scale is not None:
             stats["inverse_hessian_scale"] = self.scale
-        if self.active is not None:
-            stats["active_parameters"] = self.active.n_active
+        if self.coords.active is not None:
+            stats["active_parameters"] = self.coords.active.n_active
         result.stats, result.run_id, result.solver = stats, self.context.run_id, self.context.solver.name
         if not result.success:
             logger.info("Sandblaster L-BFGS stopped early: %s", result.message)

@@ -4,13 +4,16 @@ built from them depends on where a task ran."""
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from dasklbfgs._wire import INLINE_PARAMS_BYTES
-from dasklbfgs.models.online_pass import PassResult
+from dasklbfgs.errors import NonFiniteObjectiveError
+from dasklbfgs.models.online_pass import PassResult, averaged
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.tasks import (
     column_moments,
@@ -21,7 +24,9 @@ from dasklbfgs.solvers.sandblaster.tasks import (
     stored_shard_positions,
 )
 
-__all__ = ["column_moments_by_shard", "online_pass_by_shard", "read_positions_by_shard"]
+__all__ = ["column_moments_by_shard", "online_pass_by_shard", "online_start", "read_positions_by_shard"]
+
+logger = logging.getLogger(__name__)
 
 
 def column_moments_by_shard(evaluator: MegaBatchEvaluator) -> list[tuple[int, np.ndarray, np.ndarray]]:
@@ -52,6 +57,29 @@ def online_pass_by_shard(evaluator: MegaBatchEvaluator, x: np.ndarray, learning_
     start = client.scatter(x, broadcast=True, hash=False) if x.nbytes > INLINE_PARAMS_BYTES else x
     return _per_shard(evaluator, f"online-{number}", shard_online_pass, stored_shard_online_pass,
                       model=evaluator.model, x=start, learning_rate=learning_rate)
+
+
+def online_start(evaluator: MegaBatchEvaluator, x: np.ndarray | None, options: Any,
+                 dataset: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """The point ``options.online_passes`` passes of Adagrad over the shards reach from ``x``
+    (None: zeros), each pass's per-shard results averaged
+    (:func:`~dasklbfgs.models.online_pass.averaged`), and what the passes did; a pass that
+    diverges is refused, naming the rate and the ``dataset``."""
+    passes_asked, rate = options.online_passes, options.online_learning_rate
+    x = np.zeros(evaluator.model.n_params) if x is None else x
+    started, losses = time.perf_counter(), []
+    for number in range(passes_asked):
+        passes = online_pass_by_shard(evaluator, x, rate, number)
+        x = averaged(x, passes)
+        losses.append(sum(p.loss for p in passes) / max(sum(p.rows_weight for p in passes), 1e-300))
+        if not (np.all(np.isfinite(x)) and np.isfinite(losses[-1])):
+            raise NonFiniteObjectiveError(
+                f"online pass {number + 1} of {passes_asked} diverged (online_learning_rate={rate:g}, "
+                f"progressive loss {losses[-1]:g}): lower the rate (dataset {dataset!r})")
+    done = {"passes": passes_asked, "seconds": time.perf_counter() - started, "progressive_loss": losses}
+    logger.info("online start: %d pass(es) of Adagrad in %.2f s, progressive loss %s", passes_asked, done["seconds"],
+                ", ".join(f"{v:.5g}" for v in losses))
+    return x, done
 
 
 def _per_shard(evaluator: MegaBatchEvaluator, name: str, on_cached: Callable[..., Any],
