@@ -13,8 +13,10 @@ products with the stored pairs), the search direction (the pairs combined), the 
 the step's pair and its curvature test, the objective and gradient from the portions' sums
 (the L2 penalty included), and adding the portions' compact sums (a sparse model's: each
 portion's distinct columns). "Before" is how the coordinator did each piece until it was made
-lean, kept here to measure against in the same run. Each figure is the median of
-``--repeats`` runs of the piece.
+lean, kept here to measure against in the same run. With numba installed (the ``bench``
+extra brings it), the products and the direction are also measured as loops numba compiles,
+what a compiled core would start from. Each figure is the median of ``--repeats`` runs of the
+piece.
 """
 
 from __future__ import annotations
@@ -83,6 +85,39 @@ def _penalty_whole(model: Any, params: np.ndarray, sums: np.ndarray, n: float) -
     grad += penalty_grad
 
 
+def _numba_kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """The basis update's products and the direction as loops compiled by numba (fastmath:
+    free to vectorise and reassociate), or None without numba (it comes with the ``bench``
+    extra, through dask-glm). What a compiled core of the coordinator would start from."""
+    try:
+        import numba
+    except ImportError:
+        return None
+
+    @numba.njit(fastmath=True, boundscheck=False)
+    def products(rows: np.ndarray, s: np.ndarray, y: np.ndarray, g: np.ndarray) -> np.ndarray:
+        out = np.empty((rows.shape[0], 3))
+        for k in range(rows.shape[0]):
+            row, on_s, on_y, on_g = rows[k], 0.0, 0.0, 0.0
+            for i in range(row.size):
+                on_s += row[i] * s[i]
+                on_y += row[i] * y[i]
+                on_g += row[i] * g[i]
+            out[k, 0], out[k, 1], out[k, 2] = on_s, on_y, on_g
+        return out
+
+    @numba.njit(fastmath=True, boundscheck=False)
+    def direction(coefficients: np.ndarray, rows: np.ndarray, on_g: float, g: np.ndarray) -> np.ndarray:
+        p = on_g * g
+        for k in range(rows.shape[0]):
+            row, c = rows[k], coefficients[k]
+            for i in range(row.size):
+                p[i] += c * row[i]
+        return p
+
+    return products, direction
+
+
 def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[str, Any]:
     from dasklbfgs.models import Logistic
     from dasklbfgs.models.sums import (
@@ -134,6 +169,12 @@ def measure(n: int, m: int, repeats: int, portions: int, columns: int) -> dict[s
         "gmax_before": median_seconds(lambda: float(np.max(np.abs(g))), repeats),
         "gmax": median_seconds(lambda: max_abs(g), repeats),
     }
+    kernels = _numba_kernels()
+    if kernels is not None:
+        products, direction = kernels
+        rows, coefficients = basis._rows[: 2 * basis.k], rng.normal(size=2 * basis.k)
+        out["numba_products"] = median_seconds(lambda: products(rows, s, y, g_new), repeats)
+        out["numba_direction"] = median_seconds(lambda: direction(coefficients, rows, 0.5, g), repeats)
     return out
 
 
@@ -213,6 +254,13 @@ def render(out: dict[str, Any]) -> str:
               f"{1e3 * t['gmax']:.1f} | {t['gmax'] / t['gmax_before']:.2f}x |",
               f"| objective and gradient (the penalty's gradient formed whole) | {1e3 * t['objective_before']:.1f} | "
               f"{1e3 * t['objective']:.1f} | {t['objective'] / t['objective_before']:.2f}x |"]
+    if "numba_products" in t:
+        lines += ["", "The same pieces as loops compiled by numba (fastmath), in the same run:", "",
+                  "| piece | numpy ms | numba ms | numba / numpy |", "|---|---:|---:|---:|",
+                  f"| the basis update's products (the pairs with s, y and g) | {1e3 * t['advance']:.1f} | "
+                  f"{1e3 * t['numba_products']:.1f} | {t['numba_products'] / t['advance']:.2f}x |",
+                  f"| search direction | {1e3 * t['direction']:.1f} | {1e3 * t['numba_direction']:.1f} | "
+                  f"{t['numba_direction'] / t['direction']:.2f}x |"]
     return "\n".join(lines) + "\n"
 
 
