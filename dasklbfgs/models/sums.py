@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ADD_BLOCK", "REDUCE_GROUP", "WHOLE_TOTALS_BYTES", "BlockIndex", "SparseSum", "add_sum_parts", "add_sums",
-           "add_sums_dense", "as_dense", "reduce_in_blocks", "reduce_in_groups", "renumber"]
+__all__ = ["ADD_BLOCK", "REDUCE_GROUP", "WHOLE_TOTALS_BYTES", "BlockCuts", "BlockIndex", "SparseSum", "add_sum_parts",
+           "add_sums", "add_sums_dense", "as_dense", "reduce_in_blocks", "reduce_in_groups", "renumber"]
 
 #: A compact sum costs an index (4 bytes) and a value (8) per coordinate, a dense one 8:
 #: adding turns compact into dense past this fraction of the coordinates.
@@ -193,25 +193,42 @@ class BlockIndex:
         return cls(index, size, slices, [index[cut] - start for cut, start in zip(slices, edges[:-1])])
 
 
-def reduce_in_blocks(parts: list[tuple[float, Any]],
-                     known: dict[int, BlockIndex] | None = None) -> tuple[float, np.ndarray]:
+class BlockCuts:
+    """Indices the sums come back on at every evaluation (an evaluator's positions), each cut
+    at the blocks the first time sums on it are added by blocks, and kept; any other index is
+    cut when it is met and not kept (the arrays are held, so their ``id`` cannot be reused)."""
+
+    def __init__(self, indices: list[np.ndarray]) -> None:
+        self._kept = {id(index): index for index in indices}
+        self._cuts: dict[int, BlockIndex] = {}
+
+    def cut(self, index: np.ndarray, size: int) -> BlockIndex:
+        """``index`` cut at the blocks of a vector of ``size``."""
+        if self._kept.get(id(index)) is not index:
+            return BlockIndex.of(index, size)
+        cut = self._cuts.get(id(index))
+        if cut is None or cut.size != size:
+            cut = self._cuts[id(index)] = BlockIndex.of(index, size)
+        return cut
+
+
+def reduce_in_blocks(parts: list[tuple[float, Any]], known: BlockCuts | None = None) -> tuple[float, np.ndarray]:
     """``reduce_in_groups(parts, add_sums_dense)``, dense, taken :data:`ADD_BLOCK` coordinates
     at a time: each block's sums go through the same tree of groups, so every coordinate
     receives the same additions in the same order (the same bits, the loss the same sum).
 
     Adding a million-wide evaluation's 20 compact sums whole scatters each into group totals
     as long as the parameters (11 MB each, more than stays in cache beside the sums being
-    read); a block's totals stay in cache. ``known``: indices already cut at the blocks
-    (``id(index)`` -> its :class:`BlockIndex`; an evaluator's positions, the same arrays at
-    every evaluation); any other compact sum is cut here."""
+    read); a block's totals stay in cache. ``known``: the indices that come back at every
+    evaluation, cut once (:class:`BlockCuts`); any other compact sum is cut here."""
     size = parts[0][1].size  # (a SparseSum's, or a dense sum's)
     edges = block_edges(size)
     totals = -(-len(parts) // REDUCE_GROUP) + (len(parts) > REDUCE_GROUP)  # the groups', and theirs
     if len(edges) <= 2 or 8 * size * totals <= WHOLE_TOTALS_BYTES:  # whole: in the cache either way
         loss, sums = reduce_in_groups(parts, add_sums_dense)
         return loss, as_dense(sums)
-    known = known or {}
-    cuts = [None if not isinstance(sums, SparseSum) else _cut_at_blocks(sums.index, size, known) for _, sums in parts]
+    known = known or BlockCuts([])
+    cuts = [None if not isinstance(sums, SparseSum) else known.cut(sums.index, size) for _, sums in parts]
     total: np.ndarray | None = None
     loss = 0.0
     for block, (start, stop) in enumerate(zip(edges[:-1].tolist(), edges[1:].tolist())):
@@ -225,9 +242,3 @@ def reduce_in_blocks(parts: list[tuple[float, Any]],
         total[start:stop] = dense
     assert total is not None, "two blocks at least"
     return loss, total
-
-
-def _cut_at_blocks(index: np.ndarray, size: int, known: dict[int, BlockIndex]) -> BlockIndex:
-    """``index`` cut at the blocks of a vector of ``size``: as ``known`` has it, or now."""
-    cut = known.get(id(index))
-    return cut if cut is not None and cut.index is index and cut.size == size else BlockIndex.of(index, size)

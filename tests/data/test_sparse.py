@@ -236,7 +236,7 @@ def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(
     cut at the blocks beforehand (the evaluator's positions) or not, and a cut made for another
     width ignored. An index not sorted is refused."""
     from dasklbfgs.models import sums
-    from dasklbfgs.models.sums import BlockIndex, SparseSum, as_dense, reduce_in_blocks, reduce_in_groups
+    from dasklbfgs.models.sums import BlockCuts, BlockIndex, SparseSum, as_dense, reduce_in_blocks, reduce_in_groups
 
     monkeypatch.setattr(sums, "ADD_BLOCK", 7)
     monkeypatch.setattr(sums, "WHOLE_TOTALS_BYTES", 0)  # by blocks however small
@@ -251,10 +251,11 @@ def test_sums_added_by_blocks_of_coordinates_are_the_tree_of_groups_bit_for_bit(
             index = np.flatnonzero(rng.uniform(size=size) < 0.4).astype(np.int32 if i % 2 else np.intp)
             parts.append((float(rng.normal()), SparseSum(size, index, values[index])))
     compact = [s for _, s in parts if isinstance(s, SparseSum)]
-    known = {id(s.index): BlockIndex.of(s.index, size) for s in compact[:1]}
-    known |= {id(s.index): BlockIndex.of(s.index, size + 1) for s in compact[1:2]}  # another width's: ignored
+    known = BlockCuts([s.index for s in compact[:2]])
+    if compact[1:2]:
+        known.cut(compact[1].index, size + 1)  # a cut for another width: made again for this one
     loss, total = reduce_in_groups(parts, sums.add_sums_dense)
-    for given in (None, known):
+    for given in (None, known, known):  # (the second time from the cuts kept)
         blocked_loss, blocked = reduce_in_blocks(parts, given)
         assert blocked_loss == loss and blocked.tobytes() == as_dense(total).tobytes()
     float32 = [(1.0, np.full(size, 0.1, dtype=np.float32))] * 2  # a model's own dtype, as the tree keeps it

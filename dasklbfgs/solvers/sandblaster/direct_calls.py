@@ -20,7 +20,7 @@ import numpy as np
 from distributed import Client
 from distributed.protocol import to_serialize
 
-from dasklbfgs.models.sums import BlockIndex, SparseSum
+from dasklbfgs.models.sums import BlockCuts, SparseSum
 from dasklbfgs.solvers.sandblaster.active import ActiveParameters
 from dasklbfgs.solvers.sandblaster.portion_service import ABANDON, HANDLER, start_service
 from dasklbfgs.solvers.sandblaster.portions import Portion
@@ -200,23 +200,23 @@ class DirectPath:
         self.client, self.model, self.token = client, model, token
         #: Per shard, the parameters its portions read (None: all of them)
         self.positions: list[np.ndarray | None] = [None] * n_shards
-        #: The positions cut at the blocks the sums are added by (``id`` -> it: the portions'
+        #: The positions cut at the blocks the sums are added by, when they are (the portions'
         #: sums come back on these very arrays; :func:`~dasklbfgs.models.sums.reduce_in_blocks`)
-        self.blocks: dict[int, BlockIndex] = {}
+        self.blocks = BlockCuts([])
         self._calls = 0
 
     def read_positions(self, cached: ShardCache) -> None:
         """Ask each cached shard once which parameters its portions read
         (``Model.compact_positions``): from now on a worker is sent only those of its shards."""
-        self._set_positions(cached.compact_positions(self.model), self.model.n_params)
+        self._set_positions(cached.compact_positions(self.model))
 
     def restrict_to(self, active: ActiveParameters) -> None:
         """Each shard's positions among the ``active`` parameters, for evaluations at those alone."""
-        self._set_positions([None if p is None else active.index_of(p) for p in self.positions], active.n_active)
+        self._set_positions([None if p is None else active.index_of(p) for p in self.positions])
 
-    def _set_positions(self, positions: list[np.ndarray | None], size: int) -> None:
+    def _set_positions(self, positions: list[np.ndarray | None]) -> None:
         self.positions = as_gather_index(positions)
-        self.blocks = {id(p): BlockIndex.of(p, size) for p in self.positions if p is not None}
+        self.blocks = BlockCuts([p for p in self.positions if p is not None])
 
     def portion_positions(self, portions: list[Portion]) -> list[np.ndarray | None]:
         """Per portion, the parameters it reads (its shard's :attr:`positions`)."""
