@@ -37,18 +37,24 @@ def badly_scaled_quadratic(x):
                                      (badly_scaled_quadratic, np.zeros(6))], ids=["rosenbrock", "quadratic"])
 def test_the_iterates_do_not_depend_on_the_scale_of_the_objective(fun, x0) -> None:
     # gtol scales with the objective; ftol=0 because scipy's relative-decrease test (which
-    # ours follows) measures decrease against max(|f|, 1), an absolute floor
+    # ours follows) measures decrease against max(|f|, 1), an absolute floor.
+    # Scaling by c is itself not exact in floating point (c * f rounds), and over some 90
+    # iterations of a problem conditioned at 1e8 those last bits decide which iteration first
+    # crosses gtol, so the counts may differ by an iteration or two between scales, or between
+    # BLAS kernels at one scale. What scale invariance promises is the rest: every scale
+    # converges, in about as many iterations, to the same optimum (both problems' is all ones),
+    # within what gtol allows: |x - x*| <= |g| / lambda_min, with lambda_min >= 0.25 for both.
     runs = {}
     for c in (1e-20, 1e-10, 1.0, 1e10, 1e30):
         options = LBFGSOptions(gtol=c * 1e-8, ftol=0.0, maxiter=500)
         result, _ = lbfgs_minimize(scaled(fun, c), x0, options)
         runs[c] = result
     reference = runs[1.0]
-    assert reference.success and np.allclose(reference.x, 1.0, atol=1e-6)
+    bound = np.sqrt(x0.size) * 1e-8 / 0.25
     for c, result in runs.items():
         assert result.success, (c, result.message)
-        assert result.nit == reference.nit, (c, result.nit, reference.nit)
-        np.testing.assert_allclose(result.x, reference.x, rtol=1e-9, atol=1e-12)
+        assert abs(result.nit - reference.nit) <= 2, (c, result.nit, reference.nit)
+        np.testing.assert_allclose(result.x, 1.0, rtol=0.0, atol=bound, err_msg=f"scale {c:g}")
 
 
 def test_the_pair_test_is_relative_to_the_directional_derivative() -> None:
