@@ -86,7 +86,7 @@ class TrainingPage:
         from bokeh.models.widgets.groups import RadioButtonGroup
         from bokeh.models.widgets.inputs import Select
         from bokeh.models.widgets.markups import Div
-        from bokeh.models.widgets.tables import DataTable, TableColumn
+        from bokeh.models.widgets.tables import TableColumn
 
         self.scheduler = scheduler
         self.runs: list[RunView] = []
@@ -105,8 +105,7 @@ class TrainingPage:
                                  TableColumn(field="setting", title="setting", width=140),
                                  TableColumn(field="run", title="value", width=420),
                                  TableColumn(field="compare", title="compared with", width=420, visible=False)]
-        table = DataTable(source=self.settings, height=260, sizing_mode="stretch_width", index_position=None,
-                          columns=self.settings_columns)
+        table = _table(self.settings, self.settings_columns, height=260, sizing_mode="stretch_width")
         # named, so that a browser (and the browser test) can find each curve's data: the raw
         # points, their smoothed line (noisy curves only) and the best held-out point
         self.sources = {(slot, name): ColumnDataSource(dict(NO_POINTS), name=f"{slot}-{name}")
@@ -128,13 +127,13 @@ class TrainingPage:
         self.worker_plot = self._bar_plot("Rows each worker computed in the last evaluation", self.worker_rows,
                                           "worker", "rows", "worker", "rows", categories=True)
         self.held_out = ColumnDataSource({"metric": [], "value": [], "step": []}, name="held-out-latest")
-        self.held_out_table = DataTable(source=self.held_out, width=420, index_position=None, columns=[
+        self.held_out_table = _table(self.held_out, [
             TableColumn(field="metric", title="held-out", width=220), TableColumn(field="value", title="latest"),
-            TableColumn(field="step", title="at")])
+            TableColumn(field="step", title="at")], width=420)
         self.scores = ColumnDataSource({"metric": [], "train": [], "test": []}, name="final-scores")
-        self.scores_table = DataTable(source=self.scores, width=560, index_position=None, columns=[
+        self.scores_table = _table(self.scores, [
             TableColumn(field="metric", title="metric", width=240), TableColumn(field="train", title="train"),
-            TableColumn(field="test", title="test")])
+            TableColumn(field="test", title="test")], width=560)
         self.scores_panel = column(Div(text="<b>Final scores</b> (of the training and held-out data, at the end)"),
                                    self.scores_table)
         self.partitions = ColumnDataSource({"partition": [], "mib": []})
@@ -379,6 +378,25 @@ class TrainingPage:
 
 
 _UNIT_RANGE = {False: (0.0, 1.0), True: (0.1, 1.0)}  # a plot's y range before it has data
+
+
+def _table(source: Any, columns: list[Any], **options: Any) -> Any:
+    """A DataTable of ``source`` (no index column) whose cells follow the source's data.
+
+    BokehJS (3.9) redraws a table's cells when the table's CDSView changes, and the view changes
+    only when the number of rows does: data replaced by as many rows (another run's held-out
+    figures, a live run's latest ones, the settings of another run of the same solver) leaves the
+    old cells on screen, through scrolls and resizes. A change to the table itself (a column's
+    title, its height, showing it) rebuilds its grid, but from the data of that moment: the old,
+    when the change comes before the data. So each replacement of the data announces a change of
+    the view, as a new number of rows does, and the table redraws its cells from the new data.
+    """
+    from bokeh.models import CustomJS
+    from bokeh.models.widgets.tables import DataTable
+
+    table = DataTable(source=source, columns=columns, index_position=None, **options)
+    source.js_on_change("data", CustomJS(args={"view": table.view}, code="view.change.emit()"))
+    return table
 
 
 def _set(source: Any, data: dict[str, list[float]]) -> None:

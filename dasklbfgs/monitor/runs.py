@@ -21,7 +21,7 @@ from dasklbfgs.monitor.curve_rules import best_point, honest_limits, is_noisy
 from dasklbfgs.scoring.names import HELD_OUT, held_out_label, metric_label
 
 __all__ = ["RunView", "runs_newest_first", "Curve", "CURVES", "HELD_OUT_KEYS", "shown", "shared_axis",
-           "settings_side_by_side", "axis_range", "KEY_SETTINGS", "RATE_CLIP"]
+           "settings_side_by_side", "axis_range", "dataset_label", "KEY_SETTINGS", "RATE_CLIP", "DATASET_CHARS"]
 
 #: every held-out figure a run may record as it goes, in the order the page shows them: the
 #: objective, then each task's :data:`~dasklbfgs.scoring.names.HELD_OUT` metrics
@@ -60,7 +60,7 @@ class RunView:
         if self.start is not None:
             s = self.start
             parts += [time.strftime("%H:%M:%S UTC", time.gmtime(s["started_at"])), self.solver,
-                      s["dataset"]["path"].rstrip("/").rsplit("/", 1)[-1]]
+                      dataset_label(s["dataset"]["path"])]
             key = [f"{k}={_short(s['options'][k])}" for k in KEY_SETTINGS if s["options"].get(k) is not None]
             parts += [" ".join(key)] if key else []
         else:
@@ -242,6 +242,23 @@ def _short(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def dataset_label(path: str) -> str:
+    """A dataset's path (or URL) as the run picker names it: the whole of it if it has at most
+    :data:`DATASET_CHARS` characters, else ``…/`` and as many of its last parts as fit, whole,
+    the last two at least. Its last part alone would not tell datasets apart: every recipe's
+    training split is ``train``, many a dataset is ``train.zarr``."""
+    path = path.rstrip("/")
+    if len(path) <= DATASET_CHARS:
+        return path
+    parts = [part for part in path.split("/") if part]  # (a URL's "//" is no part)
+    kept = parts[-2:]
+    for part in reversed(parts[:-2]):
+        if len("…/" + "/".join([part, *kept])) > DATASET_CHARS:
+            break
+        kept.insert(0, part)
+    return "…/" + "/".join(kept)
+
+
 CURVE_LABELS = {"gnorm": "gradient max-norm", "pushes": "updates/s (pushes to the shards)",
                 "step": "updates/s (steps)"}
 #: the page's line plots: one for each held-out figure (named by its ``eval_`` key)
@@ -249,6 +266,8 @@ CURVES = {"loss": Curve(("loss",)), "gnorm": Curve(("gnorm",), log=True),
           **{key: Curve((key,)) for key in HELD_OUT_KEYS}, "rate": Curve(("pushes", "step"), rate=True)}
 
 
+#: the most characters of a dataset's path the run picker shows (:func:`dataset_label`)
+DATASET_CHARS = 40
 #: the options the run picker names a run by, those it has, in this order
 KEY_SETTINGS = ("optimizer", "learning_rate", "batch_size", "n_replicas", "epochs", "max_steps", "maxiter", "history")
 #: the page's panels of the figures that only some solvers' step events carry (``event_figures``)

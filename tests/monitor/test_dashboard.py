@@ -13,6 +13,7 @@ from dasklbfgs import MLP, LeastSquares, Logistic, Softmax, connect, sandblaster
 from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.monitor import TrainingPage
 from dasklbfgs.monitor.events import TOPIC
+from dasklbfgs.monitor.runs import dataset_label
 from dasklbfgs.monitor.runs import shown as as_shown
 from dasklbfgs.scoring import evaluate
 from dasklbfgs.scoring.names import METRIC_LABELS
@@ -42,6 +43,25 @@ def _table(source, *columns):
 
 def _number(text):
     return float(text.replace(",", ""))
+
+
+def test_every_table_redraws_its_cells_when_its_data_is_replaced() -> None:
+    """BokehJS redraws a DataTable's cells only on a change of its CDSView, which comes by itself
+    only with a new number of rows: each table's source announces one on every new data (what the
+    browser then draws: tests/monitor/test_dashboard_browser.py)."""
+    from bokeh.models.widgets.tables import DataTable
+
+    class NoEvents:
+        address = "tcp://127.0.0.1:8786"
+
+        def get_events(self, topic):
+            return []
+
+    tables = list(TrainingPage(NoEvents()).root.select({"type": DataTable}))
+    assert len(tables) == 3  # the held-out figures, the final scores and the settings
+    for table in tables:
+        [redraw] = table.source.js_property_callbacks["change:data"]
+        assert redraw.args == {"view": table.view} and redraw.code == "view.change.emit()"
 
 
 def test_page_is_served_and_shows_each_run(datasets) -> None:
@@ -200,6 +220,7 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         failed = page.picker.options[0][0]
         label = page.picker.options[0][1]
         assert page.run == result.run_id and label.startswith(f"{failed} · ") and label.endswith(" (failed)")
+        assert f" · sandblaster · {dataset_label(datasets['logistic'].url)} · " in label  # the dataset's path's end
         assert "a newer run exists" in page.status.text and label in page.status.text  # pinned, and told so
         page.picker.value = failed
         assert "failed" in page.status.text and "RuntimeError: a model bug on a worker" in page.status.text

@@ -11,9 +11,11 @@ from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.monitor.curve_rules import best_point, honest_limits
 from dasklbfgs.monitor.runs import (
     CURVES,
+    DATASET_CHARS,
     HELD_OUT_KEYS,
     RATE_CLIP,
     axis_range,
+    dataset_label,
     runs_newest_first,
     settings_side_by_side,
     shared_axis,
@@ -145,9 +147,25 @@ def test_the_picker_names_a_run_by_its_name_start_solver_dataset_and_settings() 
     named, unnamed = runs_newest_first(_named("a", "downpour", name="sgd-fast", options=options)
                                        + _named("b", "downpour", options={"epochs": 1}))[::-1]
     assert named.name == "sgd-fast" and named.label() == (
-        "sgd-fast · 22:13:20 UTC · downpour · d · optimizer=sgd learning_rate=0.5 batch_size=20 n_replicas=2 "
+        "sgd-fast · 22:13:20 UTC · downpour · /d · optimizer=sgd learning_rate=0.5 batch_size=20 n_replicas=2 "
         "epochs=3 (running)")
-    assert unnamed.name == "b" and unnamed.label().startswith("b · 22:13:20 UTC · downpour · d · epochs=1")
+    assert unnamed.name == "b" and unnamed.label().startswith("b · 22:13:20 UTC · downpour · /d · epochs=1")
+
+
+def test_the_picker_tells_apart_datasets_whose_last_parts_are_the_same() -> None:
+    home = "/home/someone/.cache/dasklbfgs/recipes"  # every recipe's training split is "train"
+    logit, linear = runs_newest_first(
+        _named("a", "sandblaster", name="fit", dataset={**START["dataset"], "path": f"{home}/logit/train"})
+        + _named("b", "sandblaster", name="fit", dataset={**START["dataset"], "path": f"{home}/linear/train/"}))[::-1]
+    assert logit.label() != linear.label()  # two runs alike but for their datasets
+    # long paths: their ends, in whole parts
+    assert logit.label() == "fit · 22:13:20 UTC · sandblaster · …/.cache/dasklbfgs/recipes/logit/train (running)"
+    assert linear.label() == "fit · 22:13:20 UTC · sandblaster · …/.cache/dasklbfgs/recipes/linear/train (running)"
+    # Short paths and URLs whole; a long one by its last two parts at least, each part whole.
+    assert [dataset_label(path) for path in ("/d", "s3://bucket/logit/train.zarr", "s3://bucket/linear/train.zarr/",
+                                             f"/data/{'x' * 40}/logit/train.zarr")] == [
+        "/d", "s3://bucket/logit/train.zarr", "s3://bucket/linear/train.zarr", "…/logit/train.zarr"]
+    assert all(len(dataset_label(f"{home}/{name}/train")) <= DATASET_CHARS for name in ("logit", "linear"))
 
 
 def test_two_runs_share_an_x_axis_that_means_the_same_for_both() -> None:
