@@ -24,6 +24,7 @@ __all__ = [
     "PartitionError",
     "PartitionLostError",
     "CheckpointError",
+    "ModelFileError",
     "OutputExistsError",
     "ModelDataMismatchError",
     "NonFiniteObjectiveError",
@@ -95,6 +96,11 @@ class StoreError(DatasetError):
 
 class CheckpointError(DaskLBFGSError):
     """A checkpoint is missing, unreadable, truncated, corrupted or of another kind."""
+
+
+class ModelFileError(DaskLBFGSError, ValueError):
+    """A saved model file (the ``.npz`` of a model's configuration and parameters that
+    ``save_params`` and ``dasklbfgs train --output`` write) is missing, or is some other file."""
 
 
 class OutputExistsError(DaskLBFGSError, FileExistsError):

@@ -8,10 +8,10 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from dasklbfgs.cli.interrupt import Interrupt, shielded_start
+from dasklbfgs.cli.interrupt import Interrupt, InterruptedAtStart, start_shielded
 from dasklbfgs.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 __all__ = ["add_cluster_arguments", "add_embedded_cluster_arguments", "check_cluster_arguments", "closing",
            "cluster_from_args", "dashboard_line", "dashboard_link", "dashboard_text", "embedded_dashboard_address",
-           "keep_open", "wait_for_ctrl_c"]
+           "keep_open", "started_client", "wait_for_ctrl_c"]
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,7 +90,8 @@ def embedded_dashboard_address(args: argparse.Namespace) -> str:
 @contextlib.contextmanager
 def cluster_from_args(args: argparse.Namespace, interrupt: Interrupt | None = None) -> Iterator[Client]:
     """The client the flags name, closed on leaving (see :func:`closing`); an embedded
-    cluster's workers ignore Ctrl-C (:func:`~dasklbfgs.cli.interrupt.shielded_start`)."""
+    cluster's workers never see Ctrl-C, and one pressed while it starts stops the command
+    once it is up (:func:`started_client`)."""
     from dasklbfgs.cluster import connect
 
     check_cluster_arguments(args)
@@ -100,10 +101,26 @@ def cluster_from_args(args: argparse.Namespace, interrupt: Interrupt | None = No
 
         security = Security(tls_ca_file=args.tls_ca_file, tls_client_cert=args.tls_cert,
                             tls_client_key=args.tls_key, require_encryption=True)
-    with shielded_start():
-        client = connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
-                         timeout=args.timeout, security=security, dashboard_address=embedded_dashboard_address(args))
+
+    def start() -> Client:
+        return connect(args.scheduler, scheduler_file=args.scheduler_file, n_workers=args.workers,
+                       timeout=args.timeout, security=security, dashboard_address=embedded_dashboard_address(args))
+
+    with started_client(start, interrupt) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def started_client(start: Callable[[], Client], interrupt: Interrupt | None = None) -> Iterator[Client]:
+    """The client ``start()`` returns, its embedded cluster's workers shielded from Ctrl-C
+    (:func:`~dasklbfgs.cli.interrupt.start_shielded`), closed on leaving (see :func:`closing`).
+    With ``interrupt``, a Ctrl-C pressed during the start is said at once, and once the
+    cluster is up it is closed and :class:`~dasklbfgs.cli.interrupt.InterruptedAtStart` raised:
+    the command stops (exit 130) before anything trains."""
+    client = start_shielded(start, interrupt)
     with closing(client, interrupt):
+        if interrupt is not None and interrupt.requested:
+            raise InterruptedAtStart("Ctrl-C while the cluster started: stopped before the run began")
         yield client
 
 

@@ -18,20 +18,30 @@ ZERO_BASED: dict[str, bool | str] = {"auto": "auto", "true": True, "false": Fals
 def add_parser(data_sub: Any) -> None:
     from dasklbfgs.cli.cluster_args import add_cluster_arguments
     from dasklbfgs.cli.storage_args import add_storage_arguments
-    from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
+    from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS, LABEL_TASKS, MAX_INTEGER_CLASSES
 
     command_parser = data_sub.add_parser(
         "import", help="write Parquet, CSV or svmlight files as a dataset, read by the workers",
         description="Read SOURCE files (paths, URLs or globs; a folder of Parquet files) on the cluster's workers "
                     "and write them as a sharded dataset at DEST (a path or a URL). Numeric columns are features "
                     "as they are; text columns with few levels are one-hot encoded, with many levels hashed "
-                    "(--hash-features); the choice is recorded in the dataset's schema.")
+                    "(--hash-features); the choice is recorded in the dataset's schema. So is the task of the "
+                    "labels, which 'dasklbfgs train' chooses its model by: text labels, and integer ones with "
+                    f"at most {MAX_INTEGER_CLASSES} distinct values, are classes (stored as 0..K-1, the class names "
+                    "recorded): binary (logistic) or multiclass (softmax); other numbers regression (--task to "
+                    "choose).")
     command_parser.add_argument("source", nargs="+", help="files, globs or a Parquet folder (local or URLs)")
     command_parser.add_argument("dest", help="where to write the dataset (a path or a URL)")
     command_parser.add_argument("--format", choices=sorted(FORMATS), help="the files' format (default: from the "
                                                                           "first source's suffix)")
     table = command_parser.add_argument_group("tables (parquet, csv)")
     table.add_argument("--label", metavar="COL", help="the column of labels (no default: required for tables)")
+    table.add_argument("--task", choices=LABEL_TASKS,
+                       help="what the labels are for, recorded for 'dasklbfgs train' to choose its model: "
+                            "classification (binary or multiclass by the classes found) makes any numeric label's "
+                            "values classes; regression, counts (Poisson) or amounts (Gamma) keeps integer labels "
+                            f"numbers (default: text labels and integers of at most {MAX_INTEGER_CLASSES} distinct "
+                            "values are classes, other numbers regression)")
     table.add_argument("--features", metavar="COL,COL", help="the feature columns (default: all but label, weight "
                                                              "and offset)")
     table.add_argument("--weight", metavar="COL", help="a column of sample weights (default: none, every row weighs 1)")
@@ -97,8 +107,8 @@ def command(args: argparse.Namespace) -> int:
                    storage_options=storage_options_from_args(args, args.dest))
     if fmt == "svmlight":
         table_flags = [f for f, v in (("--label", args.label), ("--features", args.features), ("--weight", args.weight),
-                                      ("--offset", args.offset), ("--hash-features", args.hash_features),
-                                      ("--cross", args.cross)) if v]
+                                      ("--offset", args.offset), ("--task", args.task),
+                                      ("--hash-features", args.hash_features), ("--cross", args.cross)) if v]
         if table_flags:
             raise ConfigurationError(f"svmlight files take no {', '.join(table_flags)} (those are for tables: "
                                      "parquet, csv)")
@@ -116,7 +126,7 @@ def command(args: argparse.Namespace) -> int:
             data = ShardedDataset.from_dataframe(
                 args.dest, frame, label=args.label, weight=args.weight, offset=args.offset, client=client,
                 features=args.features.split(",") if args.features else None, hash_features=args.hash_features,
-                one_hot_max_levels=args.one_hot_max_levels, crosses=crosses, **written)
+                one_hot_max_levels=args.one_hot_max_levels, crosses=crosses, task=args.task, **written)
     if not args.quiet:
         print(format_description(data.describe()))
     return 0

@@ -13,19 +13,28 @@ from typing import TYPE_CHECKING, Any
 from dasklbfgs.cli.cluster_args import (
     add_embedded_cluster_arguments,
     check_cluster_arguments,
-    closing,
     dashboard_line,
+    dashboard_link,
     embedded_dashboard_address,
     keep_open,
+    started_client,
 )
-from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line, shielded_start
+from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.report import format_report, train_report
 from dasklbfgs.cli.training import train_with_progress
 
 if TYPE_CHECKING:
     from distributed import Client
 
-__all__ = ["add_parser"]
+__all__ = ["NEXT_STEPS", "add_parser"]
+
+#: the end of what the demo prints: the same on one's own data, on a cluster, and where to read on
+NEXT_STEPS = """\
+next steps
+  your data  dasklbfgs data import rows.csv mydata --label clicked    (CSV, Parquet or svmlight files)
+             dasklbfgs train --data mydata --l2 1e-4 --standardize --output model.npz    (the model from the labels)
+  a cluster  dasklbfgs cluster start    (then add --scheduler-file dasklbfgs-cluster.json to train)
+  the guide  docs/guide.md in the dasklbfgs repository; dasklbfgs COMMAND --help lists every flag"""
 
 
 def _at_least(minimum: int):
@@ -59,33 +68,39 @@ def command(args: argparse.Namespace) -> int:
     check_cluster_arguments(args)
     with contextlib.ExitStack() as stack:
         folder = Path(args.keep) if args.keep else Path(stack.enter_context(tempfile.TemporaryDirectory()))
-        train, test = _write_data(args, folder / "demo-data")
+        train, test, written = _write_data(args, folder / "demo-data")
         interrupt = stack.enter_context(Interrupt())
-        with shielded_start():
-            client = connect(n_workers=args.workers, dashboard_address=embedded_dashboard_address(args))
-        stack.enter_context(closing(client, interrupt))
+        print(written, flush=True)  # Ctrl-C from here on is the Interrupt's, during the start too
+        client = stack.enter_context(started_client(
+            lambda: connect(n_workers=args.workers, dashboard_address=embedded_dashboard_address(args)), interrupt))
         n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
         print(f"cluster    embedded LocalCluster, {n_workers} workers x 1 thread")
         print(dashboard_line(client))
+        if dashboard_link(client):
+            print("           stays up after the demo, until Ctrl-C (--keep-open)" if args.keep_open else
+                  "           closes when the demo ends; --keep-open keeps it up until Ctrl-C", flush=True)
         code = _train(args, client, train, test, interrupt)
         if args.keep:
             print(f"kept       {folder / 'demo-data'}")
-        if args.keep_open and code != EXIT_INTERRUPTED:
+        if code == EXIT_INTERRUPTED:
+            return code
+        print(f"\n{NEXT_STEPS}", flush=True)
+        if args.keep_open:
             keep_open(client, interrupt)
     return code
 
 
-def _write_data(args: argparse.Namespace, path: Path) -> tuple[Any, Any]:
+def _write_data(args: argparse.Namespace, path: Path) -> tuple[Any, Any, str]:
+    """The sample dataset's train and test splits, and the line that tells of them."""
     from dasklbfgs.data import make_dataset
 
     started = time.perf_counter()
     splits = make_dataset("logistic", path, rows=args.rows, features=args.features, shard_rows=args.shard_rows,
                           seed=0, ill_conditioned=True, overwrite=True)
     train, test = splits["train"], splits["test"]
-    print(f"data       {train.n_samples} x {train.n_features} logistic rows "
-          f"(features scaled over 4 decades) in {train.n_shards} Zarr shard{'' if train.n_shards == 1 else 's'}, "
-          f"{test.n_samples} held out; written in {time.perf_counter() - started:.1f} s")
-    return train, test
+    return train, test, (f"data       {train.n_samples} x {train.n_features} logistic rows (features scaled over 4 "
+                         f"decades) in {train.n_shards} Zarr shard{'' if train.n_shards == 1 else 's'}, "
+                         f"{test.n_samples} held out; written in {time.perf_counter() - started:.1f} s")
 
 
 def _train(args: argparse.Namespace, client: Client, train: Any, test: Any, interrupt: Interrupt) -> int:

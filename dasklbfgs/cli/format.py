@@ -33,7 +33,9 @@ def format_description(info: dict[str, Any]) -> str:
     if counts:
         total = sum(counts.values())
         shown = list(counts.items())[:20]
-        parts = ", ".join(f"{k}: {v} ({100 * v / total:.1f}%)" for k, v in shown)
+        names = info.get("classes") or []  # label k is the class names[k], where they are recorded
+        parts = ", ".join(f"{names[int(k)] if 0 <= int(k) < len(names) else k}: {v} ({100 * v / total:.1f}%)"
+                          for k, v in shown)
         more = f", ... {len(counts) - len(shown)} more" if len(counts) > len(shown) else ""
         lines.append(f"labels    {len(counts)} distinct: {parts}{more}")
     for key, value in info.get("attrs", {}).items():

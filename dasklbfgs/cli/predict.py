@@ -60,10 +60,24 @@ def command(args: argparse.Namespace) -> int:
             print(f"interrupted; nothing written to {output.url}", file=sys.stderr)
             return EXIT_INTERRUPTED
     if not args.quiet:
-        shape = f"shape {tuple(written.shape)}" if args.format == "zarr" else \
-            f"{data.n_samples} rows of {', '.join(written.columns)}"
-        print(f"wrote {args.kind} predictions, {shape}, to {output.url} in {time.perf_counter() - started:.1f} s")
+        print(summary(args.kind, args.format, data.n_samples, written, output.url, time.perf_counter() - started))
     return 0
+
+
+#: what the rows written hold, by --kind
+KIND_WORDS = {"predict": "predictions", "proba": "class probabilities", "decision": "decision scores"}
+
+
+def summary(kind: str, format: str, n_rows: int, written: Any, url: str, seconds: float) -> str:
+    """The line that says what was written: ``wrote 50,000 predictions (columns row,
+    prediction) to URL in 1.2 s``; a Zarr store's array and its shape in the parentheses."""
+    from dasklbfgs.scoring.predictions import PREDICTIONS
+
+    rows = f"{n_rows:,} row{'' if n_rows == 1 else 's'}"
+    what = rows.replace("row", "prediction") if kind == "predict" else f"the {KIND_WORDS[kind]} of {rows}"
+    layout = f"array '{PREDICTIONS}' of shape {tuple(written.shape)}" if format == "zarr" else \
+        f"columns {', '.join(map(str, written.columns))}"
+    return f"wrote {what} ({layout}) to {url} in {seconds:.1f} s"
 
 
 class WriteProgress:

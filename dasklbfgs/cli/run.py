@@ -13,13 +13,16 @@ from dasklbfgs.cli.cluster_args import (
     dashboard_line,
     keep_open,
 )
-from dasklbfgs.cli.format import json_text
 from dasklbfgs.cli.interrupt import EXIT_INTERRUPTED, INTERRUPTED, Interrupt, interrupted_line
 from dasklbfgs.cli.logs import show_our_logs
+from dasklbfgs.cli.report import split_line
 from dasklbfgs.cli.storage_args import add_storage_arguments, merged_storage_options, storage_options_from_args
 from dasklbfgs.cli.training import endings_in_the_report
 
-__all__ = ["add_parser"]
+__all__ = ["DEFAULT_OUTPUT", "add_parser", "summary_lines"]
+
+#: where report folders go unless --output says: reports/<pipeline name>/ (ignored by the repository's .gitignore)
+DEFAULT_OUTPUT = "reports"
 
 
 def command(args: argparse.Namespace) -> int:
@@ -47,13 +50,38 @@ def command(args: argparse.Namespace) -> int:
         if metrics["message"] == INTERRUPTED:
             return _interrupted(metrics, f"{metrics['report']}/model.npz")  # a folder or a URL
         if not args.quiet:
-            summary = {k: metrics[k] for k in ("pipeline", "run_id", "solver", "success", "message")}
-            summary |= {s: metrics[s] for s in ("train", "test") if s in metrics} | {"durations": metrics["durations"]}
-            print(json_text(summary))
-            print(f"report in {metrics['report']}/ ({', '.join(metrics['files'])})")
+            print("\n".join(summary_lines(metrics, _score(config, data.train))), flush=True)
         if args.keep_open:
             keep_open(client, interrupt, sys.stderr)
         return 0 if metrics["success"] else 1
+
+
+def summary_lines(metrics: dict[str, Any], score: str | None = None) -> list[str]:
+    """A few lines on a finished pipeline (``metrics.json`` holds the rest): what ran, how
+    it ended, each split's headline metrics (``score`` first, as ``train`` prints them), the
+    time taken and the report folder."""
+    durations = metrics["durations"]
+    stats = metrics.get("solver_stats", {})
+    count = next((f"{stats[key]} {key}" for key in ("fits", "iterations", "steps") if key in stats), None)
+    return [
+        f"pipeline   {metrics['pipeline']}: {metrics['model']}, {metrics['solver']}"
+        + (f", {count}" if count else ""),
+        f"stopped    {metrics['message']} (success={metrics['success']})",
+        *(split_line(split, metrics[split], score) for split in ("train", "test") if split in metrics),
+        f"took       {durations['total_seconds']:.1f} s (data {durations['data_seconds']:.1f} s, training "
+        f"{durations['train_seconds']:.1f} s, scoring {durations['evaluate_seconds']:.1f} s)",
+        f"report     {metrics['report']}/ ({', '.join(metrics['files'])}); every metric in metrics.json",
+    ]
+
+
+def _score(config: dict[str, Any], train: Any) -> str:
+    """The metric a summary's split lines lead with: the model's held-out score (a GLM's
+    deviance, not its RMSE), as ``train`` prints it (the pipeline built the same model)."""
+    from dasklbfgs.models import model_for_dataset
+    from dasklbfgs.models.registry import model_options
+    from dasklbfgs.scoring.names import held_out_names
+
+    return held_out_names(model_for_dataset(config["model"]["name"], train, **model_options(config["model"])))[0]
 
 
 def _interrupted(metrics: dict[str, Any], saved: str) -> int:
@@ -68,16 +96,17 @@ def _interrupted(metrics: dict[str, Any], saved: str) -> int:
 def add_parser(sub: Any) -> None:
     run = sub.add_parser("run", help="run a pipeline from a YAML config (see pipelines/)")
     run.add_argument("config", help="YAML pipeline config")
-    run.add_argument("--output", default="pipeline-output",
+    run.add_argument("--output", default=DEFAULT_OUTPUT,
                      help="where report folders go, a local folder or a URL (s3://...): OUTPUT/<pipeline name>, or "
-                          "<name>-2, -3, ... when that exists (default ./pipeline-output)")
+                          f"<name>-2, -3, ... when that exists (default ./{DEFAULT_OUTPUT})")
     run.add_argument("--overwrite", action="store_true",
                      help="replace OUTPUT/<pipeline name> (once the new report is complete) instead of "
                           "writing the next free <name>-N")
     run.add_argument("--set", action="append", metavar="SECTION.KEY=VALUE",
                      help="override a config value, e.g. --set data.rows=5000 (repeatable; default: the config "
                           "as written)")
-    run.add_argument("--quiet", action="store_true", help="no log lines, dashboard line or summary")
+    run.add_argument("--quiet", action="store_true", help="no log lines, dashboard line or summary (metrics.json "
+                                                          "in the report folder holds every figure)")
     add_storage_arguments(run)
     add_cluster_arguments(run)
     run.set_defaults(func=command)

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
+from zarr.errors import ZarrUserWarning
 
 from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows, resolve_compressor
 from dasklbfgs.data._sparse import is_sparse, vstack_csr
@@ -132,8 +135,27 @@ def write_dataset(
             raise InvalidDataError("the dataset is empty (shape (0, 0)); give at least one row and one feature")
         writer.finish()
         schema = writer.format.schema(writer.written, feature_names)
-        # one put: the schema and the attrs are committed together (attrs.update writes once per key)
-        group.update_attributes({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
+        commit_group(group, {ATTRS_KEY: schema, **(attrs or {})}, consolidate=not writer.format.sparse)
+
+
+def commit_group(group: zarr.Group, attributes: dict[str, Any], *, consolidate: bool = True) -> None:
+    """Put ``attributes`` in the root ``group``'s ``zarr.json``, one put (``attrs.update``
+    writes once per key): a write's commit, on an object store. With ``consolidate``, the
+    metadata of every array below is first consolidated into that document (zarr's
+    consolidated metadata, which ``xarray.open_zarr`` looks for, and warns without), so the
+    put that commits carries it too and nothing is written after it. A sparse dataset is
+    not consolidated: its thousands of shard arrays would make every read of the root
+    document (each one on an object store) that much longer, and xarray reads no CSR."""
+    if consolidate:
+        with warnings.catch_warnings():
+            # zarr's: consolidated metadata is not in the format 3 spec (yet); the marker of a write
+            # under way at a URL is not a Zarr node (it goes once the write has committed)
+            warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part",
+                                    category=ZarrUserWarning)
+            warnings.filterwarnings("ignore", message=f"Object at {re.escape(WRITING_MARKER)} is not recognized",
+                                    category=ZarrUserWarning)
+            group = zarr.consolidate_metadata(group.store)
+    group.update_attributes(attributes)
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from dasklbfgs.data._validate import check_block_shapes, check_per_row_shape, ch
 from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
-from dasklbfgs.data.frame_input import frame_pieces
+from dasklbfgs.data.frame_input import check_task, frame_pieces, label_task
 from dasklbfgs.data.location import Location, options_for
 from dasklbfgs.data.rows import cut
 from dasklbfgs.data.svmlight_input import DEFAULT_BLOCK_BYTES, svmlight_pieces
@@ -190,8 +190,8 @@ class DatasetWriters:
         weight: str | None = None, offset: str | None = None, shard_rows: int,
         one_hot_max_levels: int = DEFAULT_ONE_HOT_MAX_LEVELS,
         hash_features: int | None = None, crosses: list[tuple[str, str]] | None = None, client: Any = None,
-        attrs: dict[str, Any] | None = None, overwrite: bool = False, compressor: Any = "default",
-        dtype: Any = None, storage_options: dict[str, Any] | None = None,
+        task: str | None = None, attrs: dict[str, Any] | None = None, overwrite: bool = False,
+        compressor: Any = "default", dtype: Any = None, storage_options: dict[str, Any] | None = None,
     ) -> Self:
         """Write a Dask or pandas DataFrame as a sharded dataset, each partition turned into
         rows and each shard written by a task on a worker (a Dask DataFrame's rows never
@@ -203,9 +203,20 @@ class DatasetWriters:
             A ``dask.dataframe.DataFrame`` (read by the workers: ``read_parquet``,
             ``read_csv``, ...) or a ``pandas.DataFrame`` (sent to the cluster in pieces).
         label, weight, offset
-            The column of labels (numbers, or text: then ``y`` is the index of its class
-            among the sorted classes, recorded as ``classes``), of sample weights and of
-            offsets (see :meth:`create`; e.g. the log of each policy's exposure).
+            The column of labels, of sample weights and of offsets (see :meth:`create`;
+            e.g. the log of each policy's exposure). Labels that are classes (text, or
+            integers and booleans with at most 20 distinct values,
+            :data:`~dasklbfgs.data.frame_features.MAX_INTEGER_CLASSES`) are stored as the index
+            of each row's class among the sorted classes (0..K-1), other numbers as they are.
+        task
+            What the labels are for, recorded with the classes as the recipes record them
+            (the attributes ``task``, ``n_classes`` and ``classes``, the class names), so that
+            ``dasklbfgs train`` chooses the model: None decides by the labels (two classes:
+            ``binary``, a logistic model; more: ``multiclass``, softmax; numbers:
+            ``regression``, least squares); ``"classification"`` (or ``"binary"``,
+            ``"multiclass"``) makes any numeric label's distinct values classes;
+            ``"regression"``, ``"counts"`` (Poisson) or ``"amounts"`` (Gamma) keeps integer
+            labels numbers. ``attrs`` given override what is recorded.
         features
             The columns of ``X`` (default: every other column), numeric, boolean, string
             or categorical; see :mod:`dasklbfgs.data.frame_features` for how text becomes
@@ -225,17 +236,22 @@ class DatasetWriters:
         InvalidDataError
             A missing column, a column neither numeric nor text, too many levels without
             hashing, a missing or non-finite value (naming column or shard, row, column).
+        ConfigurationError
+            An unknown ``task``, or one the labels do not fit (text labels for a numeric
+            task, more than two classes for ``"binary"``).
         """
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options)
         _check_attrs(attrs)
+        check_task(task)
         cluster = client_for(client, "from_dataframe")
         pieces, rows, shard_format, frame_features = frame_pieces(
             frame, label=label, features=features, weight=weight, offset=offset, one_hot_max_levels=one_hot_max_levels,
             hash_features=hash_features, crosses=list(crosses or []), shard_rows=shard_rows, dtype=dtype,
-            compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster)
+            compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster, task=task)
         write_on_workers(location, pieces, rows, shard_format, client=cluster,
-                         feature_names=frame_features.feature_names, attrs=attrs, overwrite=overwrite,
+                         feature_names=frame_features.feature_names,
+                         attrs={**label_task(frame_features, task), **(attrs or {})}, overwrite=overwrite,
                          schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
         return cls(location)
 

@@ -17,20 +17,22 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.data._shard_format import MAX_LABELS_COUNTED, ShardFormat
-from dasklbfgs.data.frame_features import FrameFeatures
+from dasklbfgs.data.frame_features import CLASS_TASKS, LABEL_TASKS, MAX_INTEGER_CLASSES, FrameFeatures, class_name
 from dasklbfgs.data.rows import Rows
 from dasklbfgs.data.worker_writes import piece_starts
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
-__all__ = ["check_encoding", "decide_features", "feature_rows", "frame_pieces", "is_table", "text_columns"]
+__all__ = ["CLASS_TASKS", "LABEL_TASKS", "MAX_INTEGER_CLASSES", "check_encoding", "check_task", "decide_features",
+           "feature_rows", "frame_pieces", "is_table", "label_task", "text_columns"]
 
 
 def frame_pieces(
     frame: Any, *, label: str, features: Sequence[str] | None, weight: str | None, offset: str | None,
     one_hot_max_levels: int, hash_features: int | None, crosses: Sequence[tuple[str, str]], shard_rows: int,
-    dtype: Any, compressors: tuple, partition_rows: int, client: Any,
+    dtype: Any, compressors: tuple, partition_rows: int, client: Any, task: str | None = None,
 ) -> tuple[list[Any], list[int], ShardFormat, FrameFeatures]:
-    """``(pieces, rows per piece, format, features)`` of a Dask or pandas DataFrame."""
+    """``(pieces, rows per piece, format, features)`` of a Dask or pandas DataFrame (``task``:
+    what its labels are for, :func:`decide_features`)."""
     import dask
     import dask.dataframe as dd
     import pandas as pd
@@ -39,7 +41,7 @@ def frame_pieces(
         frame = dd.from_pandas(frame, chunksize=partition_rows, sort=False)
     features_, rows = decide_features(frame, label=label, features=features, weight=weight, offset=offset,
                                       one_hot_max_levels=one_hot_max_levels, hash_features=hash_features,
-                                      crosses=crosses, client=client)
+                                      crosses=crosses, client=client, task=task)
     pieces = [dask.delayed(features_.transform, pure=True)(p, first_row=start)
               for p, start in zip(frame.to_delayed(), piece_starts(rows))]
     probe = features_.transform(frame._meta, first_row=0)
@@ -50,18 +52,27 @@ def frame_pieces(
 def decide_features(
     frame: Any, *, label: str | None, features: Sequence[str] | None = None, weight: str | None = None,
     offset: str | None = None, one_hot_max_levels: int, hash_features: int | None,
-    crosses: Sequence[tuple[str, str]] = (), client: Any,
+    crosses: Sequence[tuple[str, str]] = (), client: Any, task: str | None = None,
 ) -> tuple[FrameFeatures, list[int]]:
     """How the columns of ``frame`` become features, and its rows per partition: a Dask
     DataFrame's partitions scanned by the workers of ``client``, a pandas DataFrame here (one
     partition; ``client`` unused, None). ``label`` None: the table holds features only (an
-    estimator's ``X``)."""
+    estimator's ``X``).
+
+    The label's classes are decided here too (``classes``: ``y`` is then the index of a row's
+    class): text labels are classes, sorted; integer and boolean labels with at most
+    :data:`MAX_INTEGER_CLASSES` distinct values are classes, in ascending order; other
+    numbers are fitted as they are. ``task`` (one of :data:`LABEL_TASKS`) overrides that
+    choice: a classification task makes any numeric label's values classes (at most
+    :data:`~dasklbfgs.data._shard_format.MAX_LABELS_COUNTED`), a numeric one keeps them
+    numbers (and refuses text)."""
     import dask
     import pandas as pd
 
     if not is_table(frame):
         raise ConfigurationError(f"expected a Dask or pandas DataFrame, got {type(frame).__name__}")
     check_encoding(one_hot_max_levels, hash_features)
+    check_task(task)
     columns = [str(c) for c in frame.columns]
     named = [*([label] if label else []), *([weight] if weight else []), *([offset] if offset else []),
              *(features or []),
@@ -75,14 +86,16 @@ def decide_features(
             raise InvalidDataError(f"column {c!r} holds {frame.dtypes[c]} values, neither numbers nor text; convert "
                                    "it or leave it out of features")
     string_label = label is not None and _is_text(frame.dtypes[label])
-    scanned = list(dict.fromkeys(texts + ([label] if label is not None and string_label else [])))
+    numeric_classes = label is not None and not string_label and _may_be_classes(frame.dtypes[label], task)
+    scanned = list(dict.fromkeys(texts + ([label] if label is not None and (string_label or numeric_classes) else [])))
+    by_value = label if numeric_classes else None  # its levels are numbers, not text
     if isinstance(frame, pd.DataFrame):
-        scans = [_scan(frame, scanned, one_hot_max_levels, label)]
+        scans = [_scan(frame, scanned, one_hot_max_levels, label, by_value)]
     else:
-        scans = client.gather(client.compute([dask.delayed(_scan)(p, scanned, one_hot_max_levels, label)
+        scans = client.gather(client.compute([dask.delayed(_scan)(p, scanned, one_hot_max_levels, label, by_value)
                                               for p in frame.to_delayed()]))
     rows = [n for n, _ in scans]
-    levels: dict[str, set[str] | None] = {c: set() for c in scanned}
+    levels: dict[str, set[Any] | None] = {c: set() for c in scanned}
     for _, found in scans:
         for c, values in found.items():
             known = levels[c]
@@ -90,7 +103,30 @@ def decide_features(
             # partitions under the cap each may be over it together
             levels[c] = None if merged is None or len(merged) > _level_cap(c, label, one_hot_max_levels) else merged
     return _decide(chosen, texts, levels, label=label, weight=weight, offset=offset, string_label=string_label,
-                   crosses=crosses, hash_features=hash_features, one_hot_max_levels=one_hot_max_levels), rows
+                   crosses=crosses, hash_features=hash_features, one_hot_max_levels=one_hot_max_levels,
+                   task=task), rows
+
+
+def check_task(task: Any) -> None:
+    """Refuse a ``task`` that is not one of :data:`LABEL_TASKS` (None: decided by the labels)."""
+    if task is not None and task not in LABEL_TASKS:
+        raise ConfigurationError(f"task must be one of {list(LABEL_TASKS)}, or None to decide by the labels, got "
+                                 f"{task!r}")
+
+
+def label_task(features: FrameFeatures, task: str | None) -> dict[str, Any]:
+    """What a dataset written from a table records of its labels, as the recipes record it
+    (the attributes ``dasklbfgs train`` chooses its model by,
+    :func:`~dasklbfgs.models.registry.default_model`): ``task``, and for classes
+    ``n_classes`` and ``classes``, their names (label ``k`` is class ``classes[k]``):
+    ``binary`` for two classes, ``multiclass`` for more; numbers are ``regression`` unless
+    ``task`` says otherwise."""
+    if features.classes is None:
+        return {"task": task or "regression"}
+    n_classes = len(features.classes)
+    if task in (None, "classification"):
+        task = "binary" if n_classes <= 2 else "multiclass"
+    return {"task": task, "n_classes": max(n_classes, 2), "classes": list(features.classes)}
 
 
 def feature_rows(features: FrameFeatures, frame: Any, rows: Sequence[int]) -> Any:
@@ -138,13 +174,30 @@ def _is_text(dtype: Any) -> bool:
                 or isinstance(dtype, pd.CategoricalDtype))
 
 
-def _scan(part: Any, columns: list[str], cap: int, label: str | None) -> tuple[int, dict[str, set[str] | None]]:
+def _may_be_classes(dtype: Any, task: str | None) -> bool:
+    """Whether a numeric label of ``dtype`` may be classes, its values to be scanned: with a
+    classification ``task`` any numbers, without one integers and booleans."""
+    import pandas as pd
+
+    if task is not None:
+        return task in CLASS_TASKS
+    return bool(pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
+
+
+def _scan(part: Any, columns: list[str], cap: int, label: str | None, by_value: str | None = None
+          ) -> tuple[int, dict[str, set[Any] | None]]:
     """Task: a partition's rows and, per text column, its levels (None past ``cap``; the
-    label's up to :data:`MAX_LABELS_COUNTED`)."""
-    found: dict[str, set[str] | None] = {}
+    label's up to :data:`MAX_LABELS_COUNTED`), as text; those of the column ``by_value`` (a
+    numeric label) as numbers."""
+    found: dict[str, set[Any] | None] = {}
     for c in columns:
         values = part[c].dropna().unique()
-        found[c] = None if len(values) > _level_cap(c, label, cap) else {str(v) for v in values}
+        if len(values) > _level_cap(c, label, cap):
+            found[c] = None
+        elif c == by_value:
+            found[c] = {v.item() if hasattr(v, "item") else v for v in values}
+        else:
+            found[c] = {str(v) for v in values}
     return len(part), found
 
 
@@ -153,16 +206,44 @@ def _level_cap(column: str, label: str | None, cap: int) -> int:
     return MAX_LABELS_COUNTED if column == label else cap
 
 
-def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | None], *, label: str | None,
-            weight: str | None, offset: str | None, string_label: bool, crosses: Sequence[tuple[str, str]],
-            hash_features: int | None, one_hot_max_levels: int) -> FrameFeatures:
-    classes = None
-    if label is not None and string_label:
-        found = levels[label]
-        if found is None:
+def _label_classes(label: str, levels: dict[str, set[Any] | None], *, text: bool, task: str | None
+                   ) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
+    """The label's classes, named, and for a numeric label their values (see
+    :func:`decide_features`); ``(None, None)``: its numbers are fitted as they are."""
+    if text and task is not None and task not in CLASS_TASKS:
+        raise ConfigurationError(f"task={task!r} fits numbers, but label column {label!r} holds text: give numeric "
+                                 "labels, or task='classification' to fit its values as classes", parameters=("task",))
+    if label not in levels:  # not scanned: float labels without a classification task
+        return None, None
+    found = levels[label]
+    if found is None:
+        if text:
             raise InvalidDataError(f"label column {label!r} holds text with more than {MAX_LABELS_COUNTED} distinct "
                                    "values: a label is a number, or one of a few classes")
-        classes = tuple(sorted(found))
+        if task in CLASS_TASKS:
+            raise InvalidDataError(f"label column {label!r} holds more than {MAX_LABELS_COUNTED} distinct values, too "
+                                   f"many classes for task={task!r}: leave task unset (or 'regression') to fit them "
+                                   "as numbers")
+        return None, None
+    if text:
+        classes, values = tuple(sorted(found)), None
+    else:
+        if task is None and len(found) > MAX_INTEGER_CLASSES:
+            return None, None  # many integers: numbers, such as counts or amounts
+        ordered = sorted(found, key=float)
+        classes, values = tuple(class_name(v) for v in ordered), tuple(float(v) for v in ordered)
+    if task == "binary" and len(classes) > 2:
+        shown = list(classes[:10]) + (["..."] if len(classes) > 10 else [])
+        raise ConfigurationError(f"task='binary' takes two classes, but label column {label!r} holds {len(classes)}: "
+                                 f"{shown}; use task='multiclass'", parameters=("task",))
+    return classes, values
+
+
+def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[Any] | None], *, label: str | None,
+            weight: str | None, offset: str | None, string_label: bool, crosses: Sequence[tuple[str, str]],
+            hash_features: int | None, one_hot_max_levels: int, task: str | None = None) -> FrameFeatures:
+    classes, class_values = (None, None) if label is None else \
+        _label_classes(label, levels, text=string_label, task=task)
     one_hot, hashed = [], []
     for c in texts:
         found = levels[c]
@@ -179,4 +260,4 @@ def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[str] | No
         label=label, weight=weight, offset=offset, numeric=tuple(c for c in chosen if c not in texts),
         one_hot=tuple(one_hot),
         hashed=tuple(hashed), crosses=tuple((str(a), str(b)) for a, b in crosses), hash_features=hash_features or 0,
-        classes=classes)
+        classes=classes, class_values=class_values)

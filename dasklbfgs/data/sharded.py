@@ -211,6 +211,14 @@ class ShardedDataset(DatasetWriters):
         return None if counts is None else {int(k): int(v) for k, v in counts.items()}
 
     @property
+    def classes(self) -> list[str] | None:
+        """The names of the classes, label ``k`` being ``classes[k]``, when the dataset records
+        them (written from a table whose labels are classes, or by a recipe that names them);
+        else None."""
+        names = self._attrs.get("classes")
+        return [str(name) for name in names] if isinstance(names, list) else None
+
+    @property
     def label_range(self) -> tuple[float, float]:
         """Smallest and largest value in ``y``, recorded when the dataset was written."""
         schema = self.schema
@@ -497,6 +505,7 @@ class ShardedDataset(DatasetWriters):
             "y_min": schema.get("y_min"),
             "y_max": schema.get("y_max"),
             "label_counts": self.label_counts,
+            "classes": self.classes,
             "weighted": self.is_weighted,
             "total_weight": self.total_weight,
             "offsets": self.has_offsets,

@@ -28,7 +28,7 @@ from typing import Any
 import zarr
 
 from dasklbfgs.data._shard_format import ATTRS_KEY, ShardFormat, WrittenRows
-from dasklbfgs.data._writer import block_arrays, joined_rows, written_atomically
+from dasklbfgs.data._writer import block_arrays, commit_group, joined_rows, written_atomically
 from dasklbfgs.data.location import Location
 from dasklbfgs.data.shared_paths import workers_not_seeing
 from dasklbfgs.errors import InvalidDataError, StoreError
@@ -108,8 +108,7 @@ def write_on_workers(
         ]
         written = _gathered_in_order(client, client.compute(tasks))
         schema = {**shard_format.schema(written, feature_names), **(schema_extra or {})}
-        # one put: the schema and the attrs are committed together (attrs.update writes once per key)
-        group.update_attributes({ATTRS_KEY: schema, **(attrs or {})})  # the commit, on an object store
+        commit_group(group, {ATTRS_KEY: schema, **(attrs or {})}, consolidate=not shard_format.sparse)
 
 
 def _gathered_in_order(client: Any, futures: list[Any]) -> WrittenRows:

@@ -100,8 +100,11 @@ class ZarrPredictions(PredictionFormat):
     def commit(self, where: Location, description: dict[str, Any]) -> None:
         import zarr
 
+        from dasklbfgs.data._writer import commit_group
+
         group = zarr.open_group(store=where.zarr_store(read_only=False), mode="r+", zarr_format=3)
-        group.update_attributes({PREDICTIONS_KEY: description})  # one put of the root zarr.json
+        # one put of the root zarr.json, the array's metadata consolidated in it (xarray.open_zarr looks for it)
+        commit_group(group, {PREDICTIONS_KEY: description})
 
     def read(self, target: Location) -> Any:
         import dask.array as da

@@ -115,6 +115,7 @@ def test_demo_trains_on_an_embedded_cluster_and_keeps_it_open(tmp_path) -> None:
     assert proc.returncode == 0 and "Traceback" not in err, err
     out = "".join(lines) + rest
     assert "embedded LocalCluster, 2 workers" in out
+    assert "           stays up after the demo, until Ctrl-C (--keep-open)\n" in lines  # under the dashboard line
     assert "CONVERGENCE" in out and "success=True" in out
     test_line = next(line for line in out.splitlines() if line.startswith("test "))
     test_accuracy = float(test_line.split("accuracy")[1].split(",")[0])

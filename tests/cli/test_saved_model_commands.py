@@ -55,3 +55,25 @@ def test_a_model_that_does_not_fit_the_data_is_refused_before_any_cluster(tmp_pa
     assert main(["predict", "--params", str(tmp_path / "four.npz"), *data, "--output", str(tmp_path / "p")]) == 2
     assert "127.0.0.1:9" in capsys.readouterr().err  # labels are no concern of predict: it went on to connect
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "five.npz", "four.npz"]
+
+
+def test_a_model_file_that_is_not_one_is_said_so_before_any_cluster(tmp_path, s3, capsys) -> None:
+    """Nothing at a URL is said to be nothing there; a pickle given as the model is said not
+    to be a parameter file, in our words rather than numpy's advice to unpickle it."""
+    import pickle
+
+    bucket, options = s3
+    data = ShardedDataset.create(tmp_path / "d", rng.normal(size=(30, 4)), np.arange(30) % 2, shard_rows=10)
+    missing = f"{bucket}/models-{uuid.uuid4().hex[:6]}/model.npz"
+    assert main(["evaluate", "--params", missing, "--data", str(data.path), *NO_SCHEDULER,
+                 *storage_flags(options)]) == 2
+    assert capsys.readouterr().err == (f"dasklbfgs: error: no parameter file at {missing!r}: nothing is at that URL "
+                                       "(a model is saved there by save_params or 'dasklbfgs train --output')\n")
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps(Logistic(4)))
+    assert main(["predict", "--params", str(tmp_path / "model.pkl"), "--data", str(data.path), "--output",
+                 str(tmp_path / "p"), *NO_SCHEDULER]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dasklbfgs: error: '{tmp_path / 'model.pkl'}' is not a dasklbfgs parameter file: it is a "
+                          "Python pickle, not an .npz archive; a parameter file is the .npz archive that save_params, "
+                          "'dasklbfgs train --output' and the pipelines write") and "allow_pickle" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d", "model.pkl"]

@@ -17,7 +17,9 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file, load_svmlig
 from sklearn.feature_extraction import FeatureHasher
 
 from dasklbfgs import ShardedDataset
-from dasklbfgs.errors import ConfigurationError, InvalidDataError
+from dasklbfgs.data.frame_features import MAX_INTEGER_CLASSES
+from dasklbfgs.errors import ConfigurationError, InvalidDataError, ModelDataMismatchError
+from dasklbfgs.models.registry import default_model, model_for_dataset
 from tests._tables import one_hot, table
 
 
@@ -100,6 +102,89 @@ def test_bad_tables_are_refused_naming_the_column(client, tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def _labelled(n: int = 240, seed: int = 6) -> pd.DataFrame:
+    """Two features and one label column of each kind: text, integers 1..3, -1/+1, booleans,
+    floats, integers of more levels than classes have, and integers to be counts."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    return pd.DataFrame({"a": a, "b": b, "text": np.where(a > 0, "yes", "no"),
+                         "stars": np.digitize(a, [-0.5, 0.5]) + 1, "sign": np.where(b > 0, 1, -1), "flag": a > 0,
+                         "value": 2 * a - b, "many": np.arange(n) % (MAX_INTEGER_CLASSES + 5),
+                         "claims": rng.poisson(np.exp(0.3 * a))})
+
+
+@pytest.mark.parametrize("label, task, recorded, model, y", [
+    ("text", None, {"task": "binary", "n_classes": 2, "classes": ["no", "yes"]}, "logistic",
+     lambda df: (df.text == "yes").astype(int)),
+    ("stars", None, {"task": "multiclass", "n_classes": 3, "classes": ["1", "2", "3"]}, "softmax",
+     lambda df: df.stars - 1),
+    ("sign", None, {"task": "binary", "n_classes": 2, "classes": ["-1", "1"]}, "logistic",
+     lambda df: (df.sign > 0).astype(int)),
+    ("flag", None, {"task": "binary", "n_classes": 2, "classes": ["False", "True"]}, "logistic",
+     lambda df: df.flag.astype(int)),
+    ("value", None, {"task": "regression"}, "least_squares", lambda df: df.value),
+    ("many", None, {"task": "regression"}, "least_squares", lambda df: df.many),
+    ("claims", "counts", {"task": "counts"}, "poisson", lambda df: df.claims),
+    ("value", "classification", {"task": "multiclass", "n_classes": 240}, "softmax",
+     lambda df: df.value.rank(method="dense").astype(int) - 1),
+    ("stars", "classification", {"task": "multiclass", "classes": ["1", "2", "3"]}, "softmax",
+     lambda df: df.stars - 1),
+])
+def test_a_table_s_labels_record_their_task_and_classes_as_the_recipes_do(client, tmp_path, label, task, recorded,
+                                                                         model, y) -> None:
+    """Text labels and integer ones with few levels are classes (0..K-1, named); other numbers
+    are fitted as they are; ``task`` decides otherwise. ``train`` chooses its model by it."""
+    df = _labelled()
+    data = ShardedDataset.from_dataframe(tmp_path / "d", dd.from_pandas(df, npartitions=3), label=label,
+                                         features=["a", "b"], shard_rows=100, client=client, task=task)
+    assert {key: data.attrs[key] for key in recorded} == recorded
+    assert default_model(data) == model
+    np.testing.assert_array_equal(data.load_labels(0, data.n_samples), y(df))
+    if "classes" in recorded:
+        assert data.classes == recorded["classes"] and set(data.label_counts) == set(range(data.attrs["n_classes"]))
+    elif task is None:
+        assert data.classes is None and "n_classes" not in data.attrs
+
+
+def test_labels_that_do_not_fit_the_task_are_refused_naming_them(client, tmp_path) -> None:
+    df = _labelled()
+    frame = dd.from_pandas(df, npartitions=2)
+    for task, match in [("regression", r"task='regression' fits numbers, but label column 'text' holds text: give "
+                                       r"numeric labels, or task='classification'"),
+                        ("bogus", r"task must be one of \['classification', 'binary', 'multiclass', 'regression', "
+                                  r"'counts', 'amounts'\], or None to decide by the labels, got 'bogus'")]:
+        with pytest.raises(ConfigurationError, match=match):
+            ShardedDataset.from_dataframe(tmp_path / "a", frame, label="text", features=["a"], shard_rows=50,
+                                          client=client, task=task)
+    with pytest.raises(ConfigurationError, match=r"task='binary' takes two classes, but label column 'stars' holds "
+                                                 r"3: \['1', '2', '3'\]; use task='multiclass'"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="stars", features=["a"], shard_rows=50,
+                                      client=client, task="binary")
+    wide = pd.DataFrame({"a": np.arange(1200.0), "y": np.arange(1200) * 0.5})
+    with pytest.raises(InvalidDataError, match=r"label column 'y' holds more than 1000 distinct values, too many "
+                                               r"classes for task='classification': leave task unset"):
+        ShardedDataset.from_dataframe(tmp_path / "a", wide, label="y", shard_rows=500, client=client,
+                                      task="classification")
+    assert list(tmp_path.iterdir()) == []
+    stars = ShardedDataset.from_dataframe(tmp_path / "s", frame, label="stars", features=["a", "b"], shard_rows=100,
+                                          client=client)
+    new_rows = pd.DataFrame({"a": [0.1, 0.2], "b": [0.0, 1.0], "stars": [2, 7]})
+    with pytest.raises(InvalidDataError, match=r"label column 'stars' has 7 at row 1, not one of the classes "
+                                               r"\['1', '2', '3'\]"):
+        stars.frame_features.transform(new_rows)
+    np.testing.assert_array_equal(stars.frame_features.transform(new_rows.iloc[:1].astype({"stars": float}))[1], [1])
+    # numbers are not fitted to the class indices that replaced them: stars 1..3 are stored as 0..2
+    with pytest.raises(ModelDataMismatchError, match=r"LeastSquares fits the labels' values, but the dataset at "
+                                                     r"'.*/s' stores its labels as the indices 0..2 of the classes "
+                                                     r"\['1', '2', '3'\] \(integer labels taken as classes when it "
+                                                     r"was written from a table\); write it again with "
+                                                     r"task='regression', 'counts' or 'amounts'"):
+        model_for_dataset("least_squares", stars).check_data(stars)
+    flags = ShardedDataset.from_dataframe(tmp_path / "f", frame, label="flag", features=["a", "b"], shard_rows=100,
+                                          client=client)
+    model_for_dataset("least_squares", flags).check_data(flags)  # False/True stored as 0/1: their own values
+
+
 def test_svmlight_files_in_byte_ranges_equal_scikit_learns_reading(client, tmp_path) -> None:
     rng = np.random.default_rng(4)
     X = sp.random(3000, 200, density=0.05, format="csr", random_state=4)
@@ -179,8 +264,38 @@ def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cl
         str(tmp_path / "rows.svm"))[0]).nnz == 0
 
 
+def test_an_imported_table_trains_without_naming_the_model(client, tmp_path, capsys) -> None:
+    """The summary names the classes; ``dasklbfgs train`` on the import picks the model its
+    task implies; ``--task`` chooses another, and one the labels do not fit is refused."""
+    from dasklbfgs.cli.main import main
+    from dasklbfgs.models.persist import load_params
+
+    df = _labelled()
+    df.to_csv(tmp_path / "rows.csv", index=False)
+    scheduler = ["--scheduler", client.scheduler.address]
+    done = _import(str(tmp_path / "rows.csv"), str(tmp_path / "d"), "--label", "text", "--features", "a,b",
+                   "--shard-rows", "100", *scheduler)
+    assert done.returncode == 0, done.stderr
+    n_no, n_yes = int((df.text == "no").sum()), int((df.text == "yes").sum())
+    assert f"labels    2 distinct: no: {n_no} ({100 * n_no / 240:.1f}%), yes: {n_yes} " in done.stdout
+    assert main(["train", "--data", str(tmp_path / "d"), "--output", str(tmp_path / "m.npz"), *scheduler]) == 0
+    assert capsys.readouterr().out.startswith("model      Logistic(n_features=2,")
+    assert type(load_params(tmp_path / "m.npz")[0]).__name__ == "Logistic"
+
+    assert main(["data", "import", str(tmp_path / "rows.csv"), str(tmp_path / "c"), "--label", "claims", "--features",
+                 "a,b", "--task", "counts", "--quiet", *scheduler]) == 0
+    assert ShardedDataset.open(tmp_path / "c").attrs["task"] == "counts"
+    assert main(["data", "import", str(tmp_path / "rows.csv"), str(tmp_path / "r"), "--label", "text", "--task",
+                 "regression", *scheduler]) == 2
+    assert capsys.readouterr().err == ("dasklbfgs: error: --task regression fits numbers, but label column 'text' "
+                                       "holds text: give numeric labels, or --task classification to fit its "
+                                       "values as classes\n")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("args, match", [
     (["rows.dat", "out"], r"cannot tell the format of 'rows.dat' from its name; pass --format"),
+    (["r.svm", "out", "--task", "regression"], "svmlight files take no --task"),
     (["t.parquet", "out"], "--label is required for parquet files"),
     (["r.svm", "out", "--label", "y"], "svmlight files take no --label"),
     (["r.svm", "out", "--offset", "e"], "svmlight files take no --offset"),

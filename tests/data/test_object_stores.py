@@ -58,6 +58,28 @@ def test_a_dataset_on_s3_reads_as_written_dense_weighted_and_sparse(s3) -> None:
     assert (sparse.load_rows(0, 300)[0] != S).nnz == 0 and sparse.nnz == S.nnz
 
 
+def test_xarray_opens_a_dataset_on_s3_and_its_write_warns_nothing(s3) -> None:
+    """Its metadata consolidated with the commit, past the marker of the write under way (which
+    zarr, listing the store to consolidate it, would otherwise warn is no Zarr node)."""
+    import warnings
+
+    import xarray as xr
+    from zarr.errors import ZarrUserWarning
+
+    _, options = s3
+    X, y, w = _rows()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = ShardedDataset.create(_url(s3, "xarray"), X, y, sample_weight=w, shard_rows=250,
+                                     storage_options=options)
+    assert not [str(found.message) for found in caught if issubclass(found.category, ZarrUserWarning)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        opened = xr.open_zarr(data.location.zarr_store(read_only=True))
+    np.testing.assert_array_equal(opened["X"].values, X)
+    np.testing.assert_array_equal(ShardedDataset.open(data.url, storage_options=options).load_rows(0, 600)[1], y)
+
+
 def test_sandblaster_and_downpour_on_s3_give_the_bits_of_a_local_copy(client, s3, tmp_path) -> None:
     X, y, w = _rows(1200)
     local = ShardedDataset.create(tmp_path / "local", X, y, sample_weight=w, shard_rows=300)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import dask.array as da
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import xarray as xr
 import zarr
 
@@ -74,6 +76,30 @@ def test_create_from_xarray_dataset_takes_feature_names(tmp_path, Xy) -> None:
     xr.testing.assert_equal(view["X"].reset_coords(drop=True).compute(),
                             source["X"].reset_coords(drop=True))
     np.testing.assert_array_equal(view["y"].values, y)
+
+
+def test_xarray_opens_a_dense_dataset_without_a_warning_however_written(client, tmp_path, Xy) -> None:
+    """The arrays' metadata is consolidated into the root zarr.json, in the put that commits the
+    schema: ``xarray.open_zarr`` finds it (and warns without). A sparse dataset's is not: its
+    thousands of shard arrays would lengthen every read of that document, and xarray holds no CSR."""
+    X, y = Xy
+    w = np.linspace(0.5, 1.5, len(y))
+    written = [ShardedDataset.create(tmp_path / "here", X, y, sample_weight=w, shard_rows=25),
+               ShardedDataset.from_dask(tmp_path / "workers", da.from_array(X, chunks=(40, 4)), y, w, shard_rows=25,
+                                        client=client)]
+    for data in written:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            opened = xr.open_zarr(str(data.path))
+        assert opened["X"].dims == ("sample", "feature") and opened.attrs["dasklbfgs"]["n_samples"] == 103
+        np.testing.assert_array_equal(opened["X"].values, X)
+        np.testing.assert_array_equal(opened["y"].values, y)
+        np.testing.assert_array_equal(opened["w"].values, w)
+        np.testing.assert_array_equal(data.to_xarray()["X"].values, X)
+    sparse = ShardedDataset.create(tmp_path / "sparse", sp.random(103, 4, density=0.5, format="csr", random_state=0),
+                                   y, shard_rows=25)
+    assert "consolidated_metadata" not in json.loads((sparse.path / "zarr.json").read_text())
+    assert "consolidated_metadata" in json.loads((written[0].path / "zarr.json").read_text())
 
 
 def test_from_blocks_of_uneven_sizes(tmp_path, Xy) -> None:

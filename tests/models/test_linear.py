@@ -180,6 +180,42 @@ def test_save_and_load_params(tmp_path) -> None:
     assert not (tmp_path / "q.npz").exists()
 
 
+def test_a_file_that_is_not_a_parameter_file_is_said_to_be_none_in_our_words(tmp_path) -> None:
+    """What a file is instead, and what a parameter file is: never numpy's advice to load
+    it with allow_pickle, nor a TypeError for a lone array."""
+    import pickle
+    import re
+
+    from dasklbfgs.errors import ModelFileError
+
+    (tmp_path / "model.pkl").write_bytes(pickle.dumps({"coef": [1.0, 2.0]}))
+    (tmp_path / "model.txt").write_text("coef 1.0 2.0\n")
+    np.save(tmp_path / "coef.npy", np.arange(3.0))
+    np.savez(tmp_path / "other.npz", coef=np.arange(3.0))
+    np.savez(tmp_path / "objects.npz", model=np.array([{"name": "softmax"}], dtype=object), params=np.zeros(2),
+             info=np.array("{}"))
+    (tmp_path / "folder.npz").mkdir()
+    what = r"; a parameter file is the \.npz archive that save_params, 'dasklbfgs train --output' and the pipelines "
+    for name, found in [("model.pkl", "it is a Python pickle, not an .npz archive"),
+                        ("model.txt", "it is a text file, not an .npz archive"),
+                        ("coef.npy", r"it is a single numpy array \(.npy\), not an .npz archive"),
+                        ("other.npz", r"it is an .npz archive without the entries \['model', 'params', 'info'\] "
+                                      r"\(it holds \['coef'\]\)"),
+                        ("objects.npz", "an entry holds Python objects")]:
+        where = re.escape(str(tmp_path / name))
+        with pytest.raises(ModelFileError, match=rf"^'{where}' is not a dasklbfgs parameter file: {found}{what}") \
+                as raised:
+            load_params(tmp_path / name)
+        assert "allow_pickle" not in str(raised.value)
+    folder, gone = (re.escape(str(tmp_path / name)) for name in ("folder.npz", "gone.npz"))
+    with pytest.raises(ModelFileError, match=rf"^'{folder}' is a folder, not a dasklbfgs parameter file{what}"):
+        load_params(tmp_path / "folder.npz")
+    with pytest.raises(ModelFileError, match=rf"^no parameter file at '{gone}': nothing is at that "
+                                             r"path \(a model is saved there by save_params or 'dasklbfgs train "
+                                             r"--output'\)$"):
+        load_params(tmp_path / "gone.npz")
+
+
 @pytest.mark.parametrize(
     ("factory", "match"),
     [

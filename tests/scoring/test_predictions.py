@@ -203,6 +203,43 @@ def test_predictions_that_do_not_fit_are_refused_naming_why(client, softmax_data
     assert not (tmp_path / "p").exists()
 
 
+def test_xarray_opens_written_predictions_without_a_warning(client, softmax_data, tmp_path, s3) -> None:
+    """The array's metadata is consolidated into the root zarr.json, in the put that commits
+    the predictions: ``xarray.open_zarr`` finds it (and warns without), here and at a URL."""
+    import warnings
+
+    from zarr.errors import ZarrUserWarning
+
+    xr = pytest.importorskip("xarray")
+    data, X, model, params = softmax_data
+    bucket, options = s3
+    url = f"{bucket}/predictions-{uuid.uuid4().hex[:6]}.zarr"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        predict(model, params, data, output=tmp_path / "p", kind="proba", client=client)
+        predict(model, params, data, output=url, storage_options=options, client=client)
+    assert not [str(found.message) for found in caught if issubclass(found.category, ZarrUserWarning)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        here = xr.open_zarr(str(tmp_path / "p"))
+        there = xr.open_zarr(Location.of(url, options).zarr_store(read_only=True))
+    assert here["predictions"].dims == ("row", "column") and here.attrs[PREDICTIONS_KEY]["kind"] == "proba"
+    np.testing.assert_array_equal(here["predictions"].values, model.predict_proba(params, X))
+    assert there["predictions"].dims == ("row",)
+    np.testing.assert_array_equal(there["predictions"].values, model.predict(params, X))
+
+
+def test_the_summary_of_written_predictions_reads_as_a_sentence() -> None:
+    from dasklbfgs.cli.predict import summary
+
+    assert summary("predict", "parquet", 50_000, pd.DataFrame(columns=["row", "prediction"]), "s3://b/p", 1.34) == \
+        "wrote 50,000 predictions (columns row, prediction) to s3://b/p in 1.3 s"
+    assert summary("proba", "zarr", 50_000, np.empty((50_000, 2)), "/data/p", 0.5) == \
+        "wrote the class probabilities of 50,000 rows (array 'predictions' of shape (50000, 2)) to /data/p in 0.5 s"
+    assert summary("decision", "parquet", 1, pd.DataFrame(columns=["row", "decision"]), "p", 0.0) == \
+        "wrote the decision scores of 1 row (columns row, decision) to p in 0.0 s"
+
+
 def test_the_command_line_writes_predictions_to_a_bucket(client, softmax_data, tmp_path, s3, capsys) -> None:
     from dasklbfgs.cli.main import main
 
@@ -212,7 +249,7 @@ def test_the_command_line_writes_predictions_to_a_bucket(client, softmax_data, t
     args = ["predict", "--params", str(tmp_path / "m.npz"), "--data", str(data.path), "--output", url,
             "--scheduler", client.scheduler.address, *storage_flags(s3[1])]
     assert main(args) == 0
-    assert f"wrote predict predictions, shape (530,), to {url} in " in capsys.readouterr().out
+    assert f"wrote 530 predictions (array 'predictions' of shape (530,)) to {url} in " in capsys.readouterr().out
     stored = zarr.open_array(Location.of(url, s3[1]).zarr_store(read_only=True), path="predictions", mode="r")
     np.testing.assert_array_equal(stored[:], model.predict(params, X))
     assert main(args) == 2
@@ -235,7 +272,8 @@ def test_the_command_line_writes_parquet_to_a_bucket_and_replaces_a_store_there(
     assert f"'{url}' already exists; pass --overwrite to replace it" in capsys.readouterr().err
     assert main([*args, "--kind", "proba", "--format", "parquet", "--overwrite"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith(f"wrote proba predictions, 530 rows of row, proba_0, proba_1, proba_2, to {url} in ")
+    assert out.startswith(f"wrote the class probabilities of 530 rows (columns row, proba_0, proba_1, proba_2) to "
+                          f"{url} in ")
     assert err == ""  # no progress line: stderr is not a terminal
     read = pd.read_parquet(url, storage_options=s3[1])
     np.testing.assert_array_equal(read["row"], np.arange(530))
@@ -263,6 +301,7 @@ def test_the_command_line_shows_its_progress_on_a_terminal(client, softmax_data,
     assert main(args) == 0
     last = terminal.getvalue().rstrip("\n").rsplit("\r", 1)[-1]
     assert last.startswith("predicting [####################] 6/6 rows/s=") and terminal.getvalue().endswith("\n")
-    assert capsys.readouterr().out.startswith("wrote predict predictions, 530 rows of row, prediction, to ")
+    assert capsys.readouterr().out.startswith(f"wrote 530 predictions (columns row, prediction) to {tmp_path / 'p'} "
+                                              "in ")
     terminal.truncate(0)
     assert main([*args, "--overwrite", "--quiet"]) == 0 and terminal.getvalue() == ""
