@@ -26,10 +26,11 @@ def add_parser(data_sub: Any) -> None:
                     "and write them as a sharded dataset at DEST (a path or a URL). Numeric columns are features "
                     "as they are; text columns with few levels are one-hot encoded, with many levels hashed "
                     "(--hash-features); the choice is recorded in the dataset's schema. So is the task of the "
-                    "labels, which 'dasklbfgs train' chooses its model by: text labels, and integer ones with "
-                    f"at most {MAX_INTEGER_CLASSES} distinct values, are classes (stored as 0..K-1, the class names "
-                    "recorded): binary (logistic) or multiclass (softmax); other numbers regression (--task to "
-                    "choose).")
+                    "labels, which 'dasklbfgs train' chooses its model by: text labels (stored as 0..K-1, the "
+                    "class names recorded), and integers that are class indices 0..K-1 with K at most "
+                    f"{MAX_INTEGER_CLASSES}, are classes: binary (logistic) or multiclass (softmax); floats and "
+                    "many integers are regression; a few integers that are not class indices (-1 and 1) record "
+                    "none (--task to choose).")
     command_parser.add_argument("source", nargs="+", help="files, globs or a Parquet folder (local or URLs)")
     command_parser.add_argument("dest", help="where to write the dataset (a path or a URL)")
     command_parser.add_argument("--format", choices=sorted(FORMATS), help="the files' format (default: from the "
@@ -38,10 +39,9 @@ def add_parser(data_sub: Any) -> None:
     table.add_argument("--label", metavar="COL", help="the column of labels (no default: required for tables)")
     table.add_argument("--task", choices=LABEL_TASKS,
                        help="what the labels are for, recorded for 'dasklbfgs train' to choose its model: "
-                            "classification (binary or multiclass by the classes found) makes any numeric label's "
-                            "values classes; regression, counts (Poisson) or amounts (Gamma) keeps integer labels "
-                            f"numbers (default: text labels and integers of at most {MAX_INTEGER_CLASSES} distinct "
-                            "values are classes, other numbers regression)")
+                            "classification (binary or multiclass by the classes found) takes numeric labels that "
+                            "are class indices 0..K-1 as classes; regression, counts (Poisson) or amounts (Gamma) "
+                            "keeps integer labels numbers (default: decided by the labels, as above)")
     table.add_argument("--features", metavar="COL,COL", help="the feature columns (default: all but label, weight "
                                                              "and offset)")
     table.add_argument("--weight", metavar="COL", help="a column of sample weights (default: none, every row weighs 1)")

@@ -204,17 +204,18 @@ class DatasetWriters:
             ``read_csv``, ...) or a ``pandas.DataFrame`` (sent to the cluster in pieces).
         label, weight, offset
             The column of labels, of sample weights and of offsets (see :meth:`create`;
-            e.g. the log of each policy's exposure). Labels that are classes (text, or
-            integers and booleans with at most 20 distinct values,
-            :data:`~dasklbfgs.data.frame_features.MAX_INTEGER_CLASSES`) are stored as the index
-            of each row's class among the sorted classes (0..K-1), other numbers as they are.
+            e.g. the log of each policy's exposure). Text labels are stored as the index of
+            each row's class among the sorted classes (0..K-1), numbers as they are.
         task
             What the labels are for, recorded with the classes as the recipes record them
             (the attributes ``task``, ``n_classes`` and ``classes``, the class names), so that
-            ``dasklbfgs train`` chooses the model: None decides by the labels (two classes:
-            ``binary``, a logistic model; more: ``multiclass``, softmax; numbers:
-            ``regression``, least squares); ``"classification"`` (or ``"binary"``,
-            ``"multiclass"``) makes any numeric label's distinct values classes;
+            ``dasklbfgs train`` chooses the model: None decides by the labels (text, and
+            integers that are class indices 0..K-1 with K at most
+            :data:`~dasklbfgs.data.frame_features.MAX_INTEGER_CLASSES`, are classes: two
+            ``binary``, a logistic model, more ``multiclass``, softmax; floats and many
+            integers ``regression``, least squares; a few integers that are not class
+            indices, such as -1 and 1, record none); ``"classification"`` (or ``"binary"``,
+            ``"multiclass"``) takes numeric labels that are class indices as classes;
             ``"regression"``, ``"counts"`` (Poisson) or ``"amounts"`` (Gamma) keeps integer
             labels numbers. ``attrs`` given override what is recorded.
         features
@@ -238,7 +239,8 @@ class DatasetWriters:
             hashing, a missing or non-finite value (naming column or shard, row, column).
         ConfigurationError
             An unknown ``task``, or one the labels do not fit (text labels for a numeric
-            task, more than two classes for ``"binary"``).
+            task, numbers that are not class indices for a classification task, more than
+            two classes for ``"binary"``).
         """
         shard_rows = check_shard_rows(shard_rows)
         location = Location.of(path, storage_options)
@@ -251,7 +253,7 @@ class DatasetWriters:
             compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster, task=task)
         write_on_workers(location, pieces, rows, shard_format, client=cluster,
                          feature_names=frame_features.feature_names,
-                         attrs={**label_task(frame_features, task), **(attrs or {})}, overwrite=overwrite,
+                         attrs={**label_task(frame_features), **(attrs or {})}, overwrite=overwrite,
                          schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
         return cls(location)
 

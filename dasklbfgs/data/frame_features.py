@@ -20,7 +20,7 @@ Columns are laid out numeric first, then the one-hot blocks, then the hashed blo
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,8 +40,8 @@ CROSS_SEPARATOR = "^"
 #: :func:`~dasklbfgs.models.registry.default_model` reads
 LABEL_TASKS = ("classification", "binary", "multiclass", "regression", "counts", "amounts")
 CLASS_TASKS = ("classification", "binary", "multiclass")
-#: integer (and boolean) labels with at most this many distinct values are classes unless a
-#: ``task`` says otherwise; with more, and float labels, they are numbers (regression)
+#: integer (and boolean) labels whose values are class indices 0..K-1 with K at most this many
+#: are classes unless a ``task`` says otherwise; other numbers are fitted as they are (regression)
 MAX_INTEGER_CLASSES = 20
 
 
@@ -58,9 +58,11 @@ class FrameFeatures:
     hashed: tuple[str, ...] = ()
     crosses: tuple[tuple[str, str], ...] = ()
     hash_features: int = 0
-    classes: tuple[str, ...] | None = None  # the label's classes, named: y is the index of a row's class
-    #: a numeric label's classes (the values ``classes`` names, ascending); None for text labels
-    class_values: tuple[float, ...] | None = None
+    classes: tuple[str, ...] | None = None  # a text label's levels: y is the index of its level
+    #: what the dataset records of its labels (``task``, ``n_classes``, ``classes``: the attributes
+    #: ``dasklbfgs train`` chooses its model by), decided from the whole table when it was written;
+    #: not part of how a row is read, so not in the schema
+    label_attrs: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
 
     @property
     def n_features(self) -> int:
@@ -91,8 +93,7 @@ class FrameFeatures:
         return {"label": self.label, "weight": self.weight, "offset": self.offset, "numeric": list(self.numeric),
                 "one_hot": {column: list(levels) for column, levels in self.one_hot},
                 "hashed": list(self.hashed), "crosses": [list(pair) for pair in self.crosses],
-                "hash_features": self.hash_features, "classes": None if self.classes is None else list(self.classes),
-                "class_values": None if self.class_values is None else list(self.class_values)}
+                "hash_features": self.hash_features, "classes": None if self.classes is None else list(self.classes)}
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> FrameFeatures:
@@ -100,8 +101,7 @@ class FrameFeatures:
                    one_hot=tuple((c, tuple(levels)) for c, levels in doc["one_hot"].items()),
                    hashed=tuple(doc["hashed"]), crosses=tuple((a, b) for a, b in doc["crosses"]),
                    hash_features=int(doc["hash_features"]),
-                   classes=None if doc["classes"] is None else tuple(doc["classes"]),
-                   class_values=None if doc.get("class_values") is None else tuple(doc["class_values"]))
+                   classes=None if doc["classes"] is None else tuple(doc["classes"]))
 
     def transform(self, frame: Any, *, first_row: int = 0
                   ) -> tuple[Any, np.ndarray, np.ndarray | None, np.ndarray | None]:
@@ -159,16 +159,11 @@ class FrameFeatures:
     def _labels(self, series: Any, label: str, first_row: int) -> np.ndarray:
         if self.classes is None:
             return _numbers(series, label, first_row)
-        if self.class_values is not None:
-            codes = _value_codes(_numbers(series, label, first_row), self.class_values)
-        else:
-            codes = _level_codes(series, self.classes)
+        codes = _level_codes(series, self.classes)
         if (codes < 0).any():
             row = int(np.argmax(codes < 0))
-            found = series.iloc[row]
-            shown = class_name(found) if self.class_values is not None else repr(found)
-            raise InvalidDataError(f"label column {label!r} has {shown} at row {first_row + row}, not one of the "
-                                   f"classes {list(self.classes)}")
+            raise InvalidDataError(f"label column {label!r} has {series.iloc[row]!r} at row {first_row + row}, not "
+                                   f"one of the classes {list(self.classes)}")
         return codes.astype(np.int64)
 
 
@@ -221,22 +216,6 @@ def _level_codes(series: Any, levels: tuple[str, ...]) -> np.ndarray:
 
     text = series.astype(object).map(str, na_action="ignore")
     return np.asarray(pd.Index(list(levels), dtype=object).get_indexer(text.to_numpy(dtype=object)), dtype=np.int64)
-
-
-def _value_codes(values: np.ndarray, levels: tuple[float, ...]) -> np.ndarray:
-    """Per row, the index of its value among ``levels`` (ascending numbers); -1 for another value."""
-    ordered = np.asarray(levels, dtype=np.float64)
-    numbers = values.astype(np.float64)
-    codes = np.minimum(np.searchsorted(ordered, numbers), len(ordered) - 1)
-    return np.where(ordered[codes] == numbers, codes, -1).astype(np.int64)
-
-
-def class_name(value: Any) -> str:
-    """The name of a numeric label's class: ``True``, ``3``, ``0.5`` (an integral float as an integer)."""
-    if isinstance(value, (bool, np.bool_)):
-        return str(bool(value))
-    number = float(value)
-    return str(int(number)) if number.is_integer() else repr(number)
 
 
 def _hashed(strings: np.ndarray, n_features: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dasklbfgs.data._shard_format import MAX_LABELS_COUNTED, ShardFormat
-from dasklbfgs.data.frame_features import CLASS_TASKS, LABEL_TASKS, MAX_INTEGER_CLASSES, FrameFeatures, class_name
+from dasklbfgs.data.frame_features import CLASS_TASKS, LABEL_TASKS, MAX_INTEGER_CLASSES, FrameFeatures
 from dasklbfgs.data.rows import Rows
 from dasklbfgs.data.worker_writes import piece_starts
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
@@ -59,13 +59,14 @@ def decide_features(
     partition; ``client`` unused, None). ``label`` None: the table holds features only (an
     estimator's ``X``).
 
-    The label's classes are decided here too (``classes``: ``y`` is then the index of a row's
-    class): text labels are classes, sorted; integer and boolean labels with at most
-    :data:`MAX_INTEGER_CLASSES` distinct values are classes, in ascending order; other
-    numbers are fitted as they are. ``task`` (one of :data:`LABEL_TASKS`) overrides that
-    choice: a classification task makes any numeric label's values classes (at most
-    :data:`~dasklbfgs.data._shard_format.MAX_LABELS_COUNTED`), a numeric one keeps them
-    numbers (and refuses text)."""
+    What the labels are for is decided here too, from the whole table (``label_attrs``):
+    text labels are classes, sorted (``y`` is then the index of a row's class); integer and
+    boolean labels that are class indices 0..K-1 (0 among them), K at most
+    :data:`MAX_INTEGER_CLASSES`, are classes kept as they are; floats and many integers are numbers (regression); a few
+    integers that are not class indices (-1 and 1) record no task. ``task`` (one of
+    :data:`LABEL_TASKS`) overrides that choice: a classification task takes numbers that are
+    class indices (any K up to :data:`~dasklbfgs.data._shard_format.MAX_LABELS_COUNTED`), a
+    numeric one keeps them numbers (and refuses text)."""
     import dask
     import pandas as pd
 
@@ -114,19 +115,13 @@ def check_task(task: Any) -> None:
                                  f"{task!r}")
 
 
-def label_task(features: FrameFeatures, task: str | None) -> dict[str, Any]:
+def label_task(features: FrameFeatures) -> dict[str, Any]:
     """What a dataset written from a table records of its labels, as the recipes record it
     (the attributes ``dasklbfgs train`` chooses its model by,
     :func:`~dasklbfgs.models.registry.default_model`): ``task``, and for classes
-    ``n_classes`` and ``classes``, their names (label ``k`` is class ``classes[k]``):
-    ``binary`` for two classes, ``multiclass`` for more; numbers are ``regression`` unless
-    ``task`` says otherwise."""
-    if features.classes is None:
-        return {"task": task or "regression"}
-    n_classes = len(features.classes)
-    if task in (None, "classification"):
-        task = "binary" if n_classes <= 2 else "multiclass"
-    return {"task": task, "n_classes": max(n_classes, 2), "classes": list(features.classes)}
+    ``n_classes`` and ``classes``, their names (label ``k`` is class ``classes[k]``): decided
+    from the whole table by :func:`decide_features`."""
+    return dict(features.label_attrs)
 
 
 def feature_rows(features: FrameFeatures, frame: Any, rows: Sequence[int]) -> Any:
@@ -207,42 +202,61 @@ def _level_cap(column: str, label: str | None, cap: int) -> int:
 
 
 def _label_classes(label: str, levels: dict[str, set[Any] | None], *, text: bool, task: str | None
-                   ) -> tuple[tuple[str, ...] | None, tuple[float, ...] | None]:
-    """The label's classes, named, and for a numeric label their values (see
-    :func:`decide_features`); ``(None, None)``: its numbers are fitted as they are."""
+                   ) -> tuple[tuple[str, ...] | None, dict[str, Any]]:
+    """A text label's classes (its levels, sorted: ``y`` is the index of a row's level), and
+    what the dataset records of its labels (:func:`label_task`; see :func:`decide_features`).
+
+    Numbers are never re-encoded: a number names the same class in every table written, so a
+    training table and a held-out one written apart agree. Numbers are classes when they are
+    class indices, 0..K-1 (integers and booleans, K at most :data:`MAX_INTEGER_CLASSES`
+    unless ``task`` asks for classes); integers of few levels that are not (-1 and 1, say) are
+    left for the user to say (no task recorded); other numbers are fitted as they are."""
     if text and task is not None and task not in CLASS_TASKS:
         raise ConfigurationError(f"task={task!r} fits numbers, but label column {label!r} holds text: give numeric "
                                  "labels, or task='classification' to fit its values as classes", parameters=("task",))
-    if label not in levels:  # not scanned: float labels without a classification task
-        return None, None
-    found = levels[label]
-    if found is None:
-        if text:
-            raise InvalidDataError(f"label column {label!r} holds text with more than {MAX_LABELS_COUNTED} distinct "
-                                   "values: a label is a number, or one of a few classes")
-        if task in CLASS_TASKS:
-            raise InvalidDataError(f"label column {label!r} holds more than {MAX_LABELS_COUNTED} distinct values, too "
-                                   f"many classes for task={task!r}: leave task unset (or 'regression') to fit them "
-                                   "as numbers")
-        return None, None
+    found = levels.get(label, set())  # not scanned: float labels without a classification task
+    if found is None and (text or task in CLASS_TASKS):
+        what = "text with" if text else "numbers of"
+        raise InvalidDataError(f"label column {label!r} holds {what} more than {MAX_LABELS_COUNTED} distinct values: "
+                               "too many classes; a label is a number, or one of a few classes")
     if text:
-        classes, values = tuple(sorted(found)), None
-    else:
-        if task is None and len(found) > MAX_INTEGER_CLASSES:
-            return None, None  # many integers: numbers, such as counts or amounts
-        ordered = sorted(found, key=float)
-        classes, values = tuple(class_name(v) for v in ordered), tuple(float(v) for v in ordered)
-    if task == "binary" and len(classes) > 2:
-        shown = list(classes[:10]) + (["..."] if len(classes) > 10 else [])
-        raise ConfigurationError(f"task='binary' takes two classes, but label column {label!r} holds {len(classes)}: "
+        assert found is not None
+        classes = tuple(sorted(found))
+        return classes, _class_attrs(label, [str(c) for c in classes], task)
+    values = sorted(found or ())
+    indices = bool(values) and all(float(v).is_integer() and 0 <= v for v in values)
+    if task in CLASS_TASKS:
+        if not indices:
+            bad = next(v for v in values if not (float(v).is_integer() and 0 <= v))
+            raise ConfigurationError(f"task={task!r} takes class indices 0..K-1 as labels, but label column {label!r} "
+                                     f"holds {bad!r}: map its values to 0..K-1 first (e.g. (y > 0).astype(int))",
+                                     parameters=("task",))
+    elif task is not None:
+        return None, {"task": task}
+    elif not values or len(values) > MAX_INTEGER_CLASSES:
+        return None, {"task": "regression"}  # floats, or many integers: numbers, such as counts or amounts
+    elif not indices or min(values) != 0 or max(values) >= MAX_INTEGER_CLASSES:
+        return None, {}  # -1 and 1, 1 to 5: classes or numbers, the user says which
+    n_classes = max(int(max(values)) + 1, 2)
+    names = ["False", "True"] if all(isinstance(v, bool) for v in values) else [str(k) for k in range(n_classes)]
+    return None, _class_attrs(label, names, task)
+
+
+def _class_attrs(label: str, names: list[str], task: str | None) -> dict[str, Any]:
+    """``task``, ``n_classes`` and ``classes`` of labels that are classes (``names[k]``: class ``k``)."""
+    if task == "binary" and len(names) > 2:
+        shown = names[:10] + (["..."] if len(names) > 10 else [])
+        raise ConfigurationError(f"task='binary' takes two classes, but label column {label!r} holds {len(names)}: "
                                  f"{shown}; use task='multiclass'", parameters=("task",))
-    return classes, values
+    if task in (None, "classification"):
+        task = "binary" if len(names) <= 2 else "multiclass"
+    return {"task": task, "n_classes": max(len(names), 2), "classes": names}
 
 
 def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[Any] | None], *, label: str | None,
             weight: str | None, offset: str | None, string_label: bool, crosses: Sequence[tuple[str, str]],
             hash_features: int | None, one_hot_max_levels: int, task: str | None = None) -> FrameFeatures:
-    classes, class_values = (None, None) if label is None else \
+    classes, label_attrs = (None, {}) if label is None else \
         _label_classes(label, levels, text=string_label, task=task)
     one_hot, hashed = [], []
     for c in texts:
@@ -260,4 +274,4 @@ def _decide(chosen: list[str], texts: list[str], levels: dict[str, set[Any] | No
         label=label, weight=weight, offset=offset, numeric=tuple(c for c in chosen if c not in texts),
         one_hot=tuple(one_hot),
         hashed=tuple(hashed), crosses=tuple((str(a), str(b)) for a, b in crosses), hash_features=hash_features or 0,
-        classes=classes, class_values=class_values)
+        classes=classes, label_attrs=tuple(label_attrs.items()))

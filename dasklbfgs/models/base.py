@@ -266,22 +266,7 @@ class Model:
             raise ModelDataMismatchError(
                 f"{type(self).__name__} needs 1-D y, but y at {data.url!r} has shape {data.y_shape}"
             )
-        if self.task == "regression":
-            self._check_label_values_kept(data)
         self._check_labels(data)
-
-    def _check_label_values_kept(self, data: Dataset) -> None:
-        """Refuse to fit numbers to a table's numeric labels that were stored as class indices
-        (integers taken as classes when it was written) where the indices differ from the values."""
-        values = getattr(getattr(data, "frame_features", None), "class_values", None)
-        if values is not None and list(values) != list(range(len(values))):
-            names = list(getattr(data, "classes", None) or values)
-            raise ModelDataMismatchError(
-                f"{type(self).__name__} fits the labels' values, but the dataset at {data.url!r} stores its labels "
-                f"as the indices 0..{len(values) - 1} of the classes {names[:10]}{' ...' if len(names) > 10 else ''} "
-                "(integer labels taken as classes when it was written from a table); write it again with "
-                "task='regression', 'counts' or 'amounts' (--task on 'dasklbfgs data import') to keep their values"
-            )
 
     def check_features(self, data: Dataset) -> None:
         """Raise :class:`ModelDataMismatchError` when this model cannot read the rows of

@@ -18,8 +18,8 @@ from sklearn.feature_extraction import FeatureHasher
 
 from dasklbfgs import ShardedDataset
 from dasklbfgs.data.frame_features import MAX_INTEGER_CLASSES
-from dasklbfgs.errors import ConfigurationError, InvalidDataError, ModelDataMismatchError
-from dasklbfgs.models.registry import default_model, model_for_dataset
+from dasklbfgs.errors import ConfigurationError, InvalidDataError
+from dasklbfgs.models.registry import default_model
 from tests._tables import one_hot, table
 
 
@@ -103,12 +103,13 @@ def test_bad_tables_are_refused_naming_the_column(client, tmp_path) -> None:
 
 
 def _labelled(n: int = 240, seed: int = 6) -> pd.DataFrame:
-    """Two features and one label column of each kind: text, integers 1..3, -1/+1, booleans,
-    floats, integers of more levels than classes have, and integers to be counts."""
+    """Two features and one label column of each kind: text, class indices 0..2, integers 1..3,
+    -1/+1, booleans, floats, integers of more levels than classes have, and counts."""
     rng = np.random.default_rng(seed)
     a, b = rng.normal(size=n), rng.normal(size=n)
     return pd.DataFrame({"a": a, "b": b, "text": np.where(a > 0, "yes", "no"),
-                         "stars": np.digitize(a, [-0.5, 0.5]) + 1, "sign": np.where(b > 0, 1, -1), "flag": a > 0,
+                         "level": np.digitize(a, [-0.5, 0.5]), "stars": np.digitize(a, [-0.5, 0.5]) + 1,
+                         "sign": np.where(b > 0, 1, -1), "flag": a > 0,
                          "value": 2 * a - b, "many": np.arange(n) % (MAX_INTEGER_CLASSES + 5),
                          "claims": rng.poisson(np.exp(0.3 * a))})
 
@@ -116,29 +117,34 @@ def _labelled(n: int = 240, seed: int = 6) -> pd.DataFrame:
 @pytest.mark.parametrize("label, task, recorded, model, y", [
     ("text", None, {"task": "binary", "n_classes": 2, "classes": ["no", "yes"]}, "logistic",
      lambda df: (df.text == "yes").astype(int)),
-    ("stars", None, {"task": "multiclass", "n_classes": 3, "classes": ["1", "2", "3"]}, "softmax",
-     lambda df: df.stars - 1),
-    ("sign", None, {"task": "binary", "n_classes": 2, "classes": ["-1", "1"]}, "logistic",
-     lambda df: (df.sign > 0).astype(int)),
+    ("level", None, {"task": "multiclass", "n_classes": 3, "classes": ["0", "1", "2"]}, "softmax",
+     lambda df: df.level),
     ("flag", None, {"task": "binary", "n_classes": 2, "classes": ["False", "True"]}, "logistic",
      lambda df: df.flag.astype(int)),
     ("value", None, {"task": "regression"}, "least_squares", lambda df: df.value),
     ("many", None, {"task": "regression"}, "least_squares", lambda df: df.many),
     ("claims", "counts", {"task": "counts"}, "poisson", lambda df: df.claims),
-    ("value", "classification", {"task": "multiclass", "n_classes": 240}, "softmax",
-     lambda df: df.value.rank(method="dense").astype(int) - 1),
-    ("stars", "classification", {"task": "multiclass", "classes": ["1", "2", "3"]}, "softmax",
-     lambda df: df.stars - 1),
+    ("stars", "regression", {"task": "regression"}, "least_squares", lambda df: df.stars),
+    ("level", "classification", {"task": "multiclass", "n_classes": 3, "classes": ["0", "1", "2"]}, "softmax",
+     lambda df: df.level),
+    # numbers that are not class indices: classes or numbers, the user says (nothing recorded, nothing re-encoded)
+    ("stars", None, {}, None, lambda df: df.stars),
+    ("sign", None, {}, None, lambda df: df.sign),
 ])
 def test_a_table_s_labels_record_their_task_and_classes_as_the_recipes_do(client, tmp_path, label, task, recorded,
                                                                          model, y) -> None:
-    """Text labels and integer ones with few levels are classes (0..K-1, named); other numbers
-    are fitted as they are; ``task`` decides otherwise. ``train`` chooses its model by it."""
+    """Text labels (0..K-1, named) and integers that are class indices are classes; floats and
+    many integers are numbers; ``task`` decides otherwise. ``train`` chooses its model by it."""
     df = _labelled()
     data = ShardedDataset.from_dataframe(tmp_path / "d", dd.from_pandas(df, npartitions=3), label=label,
                                          features=["a", "b"], shard_rows=100, client=client, task=task)
     assert {key: data.attrs[key] for key in recorded} == recorded
-    assert default_model(data) == model
+    assert not {"task", "n_classes", "classes"} & set(data.attrs) - set(recorded)
+    if model is None:
+        with pytest.raises(ConfigurationError, match="records no task"):
+            default_model(data)
+    else:
+        assert default_model(data) == model
     np.testing.assert_array_equal(data.load_labels(0, data.n_samples), y(df))
     if "classes" in recorded:
         assert data.classes == recorded["classes"] and set(data.label_counts) == set(range(data.attrs["n_classes"]))
@@ -156,35 +162,33 @@ def test_labels_that_do_not_fit_the_task_are_refused_naming_them(client, tmp_pat
         with pytest.raises(ConfigurationError, match=match):
             ShardedDataset.from_dataframe(tmp_path / "a", frame, label="text", features=["a"], shard_rows=50,
                                           client=client, task=task)
-    with pytest.raises(ConfigurationError, match=r"task='binary' takes two classes, but label column 'stars' holds "
-                                                 r"3: \['1', '2', '3'\]; use task='multiclass'"):
-        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="stars", features=["a"], shard_rows=50,
+    with pytest.raises(ConfigurationError, match=r"task='binary' takes two classes, but label column 'level' holds "
+                                                 r"3: \['0', '1', '2'\]; use task='multiclass'"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="level", features=["a"], shard_rows=50,
                                       client=client, task="binary")
+    with pytest.raises(ConfigurationError, match=r"task='classification' takes class indices 0..K-1 as labels, but "
+                                                 r"label column 'sign' holds -1: map its values to 0..K-1 first"):
+        ShardedDataset.from_dataframe(tmp_path / "a", frame, label="sign", features=["a"], shard_rows=50,
+                                      client=client, task="classification")
     wide = pd.DataFrame({"a": np.arange(1200.0), "y": np.arange(1200) * 0.5})
-    with pytest.raises(InvalidDataError, match=r"label column 'y' holds more than 1000 distinct values, too many "
-                                               r"classes for task='classification': leave task unset"):
+    with pytest.raises(InvalidDataError, match=r"label column 'y' holds numbers of more than 1000 distinct values: "
+                                               r"too many classes"):
         ShardedDataset.from_dataframe(tmp_path / "a", wide, label="y", shard_rows=500, client=client,
                                       task="classification")
     assert list(tmp_path.iterdir()) == []
-    stars = ShardedDataset.from_dataframe(tmp_path / "s", frame, label="stars", features=["a", "b"], shard_rows=100,
-                                          client=client)
-    new_rows = pd.DataFrame({"a": [0.1, 0.2], "b": [0.0, 1.0], "stars": [2, 7]})
-    with pytest.raises(InvalidDataError, match=r"label column 'stars' has 7 at row 1, not one of the classes "
-                                               r"\['1', '2', '3'\]"):
-        stars.frame_features.transform(new_rows)
-    np.testing.assert_array_equal(stars.frame_features.transform(new_rows.iloc[:1].astype({"stars": float}))[1], [1])
-    # numbers are not fitted to the class indices that replaced them: stars 1..3 are stored as 0..2
-    with pytest.raises(ModelDataMismatchError, match=r"LeastSquares fits the labels' values, but the dataset at "
-                                                     r"'.*/s' stores its labels as the indices 0..2 of the classes "
-                                                     r"\['1', '2', '3'\] \(integer labels taken as classes when it "
-                                                     r"was written from a table\); write it again with "
-                                                     r"task='regression', 'counts' or 'amounts'"):
-        model_for_dataset("least_squares", stars).check_data(stars)
-    flags = ShardedDataset.from_dataframe(tmp_path / "f", frame, label="flag", features=["a", "b"], shard_rows=100,
-                                          client=client)
-    model_for_dataset("least_squares", flags).check_data(flags)  # False/True stored as 0/1: their own values
 
 
+def test_a_held_out_table_written_apart_gives_each_class_the_same_number(client, tmp_path) -> None:
+    """Numbers are never re-encoded: a held-out split that lacks a class, or holds only one,
+    keeps the training split's numbering (its recorded task follows what it holds)."""
+    df = _labelled()
+    train = ShardedDataset.from_dataframe(tmp_path / "train", df, label="level", features=["a", "b"],
+                                          shard_rows=100, client=client)
+    for name, rows in [("no-zeros", df[df.level > 0]), ("twos", df[df.level == 2])]:
+        held_out = ShardedDataset.from_dataframe(tmp_path / name, rows, label="level", features=["a", "b"],
+                                                 shard_rows=100, client=client, task="classification")
+        np.testing.assert_array_equal(held_out.load_labels(0, held_out.n_samples), rows.level)
+        assert held_out.attrs["n_classes"] == 3 == train.attrs["n_classes"]
 def test_svmlight_files_in_byte_ranges_equal_scikit_learns_reading(client, tmp_path) -> None:
     rng = np.random.default_rng(4)
     X = sp.random(3000, 200, density=0.05, format="csr", random_state=4)
