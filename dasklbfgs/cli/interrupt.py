@@ -148,7 +148,7 @@ def start_shielded(start: Callable[[], T], interrupt: Interrupt | None = None) -
     and then *unblocks* it in the thread that starts it, which would otherwise be the
     cluster's event loop, the thread the workers are spawned from.
     """
-    if interrupt is None:
+    if interrupt is None or not hasattr(signal, "pthread_sigmask"):  # (Windows has no signal masks)
         with shielded_start():
             return start()
     from multiprocessing import resource_tracker

@@ -50,7 +50,7 @@ def command(args: argparse.Namespace) -> int:
         if metrics["message"] == INTERRUPTED:
             return _interrupted(metrics, f"{metrics['report']}/model.npz")  # a folder or a URL
         if not args.quiet:
-            print("\n".join(summary_lines(metrics, _score(config, data.train))), flush=True)
+            print("\n".join(summary_lines(metrics, metrics["score"])), flush=True)
         if args.keep_open:
             keep_open(client, interrupt, sys.stderr)
         return 0 if metrics["success"] else 1
@@ -72,16 +72,6 @@ def summary_lines(metrics: dict[str, Any], score: str | None = None) -> list[str
         f"{durations['train_seconds']:.1f} s, scoring {durations['evaluate_seconds']:.1f} s)",
         f"report     {metrics['report']}/ ({', '.join(metrics['files'])}); every metric in metrics.json",
     ]
-
-
-def _score(config: dict[str, Any], train: Any) -> str:
-    """The metric a summary's split lines lead with: the model's held-out score (a GLM's
-    deviance, not its RMSE), as ``train`` prints it (the pipeline built the same model)."""
-    from dasklbfgs.models import model_for_dataset
-    from dasklbfgs.models.registry import model_options
-    from dasklbfgs.scoring.names import held_out_names
-
-    return held_out_names(model_for_dataset(config["model"]["name"], train, **model_options(config["model"])))[0]
 
 
 def _interrupted(metrics: dict[str, Any], saved: str) -> int:

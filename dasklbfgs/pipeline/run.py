@@ -36,6 +36,7 @@ from dasklbfgs.pipeline.curves import learning_curves, plot_curves
 from dasklbfgs.pipeline.report import resolved_config, staged_report, utc_now, versions
 from dasklbfgs.pipeline.score_plots import plot_scores
 from dasklbfgs.scoring import evaluate
+from dasklbfgs.scoring.names import held_out_names
 from dasklbfgs.solvers import minimize
 from dasklbfgs.solvers.common_options import with_checkpoint_storage, without_held_out
 
@@ -111,7 +112,7 @@ def run_pipeline(config: dict[str, Any], output: os.PathLike[str] | str, *, clie
         staging = folders["staging"]
         found, trained, evaluated = run(config, model, train, test, client, staging, callback)
         metrics: dict[str, Any] = {
-            "pipeline": name, "solver": solver, "model": repr(model), **found,
+            "pipeline": name, "solver": solver, "model": repr(model), "score": held_out_names(model)[0], **found,
             "config": resolved_config(config),
             "datasets": {split: d.url for split, d in (("train", train), ("test", test)) if d is not None},
             "cluster": {"scheduler": client.scheduler.address,

@@ -45,25 +45,6 @@ def _number(text):
     return float(text.replace(",", ""))
 
 
-def test_every_table_redraws_its_cells_when_its_data_is_replaced() -> None:
-    """BokehJS redraws a DataTable's cells only on a change of its CDSView, which comes by itself
-    only with a new number of rows: each table's source announces one on every new data (what the
-    browser then draws: tests/monitor/test_dashboard_browser.py)."""
-    from bokeh.models.widgets.tables import DataTable
-
-    class NoEvents:
-        address = "tcp://127.0.0.1:8786"
-
-        def get_events(self, topic):
-            return []
-
-    tables = list(TrainingPage(NoEvents()).root.select({"type": DataTable}))
-    assert len(tables) == 3  # the held-out figures, the final scores and the settings
-    for table in tables:
-        [redraw] = table.source.js_property_callbacks["change:data"]
-        assert redraw.args == {"view": table.view} and redraw.code == "view.change.emit()"
-
-
 def test_page_is_served_and_shows_each_run(datasets) -> None:
     with connect(n_workers=2, dashboard_address="127.0.0.1:0") as client:
         # Before any run: the page says how to start one on this cluster.
@@ -71,6 +52,16 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         empty.update()
         assert "No run yet" in empty.status.text and client.scheduler.address in empty.status.text
         assert [name for name, fig in empty.plots.items() if fig.visible] == ["loss"]
+        # BokehJS redraws a DataTable's cells only on a change of its CDSView, which comes by itself
+        # only with a new number of rows: each table's source announces one on every new data (what
+        # the browser then draws: tests/monitor/test_dashboard_browser.py)
+        from bokeh.models.widgets.tables import DataTable
+
+        tables = list(empty.root.select({"type": DataTable}))
+        assert len(tables) == 3  # the held-out figures, the final scores and the settings
+        for table in tables:
+            [redraw] = table.source.js_property_callbacks["change:data"]
+            assert redraw.args == {"view": table.view} and redraw.code == "view.change.emit()"
         held_out = datasets["logistic-ill"]  # other rows of the same shape
         result = sandblaster_lbfgs(Logistic(8, l2=1e-3), datasets["logistic"], client=client, eval_data=held_out,
                                    score=True, name="first <fit>")
