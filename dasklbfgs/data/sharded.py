@@ -270,7 +270,7 @@ class ShardedDataset(DatasetWriters):
     # it when it reads rows.
 
     def _root(self) -> zarr.Group:
-        return zarr.open_group(self.location.zarr_store(read_only=True), mode="r", zarr_format=3)
+        return _read_group(self.location)
 
     def _group(self) -> zarr.Group:
         group = self._root()
@@ -547,12 +547,17 @@ def _open_group(location: Location) -> zarr.Group:
                     "with overwrite=True)"
         raise NotADatasetError(f"no dataset at {location.url!r}: {found}; {WHAT_A_DATASET_IS}")
     try:
-        node = zarr.open(location.zarr_store(read_only=True), mode="r", zarr_format=3)
+        return _read_group(location)
+    except zarr.errors.ContainsArrayError as exc:
+        raise NotADatasetError(f"{location.url!r} is a Zarr array, not a dataset group") from exc
     except Exception as exc:  # zarr raises several types for "not zarr here"
         raise NotADatasetError(f"{location.url!r} is not a Zarr (format 3) group: {exc}") from exc
-    if not isinstance(node, zarr.Group):
-        raise NotADatasetError(f"{location.url!r} is a Zarr array, not a dataset group")
-    return node
+
+
+def _read_group(location: Location) -> zarr.Group:
+    """The dataset's group as its arrays' own metadata has it, never its consolidated copy: that
+    copy is for xarray (``xarray.open_zarr``), and would hide an array lost since it was written."""
+    return zarr.open_group(location.zarr_store(read_only=True), mode="r", zarr_format=3, use_consolidated=False)
 
 
 def as_dataset(data: Any, storage_options: dict[str, Any] | None = None) -> ShardedDataset:
