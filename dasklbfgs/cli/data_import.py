@@ -129,7 +129,14 @@ def command(args: argparse.Namespace) -> int:
                 one_hot_max_levels=args.one_hot_max_levels, crosses=crosses, task=args.task, **written)
     if not args.quiet:
         print(format_description(data.describe()))
+        if fmt != "svmlight" and "task" not in data.attrs:
+            print(NO_TASK)
     return 0
+
+
+#: what the import says of labels it records no task for: integers that are not class indices
+NO_TASK = ("task      none recorded: the labels are integers that are not class indices 0..K-1; give --task "
+           "(regression, counts, ...) or map them to 0..K-1 for classes, or name --model when training")
 
 
 def _pair(text: str) -> tuple[str, str]:

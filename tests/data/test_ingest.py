@@ -271,6 +271,7 @@ def test_the_command_line_imports_parquet_on_s3_and_svmlight_with_the_running_cl
 def test_an_imported_table_trains_without_naming_the_model(client, tmp_path, capsys) -> None:
     """The summary names the classes; ``dasklbfgs train`` on the import picks the model its
     task implies; ``--task`` chooses another, and one the labels do not fit is refused."""
+    from dasklbfgs.cli.data_import import NO_TASK
     from dasklbfgs.cli.main import main
     from dasklbfgs.models.persist import load_params
 
@@ -289,6 +290,11 @@ def test_an_imported_table_trains_without_naming_the_model(client, tmp_path, cap
     assert main(["data", "import", str(tmp_path / "rows.csv"), str(tmp_path / "c"), "--label", "claims", "--features",
                  "a,b", "--task", "counts", "--quiet", *scheduler]) == 0
     assert ShardedDataset.open(tmp_path / "c").attrs["task"] == "counts"
+    capsys.readouterr()
+    assert main(["data", "import", str(tmp_path / "rows.csv"), str(tmp_path / "s"), "--label", "sign", "--features",
+                 "a,b", *scheduler]) == 0  # -1 and 1: the summary says to choose
+    assert capsys.readouterr().out.rstrip().endswith(NO_TASK)
+    assert "task" not in ShardedDataset.open(tmp_path / "s").attrs
     assert main(["data", "import", str(tmp_path / "rows.csv"), str(tmp_path / "r"), "--label", "text", "--task",
                  "regression", *scheduler]) == 2
     assert capsys.readouterr().err == ("dasklbfgs: error: --task regression fits numbers, but label column 'text' "
