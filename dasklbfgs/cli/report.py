@@ -50,7 +50,7 @@ def train_report(model: Model, result: OptimizeResult, data: Dataset, test: Data
     report["objective_terms"] = objective_terms(model, with_l1="objective" in summary)
     if "objective" not in report:
         report["objective"] = report["train"]["objective"] if "train" in report else float("nan")
-    report["work"] = _work_lines(result, summary)
+    report["work"] = result.stats.lines(result)
     partitions = _partitions(result)
     if partitions is not None:
         report["partitions"] = partitions
@@ -68,20 +68,6 @@ def objective_terms(model: Model, *, with_l1: bool = True) -> str:
     penalties = [name for attribute, name in (("l2", "L2 penalty"), ("l1", "L1 penalty"), ("beta", "sparsity penalty"))
                  if float(getattr(model, attribute, 0.0) or 0.0) > 0.0 and (with_l1 or attribute != "l1")]
     return " + ".join([loss, *penalties])
-
-
-def _work_lines(result: OptimizeResult, summary: dict[str, Any]) -> list[str]:
-    """The solver family's lines about the work done, its backup tasks said in words, and
-    only when there were any (Sandblaster: copies of a slow worker's share of an evaluation
-    on an idle worker, the first to finish counted)."""
-    lines = result.stats.lines(result)
-    backups = summary.get("backup_tasks")
-    if backups is None:
-        return lines
-    launched, won = backups["launched"], backups["won"]
-    said = [f"backups    {launched} slow task{'' if launched == 1 else 's'} copied to idle workers; "
-            f"{won} cop{'y' if won == 1 else 'ies'} finished first"] if launched else []
-    return [kept for line in lines for kept in (said if line.startswith("backups ") else [line])]
 
 
 def _partitions(result: OptimizeResult) -> dict[str, Any] | None:

@@ -68,11 +68,20 @@ class SandblasterStats(RunStats):
         per_evaluation = self["eval_seconds_median"] or math.nan
         return [f"work       {result.nit} iterations, {result.nfev} evaluations, {self['total_seconds']:.2f} s "
                 f"({1e3 * per_evaluation:.1f} ms per evaluation)",
-                f"backups    {self['backups_launched']} launched, {self['backups_won']} won",
+                *_backup_lines(self["backups_launched"], self["backups_won"]),
                 *_online_lines(self.get("online"))]
 
     def iterations(self, nit: int) -> int:
         return nit
+
+
+def _backup_lines(launched: int, won: int) -> list[str]:
+    """The report's line on Sandblaster's backup tasks, in words, if it launched any: copies of a
+    slow worker's share of an evaluation run on an idle worker, the first to finish counted."""
+    if not launched:
+        return []
+    return [f"backups    {launched} slow task{'' if launched == 1 else 's'} copied to idle workers; "
+            f"{won} cop{'y' if won == 1 else 'ies'} finished first"]
 
 
 def _online_lines(online: dict[str, Any] | None) -> list[str]:

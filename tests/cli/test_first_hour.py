@@ -54,6 +54,14 @@ def test_the_demo_says_when_its_dashboard_closes_and_ends_with_the_next_steps() 
                             line) for line in backups), backups
 
 
+def test_backup_tasks_are_said_in_words_and_only_when_launched() -> None:
+    from dasklbfgs.solvers.stats import _backup_lines
+
+    assert _backup_lines(0, 0) == []
+    assert _backup_lines(1, 1) == ["backups    1 slow task copied to idle workers; 1 copy finished first"]
+    assert _backup_lines(3, 0) == ["backups    3 slow tasks copied to idle workers; 0 copies finished first"]
+
+
 def test_the_next_steps_run_as_printed(client, tmp_path, monkeypatch) -> None:
     """The demo's commands for one's own data work as written (on the session's cluster:
     ``--scheduler`` added), the cluster's parse, and the guide they name is there."""
