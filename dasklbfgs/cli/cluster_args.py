@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
-from dasklbfgs.cli.interrupt import Interrupt, InterruptedAtStart, start_shielded
+from dasklbfgs.cli.interrupt import Interrupt, InterruptedAtStart, start_remembering_ctrl_c
 from dasklbfgs.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -113,11 +113,11 @@ def cluster_from_args(args: argparse.Namespace, interrupt: Interrupt | None = No
 @contextlib.contextmanager
 def started_client(start: Callable[[], Client], interrupt: Interrupt | None = None) -> Iterator[Client]:
     """The client ``start()`` returns, its embedded cluster's workers shielded from Ctrl-C
-    (:func:`~dasklbfgs.cli.interrupt.start_shielded`), closed on leaving (see :func:`closing`).
+    (:func:`~dasklbfgs.cli.interrupt.start_remembering_ctrl_c`), closed on leaving (see :func:`closing`).
     With ``interrupt``, a Ctrl-C pressed during the start is said at once, and once the
     cluster is up it is closed and :class:`~dasklbfgs.cli.interrupt.InterruptedAtStart` raised:
     the command stops (exit 130) before anything trains."""
-    client = start_shielded(start, interrupt)
+    client = start_remembering_ctrl_c(start, interrupt)
     with closing(client, interrupt):
         if interrupt is not None and interrupt.requested:
             raise InterruptedAtStart("Ctrl-C while the cluster started: stopped before the run began")

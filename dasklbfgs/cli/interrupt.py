@@ -6,7 +6,7 @@ returns the parameters it reached and the command saves them, prints one line an
 with :data:`EXIT_INTERRUPTED`. A second SIGINT aborts at once without saving.
 
 A terminal sends Ctrl-C to the whole process group, which includes the worker processes
-of an embedded cluster: :func:`start_shielded` keeps it from them, so that the run they
+of an embedded cluster: :func:`start_remembering_ctrl_c` keeps it from them, so that the run they
 serve can stop in order rather than lose its workers mid-step, and a Ctrl-C pressed while
 the cluster starts is said at once and stops the command once the cluster is up
 (:class:`InterruptedAtStart`), before any training.
@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TextIO, TypeVar
 
 __all__ = ["EXIT_INTERRUPTED", "INTERRUPTED", "STARTING_NOTE", "Interrupt", "InterruptedAtStart", "interrupted_line",
-           "shielded_start", "start_shielded"]
+           "shielded_start", "start_remembering_ctrl_c"]
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class Interrupt:
         self.stream = stream if stream is not None else sys.stderr
         self.signals = signals  # SIGTERM too for a command that serves until stopped
         self.requested = False
-        self.starting = False  # set by start_shielded: a Ctrl-C now is said at once (STARTING_NOTE)
+        self.starting = False  # set by start_remembering_ctrl_c: a Ctrl-C now is said at once (STARTING_NOTE)
         self._said_starting = False
         self._previous: dict[signal.Signals, Any] = {}
 
@@ -130,7 +130,7 @@ def interrupted_line(count: int, unit: str, saved: str | None) -> str:
     return f"interrupted at {unit} {count}; {where}"
 
 
-def start_shielded(start: Callable[[], T], interrupt: Interrupt | None = None) -> T:
+def start_remembering_ctrl_c(start: Callable[[], T], interrupt: Interrupt | None = None) -> T:
     """``start()``, which starts an embedded cluster (or joins a running one), so that its
     worker processes never see the terminal's Ctrl-C; with ``interrupt`` (entered), a Ctrl-C
     meanwhile is not lost: it sets ``interrupt.requested`` and prints :data:`STARTING_NOTE`
@@ -188,7 +188,7 @@ def shielded_start() -> Iterator[None]:
     SIGINT is ignored meanwhile, and the worker processes started now inherit that (an
     ignored signal stays ignored across ``exec``, and Python keeps it so; a handler would
     not survive). The price: a Ctrl-C pressed during the few seconds of the start is lost;
-    :func:`start_shielded` with an :class:`Interrupt` keeps it. Workers of a running cluster
+    :func:`start_remembering_ctrl_c` with an :class:`Interrupt` keeps it. Workers of a running cluster
     are not this process's children and are not affected.
     """
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -22,7 +22,7 @@ from dasklbfgs.data._validate import check_block_shapes, check_per_row_shape, ch
 from dasklbfgs.data._writer import write_dataset
 from dasklbfgs.data.dask_input import dask_pieces, is_dask_collection
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
-from dasklbfgs.data.frame_input import check_task, frame_pieces, label_task
+from dasklbfgs.data.frame_input import check_task, frame_pieces
 from dasklbfgs.data.location import Location, options_for
 from dasklbfgs.data.rows import cut
 from dasklbfgs.data.svmlight_input import DEFAULT_BLOCK_BYTES, svmlight_pieces
@@ -253,7 +253,7 @@ class DatasetWriters:
             compressors=resolve_compressor(compressor), partition_rows=shard_rows, client=cluster, task=task)
         write_on_workers(location, pieces, rows, shard_format, client=cluster,
                          feature_names=frame_features.feature_names,
-                         attrs={**label_task(frame_features), **(attrs or {})}, overwrite=overwrite,
+                         attrs={**dict(frame_features.label_attrs), **(attrs or {})}, overwrite=overwrite,
                          schema_extra={FRAME_FEATURES_KEY: frame_features.to_json()})
         return cls(location)
 

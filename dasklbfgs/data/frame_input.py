@@ -22,8 +22,8 @@ from dasklbfgs.data.rows import Rows
 from dasklbfgs.data.worker_writes import piece_starts
 from dasklbfgs.errors import ConfigurationError, InvalidDataError
 
-__all__ = ["CLASS_TASKS", "LABEL_TASKS", "MAX_INTEGER_CLASSES", "check_encoding", "check_task", "decide_features",
-           "feature_rows", "frame_pieces", "is_table", "label_task", "text_columns"]
+__all__ = ["check_encoding", "check_task", "decide_features", "feature_rows", "frame_pieces", "is_table",
+           "text_columns"]
 
 
 def frame_pieces(
@@ -62,8 +62,8 @@ def decide_features(
     What the labels are for is decided here too, from the whole table (``label_attrs``):
     text labels are classes, sorted (``y`` is then the index of a row's class); integer and
     boolean labels that are class indices 0..K-1 (0 among them), K at most
-    :data:`MAX_INTEGER_CLASSES`, are classes kept as they are; floats and many integers are numbers (regression); a few
-    integers that are not class indices (-1 and 1) record no task. ``task`` (one of
+    :data:`MAX_INTEGER_CLASSES`, are classes kept as they are; floats and many integers are
+    numbers (regression); a few integers that are not class indices (-1 and 1) record no task. ``task`` (one of
     :data:`LABEL_TASKS`) overrides that choice: a classification task takes numbers that are
     class indices (any K up to :data:`~dasklbfgs.data._shard_format.MAX_LABELS_COUNTED`), a
     numeric one keeps them numbers (and refuses text)."""
@@ -113,15 +113,6 @@ def check_task(task: Any) -> None:
     if task is not None and task not in LABEL_TASKS:
         raise ConfigurationError(f"task must be one of {list(LABEL_TASKS)}, or None to decide by the labels, got "
                                  f"{task!r}")
-
-
-def label_task(features: FrameFeatures) -> dict[str, Any]:
-    """What a dataset written from a table records of its labels, as the recipes record it
-    (the attributes ``dasklbfgs train`` chooses its model by,
-    :func:`~dasklbfgs.models.registry.default_model`): ``task``, and for classes
-    ``n_classes`` and ``classes``, their names (label ``k`` is class ``classes[k]``): decided
-    from the whole table by :func:`decide_features`."""
-    return dict(features.label_attrs)
 
 
 def feature_rows(features: FrameFeatures, frame: Any, rows: Sequence[int]) -> Any:
@@ -204,7 +195,7 @@ def _level_cap(column: str, label: str | None, cap: int) -> int:
 def _label_classes(label: str, levels: dict[str, set[Any] | None], *, text: bool, task: str | None
                    ) -> tuple[tuple[str, ...] | None, dict[str, Any]]:
     """A text label's classes (its levels, sorted: ``y`` is the index of a row's level), and
-    what the dataset records of its labels (:func:`label_task`; see :func:`decide_features`).
+    what the dataset records of its labels (``FrameFeatures.label_attrs``; see :func:`decide_features`).
 
     Numbers are never re-encoded: a number names the same class in every table written, so a
     training table and a held-out one written apart agree. Numbers are classes when they are

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dasklbfgs.cli.demo import NEXT_STEPS
-from dasklbfgs.cli.interrupt import STARTING_NOTE, Interrupt, InterruptedAtStart, start_shielded
+from dasklbfgs.cli.interrupt import STARTING_NOTE, Interrupt, InterruptedAtStart, start_remembering_ctrl_c
 from dasklbfgs.cli.main import build_parser, main
 from tests.cli._lines import Lines, stop
 
@@ -141,7 +141,7 @@ SHIELDED_START = """
 import io, json, os, signal, time
 from pathlib import Path
 
-from dasklbfgs.cli.interrupt import Interrupt, start_shielded
+from dasklbfgs.cli.interrupt import Interrupt, start_remembering_ctrl_c
 from dasklbfgs.cluster import connect
 
 
@@ -159,7 +159,7 @@ def start():
 if __name__ == "__main__":
     stream = io.StringIO()
     with Interrupt(stream) as interrupt:
-        client = start_shielded(start, interrupt)
+        client = start_remembering_ctrl_c(start, interrupt)
     with client:
         pids = client.run(os.getpid)
         for pid in pids.values():
@@ -222,5 +222,5 @@ def test_a_ctrl_c_just_before_the_start_is_said_when_it_begins(client) -> None:
         while not interrupt.requested and time.monotonic() < deadline:
             time.sleep(0.01)
         assert interrupt.requested and stream.getvalue() == ""  # not starting yet: nothing said
-        start_shielded(lambda: Client(client.scheduler.address, set_as_default=False), interrupt).close()
+        start_remembering_ctrl_c(lambda: Client(client.scheduler.address, set_as_default=False), interrupt).close()
     assert stream.getvalue() == STARTING_NOTE + "\n"
