@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -21,11 +22,22 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class SlowSoftmax(Softmax):
-    """2 ms per mini-batch, so that a run lasts long enough to kill a worker in the middle."""
+    """2 ms per mini-batch, so that a run lasts long enough to kill a worker in the middle;
+    50 ms while the file ``hold`` exists, so that a test can keep a run going until what it
+    does in the middle (a retirement) is seen through, however loaded the machine."""
+
+    hold: str | None = None
 
     def loss_grad_sum(self, params, X, y):
-        time.sleep(0.002)
+        time.sleep(0.05 if self.hold is not None and os.path.exists(self.hold) else 0.002)
         return super().loss_grad_sum(params, X, y)
+
+
+def held(model: SlowSoftmax, path) -> SlowSoftmax:
+    """``model``, slowed down until ``path`` (created here) is removed."""
+    open(path, "w").close()
+    model.hold = str(path)
+    return model
 
 
 @pytest.fixture(scope="module")
@@ -183,6 +195,11 @@ def test_a_replica_looking_up_a_lost_shard_waits_for_its_replacement(cluster) ->
     cluster.cancel([lost], force=True)
 
 
+def kill_if_alive(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the cluster may have closed first
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_a_shard_lost_while_the_coordinator_waits_on_it_is_restored_within_seconds(cluster, data, tmp_path) -> None:
     """A call to a shard whose worker hangs never returns, and one to a worker that just died
     can wait for Dask's 30 s connect timeout. While a reply is late, the coordinator asks
@@ -202,7 +219,7 @@ def test_a_shard_lost_while_the_coordinator_waits_on_it_is_restored_within_secon
         time.sleep(1.0)  # the coordinator's next call to shard 1 is waiting by now
         cluster.run_on_scheduler(remove, victim)
         frozen["removed"] = time.perf_counter() - frozen["started"]
-        threading.Timer(6.0, os.kill, (pid, signal.SIGKILL)).start()
+        threading.Timer(6.0, kill_if_alive, (pid,)).start()
 
     def callback(entry):
         if "started" not in frozen and entry.step >= 100:
@@ -218,7 +235,7 @@ def test_a_shard_lost_while_the_coordinator_waits_on_it_is_restored_within_secon
     assert recovery["time"] - frozen["removed"] < 4  # restored while the frozen worker still held the call
 
 
-def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeeds(cluster, data) -> None:
+def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeeds(cluster, data, tmp_path) -> None:
     """Dask refuses to retire a worker holding an actor; the run hears of it and moves the
     worker's shard, as it is, to another worker: no step lost, no checkpoint needed, and
     retiring the worker again succeeds while the run goes on."""
@@ -233,14 +250,16 @@ def test_a_retiring_workers_shard_is_handed_over_and_the_retirement_then_succeed
             time.sleep(0.1)
         retired["second"] = cluster.retire_workers([victim])
         retired["second_at"] = time.perf_counter()
+        os.remove(hold)  # seen through: the run may end
 
     def callback(entry):
         if "thread" not in retired and entry.step >= 60:
             retired["thread"] = threading.Thread(target=retire_twice, daemon=True)
             retired["thread"].start()
 
-    result = downpour_sgd(SlowSoftmax(10, 3, l2=1e-4), data["train"], client=cluster, eval_data=data["test"],
-                          callback=callback, **{**KW, "epochs": 8})  # long enough to see the retirement through
+    hold = tmp_path / "hold"  # the run is slow until the retirement is seen through
+    result = downpour_sgd(held(SlowSoftmax(10, 3, l2=1e-4), hold), data["train"], client=cluster,
+                          eval_data=data["test"], callback=callback, **{**KW, "epochs": 8})
     ended = time.perf_counter()
     retired["thread"].join(30)
     assert result.success, result.message

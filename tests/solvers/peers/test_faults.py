@@ -17,7 +17,7 @@ from dasklbfgs import connect, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.peers.replica import REPLICAS
-from tests.solvers.downpour.test_faults import SlowSoftmax  # 2 ms per mini-batch
+from tests.solvers.downpour.test_faults import SlowSoftmax, held  # 2 ms per mini-batch; 50 ms held
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -168,16 +168,17 @@ def test_with_max_restarts_0_a_lost_worker_stops_the_run(three_workers, data) ->
     assert nothing_left(client)
 
 
-def test_a_refused_retirement_moves_the_replicas_off_so_that_the_next_attempt_succeeds(data) -> None:
+def test_a_refused_retirement_moves_the_replicas_off_so_that_the_next_attempt_succeeds(data, tmp_path) -> None:
     """Dask refuses to retire a worker holding actors; the coordinator sees the refusal and
     restarts the replicas (no state lost: every replica is a survivor) on the other workers."""
     with connect(n_workers=3, threads_per_worker=1, dashboard_address=None) as client:  # it loses a worker
         client.wait_for_workers(3)
-        _retire_during_a_run(client, data)
+        _retire_during_a_run(client, data, tmp_path / "hold")
 
 
-def _retire_during_a_run(client, data) -> None:
+def _retire_during_a_run(client, data, hold) -> None:
     leaving, attempts = sorted(client.scheduler_info()["workers"])[1], []
+    model = held(SlowSoftmax(10, 3, l2=1e-4), hold)  # slow until the retirement is seen through
 
     def retire_until_gone(started_run: threading.Event) -> None:
         started_run.wait()
@@ -185,6 +186,7 @@ def _retire_during_a_run(client, data) -> None:
         while leaving in client.scheduler_info()["workers"] and time.monotonic() < deadline:
             attempts.append(client.retire_workers([leaving]))
             time.sleep(0.5)
+        os.remove(hold)
 
     started_run = threading.Event()
     retirer = threading.Thread(target=retire_until_gone, args=(started_run,))
@@ -195,7 +197,7 @@ def _retire_during_a_run(client, data) -> None:
             started_run.set()
 
     try:
-        result = easgd(SlowSoftmax(10, 3, l2=1e-4), data["train"], client=client, eval_data=data["test"],
+        result = easgd(model, data["train"], client=client, eval_data=data["test"],
                        callback=callback, **{**KW, "epochs": 8})
     finally:
         started_run.set()
