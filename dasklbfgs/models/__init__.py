@@ -9,7 +9,8 @@ from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.models.registry import MODELS, model_for_dataset
 from dasklbfgs.models.robust import Huber
+from dasklbfgs.models.torch_model import TorchModel
 
 __all__ = ["Model", "LinearModel", "LeastSquares", "Logistic", "Softmax", "Poisson", "Gamma", "Tweedie",
-           "NegativeBinomial", "Huber", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM", "MODELS",
-           "model_for_dataset"]
+           "NegativeBinomial", "Huber", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM", "TorchModel",
+           "MODELS", "model_for_dataset"]

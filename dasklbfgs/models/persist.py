@@ -15,19 +15,49 @@ from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, DaskLBFGSError, ModelFileError
 from dasklbfgs.models.base import Model
 from dasklbfgs.models.registry import CLASSES
+from dasklbfgs.models.torch_model import TorchModel
+
+#: The models a parameter file or checkpoint may name: those built by name, and TorchModel
+#: (rebuilt from its module factory's import path).
+RECORDED = {**CLASSES, TorchModel.name: TorchModel}
 
 
 def model_config(model: Model) -> dict[str, Any]:
     return {"name": model.name, **model._config()}
 
 
+def recorded_config(model: Model) -> dict[str, Any]:
+    """:func:`model_config` as a parameter file or checkpoint records it (JSON), or a
+    :class:`ConfigurationError` when a part of it cannot be recorded (a torch module given
+    as an object or a lambda rather than by the import path of its factory)."""
+    config = model_config(model)
+    try:
+        json.dumps(config)
+    except (TypeError, ValueError):
+        unrecordable = sorted(k for k, v in config.items() if not _recordable(v))
+        hint = (" (a TorchModel is recorded by its module factory's import path: give module='package.module:"
+                "factory', a module-level function returning the nn.Module)" if "module" in unrecordable else "")
+        raise ConfigurationError(f"{type(model).__name__}'s {', '.join(unrecordable)} cannot be written to a "
+                                 f"parameter file or checkpoint, which record a model by its configuration"
+                                 f"{hint}") from None
+    return config
+
+
+def _recordable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def model_from_config(config: dict[str, Any]) -> Model:
     config = dict(config)
     name = config.pop("name", None)
-    if name not in CLASSES:
-        raise ConfigurationError(f"unknown model name {name!r}; expected one of {sorted(CLASSES)}")
+    if name not in RECORDED:
+        raise ConfigurationError(f"unknown model name {name!r}; expected one of {sorted(RECORDED)}")
     try:
-        return CLASSES[name](**config)
+        return RECORDED[name](**config)
     except TypeError as exc:
         raise ConfigurationError(f"bad configuration for model {name!r}: {exc}") from None
 
@@ -51,7 +81,7 @@ def save_params(where: Location | os.PathLike[str] | str, model: Model, params: 
     target = Location.of(where, storage_options)
     buffer = io.BytesIO()
     contents: dict[str, Any] = {**(arrays or {}), "params": np.asarray(params, dtype=np.float64),
-                                "model": np.array(json.dumps(model_config(model))),
+                                "model": np.array(json.dumps(recorded_config(model))),
                                 "info": np.array(json.dumps(info or {}, default=float))}
     np.savez(buffer, **contents)
     if not target.is_local:

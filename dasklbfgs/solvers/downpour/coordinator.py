@@ -24,7 +24,7 @@ from dasklbfgs.checkpoint_store import checkpoint_exists
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, WorkerLostError
 from dasklbfgs.models.base import Model
-from dasklbfgs.models.persist import model_config
+from dasklbfgs.models.persist import model_config, recorded_config
 from dasklbfgs.optim.lbfgs import Status
 from dasklbfgs.optim.updates import UpdateRule, make_rule
 from dasklbfgs.parallel import PARTITIONERS, PartitionedModel, partition
@@ -113,7 +113,7 @@ def _resume_states(path: Location | None, options: DownpourOptions, model: Model
     """The shards' states to start from when resuming from an existing checkpoint at ``path``."""
     if path is None or not (options.resume and checkpoint_exists(path)):
         return None
-    states, attrs = read_shard_states(path, model_config=model_config(model), rule=rule.name)
+    states, attrs = read_shard_states(path, model_config=recorded_config(model), rule=rule.name)
     saved_partitions = int(attrs.get("model_partitions", 1))
     if saved_partitions != options.model_partitions:
         raise ConfigurationError(
@@ -162,7 +162,8 @@ class _DownpourRun(Coordinator):
                       Homes(self.workers, len(bounds), self.partitions.groups, self.partitions.owners))
         self.planned_memory = self.check_memory()
         self.checkpoint_path = plan.checkpoint
-        self.model_config = model_config(model)
+        # what a checkpoint records of the model (refused before the run when it cannot record it)
+        self.model_config = model_config(model) if self.checkpoint_path is None else recorded_config(model)
         self.start_steps = 0 if states is None else int(states[0]["steps"])
         self.config = ReplicaConfig(options, self.table)  # what every replica task reads
         self.first_epoch = self.start_steps // global_steps_per_epoch(self.data.n_samples, len(self.rows),

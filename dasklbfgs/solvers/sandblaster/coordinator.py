@@ -22,7 +22,7 @@ from dasklbfgs.checkpoint_store import checkpoint_exists
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
 from dasklbfgs.models.linear import LinearModel
-from dasklbfgs.models.persist import model_config
+from dasklbfgs.models.persist import model_config, recorded_config
 from dasklbfgs.optim import LBFGSState, LocalBasis, lbfgs_minimize, owlqn_minimize
 from dasklbfgs.optim.constraints import Constraints
 from dasklbfgs.optim.lbfgs import inverse_hessian_scale
@@ -86,12 +86,13 @@ class SandblasterRun:
         # weights; Gamma's inverse link and Huber's scale start elsewhere)
         shards_start_at_zero = context.x0 is None and options.state == "sharded" and model.starts_at_zero
         self.x_start = None if shards_start_at_zero else context.x_start()
-        self.config = model_config(model)
+        self.checkpoint = options.checkpoint_location(self.dataset)
+        # what a checkpoint records of the model (refused before the run when it cannot record it)
+        self.config = model_config(model) if self.checkpoint is None else recorded_config(model)
         self.settings: dict[str, Any] = {"standardize": options.standardize, "history_size": options.history,
                                          "n_samples": self.dataset.n_samples}
         if options.state == "sharded":
             self.settings["n_param_shards"] = options.param_shards
-        self.checkpoint = options.checkpoint_location(self.dataset)
         self.saved = self._load_checkpoint()
         self.saved_nit = None if self.saved is None else self.saved.nit  # the iteration last checkpointed
         self.space: ShardedSpace | None = None

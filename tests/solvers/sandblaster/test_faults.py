@@ -16,6 +16,7 @@ from dasklbfgs import ShardedDataset, connect
 from dasklbfgs.models import Logistic
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 from tests._kills import kill_at_iteration
+from tests._torch import TORCH_TESTS, torch_classifier
 from tests.solvers.sandblaster.test_sandblaster import SlowOnOneWorker
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -60,19 +61,33 @@ class PausingLogistic(Logistic):
         return super().loss_grad_sum(params, X, y)
 
 
+def _pausing_bce(outputs, y):
+    """Binary cross-entropy after 20 ms (one block per portion): a torch model as slow as
+    PausingLogistic."""
+    from torch import nn
+
+    time.sleep(0.02)
+    return nn.functional.binary_cross_entropy_with_logits(outputs[:, 0], y.to(outputs.dtype), reduction="none")
+
+
 def test_a_whole_run_survives_a_killed_worker_bitwise(tmp_path) -> None:
+    """The numpy models and a user's torch module alike (its sums made on one intra-op thread)."""
     rng = np.random.default_rng(1)
     X = rng.normal(size=(2400, 4))
     data = ShardedDataset.create(tmp_path / "d", X, (X @ [1.0, -1.0, 0.5, 0.0] > 0).astype(np.int64),
                                  shard_rows=300)
-    model = PausingLogistic(4, l2=1e-2)
+    models = [PausingLogistic(4, l2=1e-2)]
+    if TORCH_TESTS:
+        models.append(torch_classifier(4, 1, loss=_pausing_bce, task="classification", l2=1e-2))
     with connect(n_workers=2, dashboard_address=None) as client:
-        undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150)
-        kill, killed = kill_at_iteration(client, 3, victim=0)
-        disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150, callback=kill)
-    assert killed and disturbed.nit == undisturbed.nit
-    np.testing.assert_array_equal(disturbed.x, undisturbed.x)
-    assert disturbed.fun == undisturbed.fun
+        for model in models:
+            client.wait_for_workers(2, timeout=60)  # the killed one's nanny has started it again
+            undisturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150)
+            kill, killed = kill_at_iteration(client, 3, victim=0)
+            disturbed = sandblaster_lbfgs(model, data, client=client, maxiter=12, portion_rows=150, callback=kill)
+            assert killed and disturbed.nit == undisturbed.nit, model
+            np.testing.assert_array_equal(disturbed.x, undisturbed.x)
+            assert disturbed.fun == undisturbed.fun
 
 
 def _logistic_data(path, rows):

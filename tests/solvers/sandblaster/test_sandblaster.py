@@ -21,6 +21,7 @@ from dasklbfgs.errors import (
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
+from tests._torch import TORCH_TESTS, torch_classifier
 from tests.solvers.sandblaster.conftest import load_all
 
 # Test-only model subclasses below travel to the workers by value.
@@ -434,16 +435,18 @@ def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
     """Without portion_rows the plan comes from the data alone (about 8 portions, at most a
     shard each), so one single-thread worker and three two-thread workers agree bitwise."""
     data = datasets["multinomial"]
-    model = Softmax(data.n_features, 3, l2=1e-2)
-    runs = []
-    for n_workers, threads in ((1, 1), (3, 2)):
+    models = [Softmax(data.n_features, 3, l2=1e-2)]
+    if TORCH_TESTS:  # a user's torch module too: one intra-op thread per block, whatever the worker's
+        models.append(torch_classifier(data.n_features, 3, l2=1e-2))
+    runs: list[list] = [[], []]
+    for runs_here, (n_workers, threads) in zip(runs, ((1, 1), (3, 2))):
         with connect(n_workers=n_workers, threads_per_worker=threads, dashboard_address=None) as cluster:
-            runs.append(sandblaster_lbfgs(model, data, client=cluster, maxiter=15))
-    one, many = runs
-    assert one.stats["n_portions"] == many.stats["n_portions"] == 12  # 6000 rows / 8 -> 750; 6 shards of 1000 in 2 each
-    assert one.nit == many.nit
-    np.testing.assert_array_equal(one.x, many.x)
-    assert one.fun == many.fun
+            runs_here.extend(sandblaster_lbfgs(model, data, client=cluster, maxiter=15) for model in models)
+    for one, many in zip(*runs):
+        assert one.stats["n_portions"] == many.stats["n_portions"] == 12  # 6000 rows / 8 -> 750; 6 shards in 2 each
+        assert one.nit == many.nit
+        np.testing.assert_array_equal(one.x, many.x)
+        assert one.fun == many.fun
 
 
 def test_tiny_portions_warn_that_overhead_will_dominate(client, tmp_path) -> None:

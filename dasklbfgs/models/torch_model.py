@@ -1,0 +1,418 @@
+"""``TorchModel``: a user's ``torch.nn.Module`` trained by every dasklbfgs solver.
+
+The parameters are one float64 vector in the order of
+``torch.nn.utils.parameters_to_vector(module.parameters())``, so
+``vector_to_parameters`` puts them back (:meth:`TorchModel.to_module`). The objective is
+
+    f(theta) = (1 / sum_i w_i) sum_i w_i loss(module(x_i), y_i) + (l2 / 2) sum ||W||^2
+
+over the weight tensors (two or more dimensions; biases and norms' scales are not
+penalised), a weighted mean over rows, so sums from any split of the rows add up: the
+contract every solver relies on (:mod:`dasklbfgs.models.base`).
+
+How the sums are made:
+
+- The module is built once per process (a factory is called, a module object unpickled)
+  and cached under the model's token, not once per task; each call loads the parameters
+  into it.
+- The rows are taken in blocks of ``block_rows``, so a portion's activations stay bounded;
+  each block's loss and gradient are computed in the module's dtype and added in float64.
+- The module runs in eval mode (dropout off). Layers that normalise by the statistics of
+  a batch (BatchNorm) are refused: their sums over rows do not add up, and their running
+  statistics are buffers, not parameters. GroupNorm and LayerNorm work.
+- torch computes each block on ``threads`` intra-op threads (default 1, one per Dask
+  thread): with a fixed thread count, a portion's sums are the same bits whichever worker
+  computes them, so Sandblaster's runs are bitwise reproducible across worker counts and
+  kills, as with the numpy models.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import math
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from dasklbfgs._checks import check_int
+from dasklbfgs._typing import Dataset
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
+from dasklbfgs.models.base import Model, check_l2
+
+__all__ = ["TorchModel", "TORCH_LOSSES", "import_torch"]
+
+#: The named losses: what each is for (the model's ``task``). A callable
+#: ``(outputs, y) -> per-row losses`` is taken too, with the ``task`` given.
+TORCH_LOSSES = {"cross_entropy": "classification", "bce_with_logits": "classification", "mse": "regression",
+                "poisson_nll": "regression"}
+TASKS = ("classification", "regression")
+INSTALL_HINT = ("pip install 'dasklbfgs[torch]' (the CPU build: pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu)")
+
+_BUILT: dict[str, Any] = {}  # token -> (module, its parameters): one module per process and model
+_BUILT_LOCK = threading.Lock()
+_BUILT_KEPT = 8  # models whose modules a process keeps
+
+
+def import_torch() -> Any:
+    """``torch``, or a :class:`ConfigurationError` that names the extra to install."""
+    try:
+        import torch
+    except ImportError:
+        raise ConfigurationError(f"TorchModel needs PyTorch, which is not installed: {INSTALL_HINT}") from None
+    return torch
+
+
+def _resolve(module: Any) -> Any:
+    """The module object or factory ``module`` names (``"package.module:factory"``)."""
+    if not isinstance(module, str):
+        return module
+    path, _, attribute = module.partition(":")
+    if not path or not attribute:
+        raise ConfigurationError(f"a torch module named by a string is 'package.module:factory', got {module!r}")
+    try:
+        found: Any = importlib.import_module(path)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot import the torch module factory {module!r}: {exc}") from None
+    return found
+
+
+def _import_path(factory: Any) -> str | None:
+    """``"package.module:name"`` for a factory importable by name (what a saved model records)."""
+    name, where = getattr(factory, "__qualname__", None), getattr(factory, "__module__", None)
+    if not name or not where or "<" in name or where == "__main__":
+        return None
+    try:
+        return f"{where}:{name}" if _resolve(f"{where}:{name}") is factory else None
+    except ConfigurationError:
+        return None
+
+
+def _build(spec: Any, torch: Any) -> Any:
+    """An ``nn.Module`` from ``spec``: the module itself, or what calling a factory returns."""
+    module = _resolve(spec)
+    if not isinstance(module, torch.nn.Module):
+        if not callable(module):
+            raise ConfigurationError(f"module must be a torch.nn.Module or a factory of one, got {module!r}")
+        built = module()
+        if not isinstance(built, torch.nn.Module):
+            raise ConfigurationError(f"the module factory {spec!r} returned {type(built).__name__}, not a "
+                                     "torch.nn.Module")
+        module = built
+    return module
+
+
+def _check_layers(module: Any, torch: Any) -> None:
+    batch_norms = [name for name, layer in module.named_modules()
+                   if isinstance(layer, torch.nn.modules.batchnorm._BatchNorm)]
+    if batch_norms:
+        raise ConfigurationError(
+            f"layer(s) {batch_norms} normalise by the statistics of a batch (BatchNorm): their sums over rows do "
+            "not add up and their running statistics are not parameters; use GroupNorm or LayerNorm")
+    params = list(module.parameters())
+    if not params:
+        raise ConfigurationError("the torch module has no parameters to train")
+    integral = [name for name, p in module.named_parameters() if not p.dtype.is_floating_point]
+    if integral:
+        raise ConfigurationError(f"parameter(s) {integral} are not floating point; every parameter is trained")
+    if len({p.dtype for p in params}) > 1:
+        raise ConfigurationError(f"the module's parameters mix dtypes {sorted({str(p.dtype) for p in params})}; "
+                                 "give it one (module.float() or module.double())")
+    if any(layer.sparse for layer in module.modules() if isinstance(layer, torch.nn.Embedding)):
+        raise ConfigurationError("nn.Embedding(sparse=True) is not taken yet: build the embedding with "
+                                 "sparse=False (its gradient is then dense)")
+
+
+class TorchModel(Model):
+    """A ``torch.nn.Module`` as a model every solver trains.
+
+    Parameters
+    ----------
+    module
+        An ``nn.Module``, a zero-argument factory of one, or the import path of a factory,
+        ``"package.module:factory"`` (what a saved model records; a module-level function
+        is recorded by its path).
+    loss
+        ``"cross_entropy"`` (labels 0..K-1, K the module's outputs), ``"bce_with_logits"``
+        (labels 0/1, one output), ``"mse"`` (squared error), ``"poisson_nll"`` (counts; the
+        output is the log of the mean), or a callable ``(outputs, y) -> per-row losses``.
+    input_shape
+        The shape of one row as the module takes it: the stored rows ``(n, prod(shape))``
+        are reshaped to ``(n, *input_shape)``. Default: flat rows, as many features as the
+        module's first layer takes when that is an ``nn.Linear``.
+    l2
+        Weight decay on the weight tensors (two or more dimensions).
+    task
+        ``"classification"`` or ``"regression"``; for a callable loss only (a named loss
+        implies its task).
+    block_rows
+        Rows per forward and backward pass: a portion's memory stays bounded.
+    threads
+        torch's intra-op threads for a block. Fixed, so that sums are reproducible bits.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> net = lambda: nn.Sequential(nn.Conv2d(1, 8, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 10))
+    >>> model = TorchModel(net, loss="cross_entropy", input_shape=(1, 8, 8), l2=1e-4)
+    >>> model.n_features, model.n_classes
+    (64, 10)
+    """
+
+    name = "torch"
+    accepts_weights = True
+    n_features: int
+    n_params: int
+
+    def __init__(self, module: Any, *, loss: str | Callable[..., Any] = "cross_entropy",
+                 input_shape: Sequence[int] | None = None, l2: float = 0.0, task: str | None = None,
+                 block_rows: int = 1024, threads: int = 1) -> None:
+        torch = import_torch()
+        self.module = module
+        self.loss: Any = loss  # a name of TORCH_LOSSES, or the user's callable
+        if isinstance(loss, str):
+            if loss not in TORCH_LOSSES:
+                raise ConfigurationError(f"loss must be one of {tuple(TORCH_LOSSES)} or a callable (outputs, y) -> "
+                                         f"per-row losses, got {loss!r}")
+            if task is not None and task != TORCH_LOSSES[loss]:
+                raise ConfigurationError(f"loss {loss!r} is for {TORCH_LOSSES[loss]}, not task={task!r}")
+            task = TORCH_LOSSES[loss]
+        elif not callable(loss):
+            raise ConfigurationError(f"loss must be a name or a callable (outputs, y) -> per-row losses, got {loss!r}")
+        if task not in TASKS:
+            raise ConfigurationError(f"a callable loss needs task= one of {TASKS}, got {task!r}")
+        self.task = task  # type: ignore[misc]
+        self.l2 = check_l2(l2)
+        self.block_rows = check_int(block_rows, "block_rows")
+        self.threads = check_int(threads, "threads")
+        self.token = uuid.uuid4().hex
+        built, params = self._built(torch)
+        self.dtype = params[0].dtype
+        self.input_shape = self._input_shape(built, input_shape, torch)
+        self.n_features = math.prod(self.input_shape)
+        self.sizes = [p.numel() for p in params]
+        self.n_params = sum(self.sizes)
+        self.penalised = np.concatenate([np.full(p.numel(), p.dim() >= 2) for p in params])
+        self.n_outputs = self._probe(built, torch)
+        if self.loss == "cross_entropy" and self.n_outputs < 2:
+            raise ConfigurationError(f"loss 'cross_entropy' needs a module with 2 or more outputs (one per class), "
+                                     f"this one has {self.n_outputs}; for two classes with one output use "
+                                     "'bce_with_logits'")
+        if self.loss in ("bce_with_logits", "mse", "poisson_nll") and self.n_outputs != 1:
+            raise ConfigurationError(f"loss {self.loss!r} needs a module with one output per row, this one has "
+                                     f"{self.n_outputs}")
+
+    # -- the module, once per process ------------------------------------------------------
+
+    def _built(self, torch: Any | None = None) -> tuple[Any, list[Any]]:
+        """This model's module in this process and its parameter tensors (built on first use)."""
+        found = _BUILT.get(self.token)
+        if found is not None:
+            return found
+        torch = torch or import_torch()
+        with _BUILT_LOCK:
+            if self.token not in _BUILT:
+                module = _build(self.module, torch)
+                if module is self.module:  # the user's own object: trained on a copy
+                    module = copy.deepcopy(module)
+                _check_layers(module, torch)
+                module.eval()
+                while len(_BUILT) >= _BUILT_KEPT:
+                    _BUILT.pop(next(iter(_BUILT)))
+                _BUILT[self.token] = (module, list(module.parameters()))
+            return _BUILT[self.token]
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self.__dict__)  # the module is built in each process, under the same token
+
+    def _input_shape(self, module: Any, input_shape: Sequence[int] | None, torch: Any) -> tuple[int, ...]:
+        if input_shape is not None:
+            if isinstance(input_shape, (int, np.integer)):
+                input_shape = (int(input_shape),)
+            return tuple(check_int(n, f"input_shape[{i}]") for i, n in enumerate(input_shape))
+        first = next(layer for layer in module.modules() if any(True for _ in layer.parameters(recurse=False)))
+        if not isinstance(first, torch.nn.Linear):
+            raise ConfigurationError(f"give input_shape (the shape of one row as the module takes it): the module's "
+                                     f"first layer is {type(first).__name__}, not an nn.Linear whose in_features "
+                                     "would say it")
+        return (int(first.in_features),)
+
+    def _probe(self, module: Any, torch: Any) -> int:
+        """The module's outputs per row, from a forward pass on one zero row."""
+        try:
+            with torch.no_grad():
+                out = module(torch.zeros((1, *self.input_shape), dtype=self.dtype))
+        except Exception as exc:  # the user's forward pass: any error is theirs to read
+            raise ConfigurationError(f"the torch module's forward pass failed on one row of input shape "
+                                     f"{(1, *self.input_shape)}: {type(exc).__name__}: {exc}") from None
+        if out.dim() not in (1, 2) or out.shape[0] != 1:
+            raise ConfigurationError(f"the torch module must return (rows, outputs) or (rows,); on input "
+                                     f"{(1, *self.input_shape)} it returned shape {tuple(out.shape)}")
+        return 1 if out.dim() == 1 else int(out.shape[1])
+
+    @property
+    def n_classes(self) -> int:
+        if self.task != "classification":
+            raise AttributeError(f"a {self.task} TorchModel has no classes")
+        return 2 if self.n_outputs == 1 else self.n_outputs
+
+    # -- what every solver calls -------------------------------------------------------------
+
+    def init_params(self, seed: int | None = None) -> np.ndarray:
+        """The module's initial parameters: a factory's called under ``torch.manual_seed(seed)``
+        (``None`` means 0); a module object's own, re-initialised under the seed when one is given."""
+        torch = import_torch()
+        spec = _resolve(self.module)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0 if seed is None else seed)
+            if isinstance(spec, torch.nn.Module):
+                module = copy.deepcopy(spec)
+                if seed is not None:
+                    for layer in module.modules():
+                        if hasattr(layer, "reset_parameters"):
+                            layer.reset_parameters()
+            else:
+                module = _build(spec, torch)
+        vector = torch.nn.utils.parameters_to_vector(module.parameters())
+        return vector.detach().to(torch.float64).numpy().copy()
+
+    def loss_grad_sum(self, params: np.ndarray, X: np.ndarray, y: np.ndarray,
+                      w: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+        """The per-row losses summed over the rows of ``X`` (weighted by ``w``) and their
+        gradient, block by block, added in float64."""
+        torch = import_torch()
+        module, tensors = self._built(torch)
+        loss, grad = 0.0, np.zeros(self.n_params)
+        with _threads(torch, self.threads):
+            self._load(torch, tensors, params)
+            for start in range(0, X.shape[0], self.block_rows):
+                block = slice(start, start + self.block_rows)
+                rows = self._row_losses(torch, module, X[block], y[block])
+                if w is not None:
+                    rows = rows * torch.as_tensor(w[block], dtype=rows.dtype)
+                total = rows.sum()
+                parts = torch.autograd.grad(total, tensors)
+                grad += torch.cat([p.reshape(-1) for p in parts]).to(torch.float64).numpy()
+                loss += float(rows.detach().to(torch.float64).sum())
+        return loss, grad
+
+    def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
+        weights = np.where(self.penalised, params, 0.0)
+        return 0.5 * self.l2 * float(weights @ weights), self.l2 * weights
+
+    def predict(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Classes (classification) or the predicted values: the outputs for ``mse``, their
+        exponential for ``poisson_nll``."""
+        if self.task == "classification":
+            return np.argmax(self.predict_proba(params, X), axis=1)
+        out = self.decision_function(params, X)
+        return np.exp(out) if self.loss == "poisson_nll" else out
+
+    def predict_proba(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """Class probabilities (n, K): the softmax of the outputs (one output: its sigmoid)."""
+        if self.task != "classification":
+            raise AttributeError(f"a {self.task} TorchModel has no predict_proba")
+        z = self.decision_function(params, X)
+        if z.ndim == 1:
+            p = 1.0 / (1.0 + np.exp(-z))
+            return np.column_stack([1.0 - p, p])
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+
+    def decision_function(self, params: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """The module's outputs for the rows of ``X``, in float64: (n, K), or (n,) for one."""
+        torch = import_torch()
+        module, tensors = self._built(torch)
+        blocks = []
+        with _threads(torch, self.threads), torch.no_grad():
+            self._load(torch, tensors, params)
+            for start in range(0, X.shape[0], self.block_rows):
+                blocks.append(self._forward(torch, module, X[start : start + self.block_rows]).to(torch.float64))
+        out = torch.cat(blocks).numpy() if blocks else np.zeros((0, self.n_outputs))
+        return out.reshape(-1) if self.n_outputs == 1 else out
+
+    def to_module(self, params: np.ndarray) -> Any:
+        """A new ``nn.Module`` with the parameters ``params`` (``result.x``)."""
+        torch = import_torch()
+        module = _build(self.module, torch)
+        module = copy.deepcopy(module) if module is _resolve(self.module) else module
+        params = self.check_params(params, "params")
+        with torch.no_grad():
+            torch.nn.utils.vector_to_parameters(torch.as_tensor(params, dtype=self.dtype), module.parameters())
+        return module.eval()
+
+    # -- one block ---------------------------------------------------------------------------
+
+    def _load(self, torch: Any, tensors: list[Any], params: np.ndarray) -> None:
+        with torch.no_grad():
+            flat = torch.as_tensor(np.asarray(params, dtype=np.float64)).to(self.dtype)
+            torch.nn.utils.vector_to_parameters(flat, tensors)
+
+    def _forward(self, torch: Any, module: Any, X: Any) -> Any:
+        rows = torch.as_tensor(np.asarray(X)).to(self.dtype).reshape((X.shape[0], *self.input_shape))
+        return module(rows)
+
+    def _row_losses(self, torch: Any, module: Any, X: Any, y: np.ndarray) -> Any:
+        out = self._forward(torch, module, X)
+        target = torch.as_tensor(np.asarray(y))
+        functional = torch.nn.functional
+        if self.loss == "cross_entropy":
+            return functional.cross_entropy(out, target.long(), reduction="none")
+        flat = out.reshape(-1) if out.dim() == 2 and out.shape[1] == 1 else out
+        if self.loss == "bce_with_logits":
+            return functional.binary_cross_entropy_with_logits(flat, target.to(flat.dtype), reduction="none")
+        if self.loss == "mse":
+            return (flat - target.to(flat.dtype)) ** 2
+        if self.loss == "poisson_nll":
+            return functional.poisson_nll_loss(flat, target.to(flat.dtype), log_input=True, full=False,
+                                               reduction="none")
+        rows = self.loss(out, target)
+        if rows.shape != (X.shape[0],):
+            raise ModelDataMismatchError(f"the loss callable must return one loss per row, shape ({X.shape[0]},); "
+                                         f"it returned {tuple(rows.shape)}")
+        return rows
+
+    # -- data checks -------------------------------------------------------------------------
+
+    def check_features(self, data: Dataset) -> None:
+        if data.n_features != self.n_features and not getattr(data, "is_sparse", False):
+            raise ModelDataMismatchError(
+                f"input_shape {self.input_shape} takes {self.n_features} features per row, but the dataset at "
+                f"{data.url!r} has {data.n_features}")
+        super().check_features(data)
+
+    def _check_labels(self, data: Dataset) -> None:
+        if self.task == "classification":
+            self._check_class_labels(data, self.n_classes)
+        elif self.loss == "poisson_nll" and data.label_range[0] < 0:
+            raise ModelDataMismatchError(f"loss 'poisson_nll' needs counts >= 0, but y at {data.url!r} goes down to "
+                                         f"{data.label_range[0]:g}")
+
+    def _config(self) -> dict[str, Any]:
+        path = self.module if isinstance(self.module, str) else _import_path(self.module)
+        return {"module": path or self.module, "loss": self.loss, "input_shape": list(self.input_shape),
+                "l2": self.l2, "task": None if isinstance(self.loss, str) else self.task,
+                "block_rows": self.block_rows, "threads": self.threads}
+
+
+class _threads:
+    """torch's intra-op threads set to ``n`` for a block of work, and set back after."""
+
+    def __init__(self, torch: Any, n: int) -> None:
+        self.torch, self.n = torch, n
+
+    def __enter__(self) -> None:
+        self.before = self.torch.get_num_threads()
+        if self.before != self.n:
+            self.torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.torch.get_num_threads() != self.before:
+            self.torch.set_num_threads(self.before)

@@ -1,0 +1,236 @@
+"""TorchModel: a user's torch module trained by every solver, checked against torch itself
+and finite differences, on real clusters (the session's two workers)."""
+
+from __future__ import annotations
+
+import sys
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from dasklbfgs import ShardedDataset, evaluate, minimize
+from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError, PartitionError
+from dasklbfgs.models.persist import load_params, save_params
+from tests._torch import TORCH_TESTS, needs_torch, torch
+
+pytestmark = needs_torch
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+if TORCH_TESTS:
+    from torch import nn
+
+    from dasklbfgs.models import TorchModel
+
+
+def small_cnn() -> nn.Module:
+    """A convolutional classifier of 8x8 images into 10 digits (a factory importable by path)."""
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.Tanh(), nn.Flatten(), nn.Linear(4 * 6 * 6, 10))
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> dict[str, ShardedDataset]:
+    """scikit-learn's 1,797 8x8 digit images, scaled to [0, 1]: 1,497 to train, 300 held out."""
+    from sklearn.datasets import load_digits
+
+    X, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(y))
+    X, y = X[order] / 16.0, y[order]
+    root = tmp_path_factory.mktemp("digits")
+    return {"train": ShardedDataset.create(root / "train", X[:1497], y[:1497], shard_rows=300),
+            "test": ShardedDataset.create(root / "test", X[1497:], y[1497:], shard_rows=300)}
+
+
+def _rows(n: int = 40, features: int = 6, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, features)), rng.uniform(0.5, 2.0, size=n)
+
+
+def _central_differences(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
+    grad = np.empty_like(x)
+    for j in range(x.size):
+        e = np.zeros_like(x)
+        e[j] = h
+        grad[j] = (f(x + e) - f(x - e)) / (2 * h)
+    return grad
+
+
+def _double_mlp(outputs: int):
+    return lambda: nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, outputs)).double()
+
+
+LOSSES = {  # loss -> (outputs, labels of 40 rows, torch's mean loss of the outputs)
+    "cross_entropy": (3, lambda rng: rng.integers(0, 3, 40).astype(float),
+                      lambda out, y: nn.functional.cross_entropy(out, y.long(), reduction="none")),
+    "bce_with_logits": (1, lambda rng: rng.integers(0, 2, 40).astype(float),
+                        lambda out, y: nn.functional.binary_cross_entropy_with_logits(out[:, 0], y, reduction="none")),
+    "mse": (1, lambda rng: rng.normal(size=40), lambda out, y: (out[:, 0] - y) ** 2),
+    "poisson_nll": (1, lambda rng: rng.poisson(2.0, 40).astype(float),
+                    lambda out, y: nn.functional.poisson_nll_loss(out[:, 0], y, reduction="none")),
+}
+
+
+@pytest.mark.parametrize("loss", [*LOSSES, "callable"])
+def test_sums_over_any_split_add_up_to_torchs_objective_and_its_finite_differences(loss) -> None:
+    outputs, labels, reference = LOSSES["mse" if loss == "callable" else loss]
+    X, w = _rows()
+    y = labels(np.random.default_rng(1))
+    huber = lambda out, y: nn.functional.huber_loss(out[:, 0], y, reduction="none")  # noqa: E731
+    model = (TorchModel(_double_mlp(outputs), loss=huber, task="regression", l2=0.1, block_rows=7)
+             if loss == "callable" else TorchModel(_double_mlp(outputs), loss=loss, l2=0.1, block_rows=7))
+    x = model.init_params(seed=3)
+    f, grad = model.objective(x, X, y, w)
+    # torch's own weighted mean of its per-row losses, plus the weight decay on the weight matrices
+    module = model.to_module(x)
+    rows = (huber if loss == "callable" else reference)(module(torch.as_tensor(X)), torch.as_tensor(y)).detach()
+    weights = sum(float((p.detach() ** 2).sum()) for p in module.parameters() if p.dim() == 2)
+    assert f == pytest.approx(float((rows * torch.as_tensor(w)).sum()) / w.sum() + 0.05 * weights, rel=1e-12)
+    np.testing.assert_allclose(grad, _central_differences(lambda p: model.objective(p, X, y, w)[0], x),
+                               rtol=1e-6, atol=1e-8)
+    # sums over a split of the rows (blocks of 7 inside each) add up to the whole's
+    parts = [model.loss_grad_sum(x, X[a:b], y[a:b], w[a:b]) for a, b in ((0, 13), (13, 29), (29, 40))]
+    whole = model.loss_grad_sum(x, X, y, w)
+    assert sum(p[0] for p in parts) == pytest.approx(whole[0], rel=1e-13)
+    np.testing.assert_allclose(sum(p[1] for p in parts), whole[1], rtol=1e-12, atol=1e-14)
+
+
+def test_the_parameter_vector_is_torchs_and_a_float32_module_sums_in_float64() -> None:
+    model = TorchModel(small_cnn, input_shape=(1, 8, 8), l2=1e-4)
+    assert (model.n_features, model.n_classes, model.n_params) == (64, 10, 4 * 9 + 4 + 144 * 10 + 10)
+    x = model.init_params(seed=5)
+    torch.manual_seed(5)
+    reference = small_cnn()
+    np.testing.assert_array_equal(x, nn.utils.parameters_to_vector(reference.parameters()).detach().double().numpy())
+    X = np.random.default_rng(2).uniform(size=(50, 64))
+    out = model.to_module(x)(torch.as_tensor(X, dtype=torch.float32).reshape(50, 1, 8, 8))
+    np.testing.assert_allclose(model.decision_function(x, X), out.detach().double().numpy(), rtol=1e-6)
+    loss, grad = model.loss_grad_sum(x, X, np.zeros(50))
+    assert isinstance(loss, float) and grad.dtype == np.float64
+    assert model.predict_proba(x, X).shape == (50, 10)
+
+
+def test_a_model_pickled_to_a_worker_builds_its_module_once_there_and_sums_the_same(client) -> None:
+    model = TorchModel(small_cnn, input_shape=(1, 8, 8))
+    x, X = model.init_params(), np.random.default_rng(2).uniform(size=(30, 64))
+    y = np.arange(30) % 10
+
+    def twice(model, x, X, y):
+        from dasklbfgs.models import torch_model
+
+        first = model.loss_grad_sum(x, X, y)
+        built = torch_model._BUILT[model.token][0]
+        second = model.loss_grad_sum(x, X, y)
+        return first, second, torch_model._BUILT[model.token][0] is built
+
+    first, second, same_module = client.submit(twice, model, x, X, y, pure=False).result()
+    here = model.loss_grad_sum(x, X, y)
+    assert same_module and first[0] == second[0] == here[0]
+    np.testing.assert_array_equal(first[1], here[1])
+
+
+@pytest.mark.parametrize("solver, options, accuracy", [
+    ("sandblaster", {"maxiter": 40}, 0.95),
+    ("downpour", {"epochs": 3, "batch_size": 50, "learning_rate": 0.3}, 0.85),
+    ("sync", {"epochs": 3, "batch_size": 50, "learning_rate": 0.3}, 0.85),
+    ("easgd", {"epochs": 3, "batch_size": 50, "learning_rate": 0.3}, 0.85),
+    ("gossip", {"epochs": 3, "batch_size": 50, "learning_rate": 0.3}, 0.85),
+    ("neighbours", {"epochs": 3, "batch_size": 50, "learning_rate": 0.3}, 0.85),
+])
+def test_every_solver_trains_a_convolutional_net_on_the_digits(client, digits, solver, options, accuracy) -> None:
+    model = TorchModel(small_cnn, input_shape=(1, 8, 8), l2=1e-4)
+    result = minimize(model, digits["train"], solver=solver, client=client, eval_data=digits["test"], **options)
+    assert result.history[-1]["eval_accuracy"] > accuracy, (solver, result.history[-1])
+    scores = evaluate(model, result.x, digits["test"], client=client)
+    assert scores["accuracy"] == pytest.approx(result.history[-1]["eval_accuracy"])
+    predicted = model.to_module(result.x)(torch.as_tensor(digits["test"].load_rows(0, 300)[0], dtype=torch.float32)
+                                           .reshape(300, 1, 8, 8)).argmax(dim=1).numpy()
+    assert np.mean(predicted == digits["test"].load_rows(0, 300)[1]) == pytest.approx(scores["accuracy"])
+
+
+def test_a_saved_model_is_its_factorys_import_path_and_sandblaster_resumes_its_checkpoint_bitwise(
+        client, digits, tmp_path) -> None:
+    model = TorchModel(small_cnn, input_shape=(1, 8, 8), l2=1e-4)
+    assert model._config()["module"] == f"{__name__}:small_cnn"
+    whole = minimize(model, digits["train"], client=client, maxiter=10)
+    minimize(model, digits["train"], client=client, maxiter=5, checkpoint_path=tmp_path / "ckpt")
+    resumed = minimize(model, digits["train"], client=client, maxiter=10, checkpoint_path=tmp_path / "ckpt",
+                       resume=True)
+    np.testing.assert_array_equal(resumed.x, whole.x)
+    save_params(tmp_path / "cnn.npz", model, whole.x)
+    loaded, params, _ = load_params(tmp_path / "cnn.npz")
+    assert isinstance(loaded, TorchModel) and loaded == TorchModel(f"{__name__}:small_cnn", input_shape=(1, 8, 8),
+                                                                      l2=1e-4)
+    X = digits["test"].load_rows(0, 300)[0]
+    np.testing.assert_array_equal(loaded.predict_proba(params, X), model.predict_proba(whole.x, X))
+
+
+def test_a_module_that_cannot_be_recorded_is_refused_before_anything_is_written(client, digits, tmp_path) -> None:
+    model = TorchModel(lambda: small_cnn(), input_shape=(1, 8, 8))
+    with pytest.raises(ConfigurationError, match=r"TorchModel's module cannot be written .* give "
+                                                 r"module='package.module:factory'"):
+        save_params(tmp_path / "cnn.npz", model, model.init_params())
+    with pytest.raises(ConfigurationError, match=r"TorchModel's module cannot be written"):
+        minimize(model, digits["train"], client=client, maxiter=3, checkpoint_path=tmp_path / "ckpt")
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Counts(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 2)
+        self.steps = nn.Parameter(torch.zeros(1, dtype=torch.long), requires_grad=False)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def _errors():
+    return [
+        (lambda: TorchModel(42), ConfigurationError, r"module must be a torch.nn.Module or a factory of one, got 42"),
+        (lambda: TorchModel("nowhere.at_all:net"), ConfigurationError,
+         r"cannot import the torch module factory 'nowhere.at_all:net': No module named 'nowhere'"),
+        (lambda: TorchModel("no_colon"), ConfigurationError, r"'package.module:factory', got 'no_colon'"),
+        (lambda: TorchModel(lambda: "a string"), ConfigurationError, r"returned str, not a torch.nn.Module"),
+        (lambda: TorchModel(_Counts()), ConfigurationError, r"parameter\(s\) \['steps'\] are not floating point"),
+        (lambda: TorchModel(nn.Sequential(nn.Linear(6, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))), ConfigurationError,
+         r"layer\(s\) \['1'\] normalise by the statistics of a batch \(BatchNorm\).*GroupNorm or LayerNorm"),
+        (lambda: TorchModel(small_cnn, input_shape=(64,)), ConfigurationError,
+         r"forward pass failed on one row of input shape \(1, 64\): RuntimeError: .*conv2d"),
+        (lambda: TorchModel(small_cnn), ConfigurationError, r"give input_shape .* first layer is Conv2d"),
+        (lambda: TorchModel(nn.Linear(6, 1)), ConfigurationError, r"'cross_entropy' needs a module with 2 or more"),
+        (lambda: TorchModel(nn.Linear(6, 3), loss="mse"), ConfigurationError, r"'mse' needs a module with one output"),
+        (lambda: TorchModel(nn.Linear(6, 3), loss="hinge"), ConfigurationError, r"loss must be one of"),
+        (lambda: TorchModel(nn.Linear(6, 1), loss=lambda o, y: o), ConfigurationError,
+         r"a callable loss needs task="),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_errors())))
+def test_bad_modules_and_losses_are_refused_with_what_to_do(case) -> None:
+    make, error, match = _errors()[case]
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_data_the_module_cannot_take_is_refused_before_training(client, digits, tmp_path) -> None:
+    with pytest.raises(ModelDataMismatchError, match=r"input_shape \(1, 6, 6\) takes 36 features per row, but the "
+                                                     r"dataset at .* has 64"):
+        minimize(TorchModel(lambda: nn.Sequential(nn.Flatten(), nn.Linear(36, 10)), input_shape=(1, 6, 6)),
+                 digits["train"], client=client, maxiter=2)
+    five = TorchModel(lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 5)), input_shape=(64,))
+    with pytest.raises(ModelDataMismatchError, match=r"needs integer labels in 0..4, .* the first is y = \d in shard "
+                                                     r"\d at row \d+"):
+        minimize(five, digits["train"], client=client, maxiter=2)
+    with pytest.raises(PartitionError, match=r"TorchModel cannot be partitioned"):
+        minimize(TorchModel(small_cnn, input_shape=(1, 8, 8)), digits["train"], client=client, maxiter=2,
+                 model_partitions=2)
+    with pytest.raises(ModelDataMismatchError, match=r"the loss callable must return one loss per row"):
+        TorchModel(nn.Linear(6, 1), loss=lambda out, y: out.sum(), task="regression").loss_grad_sum(
+            np.zeros(7), *_rows(4)[:1], np.zeros(4))
+
+
+def test_without_torch_the_message_names_the_extra(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # what an environment without torch imports
+    with pytest.raises(ConfigurationError, match=r"TorchModel needs PyTorch, which is not installed: pip install "
+                                                 r"'dasklbfgs\[torch\]'"):
+        TorchModel("tests.models.test_torch_model:small_cnn")
