@@ -1,4 +1,6 @@
-"""The dasklbfgs command, run as a user runs it: in a subprocess."""
+"""The dasklbfgs command, run as a user runs it: in a subprocess. Training commands join the
+session's cluster (``--scheduler``), as a user's do with a cluster of their own; the demo and
+one ``train --workers 2`` start embedded ones."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dasklbfgs import ShardedDataset
+from dasklbfgs import ShardedDataset, make_dataset
 from dasklbfgs.models.persist import load_params
 from tests._s3 import storage_flags
 
@@ -75,7 +77,7 @@ def test_data_make_and_info(tmp_path) -> None:
 
 
 def test_train_saves_parameters_and_scores(tmp_path) -> None:
-    run("data", "make", "breast_cancer", str(tmp_path / "bc"), "--shard-rows", "100")
+    make_dataset("breast_cancer", tmp_path / "bc", shard_rows=100)
     out = tmp_path / "model.npz"
     proc = run("train", "--data", str(tmp_path / "bc" / "train"), "--test", str(tmp_path / "bc" / "test"),
                "--model", "logistic", "--l2", "1", "--standardize", "--maxiter", "2000", "--workers", "2",
@@ -174,7 +176,7 @@ def test_train_output_at_a_url_is_checked_before_anything_runs(s3) -> None:
 
 
 def test_model_label_mismatch_from_cli(tmp_path) -> None:
-    run("data", "make", "wine", str(tmp_path / "wine"))
+    make_dataset("wine", tmp_path / "wine")
     proc = run("train", "--data", str(tmp_path / "wine" / "train"), "--model", "logistic",
                "--workers", "1", "--output", str(tmp_path / "m.npz"), check=False)
     assert proc.returncode == 2
@@ -182,15 +184,14 @@ def test_model_label_mismatch_from_cli(tmp_path) -> None:
     assert not (tmp_path / "m.npz").exists()
 
 
-def test_train_with_downpour(tmp_path) -> None:
-    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
-        "--classes", "3", "--shard-rows", "2000")
+def test_train_with_downpour(client, tmp_path) -> None:
+    make_dataset("multinomial", tmp_path / "mn", rows=6000, features=6, n_classes=3, shard_rows=2000)
     out = tmp_path / "dp.npz"
     report = json.loads(run(
         "train", "--solver", "downpour", "--data", str(tmp_path / "mn" / "train"),
         "--test", str(tmp_path / "mn" / "test"), "--replicas", "2",  # --model: softmax, from the task
         "--param-shards", "2", "--batch-size", "64", "--learning-rate", "0.2", "--epochs", "2",
-        "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "50", "--workers", "2",
+        "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "50", "--scheduler", client.scheduler.address,
         "--output", str(out), "--json").stdout)
     assert report["solver"] == "downpour" and report["success"]
     assert re.fullmatch(r"all replicas finished their epochs; the objective on 1,000 training rows fell from 1\.099 "
@@ -206,8 +207,7 @@ def test_train_with_downpour(tmp_path) -> None:
 def test_a_run_that_got_worse_does_not_report_success(client, tmp_path) -> None:
     """Plain SGD at a rate of 50 on a softmax: the loss leaves its start (log 3) at once. The
     run stops as diverged, says so in its report (not in a Python warning) and exits 1."""
-    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
-        "--classes", "3", "--shard-rows", "2000")
+    make_dataset("multinomial", tmp_path / "mn", rows=6000, features=6, n_classes=3, shard_rows=2000)
     proc = run("train", "--solver", "downpour", "--data", str(tmp_path / "mn" / "train"), "--optimizer", "sgd",
                "--learning-rate", "50", "--epochs", "1", "--replicas", "2", "--scheduler", client.scheduler.address,
                "--output", str(tmp_path / "dp.npz"), check=False)
@@ -221,11 +221,10 @@ def test_a_run_that_got_worse_does_not_report_success(client, tmp_path) -> None:
     assert "Warning" not in proc.stderr
 
 
-def test_sandblaster_sharded_state_checkpoint_and_resume_from_the_command_line(tmp_path) -> None:
-    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "4000", "--features", "6",
-        "--classes", "3", "--shard-rows", "1000")
+def test_sandblaster_sharded_state_checkpoint_and_resume_from_the_command_line(client, tmp_path) -> None:
+    make_dataset("multinomial", tmp_path / "mn", rows=4000, features=6, n_classes=3, shard_rows=1000)
     common = ["train", "--data", str(tmp_path / "mn" / "train"), "--model", "softmax", "--l2", "0.01",
-              "--state", "sharded", "--param-shards", "3", "--workers", "2", "--json"]
+              "--state", "sharded", "--param-shards", "3", "--scheduler", client.scheduler.address, "--json"]
     straight = json.loads(run(*common, "--output", str(tmp_path / "a.npz")).stdout)
     ckpt = tmp_path / "ckpt"
     stopped = run(*common, "--maxiter", "4", "--checkpoint", str(ckpt), "--output", str(tmp_path / "b.npz"),
@@ -242,12 +241,11 @@ def test_sandblaster_sharded_state_checkpoint_and_resume_from_the_command_line(t
     assert a.tolist() == c.tolist()
 
 
-def test_train_with_the_peer_methods(tmp_path) -> None:
-    run("data", "make", "multinomial", str(tmp_path / "mn"), "--rows", "6000", "--features", "6",
-        "--classes", "3", "--shard-rows", "2000")
+def test_train_with_the_peer_methods(client, tmp_path) -> None:
+    make_dataset("multinomial", tmp_path / "mn", rows=6000, features=6, n_classes=3, shard_rows=2000)
     common = ["train", "--data", str(tmp_path / "mn" / "train"), "--test", str(tmp_path / "mn" / "test"),
               "--model", "softmax", "--batch-size", "50", "--learning-rate", "0.2", "--epochs", "2",
-              "--workers", "2", "--quiet"]
+              "--scheduler", client.scheduler.address, "--quiet"]
     proc = run(*common, "--solver", "neighbours", "--topology", "torus", "--replicas", "4",
                "--output", str(tmp_path / "nb.npz"))
     assert "exchange   " in proc.stdout and "returned   replica" in proc.stdout
@@ -263,13 +261,13 @@ def test_train_with_the_peer_methods(tmp_path) -> None:
     assert params.shape == (21,)
 
 
-def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
-    run("data", "make", "acoustic", str(tmp_path / "ac"), "--rows", "3000", "--classes", "4",
-        "--shard-rows", "1000")
+def test_train_a_neural_model_from_the_command_line(client, tmp_path) -> None:
+    make_dataset("acoustic", tmp_path / "ac", rows=3000, n_classes=4, shard_rows=1000)
     out = tmp_path / "mlp.npz"
     proc = run("train", "--data", str(tmp_path / "ac" / "train"), "--test", str(tmp_path / "ac" / "test"),
-               "--model", "mlp", "--hidden", "16,8", "--activation", "tanh", "--maxiter", "30", "--workers", "2",
-               "--model-partitions", "2", "--output", str(out), "--json", check=False)
+               "--model", "mlp", "--hidden", "16,8", "--activation", "tanh", "--maxiter", "30",
+               "--scheduler", client.scheduler.address, "--model-partitions", "2", "--output", str(out), "--json",
+               check=False)
     report = json.loads(proc.stdout)
     # each portion computed by one replica split over the two workers (the same iterates as unsplit)
     assert report["partitions"]["per_replica"] == 2 and report["partitions"]["replicas"] == 1
@@ -288,7 +286,7 @@ def test_train_a_neural_model_from_the_command_line(tmp_path) -> None:
                  check=False)
     assert widths.returncode == 2 and "must be comma-separated integers like 256,256, got '16,x'" in widths.stderr
     unsplittable = run("train", "--data", str(tmp_path / "ac" / "train"), "--model", "softmax", "--model-partitions",
-                       "2", "--workers", "2", "--output", str(tmp_path / "s.npz"), check=False)
+                       "2", "--scheduler", client.scheduler.address, "--output", str(tmp_path / "s.npz"), check=False)
     assert unsplittable.returncode == 2 and "Softmax cannot be partitioned" in unsplittable.stderr
     assert "the partitionable models are ['MLP', 'LocalAutoencoder']" in unsplittable.stderr
 

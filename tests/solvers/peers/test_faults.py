@@ -17,6 +17,7 @@ from dasklbfgs import connect, make_dataset
 from dasklbfgs.downpour import easgd, gossip_sgd, neighbour_sgd, sync_sgd
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.solvers.peers.replica import REPLICAS
+from tests._kills import nothing_left, workers_restored
 from tests.solvers.downpour.test_faults import SlowSoftmax, held  # 2 ms per mini-batch; 50 ms held
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,20 +38,8 @@ def cluster():
 
 @pytest.fixture()
 def three_workers(cluster):
-    """The cluster once the nanny of the worker an earlier test killed has started it again
-    (slow on a loaded machine); if it has not, the nannies' states, to say why."""
-    local = cluster.cluster
-    for name in set(local.worker_spec) - set(local.workers):  # a nanny that gave up, not just a worker
-        del local.worker_spec[name]
-    local.scale(3)  # its place taken by a new one (a killed worker's nanny is seen to close under load)
-    try:
-        cluster.wait_for_workers(3, timeout=120)
-    except TimeoutError:
-        nannies = {name: (nanny.status.name, getattr(nanny.process, "status", None) if nanny.process else None)
-                   for name, nanny in cluster.cluster.workers.items()}
-        raise TimeoutError(f"a killed worker was not started again; the nannies (status, worker process): "
-                           f"{nannies}") from None
-    return cluster
+    """The cluster once the nanny of the worker an earlier test killed has started it again."""
+    return workers_restored(cluster, 3)
 
 
 # -- the states a restart hands out (pure) ---------------------------------------------------
@@ -100,24 +89,6 @@ def kill_at(client, step: int, victim: str, killed: dict):
             killed["at"], killed["time"] = entry.step, time.perf_counter()
             os.kill(client.run(os.getpid, workers=[victim])[victim], signal.SIGKILL)
     return callback
-
-
-def _keys(dask_scheduler) -> list[str]:
-    return sorted(map(str, dask_scheduler.tasks))
-
-
-def _actors(dask_worker) -> list[str]:
-    return sorted(map(str, dask_worker.state.actors))
-
-
-def nothing_left(client, seconds: float = 10.0) -> bool:
-    """No key on the scheduler and no actor on a worker (releases are asynchronous)."""
-    deadline = time.monotonic() + seconds
-    while client.run_on_scheduler(_keys) or any(client.run(_actors).values()):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 # 3 replicas of 2000 rows x 3 epochs at 50 rows a batch: 40 steps each per epoch, 360 in all
