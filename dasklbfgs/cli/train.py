@@ -34,8 +34,7 @@ examples:
 
 
 def add_parser(sub: Any) -> None:
-    from dasklbfgs.models import MODELS
-    from dasklbfgs.models.registry import ModelOptions
+    from dasklbfgs.models.registry import MODEL_CHOICES, TORCH_PREFIX, ModelOptions
     from dasklbfgs.solvers import get_solver, solver_names
 
     names = solver_names()
@@ -46,10 +45,11 @@ def add_parser(sub: Any) -> None:
     train.add_argument("--data", required=True, help="training dataset (a ShardedDataset's path or URL)")
     train.add_argument("--test", help="held-out dataset to score (default: none)")
     add_storage_arguments(train)
-    train.add_argument("--model", choices=MODELS, default=None,
-                       help="the model (default: what the dataset's recorded task implies: binary -> "
-                            "logistic, multiclass -> softmax, regression -> least_squares, unsupervised -> "
-                            "sparse_autoencoder, a vocabulary -> embedding_lm)")
+    train.add_argument("--model", choices=MODEL_CHOICES, default=None, metavar="MODEL",
+                       help=f"the model: one of {', '.join(MODEL_CHOICES)}, or {TORCH_PREFIX}package.module:factory "
+                            "for a torch module of yours (--loss, --input-shape) (default: what the dataset's "
+                            "recorded task implies: binary -> logistic, multiclass -> softmax, regression -> "
+                            "least_squares, unsupervised -> sparse_autoencoder, a vocabulary -> embedding_lm)")
     add_option_flags(train.add_argument_group("model options"), ModelOptions)
     train.add_argument("--solver", choices=names, default=names[0], help=f"default {names[0]}")
     add_solver_flags(train)

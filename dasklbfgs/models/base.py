@@ -170,6 +170,12 @@ class Model:
         when it is sent just the parameters its shard reads."""
         raise NotImplementedError(f"{type(self).__name__} has no compact portion sums")
 
+    def check_workers(self, client: Any) -> None:
+        """Raise :class:`~dasklbfgs.errors.ConfigurationError` when a worker of ``client``
+        cannot compute this model's sums, before a run sends them work (a model whose code
+        the workers import: a torch module named by its import path). Nothing here."""
+        return None
+
     def penalty(self, params: np.ndarray) -> tuple[float, np.ndarray]:
         """The penalty term of the objective and its gradient."""
         raise NotImplementedError

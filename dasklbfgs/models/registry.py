@@ -16,6 +16,7 @@ from dasklbfgs.models.linear import LeastSquares, Logistic, Softmax
 from dasklbfgs.models.local_autoencoder import LocalAutoencoder
 from dasklbfgs.models.mlp import MLP
 from dasklbfgs.models.robust import Huber
+from dasklbfgs.models.torch_model import TORCH_LOSSES, TorchModel
 from dasklbfgs.options import Options, option
 
 #: The models the command line and pipelines build by name: each declares its name, its
@@ -28,8 +29,31 @@ CLASSES: dict[str, type[Model]] = {
 }
 MODELS = tuple(CLASSES)
 LINEAR = tuple(name for name, cls in CLASSES.items() if cls.linear)
-#: The shape options (of :class:`ModelOptions`) each model takes.
-OPTIONS = {name: cls.shape_options for name, cls in CLASSES.items() if cls.shape_options}
+#: A user's torch module by name: ``torch:package.module:factory`` (a :class:`TorchModel`).
+TORCH_PREFIX = "torch:"
+#: What a model name may be, in words (messages and help)
+MODEL_NAMES_IN_WORDS = f"one of {MODELS!r}, or {TORCH_PREFIX}package.module:factory (a torch module of yours)"
+
+
+class _ModelNames(tuple[str, ...]):
+    """The shipped models' names, listed; ``in`` also takes a ``torch:`` name (the command
+    line's ``--model`` choices)."""
+
+    def __contains__(self, name: object) -> bool:
+        torch_name = isinstance(name, str) and name.startswith(TORCH_PREFIX) and len(name) > len(TORCH_PREFIX)
+        return torch_name or super().__contains__(name)
+
+
+MODEL_CHOICES = _ModelNames(MODELS)
+
+
+def model_class(name: str) -> type[Model]:
+    """The class model ``name`` builds (a ``torch:`` name: :class:`TorchModel`)."""
+    if isinstance(name, str) and name.startswith(TORCH_PREFIX):
+        return TorchModel
+    if name not in CLASSES:
+        raise ConfigurationError(f"model must be {MODEL_NAMES_IN_WORDS}, got {name!r}")
+    return CLASSES[name]
 
 
 def _shape(help: str, kind: str, **spec: Any) -> Any:
@@ -60,6 +84,10 @@ class ModelOptions(Options):
     stride: int | None = _shape("local_autoencoder pixels between windows", "int", minimum=1)
     maps: int | None = _shape("local_autoencoder hidden units per window location", "int", minimum=1)
     embed_dim: int | None = _shape("embedding_lm embedding width", "int", minimum=1)
+    loss: str | None = _shape("torch models: the per-row loss (default: cross_entropy for classes, mse for "
+                              "regression, poisson_nll for counts)", "choice", choices=tuple(TORCH_LOSSES))
+    input_shape: tuple[int, ...] | None = _shape("torch models: the shape of one row as the module takes it, e.g. "
+                                                 "1,8,8", "ints")
     lower_bounds: float | None = option(None, "linear models: the least value of every coefficient (never the "
                                         "intercepts); Sandblaster keeps it by a projected quasi-Newton method",
                                         "float", nullable=True, none_means="no bound")
@@ -115,16 +143,16 @@ def model_for_dataset(name: str, data: Dataset, *, l2: float = 0.0, l1: float = 
     ``class_weight`` to the models that take it (logistic and softmax). What the model reads of ``data`` is its own
     (:meth:`~dasklbfgs.models.base.Model.for_dataset`).
     """
-    if name not in CLASSES:
-        raise ConfigurationError(f"model must be one of {MODELS!r}, got {name!r}")
-    allowed = OPTIONS.get(name, ())
+    cls = model_class(name)
+    allowed = cls.shape_options
     unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ConfigurationError(
             f"model {name!r} does not take option(s) {unknown}; it takes {list(allowed) or 'none'}",
             parameters=(*unknown, *allowed),
         )
-    cls = CLASSES[name]
+    if cls is TorchModel:
+        options["module"] = name[len(TORCH_PREFIX):]
     if class_weight is not None and not cls.takes_class_weight:
         takers = " and ".join(n for n, c in CLASSES.items() if c.takes_class_weight)
         raise ConfigurationError(f"class_weight applies to the classifiers {takers}, not {name!r}")

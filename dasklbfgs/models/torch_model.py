@@ -50,6 +50,9 @@ __all__ = ["TorchModel", "TORCH_LOSSES", "import_torch"]
 TORCH_LOSSES = {"cross_entropy": "classification", "bce_with_logits": "classification", "mse": "regression",
                 "poisson_nll": "regression"}
 TASKS = ("classification", "regression")
+#: The named loss a dataset's recorded task implies (the command line's and pipelines' default).
+LOSS_FOR_TASK = {"binary": "cross_entropy", "multiclass": "cross_entropy", "classification": "cross_entropy",
+                 "regression": "mse", "amounts": "mse", "counts": "poisson_nll"}
 INSTALL_HINT = ("pip install 'dasklbfgs[torch]' (the CPU build: pip install torch --index-url "
                 "https://download.pytorch.org/whl/cpu)")
 
@@ -167,6 +170,7 @@ class TorchModel(Model):
 
     name = "torch"
     accepts_weights = True
+    shape_options = ("loss", "input_shape")
     n_features: int
     n_params: int
 
@@ -208,6 +212,22 @@ class TorchModel(Model):
             raise ConfigurationError(f"loss {self.loss!r} needs a module with one output per row, this one has "
                                      f"{self.n_outputs}")
 
+    @classmethod
+    def for_dataset(cls, data: Dataset, *, l2: float, l1: float, fit_intercept: bool, class_weight: str | None,
+                    module: Any = None, loss: str | None = None, input_shape: Sequence[int] | None = None,
+                    **shape: Any) -> TorchModel:
+        """The module ``module`` (an import path, from the command line's
+        ``--model torch:package.module:factory``) with the loss ``data``'s recorded task implies
+        unless ``loss`` is given."""
+        if loss is None:
+            task = data.attrs.get("task")
+            if task not in LOSS_FOR_TASK:
+                recorded = "records no task" if task is None else f"records task {task!r}"
+                raise ConfigurationError(f"dataset {data.url!r} {recorded}: give the torch model's loss, one of "
+                                         f"{tuple(TORCH_LOSSES)} (--loss, or loss: under a pipeline's model:)")
+            loss = LOSS_FOR_TASK[task]
+        return cls(module, loss=loss, input_shape=input_shape, l2=l2)
+
     # -- the module, once per process ------------------------------------------------------
 
     def _built(self, torch: Any | None = None) -> tuple[Any, list[Any]]:
@@ -227,6 +247,17 @@ class TorchModel(Model):
                     _BUILT.pop(next(iter(_BUILT)))
                 _BUILT[self.token] = (module, list(module.parameters()))
             return _BUILT[self.token]
+
+    def check_workers(self, client: Any) -> None:
+        """Build the module on every worker of ``client`` (cached there for the run), or raise
+        :class:`ConfigurationError` naming the workers that cannot and why (a factory's import
+        path that their Python does not have)."""
+        failed = {worker: why for worker, why in client.run(_build_here, self).items() if why is not None}
+        if failed:
+            named = f"the factory {self.module!r}" if isinstance(self.module, str) else "the module"
+            raise ConfigurationError(
+                f"worker(s) cannot build {named}: " + "; ".join(f"{w}: {why}" for w, why in sorted(failed.items()))
+                + "; install what defines it on every worker (the same environment as this process)")
 
     def __getstate__(self) -> dict[str, Any]:
         return dict(self.__dict__)  # the module is built in each process, under the same token
@@ -400,6 +431,15 @@ class TorchModel(Model):
         return {"module": path or self.module, "loss": self.loss, "input_shape": list(self.input_shape),
                 "l2": self.l2, "task": None if isinstance(self.loss, str) else self.task,
                 "block_rows": self.block_rows, "threads": self.threads}
+
+
+def _build_here(model: TorchModel) -> str | None:
+    """On a worker: build ``model``'s module there (cached), or say why it cannot."""
+    try:
+        model._built()
+    except Exception as exc:  # the user's factory: any error is theirs, reported with the worker's name
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 class _threads:

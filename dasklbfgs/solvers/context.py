@@ -199,6 +199,7 @@ class RunContext:
         with resolve_client(client) as active:
             for cached in given:
                 cached.shard_cache(active)  # refused on another client, before the run starts
+            self.model.check_workers(active)  # code the workers import (a torch module's factory), before any work
             self.client, self.metrics = active, MetricsStream(active, self.solver.name)
             self.started = time.perf_counter()
             workers = len(active.scheduler_info(n_workers=-1)["workers"])

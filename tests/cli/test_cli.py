@@ -20,8 +20,11 @@ from dasklbfgs.models.persist import load_params
 from tests._s3 import storage_flags
 
 
-def run(*args: str, check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess:
+def run(*args: str, check: bool = True, timeout: float = 240, pythonpath: str | None = None
+        ) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "DASKLBFGS_SCHEDULER"}
+    if pythonpath is not None:  # where the command finds a user's module (a torch module's factory)
+        env["PYTHONPATH"] = pythonpath
     # The installed console script, as a user types it; the module when not on PATH.
     command = [shutil.which("dasklbfgs")] if shutil.which("dasklbfgs") else [sys.executable, "-m", "dasklbfgs.cli"]
     proc = subprocess.run(

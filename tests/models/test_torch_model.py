@@ -3,6 +3,7 @@ and finite differences, on real clusters (the session's two workers)."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 import cloudpickle
@@ -234,3 +235,47 @@ def test_without_torch_the_message_names_the_extra(monkeypatch) -> None:
     with pytest.raises(ConfigurationError, match=r"TorchModel needs PyTorch, which is not installed: pip install "
                                                  r"'dasklbfgs\[torch\]'"):
         TorchModel("tests.models.test_torch_model:small_cnn")
+
+
+def test_a_worker_that_cannot_import_the_factory_is_named_before_any_work(client, digits, tmp_path,
+                                                                          monkeypatch) -> None:
+    (tmp_path / "client_only_nets.py").write_text(
+        "from torch import nn\n\n\ndef net():\n    return nn.Sequential(nn.Flatten(), nn.Linear(64, 10))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # this process imports it; the workers do not
+    model = TorchModel("client_only_nets:net", input_shape=(64,))
+    with pytest.raises(ConfigurationError, match=r"worker\(s\) cannot build the factory 'client_only_nets:net': "
+                                                 r"tcp://127\.0\.0\.1:\d+: ConfigurationError: cannot import the torch "
+                                                 r"module factory 'client_only_nets:net': No module named "
+                                                 r"'client_only_nets'; tcp://.*install what defines it on every "
+                                                 r"worker"):
+        minimize(model, digits["train"], client=client, maxiter=2)
+
+
+def test_the_command_line_and_a_pipeline_name_a_torch_module_by_its_factory(client, digits, tmp_path) -> None:
+    from pathlib import Path
+
+    from dasklbfgs.pipeline import load_config, run_pipeline
+    from tests.cli.test_cli import run
+
+    name = f"torch:{__name__}:small_cnn"
+    flags = ["train", "--data", digits["train"].url, "--test", digits["test"].url, "--model", name,
+             "--input-shape", "1,8,8", "--l2", "1e-4", "--maxiter", "30", "--scheduler", client.scheduler.address,
+             "--output", str(tmp_path / "cnn.npz"), "--json"]
+    root = str(Path(__file__).resolve().parents[2])  # where the command's Python finds this module, as the workers do
+    no_loss = run(*flags, check=False, pythonpath=root)
+    assert no_loss.returncode == 2 and "records no task: give the torch model's loss, one of ('cross_entropy'" \
+        in no_loss.stderr
+    report = json.loads(run(*flags, "--loss", "cross_entropy", check=False, pythonpath=root).stdout)
+    assert report["test"]["accuracy"] > 0.9 and report["model"].startswith(f"TorchModel(module='{name[6:]}'")
+    loaded, params, _ = load_params(tmp_path / "cnn.npz")
+    assert loaded.input_shape == (1, 8, 8) and loaded.loss == "cross_entropy" and params.shape == (loaded.n_params,)
+    bad = run("train", "--data", digits["train"].url, "--model", "softmax", "--input-shape", "1,8,8", check=False)
+    assert bad.returncode == 2 and "model 'softmax' does not take option(s) ['--input-shape']" in bad.stderr
+
+    config = tmp_path / "digits-cnn.yaml"  # the digits recipe records its task: the loss follows from it
+    config.write_text(f"pipeline: {{name: digits-cnn}}\ndata: {{recipe: digits, shard_rows: 500}}\n"
+                      f"model: {{name: '{name}', input_shape: [1, 8, 8], l2: 1.0e-4}}\n"
+                      "train: {solver: downpour, epochs: 2, batch_size: 50, learning_rate: 0.3}\n")
+    metrics = run_pipeline(load_config(config), tmp_path / "reports", client=client)
+    assert metrics["success"] and metrics["test"]["accuracy"] > 0.85, metrics["message"]
+    assert metrics["model"].startswith(f"TorchModel(module='{name[6:]}', loss='cross_entropy'")
