@@ -1,7 +1,8 @@
 """scikit-learn estimators over Sandblaster L-BFGS and Downpour SGD.
 
 ``LogisticRegression``, ``LinearRegression``, ``ElasticNet``, ``Lasso``, the GLM regressors,
-``HuberRegressor``, ``MLPClassifier`` and
+``HuberRegressor``, ``MLPClassifier``, ``TorchClassifier`` and ``TorchRegressor`` (a torch
+module of yours) and
 the cross-validated ``ElasticNetCV``, ``LassoCV`` and ``LogisticRegressionCV`` follow scikit-learn's parameter names and
 objectives, so they drop into ``Pipeline``,
 ``GridSearchCV`` and ``clone``. ``fit`` accepts numpy arrays, pandas DataFrames (their column
@@ -22,7 +23,8 @@ from dasklbfgs.estimators.linear import ElasticNet, Lasso, LinearRegression, Log
 from dasklbfgs.estimators.logistic_cv import LogisticRegressionCV
 from dasklbfgs.estimators.mlp import MLPClassifier
 from dasklbfgs.estimators.robust import HuberRegressor
+from dasklbfgs.estimators.torch_estimators import TorchClassifier, TorchRegressor
 
 __all__ = ["LogisticRegression", "LogisticRegressionCV", "LinearRegression", "ElasticNet", "ElasticNetCV", "Lasso",
            "LassoCV", "PoissonRegressor", "GammaRegressor", "TweedieRegressor", "HuberRegressor",
-           "MLPClassifier"]
+           "MLPClassifier", "TorchClassifier", "TorchRegressor"]

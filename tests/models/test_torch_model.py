@@ -279,3 +279,35 @@ def test_the_command_line_and_a_pipeline_name_a_torch_module_by_its_factory(clie
     metrics = run_pipeline(load_config(config), tmp_path / "reports", client=client)
     assert metrics["success"] and metrics["test"]["accuracy"] > 0.85, metrics["message"]
     assert metrics["model"].startswith(f"TorchModel(module='{name[6:]}', loss='cross_entropy'")
+
+
+@pytest.mark.filterwarnings("ignore:TorchClassifier did not converge")  # 25 iterations: enough for 0.9
+def test_the_estimators_fit_inside_grid_search_and_reach_scikit_learns_least_squares(client, digits) -> None:
+    from sklearn.datasets import make_regression
+    from sklearn.linear_model import LinearRegression
+    from sklearn.model_selection import GridSearchCV
+
+    from dasklbfgs.estimators import TorchClassifier, TorchRegressor
+
+    X, y = digits["train"].load_rows(0, 1497)
+    X_test, y_test = digits["test"].load_rows(0, 300)
+    labels = np.array(list("abcdefghij"))  # any labels, seen by the module as 0..9
+    search = GridSearchCV(TorchClassifier(small_cnn, input_shape=(1, 8, 8), max_iter=25),  # the active client
+                          {"l2": [1e-4, 1e-1]}, cv=2).fit(X, labels[y.astype(int)])
+    assert search.best_params_ == {"l2": 1e-4} and search.score(X_test, labels[y_test.astype(int)]) > 0.9
+    fitted = search.best_estimator_
+    assert isinstance(fitted.module_, nn.Module) and list(fitted.classes_) == list(labels)
+    np.testing.assert_allclose(fitted.predict_proba(X_test).sum(axis=1), 1.0)
+
+    X, y = make_regression(n_samples=400, n_features=5, noise=1.0, random_state=0)
+    linear = TorchRegressor(lambda: nn.Linear(5, 1).double(), max_iter=200, tol=1e-10, client=client).fit(X, y)
+    reference = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(linear.module_.weight.detach().numpy()[0], reference.coef_, rtol=1e-7)
+    assert linear.score(X, y) == pytest.approx(reference.score(X, y), rel=1e-12)
+    with pytest.raises(ConfigurationError, match=r"the module has 10 output\(s\) for 10 classes, but y holds 3"):
+        TorchClassifier(small_cnn, input_shape=(1, 8, 8), client=client).fit(X_test, y_test.astype(int) % 3)
+    with pytest.raises(ConfigurationError, match=r"TorchRegressor needs module="):
+        TorchRegressor(client=client).fit(X, y)
+    with pytest.raises(ConfigurationError, match=r"loss 'cross_entropy' is for classification; TorchRegressor fits "
+                                                 r"regression"):
+        TorchRegressor(small_cnn, loss="cross_entropy", input_shape=(1, 8, 8), client=client).fit(X_test, y_test)
