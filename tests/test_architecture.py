@@ -20,7 +20,7 @@ LAYERS = {
     3: {"cluster", "monitor", "parallel", "_actors", "scoring"},
     4: {"solvers"},
     5: {"estimators", "_fit_stores", "_post_fit", "cli", "pipeline", "sandblaster", "downpour", "events", "__init__",
-        "__main__", "selection"},
+        "__main__", "selection", "testing"},
 }
 LAYER_OF = {part: layer for layer, parts in LAYERS.items() for part in parts}
 SOLVER_FAMILIES = ("sandblaster", "downpour", "peers")

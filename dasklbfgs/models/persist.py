@@ -14,6 +14,7 @@ import numpy as np
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, DaskLBFGSError, ModelFileError
 from dasklbfgs.models.base import Model
+from dasklbfgs.models.contract import as_model
 from dasklbfgs.models.registry import CLASSES
 from dasklbfgs.models.torch_model import TorchModel
 
@@ -30,14 +31,14 @@ def recorded_config(model: Model) -> dict[str, Any]:
     """:func:`model_config` as a parameter file or checkpoint records it (JSON), or a
     :class:`ConfigurationError` when a part of it cannot be recorded (a torch module given
     as an object or a lambda rather than by the import path of its factory)."""
-    config = model_config(model)
+    config = model_config(as_model(model))
     try:
         json.dumps(config)
     except (TypeError, ValueError):
         unrecordable = sorted(k for k, v in config.items() if not _recordable(v))
         hint = (" (a TorchModel is recorded by its module factory's import path: give module='package.module:"
                 "factory', a module-level function returning the nn.Module)" if "module" in unrecordable else "")
-        raise ConfigurationError(f"{type(model).__name__}'s {', '.join(unrecordable)} cannot be written to a "
+        raise ConfigurationError(f"{model!r}: its {', '.join(unrecordable)} cannot be written to a "
                                  f"parameter file or checkpoint, which record a model by its configuration"
                                  f"{hint}") from None
     return config

@@ -20,6 +20,7 @@ from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data._client import active_client
 from dasklbfgs.data.rows import Rows, aligned_rows
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.contract import as_model
 from dasklbfgs.scoring.ranking import PARTS, RankedPart
 from dasklbfgs.scoring.summaries import METRICS, RANKING, Summary, summarize
 
@@ -62,6 +63,7 @@ def evaluate(model: Model, params: Any, data: Dataset, *, client: Any = None,
 
     from dasklbfgs.data.sharded import as_dataset
 
+    model = as_model(model)  # a model of the contract's, wrapped
     names = chosen_metrics(model.task, metrics)
     if hasattr(data, "shards_for"):  # dasklbfgs.cached(...): summarised where its shards are
         given: Any = data

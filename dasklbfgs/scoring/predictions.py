@@ -15,6 +15,7 @@ import numpy as np
 from dasklbfgs.data._client import client_for
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, OutputExistsError, StoreError
+from dasklbfgs.models.contract import as_model
 from dasklbfgs.scoring.prediction_formats import (
     FORMATS,
     PREDICTIONS,
@@ -86,6 +87,7 @@ def predict(model: Model, params: Any, data: ShardedDataset | str | os.PathLike[
 
     from dasklbfgs.data.sharded import as_dataset
 
+    model = as_model(model)  # a model of the contract's, wrapped
     method_name = _method_name(model, kind)
     layout = prediction_format(format)
     if output is None and format != "zarr":

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from dasklbfgs.cluster import prepare_embedded_clusters
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.contract import as_model
 from dasklbfgs.options import Options, describe_default, options_doc
 from dasklbfgs.solvers.stats import RunStats
 
@@ -191,6 +192,7 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     """
     from dasklbfgs.solvers.context import RunContext  # Dask and the run's machinery, with the first run
 
+    model = as_model(model)  # a model of the contract's, wrapped
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
