@@ -22,6 +22,7 @@ from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, DatasetExistsError, StoreError
 from dasklbfgs.pipeline import load_config, run_pipeline, validate_config
 from dasklbfgs.pipeline.run import DURATIONS, open_datasets
+from tests._torch import needs_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "pipelines").glob("*.yaml"))
@@ -39,6 +40,8 @@ SMALL = {  # shrink the synthetic recipes (bundled datasets are small already), 
                          "train.eval_every=200", "train.epochs=1"],
     "logistic-l1-path": ["data.rows=6000", "data.features=10", "data.shard_rows=1500", "path.n_alphas=6"],
     "claims-poisson": ["data.rows=20000", "data.shard_rows=5000"],
+    "digits-cnn-sandblaster": ["train.gtol=3e-3"],  # torch modules: the digits are small already
+    "digits-resnet-sync": ["train.epochs=5"],
 }
 #: What a working run reaches on the small data: (held-out metric, bound, "min" or "max").
 EXPECT = {"patches-autoencoder-sandblaster": ("reconstruction_mse", 0.02, "max"),
@@ -50,7 +53,8 @@ def test_every_config_is_covered() -> None:
     assert {c.stem for c in CONFIGS} == set(SMALL)
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("config", [pytest.param(c, marks=needs_torch) if "torch:" in c.read_text() else c
+                                    for c in CONFIGS], ids=lambda p: p.stem)
 def test_shipped_config_runs_and_reports(client, config, tmp_path, data_home) -> None:
     loaded = load_config(config, SMALL[config.stem])
     metrics = run_pipeline(loaded, tmp_path, client=client)

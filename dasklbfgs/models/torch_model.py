@@ -48,11 +48,11 @@ __all__ = ["TorchModel", "TORCH_LOSSES", "import_torch"]
 #: The named losses: what each is for (the model's ``task``). A callable
 #: ``(outputs, y) -> per-row losses`` is taken too, with the ``task`` given.
 TORCH_LOSSES = {"cross_entropy": "classification", "bce_with_logits": "classification", "mse": "regression",
-                "poisson_nll": "regression"}
-TASKS = ("classification", "regression")
+                "poisson_nll": "regression", "reconstruction_mse": "reconstruction"}
+TASKS = ("classification", "regression", "reconstruction")
 #: The named loss a dataset's recorded task implies (the command line's and pipelines' default).
 LOSS_FOR_TASK = {"binary": "cross_entropy", "multiclass": "cross_entropy", "classification": "cross_entropy",
-                 "regression": "mse", "amounts": "mse", "counts": "poisson_nll"}
+                 "regression": "mse", "amounts": "mse", "counts": "poisson_nll", "unsupervised": "reconstruction_mse"}
 INSTALL_HINT = ("pip install 'dasklbfgs[torch]' (the CPU build: pip install torch --index-url "
                 "https://download.pytorch.org/whl/cpu)")
 
@@ -144,7 +144,9 @@ class TorchModel(Model):
     loss
         ``"cross_entropy"`` (labels 0..K-1, K the module's outputs), ``"bce_with_logits"``
         (labels 0/1, one output), ``"mse"`` (squared error), ``"poisson_nll"`` (counts; the
-        output is the log of the mean), or a callable ``(outputs, y) -> per-row losses``.
+        output is the log of the mean), ``"reconstruction_mse"`` (an autoencoder: the squared
+        error of the outputs against the row's own features, summed over them; y is
+        ignored), or a callable ``(outputs, y) -> per-row losses``.
     input_shape
         The shape of one row as the module takes it: the stored rows ``(n, prod(shape))``
         are reshaped to ``(n, *input_shape)``. Default: flat rows, as many features as the
@@ -152,8 +154,8 @@ class TorchModel(Model):
     l2
         Weight decay on the weight tensors (two or more dimensions).
     task
-        ``"classification"`` or ``"regression"``; for a callable loss only (a named loss
-        implies its task).
+        ``"classification"``, ``"regression"`` or ``"reconstruction"``; for a callable loss
+        only (a named loss implies its task).
     block_rows
         Rows per forward and backward pass: a portion's memory stays bounded.
     threads
@@ -208,6 +210,9 @@ class TorchModel(Model):
             raise ConfigurationError(f"loss 'cross_entropy' needs a module with 2 or more outputs (one per class), "
                                      f"this one has {self.n_outputs}; for two classes with one output use "
                                      "'bce_with_logits'")
+        if self.loss == "reconstruction_mse" and self.n_outputs != self.n_features:
+            raise ConfigurationError(f"loss 'reconstruction_mse' needs a module with as many outputs per row as its "
+                                     f"input has features ({self.n_features}), this one has {self.n_outputs}")
         if self.loss in ("bce_with_logits", "mse", "poisson_nll") and self.n_outputs != 1:
             raise ConfigurationError(f"loss {self.loss!r} needs a module with one output per row, this one has "
                                      f"{self.n_outputs}")
@@ -386,14 +391,19 @@ class TorchModel(Model):
             flat = torch.as_tensor(np.asarray(params, dtype=np.float64)).to(self.dtype)
             torch.nn.utils.vector_to_parameters(flat, tensors)
 
+    def _rows(self, torch: Any, X: Any) -> Any:
+        return torch.as_tensor(np.asarray(X)).to(self.dtype).reshape((X.shape[0], *self.input_shape))
+
     def _forward(self, torch: Any, module: Any, X: Any) -> Any:
-        rows = torch.as_tensor(np.asarray(X)).to(self.dtype).reshape((X.shape[0], *self.input_shape))
-        return module(rows)
+        return module(self._rows(torch, X))
 
     def _row_losses(self, torch: Any, module: Any, X: Any, y: np.ndarray) -> Any:
-        out = self._forward(torch, module, X)
+        rows = self._rows(torch, X)
+        out = module(rows)
         target = torch.as_tensor(np.asarray(y))
         functional = torch.nn.functional
+        if self.loss == "reconstruction_mse":  # the input's own features are the target
+            return ((out.reshape(X.shape[0], -1) - rows.reshape(X.shape[0], -1)) ** 2).sum(dim=1)
         if self.loss == "cross_entropy":
             return functional.cross_entropy(out, target.long(), reduction="none")
         flat = out.reshape(-1) if out.dim() == 2 and out.shape[1] == 1 else out

@@ -311,3 +311,21 @@ def test_the_estimators_fit_inside_grid_search_and_reach_scikit_learns_least_squ
     with pytest.raises(ConfigurationError, match=r"loss 'cross_entropy' is for classification; TorchRegressor fits "
                                                  r"regression"):
         TorchRegressor(small_cnn, loss="cross_entropy", input_shape=(1, 8, 8), client=client).fit(X_test, y_test)
+
+
+@pytest.mark.parametrize("factory, input_shape, loss, features, labels", [
+    ("digits_cnn", (1, 8, 8), "cross_entropy", 64, 10),
+    ("digits_resnet", (1, 8, 8), "cross_entropy", 64, 10),
+    ("digits_autoencoder", (1, 8, 8), "reconstruction_mse", 64, None),
+    ("acoustic_mlp", None, "cross_entropy", 440, 128),
+    ("text_lm", (3,), "cross_entropy", 3, 2000),
+])
+def test_the_shipped_torch_workloads_meet_the_contract(factory, input_shape, loss, features, labels) -> None:
+    from dasklbfgs.testing import check_model
+
+    model = TorchModel(f"dasklbfgs.models.torch_nets:{factory}", input_shape=input_shape, loss=loss, l2=1e-3)
+    rng = np.random.default_rng(0)
+    X = (rng.integers(0, 2000, size=(40, 3)) if factory == "text_lm" else rng.uniform(size=(40, features)))
+    y = np.zeros(40) if labels is None else rng.integers(0, labels, 40)
+    assert model.n_features == features and model.task == ("reconstruction" if labels is None else "classification")
+    assert check_model(model, X.astype(np.float32), y, rng.uniform(0.5, 2.0, 40))[-1] == "refuses"
