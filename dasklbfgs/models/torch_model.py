@@ -12,9 +12,10 @@ contract every solver relies on (:mod:`dasklbfgs.models.base`).
 
 How the sums are made:
 
-- The module is built once per process (a factory is called, a module object unpickled)
-  and cached under the model's token, not once per task; each call loads the parameters
-  into it.
+- The module is built once per thread of a worker process (a factory is called, a module
+  object copied) and cached under the model's token, not once per task; each call loads the
+  parameters into it. One per thread: a worker's task threads compute sums at once, and
+  none may load parameters into a module another is running.
 - The rows are taken in blocks of ``block_rows``, so a portion's activations stay bounded;
   each block's loss and gradient are computed in the module's dtype and added in float64.
 - The module runs in eval mode (dropout off). Layers that normalise by the statistics of
@@ -56,9 +57,12 @@ LOSS_FOR_TASK = {"binary": "cross_entropy", "multiclass": "cross_entropy", "clas
 INSTALL_HINT = ("pip install 'dasklbfgs[torch]' (the CPU build: pip install torch --index-url "
                 "https://download.pytorch.org/whl/cpu)")
 
-_BUILT: dict[str, Any] = {}  # token -> (module, its parameters): one module per process and model
+#: (token, thread) -> (module, its parameters): one module per model and thread of a process, so
+#: that threads computing sums at once (a worker's task threads) never load parameters into a
+#: module another is running
+_BUILT: dict[tuple[str, int], Any] = {}
 _BUILT_LOCK = threading.Lock()
-_BUILT_KEPT = 8  # models whose modules a process keeps
+_BUILT_KEPT = 64  # modules a process keeps (8 models on 8 threads)
 
 
 def import_torch() -> Any:
@@ -237,12 +241,13 @@ class TorchModel(Model):
 
     def _built(self, torch: Any | None = None) -> tuple[Any, list[Any]]:
         """This model's module in this process and its parameter tensors (built on first use)."""
-        found = _BUILT.get(self.token)
+        key = (self.token, threading.get_ident())
+        found = _BUILT.get(key)
         if found is not None:
             return found
         torch = torch or import_torch()
         with _BUILT_LOCK:
-            if self.token not in _BUILT:
+            if key not in _BUILT:
                 module = _build(self.module, torch)
                 if module is self.module:  # the user's own object: trained on a copy
                     module = copy.deepcopy(module)
@@ -250,8 +255,8 @@ class TorchModel(Model):
                 module.eval()
                 while len(_BUILT) >= _BUILT_KEPT:
                     _BUILT.pop(next(iter(_BUILT)))
-                _BUILT[self.token] = (module, list(module.parameters()))
-            return _BUILT[self.token]
+                _BUILT[key] = (module, list(module.parameters()))
+            return _BUILT[key]
 
     def check_workers(self, client: Any) -> None:
         """Build the module on every worker of ``client`` (cached there for the run), or raise

@@ -116,17 +116,29 @@ def test_a_model_pickled_to_a_worker_builds_its_module_once_there_and_sums_the_s
     y = np.arange(30) % 10
 
     def twice(model, x, X, y):
-        from dasklbfgs.models import torch_model
-
         first = model.loss_grad_sum(x, X, y)
-        built = torch_model._BUILT[model.token][0]
+        built = model._built()[0]  # this thread's
         second = model.loss_grad_sum(x, X, y)
-        return first, second, torch_model._BUILT[model.token][0] is built
+        return first, second, model._built()[0] is built
 
     first, second, same_module = client.submit(twice, model, x, X, y, pure=False).result()
     here = model.loss_grad_sum(x, X, y)
     assert same_module and first[0] == second[0] == here[0]
     np.testing.assert_array_equal(first[1], here[1])
+
+
+def test_threads_summing_at_once_with_other_parameters_get_each_their_own_sums() -> None:
+    """A worker's task threads compute portions at once (a backup of an earlier evaluation
+    beside the next one's): each thread's module holds its own parameters."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = TorchModel(small_cnn, input_shape=(1, 8, 8))
+    X, y = np.random.default_rng(2).uniform(size=(400, 64)), np.arange(400) % 10
+    starts = [model.init_params(seed) for seed in range(4)]
+    alone = [model.loss_grad_sum(x, X, y)[0] for x in starts]
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda i: model.loss_grad_sum(starts[i % 4], X, y)[0], range(40)))
+    assert together == [alone[i % 4] for i in range(40)]
 
 
 @pytest.mark.parametrize("solver, options, accuracy", [
