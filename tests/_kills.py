@@ -28,14 +28,10 @@ def nothing_left(client: Any, seconds: float = 10.0) -> bool:
 
 
 def workers_restored(client: Any, n: int, timeout: float = 120) -> Any:
-    """``client`` once its LocalCluster has ``n`` workers again after a test killed or retired
-    some: a nanny that gave up (or left with its worker) is replaced by a new one. On a
-    timeout, the nannies' states, to say why."""
-    from distributed.core import Status
-
+    """``client`` once its LocalCluster has ``n`` workers again after a test killed some: a
+    nanny that gave up is replaced by a new one. On a timeout, the nannies' states, to say why."""
     local = client.cluster
-    gone = {name for name, nanny in local.workers.items() if nanny.status not in (Status.running, Status.init)}
-    for name in (set(local.worker_spec) - set(local.workers)) | gone:  # a nanny that gave up or left (retired)
+    for name in set(local.worker_spec) - set(local.workers):  # a nanny that gave up, not just a worker
         del local.worker_spec[name]
     local.scale(n)  # its place taken by a new one (a killed worker's nanny is seen to close under load)
     try:

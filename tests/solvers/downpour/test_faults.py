@@ -17,7 +17,6 @@ from dasklbfgs.downpour import downpour_sgd
 from dasklbfgs.errors import WorkerLostError
 from dasklbfgs.models import Softmax
 from dasklbfgs.scoring import evaluate
-from tests._kills import nothing_left, workers_restored
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -47,19 +46,14 @@ def data(tmp_path_factory):
                         n_classes=3, shard_rows=2000, seed=4)
 
 
-@pytest.fixture(scope="module")
-def three():
-    with connect(n_workers=3, threads_per_worker=1, dashboard_address=None) as client:
-        yield client
-
-
 @pytest.fixture()
-def cluster(three):
-    """Three single-thread workers (shards on the first two, replicas on the third and first),
-    the module's: the workers an earlier test killed or retired replaced, nothing of its runs left."""
-    workers_restored(three, 3)
-    assert nothing_left(three)
-    return three
+def cluster():
+    """Three single-thread workers: shards on the first two, replicas on the third and first.
+    A cluster of its own per test: a frozen, removed or retired worker leaves its nanny in
+    states that a shared cluster would carry into the next test."""
+    with connect(n_workers=3, threads_per_worker=1, dashboard_address=None) as client:
+        client.wait_for_workers(3)
+        yield client
 
 
 def kill_at(client, step: int, victim_index: int, killed: dict):
