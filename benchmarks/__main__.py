@@ -33,6 +33,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "downpour": ("downpour", ["--rows", "20000", "--repeats", "5", "--heavy-rows", "8000", "--heavy-epochs", "1",
                               "--heavy-repeats", "1"]),
     "neural": ("neural", ["--rows", "20000", "--epochs", "1", "--kernel-rows", "2048", "--repeats", "3"]),
+    "torch_models": ("torch-models", ["--rows", "8000", "--regression-rows", "4000", "--repeats", "3"]),
     "peers": ("peers", ["--rows", "20000", "--epochs", "1", "--runs", "1", "--replicas", "1", "2"]),
     "sharded_state": ("sharded-state", ["--widths", "1000", "100000", "--iterations", "3", "--limited-width", "0"]),
     "sparse_portions": ("sparse", ["--rows", "25000", "--features", "1048576", "--shard-rows", "5000",

@@ -130,13 +130,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--classes", type=int, default=64)
     parser.add_argument("--regression-rows", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=9)
-    parser.add_argument("--data", type=Path, default=HERE / "data", help="where the datasets are written once")
+    parser.add_argument("--data-dir", type=Path, default=HERE / "out", help="where the datasets are written once")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.torch_models " + shlex.join(sys.argv[1:] if argv is None else argv)
-    splits = acoustic_splits(args.data, args.rows, args.classes)
+    splits = acoustic_splits(args.data_dir, args.rows, args.classes)
     with connect(n_workers=2, threads_per_worker=1, dashboard_address=None) as client:
         evaluation = evaluation_seconds(client, splits["train"], args.classes, args.repeats)
-        race = lbfgs_race(client, args.data, args.regression_rows)
+        race = lbfgs_race(client, args.data_dir, args.regression_rows)
     out = {"command": command.strip(), "machine": machine(), "rows": args.rows, "classes": args.classes,
            "repeats": args.repeats, "evaluation": evaluation, "lbfgs": race}
     publish("torch_models", out, render)
