@@ -192,9 +192,9 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     """
     from dasklbfgs.solvers.context import RunContext  # Dask and the run's machinery, with the first run
 
-    model = as_model(model)  # a model of the contract's, wrapped
     chosen = get_solver(solver)
     resolved = resolve_options(chosen, options, values)
+    model = as_model(model)  # a model of the contract's, wrapped
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
         _refuse_l1(chosen, resolved, model)
     if model.bounds() is not None and not chosen.takes_bounds:

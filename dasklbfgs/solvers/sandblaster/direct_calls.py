@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from dasklbfgs.solvers.sandblaster.shard_cache import ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import Progress, StragglerPolicy
 
 __all__ = ["DIRECT_UPLOAD_BYTES", "DirectCalls", "DirectPath", "Plan", "Sent", "as_gather_index", "as_sums",
-           "call_workers", "parameters_to_send"]
+           "call_workers", "parameters_to_send", "reaches_workers"]
 
 #: How often a wait for answers asks the scheduler whether the workers it waits for are
 #: still in the cluster (a worker that hangs, or dies before it is reached, never answers).
@@ -37,6 +38,37 @@ LIVENESS_SECONDS = 1.0
 #: past this (a wide model on many workers) the evaluation goes by tasks, which scatter the
 #: parameters once and let the workers copy them from each other, off the client's link.
 DIRECT_UPLOAD_BYTES = 64 * 2**20
+#: How long a client that leaves the choice to Dask (``direct_to_workers=None``: ``Client(cluster)``,
+#: ``Client("tcp://...")``) waits for a worker to answer a direct call before its evaluations
+#: go by tasks (:func:`reaches_workers`).
+PROBE_SECONDS = 2.0
+_REACHED: weakref.WeakKeyDictionary[Client, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def reaches_workers(client: Client, workers: list[str]) -> bool:
+    """Whether evaluations may call ``workers`` directly. A client says so with
+    ``direct_to_workers=True`` (as :func:`dasklbfgs.connect` makes it) and says no with
+    ``False`` (workers this process cannot reach). Dask's default, ``None``, leaves the choice:
+    then each worker is asked once, directly, and the calls go direct if all of them answer
+    within ``PROBE_SECONDS`` (the answers are remembered per client)."""
+    if client.direct_to_workers is not None:
+        return bool(client.direct_to_workers)
+    known = _REACHED.setdefault(client, {})
+    unasked = [w for w in workers if w not in known]
+    if unasked:
+        known.update(client.sync(_probe, client, unasked))
+    return all(known[w] for w in workers)
+
+
+async def _probe(client: Client, workers: list[str]) -> dict[str, bool]:
+    async def answers(worker: str) -> tuple[str, bool]:
+        try:
+            await asyncio.wait_for(client.rpc(worker).identity(), PROBE_SECONDS)
+        except (TimeoutError, OSError):  # CommClosedError is an OSError
+            return worker, False
+        return worker, True
+
+    return dict(await asyncio.gather(*(answers(w) for w in workers)))
 
 
 @dataclass

@@ -10,10 +10,12 @@ order, so the result does not depend on which worker computed what (docs/algorit
   the scheduler where the shards are, the client sends the parameters to each worker
   holding shards and asks it, in one message, for the sums of its portions; a round trip
   of about a millisecond instead of a task's trip through the scheduler. A sparse shard is
-  sent only the parameters it reads (``Model.compact_positions``, asked of each shard once). Used when the
-  client talks to the workers directly (``direct_to_workers``, as :func:`dasklbfgs.connect`
-  sets), the model is whole (partitioned replicas call their partitions from tasks) and
-  the copies of the parameters sent fit ``DIRECT_UPLOAD_BYTES``.
+  sent only the parameters it reads (``Model.compact_positions``, asked of each shard once).
+  Used when the client reaches the workers directly (``direct_to_workers=True``, as
+  :func:`dasklbfgs.connect` sets, or Dask's default ``None`` and the workers answer a direct
+  call: ``Client(cluster)`` as Dask users make one; :func:`.direct_calls.reaches_workers`),
+  the model is whole (partitioned replicas call their partitions from tasks) and the copies
+  of the parameters sent fit ``DIRECT_UPLOAD_BYTES``.
 - **Tasks**: the parameters ride inside the tasks (or are scattered once, when large) and
   one ``sandblaster-gradient`` task is submitted per portion, pinned to its shard. This is
   also how an evaluation finishes what its direct calls did not bring back: portions of a
@@ -66,7 +68,7 @@ from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import reduce_in_blocks
 from dasklbfgs.solvers.sandblaster.active import ActiveParameters
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
-from dasklbfgs.solvers.sandblaster.direct_calls import DirectCalls, DirectPath, Plan
+from dasklbfgs.solvers.sandblaster.direct_calls import DirectCalls, DirectPath, Plan, reaches_workers
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.placement import Speeds
@@ -171,9 +173,10 @@ class MegaBatchEvaluator:
             warn_if_many(self.portions, portion_rows)
         self.cached: ShardCache | None = None
         #: The fast path (module docstring): cached shards of a whole model, and a client that
-        #: may reach the workers (it says so with direct_to_workers); None: tasks only.
+        #: reaches the workers (reaches_workers: it says so, or they answer it); None: tasks only.
         self.direct = (DirectPath(client, model, self.token, data.n_shards)
-                       if direct and cache and portion_model is None and client.direct_to_workers else None)
+                       if direct and cache and portion_model is None and reaches_workers(client, sorted(workers))
+                       else None)
         self._owns_cache = shards is None
         #: The parameters evaluated at (None: all of them; :meth:`restrict_to`)
         self.active: ActiveParameters | None = None

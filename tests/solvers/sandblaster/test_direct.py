@@ -119,19 +119,23 @@ def test_a_models_error_reaches_the_caller_as_itself(client, tmp_path) -> None:
         evaluator.close()
 
 
-def test_a_client_that_goes_through_the_scheduler_uses_tasks(client, tmp_path) -> None:
-    """``direct_to_workers=False`` says the workers may be out of the client's reach."""
+@pytest.mark.parametrize("direct_to_workers, direct", [(False, False), (None, True)])
+def test_a_plain_client_calls_the_workers_it_reaches_and_one_that_says_no_uses_tasks(
+        client, tmp_path, direct_to_workers, direct) -> None:
+    """``direct_to_workers=False`` says the workers may be out of the client's reach: tasks.
+    Dask's default, ``None`` (``Client(cluster)``, ``Client("tcp://...")``, as most users make
+    one), leaves the choice: the workers answer a direct call, so the evaluations call them."""
     rng = np.random.default_rng(6)
     X = rng.normal(size=(600, 3))
     data = ShardedDataset.create(tmp_path / "d", X, (X[:, 0] > 0).astype(np.int64), shard_rows=200)
     x = np.array([0.2, -0.1, 0.3, 0.0])
     expected = MegaBatchEvaluator(client, Logistic(3), data)
-    with Client(client.scheduler.address, direct_to_workers=False) as indirect:
-        evaluator = MegaBatchEvaluator(indirect, Logistic(3), data)
+    with Client(client.scheduler.address, direct_to_workers=direct_to_workers) as plain:
+        evaluator = MegaBatchEvaluator(plain, Logistic(3), data)
         try:
-            assert not evaluator.direct
+            assert bool(evaluator.direct) is direct
             loss, grad = evaluator.evaluate(x)
-            assert evaluator.stats.direct_evaluations == 0
+            assert evaluator.stats.direct_evaluations == (1 if direct else 0)
         finally:
             evaluator.close()
     try:
