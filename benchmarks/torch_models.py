@@ -12,8 +12,8 @@ Measured in one run, on a LocalCluster of 2 workers (one thread each):
   torch at most 1.0x numpy's time).
 - **Full-batch L-BFGS on an MLP regression**: ``torch.optim.LBFGS`` (strong Wolfe line
   search, history 10) in this process on all the rows, against Sandblaster on the 2 workers
-  with the same module, loss and start, each run until its objective is within 1e-4
-  (relative) of the better final objective of the two: their evaluations and seconds.
+  with the same module, loss and start, 1,000 iterations each: the evaluations and seconds
+  each took to the worse of the two final objectives and to within 1e-4 of the better.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from dasklbfgs.models import MLP, TorchModel
 from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
 
 HIDDEN = 256
+MAXITER = 1000  # iterations of each L-BFGS
 
 
 def acoustic_torch_mlp(classes: int) -> Any:
@@ -77,7 +78,7 @@ def lbfgs_race(client: Any, root: Path, rows: int) -> dict[str, Any]:
 
     module = model.to_module(x0).train()
     inputs, targets = torch.as_tensor(X), torch.as_tensor(y)
-    optimizer = torch.optim.LBFGS(module.parameters(), lr=1, max_iter=400, tolerance_grad=1e-9,
+    optimizer = torch.optim.LBFGS(module.parameters(), lr=1, max_iter=MAXITER, tolerance_grad=1e-9,
                                   tolerance_change=1e-15, history_size=10, line_search_fn="strong_wolfe")
     torch_curve: list[tuple[int, float, float]] = []  # (evaluations, seconds, objective)
     started = time.perf_counter()
@@ -91,18 +92,21 @@ def lbfgs_race(client: Any, root: Path, rows: int) -> dict[str, Any]:
 
     optimizer.step(closure)
     ours_curve: list[tuple[int, float, float]] = []
-    result = sandblaster_lbfgs(model, data, client=client, x0=x0, maxiter=400, gtol=1e-9,
+    result = sandblaster_lbfgs(model, data, client=client, x0=x0, maxiter=MAXITER, gtol=1e-9,
                                callback=lambda entry: ours_curve.append((entry.nfev, entry.time, entry.fun)))
-    best = min(min(f for *_, f in torch_curve), min(f for *_, f in ours_curve))
-    target = best * (1 + 1e-4)
+    finals = (torch_curve[-1][2], ours_curve[-1][2])
+    target, worse = min(finals) * (1 + 1e-4), max(finals)  # near the better end; the worse end
 
     def reached(curve: list[tuple[int, float, float]]) -> dict[str, Any]:
-        hit = next(((n, t) for n, t, f in curve if f <= target), None)
-        return {"evaluations": hit[0] if hit else None, "seconds": hit[1] if hit else None,
-                "final": curve[-1][2], "total_evaluations": curve[-1][0]}
+        def first(goal: float) -> tuple[int | None, float | None]:
+            return next(((n, t) for n, t, f in curve if f <= goal), (None, None))
 
-    return {"rows": rows, "target": target, "torch": reached(torch_curve), "sandblaster": reached(ours_curve),
-            "sandblaster_message": result.message}
+        (n, t), (n_worse, t_worse) = first(target), first(worse)
+        return {"evaluations": n, "seconds": t, "evaluations_to_worse": n_worse, "seconds_to_worse": t_worse,
+                "final": curve[-1][2], "total_evaluations": curve[-1][0], "total_seconds": curve[-1][1]}
+
+    return {"rows": rows, "target": target, "worse_final": worse, "torch": reached(torch_curve),
+            "sandblaster": reached(ours_curve), "sandblaster_message": result.message}
 
 
 def render(out: dict[str, Any]) -> str:
@@ -114,13 +118,20 @@ def render(out: dict[str, Any]) -> str:
               f"| numpy `MLP` | {e['numpy']:.4f} |", f"| `TorchModel` (nn.Sequential) | {e['torch']:.4f} |", "",
               f"torch / numpy: **{e['torch'] / e['numpy']:.2f}x** (target: at most 1.0x)", "",
               f"## Full-batch L-BFGS, MLP regression 20-32-1 tanh, float64, {race['rows']:,} rows", "",
-              f"To an objective within 1e-4 of the better final one ({race['target']:.6g}); the same module, "
-              "loss and start.", "",
-              "| method | evaluations | seconds | final objective |", "|---|---:|---:|---:|"]
+              f"The same module, loss and start. Evaluations and seconds to the worse of the two final "
+              f"objectives ({race['worse_final']:.6g}) and to within 1e-4 of the better one ({race['target']:.6g}; "
+              "-: never), and where each run ended.", "",
+              "| method | to the worse end | to the better end | final objective | evaluations, seconds in all |",
+              "|---|---:|---:|---:|---:|"]
+
+    def at(n: int | None, t: float | None) -> str:
+        return "-" if n is None or t is None else f"{n} ({t:.2f} s)"
+
     for name, label in (("torch", "`torch.optim.LBFGS`, one process"), ("sandblaster", "Sandblaster, 2 workers")):
         r = race[name]
-        lines.append(f"| {label} | {r['evaluations']} | "
-                     f"{'-' if r['seconds'] is None else format(r['seconds'], '.2f')} | {r['final']:.6g} |")
+        lines.append(f"| {label} | {at(r['evaluations_to_worse'], r['seconds_to_worse'])} | "
+                     f"{at(r['evaluations'], r['seconds'])} | {r['final']:.6g} | "
+                     f"{r['total_evaluations']}, {r['total_seconds']:.2f} s |")
     return "\n".join(lines) + "\n"
 
 

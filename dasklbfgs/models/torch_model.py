@@ -206,9 +206,9 @@ class TorchModel(Model):
         self.dtype = params[0].dtype
         self.input_shape = self._input_shape(built, input_shape, torch)
         self.n_features = math.prod(self.input_shape)
-        self.sizes = [p.numel() for p in params]
-        self.n_params = sum(self.sizes)
-        self.penalised = np.concatenate([np.full(p.numel(), p.dim() >= 2) for p in params])
+        self.n_params = sum(p.numel() for p in params)
+        #: per tensor, its size and whether the weight decay takes it (two or more dimensions)
+        self.tensors = [(p.numel(), p.dim() >= 2) for p in params]
         self.n_outputs = self._probe(built, torch)
         if self.loss == "cross_entropy" and self.n_outputs < 2:
             raise ConfigurationError(f"loss 'cross_entropy' needs a module with 2 or more outputs (one per class), "
@@ -270,7 +270,16 @@ class TorchModel(Model):
                 + "; install what defines it on every worker (the same environment as this process)")
 
     def __getstate__(self) -> dict[str, Any]:
-        return dict(self.__dict__)  # the module is built in each process, under the same token
+        # the module is built in each process, under the same token; the penalty's mask is
+        # made where the penalty is (the coordinator), not sent with every call to a worker
+        return {k: v for k, v in self.__dict__.items() if k != "_penalised"}
+
+    @property
+    def penalised(self) -> np.ndarray:
+        """Per parameter, whether the weight decay takes it (tensors of two or more dimensions)."""
+        if "_penalised" not in self.__dict__:
+            self._penalised = np.concatenate([np.full(n, weight) for n, weight in self.tensors])
+        return self._penalised
 
     def _input_shape(self, module: Any, input_shape: Sequence[int] | None, torch: Any) -> tuple[int, ...]:
         if input_shape is not None:
@@ -386,14 +395,15 @@ class TorchModel(Model):
         module = copy.deepcopy(module) if module is _resolve(self.module) else module
         params = self.check_params(params, "params")
         with torch.no_grad():
-            torch.nn.utils.vector_to_parameters(torch.as_tensor(params, dtype=self.dtype), module.parameters())
+            # a copy: vector_to_parameters makes the parameters views of the vector it is given
+            torch.nn.utils.vector_to_parameters(torch.tensor(params, dtype=self.dtype), module.parameters())
         return module.eval()
 
     # -- one block ---------------------------------------------------------------------------
 
     def _load(self, torch: Any, tensors: list[Any], params: np.ndarray) -> None:
         with torch.no_grad():
-            flat = torch.as_tensor(np.asarray(params, dtype=np.float64)).to(self.dtype)
+            flat = torch.tensor(np.asarray(params, dtype=np.float64), dtype=self.dtype)  # never the caller's memory
             torch.nn.utils.vector_to_parameters(flat, tensors)
 
     def _rows(self, torch: Any, X: Any) -> Any:

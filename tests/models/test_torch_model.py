@@ -107,6 +107,14 @@ def test_the_parameter_vector_is_torchs_and_a_float32_module_sums_in_float64() -
     np.testing.assert_allclose(model.decision_function(x, X), out.detach().double().numpy(), rtol=1e-6)
     loss, grad = model.loss_grad_sum(x, X, np.zeros(50))
     assert isinstance(loss, float) and grad.dtype == np.float64
+    double = TorchModel(_double_mlp(3))  # float64 parameters: the module must not share the vector's memory
+    start = double.init_params(1)
+    kept = start.copy()
+    with torch.no_grad():
+        for p in double.to_module(start).parameters():
+            p.add_(1.0)
+    double.loss_grad_sum(start, X[:, :6], np.zeros(50))
+    np.testing.assert_array_equal(start, kept)
     assert model.predict_proba(x, X).shape == (50, 10)
 
 
