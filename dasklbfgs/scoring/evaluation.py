@@ -81,6 +81,8 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
     shard order (a Sandblaster run's), summarised where they are, read from no store."""
     model.check_data(data)
     params = model.check_params(params, "params")
+    if client is not None:
+        model.check_workers(client)  # code the workers import (a torch module's factory), before any task
     parts = PARTS if model.task == "classification" and any(name in RANKING for name in names) else 1
     if client is not None and cached is not None:
         params_future = (client.scatter(params, hash=False) if params.nbytes > INLINE_PARAMS_BYTES

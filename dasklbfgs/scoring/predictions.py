@@ -123,6 +123,7 @@ def write_predictions(model: Model, params: np.ndarray, data: ShardedDataset, ta
     from dasklbfgs.data.shared_paths import workers_not_seeing
     from dasklbfgs.data.worker_writes import results_once_all_ended
 
+    model.check_workers(client)  # code the workers import (a torch module's factory), before anything is written
     with written_atomically(target, overwrite=overwrite, commit=output_format.commit_key,
                             exists_error=OutputExistsError) as open_target:
         where = open_target()

@@ -10,7 +10,7 @@ import cloudpickle
 import numpy as np
 import pytest
 
-from dasklbfgs import ShardedDataset, evaluate, minimize
+from dasklbfgs import ShardedDataset, evaluate, minimize, predict
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError, PartitionError
 from dasklbfgs.models.persist import load_params, save_params
 from tests._torch import TORCH_TESTS, needs_torch, torch
@@ -269,6 +269,11 @@ def test_a_worker_that_cannot_import_the_factory_is_named_before_any_work(client
                                                  r"'client_only_nets'; tcp://.*install what defines it on every "
                                                  r"worker"):
         minimize(model, digits["train"], client=client, maxiter=2)
+    with pytest.raises(ConfigurationError, match=r"worker\(s\) cannot build the factory 'client_only_nets:net'"):
+        evaluate(model, model.init_params(), digits["test"], client=client)
+    with pytest.raises(ConfigurationError, match=r"worker\(s\) cannot build the factory 'client_only_nets:net'"):
+        predict(model, model.init_params(), digits["test"], output=tmp_path / "predictions.zarr", client=client)
+    assert not (tmp_path / "predictions.zarr").exists()
 
 
 def test_the_command_line_and_a_pipeline_name_a_torch_module_by_its_factory(client, digits, tmp_path) -> None:
