@@ -90,11 +90,15 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
     except Exception:
         data = ShardedDataset.create(path, X, (X[:, 0] > 0).astype(np.int64), shard_rows=TINY_ROWS // TINY_PORTIONS,
                                      overwrite=True)
+    from distributed import Client
+
     from dasklbfgs.solvers.sandblaster.direct_calls import call_workers
 
     evaluator = MegaBatchEvaluator(client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS)
     by_tasks = MegaBatchEvaluator(client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS,
                                   direct=False)
+    plain_client = Client(client.scheduler.address)  # as Dask users make one: direct_to_workers left to Dask
+    plain = MegaBatchEvaluator(plain_client, Logistic(TINY_FEATURES), data, portion_rows=TINY_ROWS // TINY_PORTIONS)
     x = np.zeros(TINY_FEATURES + 1)
     workers = sorted(client.scheduler_info()["workers"])
     actors = [client.submit(_Echo, actor=True, workers=[w], pure=False).result() for w in workers]
@@ -104,6 +108,7 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
         return {
             "evaluation_ms": _median_ms(lambda: evaluator.evaluate(x), repeats),
             "evaluation_tasks_ms": _median_ms(lambda: by_tasks.evaluate(x), repeats),
+            "evaluation_plain_client_ms": _median_ms(lambda: plain.evaluate(x), repeats),
             "direct_call_per_worker_ms": _median_ms(
                 lambda: call_workers(client, "bench", evaluator.model, sent, empty, time.perf_counter(), None),
                 repeats),
@@ -116,6 +121,8 @@ def fixed_costs(client: Any, root: Path, repeats: int = 30) -> dict[str, float]:
     finally:
         evaluator.close()
         by_tasks.close()
+        plain.close()
+        plain_client.close()
         del actors
 
 
@@ -140,7 +147,9 @@ def render(e: dict[str, Any], read_pass_s: float) -> list[str]:
         "",
         f"Fixed cost: an evaluation of {TINY_ROWS} x {TINY_FEATURES} rows in {TINY_PORTIONS} portions takes "
         f"**{f['evaluation_ms']:.1f} ms** by direct calls to the workers (the default; "
-        f"{f['evaluation_tasks_ms']:.1f} ms by a task per portion). In the same cluster: one direct call per worker "
+        f"{f['evaluation_tasks_ms']:.1f} ms by a task per portion; "
+        f"{f.get('evaluation_plain_client_ms', float('nan')):.1f} ms from a client made as `Client(address)`, Dask's "
+        "default, whose workers answer a direct call). In the same cluster: one direct call per worker "
         f"with nothing to compute {f['direct_call_per_worker_ms']:.1f} ms (the direct path's floor; the rest is "
         f"asking the scheduler where the shards are and the portions' compute), one task and its result "
         f"{f['one_task_ms']:.1f} ms, one task per worker gathered {f['task_per_worker_ms']:.1f} ms (the task "
