@@ -37,7 +37,8 @@ class _TorchEstimator(ScoredOnTheCluster, ShardedEstimator):
     solver_options
         Any other option of the solver, by its name.
     random_state
-        Seeds the module's initialisation (``torch.manual_seed``) and the batch order.
+        Seeds the module's initialisation (``torch.manual_seed``; a module object keeps its own
+        weights when it is None) and the batch order.
 
     Fitted attributes: ``model_`` (the :class:`~dasklbfgs.models.TorchModel`), ``params_``
     (its parameter vector), ``module_`` (an ``nn.Module`` with the fitted weights),
@@ -61,8 +62,9 @@ class _TorchEstimator(ScoredOnTheCluster, ShardedEstimator):
         return model
 
     def _fit_model(self, model: TorchModel, data: Any) -> None:
-        seed = 0 if self.random_state is None else self.random_state
-        result = self._solve(model, data, x0=model.init_params(seed))
+        # random_state seeds a factory (None: seed 0); a module object starts from its own weights
+        # unless random_state asks for a fresh initialisation
+        result = self._solve(model, data, x0=model.init_params(self.random_state))
         self.model_, self.params_ = model, np.asarray(result.x, dtype=np.float64)
         self.module_ = model.to_module(self.params_)
 

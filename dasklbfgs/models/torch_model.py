@@ -62,7 +62,7 @@ INSTALL_HINT = ("pip install 'dasklbfgs[torch]' (the CPU build: pip install torc
 #: module another is running
 _BUILT: dict[tuple[str, int], Any] = {}
 _BUILT_LOCK = threading.Lock()
-_BUILT_KEPT = 64  # modules a process keeps (8 models on 8 threads)
+_BUILT_KEPT = 16  # modules a process keeps (the oldest go first)
 
 
 def import_torch() -> Any:
@@ -74,8 +74,36 @@ def import_torch() -> Any:
     return torch
 
 
+class _Weightless:
+    """A module object as it travels to the workers: its structure and buffers, with every
+    parameter emptied (a worker loads the parameters with every call anyway), so that the
+    model sent with each evaluation is as small as a factory."""
+
+    def __init__(self, module: Any) -> None:
+        import torch
+
+        self.shapes = [tuple(p.shape) for p in module.parameters()]
+        self.skeleton = copy.deepcopy(module)
+        for parameter in self.skeleton.parameters():
+            parameter.data = torch.empty(0, dtype=parameter.dtype)
+
+    def module(self) -> Any:
+        """A module of the original's structure and buffers; its parameters' values undefined."""
+        import torch
+
+        module = copy.deepcopy(self.skeleton)
+        for parameter, shape in zip(module.parameters(), self.shapes):
+            parameter.data = torch.empty(shape, dtype=parameter.dtype)
+        return module
+
+    def __repr__(self) -> str:
+        return f"<{type(self.skeleton).__name__} without its weights>"
+
+
 def _resolve(module: Any) -> Any:
     """The module object or factory ``module`` names (``"package.module:factory"``)."""
+    if isinstance(module, _Weightless):
+        return module.module()
     if not isinstance(module, str):
         return module
     path, _, attribute = module.partition(":")
@@ -101,18 +129,23 @@ def _import_path(factory: Any) -> str | None:
         return None
 
 
-def _build(spec: Any, torch: Any) -> Any:
-    """An ``nn.Module`` from ``spec``: the module itself, or what calling a factory returns."""
-    module = _resolve(spec)
-    if not isinstance(module, torch.nn.Module):
-        if not callable(module):
-            raise ConfigurationError(f"module must be a torch.nn.Module or a factory of one, got {module!r}")
-        built = module()
-        if not isinstance(built, torch.nn.Module):
-            raise ConfigurationError(f"the module factory {spec!r} returned {type(built).__name__}, not a "
-                                     "torch.nn.Module")
-        module = built
-    return module
+def _build(spec: Any, torch: Any, seed: int = 0) -> Any:
+    """A new ``nn.Module`` from ``spec``: a copy of a module object (one the user holds, or one
+    an import path names: never trained in place), or what calling a factory returns, made under
+    ``torch.manual_seed(seed)``, so that random buffers (not parameters: those are loaded) are
+    the same in every thread and process."""
+    found = _resolve(spec)
+    if isinstance(found, torch.nn.Module):
+        return copy.deepcopy(found)
+    if not callable(found):
+        raise ConfigurationError(f"module must be a torch.nn.Module or a factory of one, got {found!r}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        built = found()
+    if not isinstance(built, torch.nn.Module):
+        raise ConfigurationError(f"the module factory {spec!r} returned {type(built).__name__}, not a "
+                                 "torch.nn.Module")
+    return built
 
 
 def _check_layers(module: Any, torch: Any) -> None:
@@ -134,6 +167,15 @@ def _check_layers(module: Any, torch: Any) -> None:
     if any(layer.sparse for layer in module.modules() if isinstance(layer, torch.nn.Embedding)):
         raise ConfigurationError("nn.Embedding(sparse=True) is not taken yet: build the embedding with "
                                  "sparse=False (its gradient is then dense)")
+
+
+def _prepared(module: Any, torch: Any) -> Any:
+    """``module`` checked, in eval mode, every parameter trainable (a frozen one too: the
+    parameter vector holds them all)."""
+    _check_layers(module, torch)
+    for parameter in module.parameters():
+        parameter.requires_grad_(True)
+    return module.eval()
 
 
 class TorchModel(Model):
@@ -202,7 +244,9 @@ class TorchModel(Model):
         self.block_rows = check_int(block_rows, "block_rows")
         self.threads = check_int(threads, "threads")
         self.token = uuid.uuid4().hex
-        built, params = self._built(torch)
+        built = _prepared(_build(module, torch), torch)  # looked at here, not cached: the workers build theirs
+        self._weightless = _Weightless(built) if isinstance(_resolve(module), torch.nn.Module) else None
+        params = list(built.parameters())
         self.dtype = params[0].dtype
         self.input_shape = self._input_shape(built, input_shape, torch)
         self.n_features = math.prod(self.input_shape)
@@ -248,11 +292,7 @@ class TorchModel(Model):
         torch = torch or import_torch()
         with _BUILT_LOCK:
             if key not in _BUILT:
-                module = _build(self.module, torch)
-                if module is self.module:  # the user's own object: trained on a copy
-                    module = copy.deepcopy(module)
-                _check_layers(module, torch)
-                module.eval()
+                module = _prepared(_build(self.module, torch), torch)
                 while len(_BUILT) >= _BUILT_KEPT:
                     _BUILT.pop(next(iter(_BUILT)))
                 _BUILT[key] = (module, list(module.parameters()))
@@ -271,8 +311,16 @@ class TorchModel(Model):
 
     def __getstate__(self) -> dict[str, Any]:
         # the module is built in each process, under the same token; the penalty's mask is
-        # made where the penalty is (the coordinator), not sent with every call to a worker
-        return {k: v for k, v in self.__dict__.items() if k != "_penalised"}
+        # made where the penalty is (the coordinator), a module object travels without its
+        # weights: neither is sent with every call to a worker
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_penalised", "_weightless")}
+        if self._weightless is not None:
+            state["module"] = self._weightless
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._weightless = None  # already what it is: a module that arrived without its weights
 
     @property
     def penalised(self) -> np.ndarray:
@@ -319,16 +367,13 @@ class TorchModel(Model):
         (``None`` means 0); a module object's own, re-initialised under the seed when one is given."""
         torch = import_torch()
         spec = _resolve(self.module)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0 if seed is None else seed)
-            if isinstance(spec, torch.nn.Module):
-                module = copy.deepcopy(spec)
-                if seed is not None:
-                    for layer in module.modules():
-                        if hasattr(layer, "reset_parameters"):
-                            layer.reset_parameters()
-            else:
-                module = _build(spec, torch)
+        module = _build(spec, torch, 0 if seed is None else seed)
+        if isinstance(spec, torch.nn.Module) and seed is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                for layer in module.modules():
+                    if hasattr(layer, "reset_parameters"):
+                        layer.reset_parameters()
         vector = torch.nn.utils.parameters_to_vector(module.parameters())
         return vector.detach().to(torch.float64).numpy().copy()
 
@@ -347,7 +392,7 @@ class TorchModel(Model):
                 if w is not None:
                     rows = rows * torch.as_tensor(w[block], dtype=rows.dtype)
                 total = rows.sum()
-                parts = torch.autograd.grad(total, tensors)
+                parts = torch.autograd.grad(total, tensors, allow_unused=True, materialize_grads=True)
                 grad += torch.cat([p.reshape(-1) for p in parts]).to(torch.float64).numpy()
                 loss += float(rows.detach().to(torch.float64).sum())
         return loss, grad
@@ -391,8 +436,7 @@ class TorchModel(Model):
     def to_module(self, params: np.ndarray) -> Any:
         """A new ``nn.Module`` with the parameters ``params`` (``result.x``)."""
         torch = import_torch()
-        module = _build(self.module, torch)
-        module = copy.deepcopy(module) if module is _resolve(self.module) else module
+        module = _prepared(_build(self.module, torch), torch)  # the buffers the workers' modules have
         params = self.check_params(params, "params")
         with torch.no_grad():
             # a copy: vector_to_parameters makes the parameters views of the vector it is given
@@ -402,6 +446,9 @@ class TorchModel(Model):
     # -- one block ---------------------------------------------------------------------------
 
     def _load(self, torch: Any, tensors: list[Any], params: np.ndarray) -> None:
+        if np.shape(params) != (self.n_params,):
+            raise ModelDataMismatchError(f"params must have shape ({self.n_params},) for this TorchModel, got "
+                                         f"{np.shape(params)}")
         with torch.no_grad():
             flat = torch.tensor(np.asarray(params, dtype=np.float64), dtype=self.dtype)  # never the caller's memory
             torch.nn.utils.vector_to_parameters(flat, tensors)

@@ -133,6 +133,12 @@ def test_a_model_pickled_to_a_worker_builds_its_module_once_there_and_sums_the_s
     here = model.loss_grad_sum(x, X, y)
     assert same_module and first[0] == second[0] == here[0]
     np.testing.assert_array_equal(first[1], here[1])
+    # a module object travels without its weights (they come with every call): as small as a factory
+    wide = TorchModel(nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.Tanh(), nn.Linear(512, 10)))
+    assert wide.n_params > 38_000 and len(cloudpickle.dumps(wide)) < 8_000
+    x = wide.init_params(None)
+    shipped = client.submit(lambda m, x, X, y: m.loss_grad_sum(x, X, y), wide, x, X, y, pure=False).result()
+    assert shipped[0] == wide.loss_grad_sum(x, X, y)[0]
 
 
 def test_threads_summing_at_once_with_other_parameters_get_each_their_own_sums() -> None:
@@ -354,3 +360,43 @@ def test_the_shipped_torch_workloads_meet_the_contract(factory, input_shape, los
     y = np.zeros(40) if labels is None else rng.integers(0, labels, 40)
     assert model.n_features == features and model.task == ("reconstruction" if labels is None else "classification")
     assert check_model(model, X.astype(np.float32), y, rng.uniform(0.5, 2.0, 40))[-1] == "refuses"
+
+
+class _WithRandomBuffer(nn.Module if TORCH_TESTS else object):  # type: ignore[misc]
+    """A fixed random projection (a buffer, not a parameter) before a linear layer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("projection", torch.randn(6, 6))
+        self.linear = nn.Linear(6, 3)
+        self.frozen = nn.Parameter(torch.ones(3), requires_grad=False)  # trained all the same
+        self.unused = nn.Parameter(torch.zeros(2))  # in no forward pass: its gradient is zero
+
+    def forward(self, x):
+        return self.linear(x @ self.projection) * self.frozen
+
+
+GLOBAL_NET = nn.Linear(6, 3) if TORCH_TESTS else None  # a module object an import path names
+
+
+def test_buffers_frozen_and_unused_parameters_and_modules_named_by_path() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    X, y = np.random.default_rng(3).normal(size=(50, 6)), np.arange(50) % 3
+    model = TorchModel(_WithRandomBuffer, input_shape=(6,))
+    x = model.init_params(2)
+    with ThreadPoolExecutor(2) as pool:  # each thread builds its module: the same random buffer in each
+        sums = list(pool.map(lambda _: model.loss_grad_sum(x, X, y), range(4)))
+    assert all(s[0] == sums[0][0] and np.array_equal(s[1], sums[0][1]) for s in sums)
+    frozen, unused = slice(0, 3), slice(3, 5)  # the module's own parameters come before its layers
+    assert np.all(sums[0][1][frozen] != 0) and np.all(sums[0][1][unused] == 0)
+    outputs = model.to_module(x)(torch.as_tensor(X, dtype=torch.float32)).detach().numpy()
+    np.testing.assert_allclose(outputs, model.decision_function(x, X), rtol=1e-6)
+    with pytest.raises(ModelDataMismatchError, match=r"params must have shape \(26,\) for this TorchModel, got "
+                                                     r"\(27,\)"):
+        model.loss_grad_sum(np.zeros(27), X, y)
+
+    before = [p.detach().clone() for p in GLOBAL_NET.parameters()]
+    named = TorchModel(f"{__name__}:GLOBAL_NET")
+    named.loss_grad_sum(named.init_params(None) + 1.0, X, y)
+    assert all(torch.equal(a, b) for a, b in zip(before, GLOBAL_NET.parameters()))  # never trained in place

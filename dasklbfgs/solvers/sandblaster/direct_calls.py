@@ -42,29 +42,30 @@ DIRECT_UPLOAD_BYTES = 64 * 2**20
 #: ``Client("tcp://...")``) waits for a worker to answer a direct call before its evaluations
 #: go by tasks (:func:`reaches_workers`).
 PROBE_SECONDS = 2.0
-_REACHED: weakref.WeakKeyDictionary[Client, dict[str, bool]] = weakref.WeakKeyDictionary()
+_REACHED: weakref.WeakKeyDictionary[Client, set[str]] = weakref.WeakKeyDictionary()  # workers that answered
 
 
 def reaches_workers(client: Client, workers: list[str]) -> bool:
     """Whether evaluations may call ``workers`` directly. A client says so with
     ``direct_to_workers=True`` (as :func:`dasklbfgs.connect` makes it) and says no with
     ``False`` (workers this process cannot reach). Dask's default, ``None``, leaves the choice:
-    then each worker is asked once, directly, and the calls go direct if all of them answer
-    within ``PROBE_SECONDS`` (the answers are remembered per client)."""
+    then each worker is asked, directly, and the calls go direct if all of them answer within
+    ``PROBE_SECONDS`` (a worker that answered is remembered per client; one that did not is
+    asked again by the next evaluator)."""
     if client.direct_to_workers is not None:
         return bool(client.direct_to_workers)
-    known = _REACHED.setdefault(client, {})
-    unasked = [w for w in workers if w not in known]
-    if unasked:
-        known.update(client.sync(_probe, client, unasked))
-    return all(known[w] for w in workers)
+    reached = _REACHED.setdefault(client, set())
+    unasked = [w for w in workers if w not in reached]
+    if unasked:  # a worker that did not answer is asked again by the next evaluator (it may have been busy)
+        reached.update(w for w, answered in client.sync(_probe, client, unasked).items() if answered)
+    return all(w in reached for w in workers)
 
 
 async def _probe(client: Client, workers: list[str]) -> dict[str, bool]:
     async def answers(worker: str) -> tuple[str, bool]:
         try:
             await asyncio.wait_for(client.rpc(worker).identity(), PROBE_SECONDS)
-        except (TimeoutError, OSError):  # CommClosedError is an OSError
+        except Exception:  # whatever stands at that address and does not answer as a worker: tasks
             return worker, False
         return worker, True
 
