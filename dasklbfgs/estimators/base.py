@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import warnings
 from collections.abc import Iterator
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -17,7 +17,7 @@ from sklearn.utils.validation import _check_sample_weight, validate_data
 from dasklbfgs import errors
 from dasklbfgs._checks import check_int
 from dasklbfgs._fit_stores import temporary_dataset
-from dasklbfgs._post_fit import PostFit, check_rows, computed, partition_rows
+from dasklbfgs._post_fit import PostFit, check_rows, computed, on_the_cluster, partition_rows
 from dasklbfgs.data import ShardedDataset
 from dasklbfgs.data.constructors import unpack_xarray
 from dasklbfgs.data.dask_input import is_dask_collection
@@ -58,6 +58,30 @@ def store_parameters(estimator: BaseEstimator, values: dict[str, Any]) -> None:
     for name, value in values.items():
         if name not in ("self", "__class__"):
             setattr(estimator, name, value)
+
+
+class ModelClassifier:
+    """``predict_proba``, ``predict_log_proba`` and ``predict`` of a classifier whose fitted
+    model gives its outputs: ``_fitted(X)`` returns the model, its parameters and ``X``
+    checked; ``classes_`` maps the model's classes 0..K-1 back to the labels."""
+
+    classes_: np.ndarray
+    if TYPE_CHECKING:  # each classifier's own
+        def _fitted(self, X: Any) -> tuple[Any, np.ndarray, Any]: ...
+
+    @on_the_cluster
+    def predict_proba(self, X: Any) -> np.ndarray:
+        model, params, X = self._fitted(X)
+        return model.predict_proba(params, X)
+
+    @on_the_cluster
+    def predict_log_proba(self, X: Any) -> np.ndarray:
+        return np.log(self.predict_proba(X))
+
+    @on_the_cluster
+    def predict(self, X: Any) -> np.ndarray:
+        model, params, X = self._fitted(X)
+        return self.classes_[model.predict(params, X)]
 
 
 class ShardedEstimator(PostFit, BaseEstimator):

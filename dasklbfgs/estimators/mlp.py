@@ -7,10 +7,11 @@ from typing import Any
 import numpy as np
 from sklearn.base import ClassifierMixin
 
-from dasklbfgs._post_fit import ScoredOnTheCluster, on_the_cluster
+from dasklbfgs._post_fit import ScoredOnTheCluster
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
 from dasklbfgs.estimators.base import (
     REPLICAS,
+    ModelClassifier,
     ShardedEstimator,
     check_number,
     store_parameters,
@@ -18,7 +19,7 @@ from dasklbfgs.estimators.base import (
 from dasklbfgs.models import MLP
 
 
-class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
+class MLPClassifier(ScoredOnTheCluster, ModelClassifier, ClassifierMixin, ShardedEstimator):
     """A multi-layer perceptron classifier (:class:`~dasklbfgs.models.MLP`) trained on Dask.
 
     Names follow scikit-learn's ``MLPClassifier``: it minimises the mean cross-entropy plus
@@ -75,22 +76,8 @@ class MLPClassifier(ScoredOnTheCluster, ClassifierMixin, ShardedEstimator):
         self.best_validation_score_ = max(scored) if scored else None
         return self
 
-    def _params(self, X: Any) -> tuple[MLP, np.ndarray, np.ndarray]:
+    def _fitted(self, X: Any) -> tuple[MLP, np.ndarray, np.ndarray]:
         X = self._checked(X)
         model = self._model(self.n_features_in_, len(self.classes_))
         flat = np.concatenate([a.ravel() for pair in zip(self.coefs_, self.intercepts_) for a in pair])
         return model, flat, X
-
-    @on_the_cluster
-    def predict_proba(self, X: Any) -> np.ndarray:
-        model, params, X = self._params(X)
-        return model.predict_proba(params, X)
-
-    @on_the_cluster
-    def predict_log_proba(self, X: Any) -> np.ndarray:
-        return np.log(self.predict_proba(X))
-
-    @on_the_cluster
-    def predict(self, X: Any) -> np.ndarray:
-        model, params, X = self._params(X)
-        return self.classes_[model.predict(params, X)]

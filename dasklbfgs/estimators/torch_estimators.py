@@ -12,7 +12,7 @@ from sklearn.base import ClassifierMixin, RegressorMixin
 from dasklbfgs._post_fit import ScoredOnTheCluster, on_the_cluster
 from dasklbfgs.data.frame_features import DEFAULT_ONE_HOT_MAX_LEVELS
 from dasklbfgs.errors import ConfigurationError
-from dasklbfgs.estimators.base import REPLICAS, ShardedEstimator, store_parameters
+from dasklbfgs.estimators.base import REPLICAS, ModelClassifier, ShardedEstimator, store_parameters
 from dasklbfgs.models.torch_model import TorchModel
 
 __all__ = ["TorchClassifier", "TorchRegressor"]
@@ -68,11 +68,11 @@ class _TorchEstimator(ScoredOnTheCluster, ShardedEstimator):
         self.model_, self.params_ = model, np.asarray(result.x, dtype=np.float64)
         self.module_ = model.to_module(self.params_)
 
-    def _outputs(self, X: Any) -> tuple[TorchModel, np.ndarray, Any]:
+    def _fitted(self, X: Any) -> tuple[TorchModel, np.ndarray, Any]:
         return self.model_, self.params_, self._checked(X)
 
 
-class TorchClassifier(ClassifierMixin, _TorchEstimator):
+class TorchClassifier(ModelClassifier, ClassifierMixin, _TorchEstimator):
     """A classifier of a torch module: its outputs are the classes' logits (``cross_entropy``,
     one output per class) or one logit (``bce_with_logits``, two classes). Any labels; the
     module sees them as 0..K-1 in sorted order (``classes_``).
@@ -110,20 +110,6 @@ class TorchClassifier(ClassifierMixin, _TorchEstimator):
         self.classes_ = classes
         return self
 
-    @on_the_cluster
-    def predict_proba(self, X: Any) -> np.ndarray:
-        model, params, X = self._outputs(X)
-        return model.predict_proba(params, X)
-
-    @on_the_cluster
-    def predict_log_proba(self, X: Any) -> np.ndarray:
-        return np.log(self.predict_proba(X))
-
-    @on_the_cluster
-    def predict(self, X: Any) -> np.ndarray:
-        model, params, X = self._outputs(X)
-        return self.classes_[model.predict(params, X)]
-
 
 class TorchRegressor(RegressorMixin, _TorchEstimator):
     """A regressor of a torch module with one output per row: ``mse`` (the prediction is the
@@ -151,5 +137,5 @@ class TorchRegressor(RegressorMixin, _TorchEstimator):
 
     @on_the_cluster
     def predict(self, X: Any) -> np.ndarray:
-        model, params, X = self._outputs(X)
+        model, params, X = self._fitted(X)
         return model.predict(params, X)
