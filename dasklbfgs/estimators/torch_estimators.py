@@ -18,7 +18,7 @@ from dasklbfgs.models.torch_model import TorchModel
 __all__ = ["TorchClassifier", "TorchRegressor"]
 
 
-class _TorchEstimator(ScoredOnTheCluster, ShardedEstimator):
+class _TorchEstimator(ShardedEstimator):
     """What the torch estimators share: the model from the parameters, the fit, the outputs.
 
     Parameters
@@ -72,7 +72,7 @@ class _TorchEstimator(ScoredOnTheCluster, ShardedEstimator):
         return self.model_, self.params_, self._checked(X)
 
 
-class TorchClassifier(ModelClassifier, ClassifierMixin, _TorchEstimator):
+class TorchClassifier(ScoredOnTheCluster, ModelClassifier, ClassifierMixin, _TorchEstimator):
     """A classifier of a torch module: its outputs are the classes' logits (``cross_entropy``,
     one output per class) or one logit (``bce_with_logits``, two classes). Any labels; the
     module sees them as 0..K-1 in sorted order (``classes_``).
@@ -111,7 +111,7 @@ class TorchClassifier(ModelClassifier, ClassifierMixin, _TorchEstimator):
         return self
 
 
-class TorchRegressor(RegressorMixin, _TorchEstimator):
+class TorchRegressor(ScoredOnTheCluster, RegressorMixin, _TorchEstimator):
     """A regressor of a torch module with one output per row: ``mse`` (the prediction is the
     output) or ``poisson_nll`` (counts; the prediction is the exponential of the output).
 

@@ -329,6 +329,9 @@ def test_the_estimators_fit_inside_grid_search_and_reach_scikit_learns_least_squ
     fitted = search.best_estimator_
     assert isinstance(fitted.module_, nn.Module) and list(fitted.classes_) == list(labels)
     np.testing.assert_allclose(fitted.predict_proba(X_test).sum(axis=1), 1.0)
+    # a dataset is scored by the workers (ScoredOnTheCluster before scikit-learn's mixin), as the others are
+    on_digits = TorchClassifier(small_cnn, input_shape=(1, 8, 8), max_iter=25).fit(digits["train"])
+    assert on_digits.score(digits["test"]) == pytest.approx(np.mean(on_digits.predict(X_test) == y_test))
 
     X, y = make_regression(n_samples=400, n_features=5, noise=1.0, random_state=0)
     linear = TorchRegressor(lambda: nn.Linear(5, 1).double(), max_iter=200, tol=1e-10, client=client).fit(X, y)
