@@ -463,24 +463,13 @@ class TorchModel(Model):
         rows = self._rows(torch, X)
         out = module(rows)
         target = torch.as_tensor(np.asarray(y))
-        functional = torch.nn.functional
-        if self.loss == "reconstruction_mse":  # the input's own features are the target
-            return ((out.reshape(X.shape[0], -1) - rows.reshape(X.shape[0], -1)) ** 2).sum(dim=1)
-        if self.loss == "cross_entropy":
-            return functional.cross_entropy(out, target.long(), reduction="none")
-        flat = out.reshape(-1) if out.dim() == 2 and out.shape[1] == 1 else out
-        if self.loss == "bce_with_logits":
-            return functional.binary_cross_entropy_with_logits(flat, target.to(flat.dtype), reduction="none")
-        if self.loss == "mse":
-            return (flat - target.to(flat.dtype)) ** 2
-        if self.loss == "poisson_nll":
-            return functional.poisson_nll_loss(flat, target.to(flat.dtype), log_input=True, full=False,
-                                               reduction="none")
-        rows = self.loss(out, target)
-        if rows.shape != (X.shape[0],):
+        if isinstance(self.loss, str):
+            return _named_row_losses(torch, self.loss, out, rows, target)
+        losses = self.loss(out, target)
+        if losses.shape != (X.shape[0],):
             raise ModelDataMismatchError(f"the loss callable must return one loss per row, shape ({X.shape[0]},); "
-                                         f"it returned {tuple(rows.shape)}")
-        return rows
+                                         f"it returned {tuple(losses.shape)}")
+        return losses
 
     # -- data checks -------------------------------------------------------------------------
 
@@ -503,6 +492,25 @@ class TorchModel(Model):
         return {"module": path or self.module, "loss": self.loss, "input_shape": list(self.input_shape),
                 "l2": self.l2, "task": None if isinstance(self.loss, str) else self.task,
                 "block_rows": self.block_rows, "threads": self.threads}
+
+
+def _named_row_losses(torch: Any, loss: str, out: Any, rows: Any, target: Any) -> Any:
+    """The per-row losses of the named ``loss`` (one of :data:`TORCH_LOSSES`) of the module's
+    outputs ``out`` for the input ``rows`` and the labels ``target``."""
+    functional = torch.nn.functional
+    n = rows.shape[0]
+    if loss == "reconstruction_mse":  # the input's own features are the target
+        return ((out.reshape(n, -1) - rows.reshape(n, -1)) ** 2).sum(dim=1)
+    if loss == "cross_entropy":
+        return functional.cross_entropy(out, target.long(), reduction="none")
+    flat = out.reshape(-1) if out.dim() == 2 and out.shape[1] == 1 else out
+    target = target.to(flat.dtype)
+    if loss == "bce_with_logits":
+        return functional.binary_cross_entropy_with_logits(flat, target, reduction="none")
+    if loss == "mse":
+        return (flat - target) ** 2
+    assert loss == "poisson_nll", loss  # TORCH_LOSSES, checked at construction
+    return functional.poisson_nll_loss(flat, target, log_input=True, full=False, reduction="none")
 
 
 def _build_here(model: TorchModel) -> str | None:

@@ -14,6 +14,7 @@ from dasklbfgs import ShardedDataset, evaluate, minimize, predict
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError, PartitionError
 from dasklbfgs.models.persist import load_params, save_params
 from tests._torch import TORCH_TESTS, needs_torch, torch
+from tests.models.test_neural import central_differences
 
 pytestmark = needs_torch
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -47,15 +48,6 @@ def _rows(n: int = 40, features: int = 6, seed: int = 0):
     return rng.normal(size=(n, features)), rng.uniform(0.5, 2.0, size=n)
 
 
-def _central_differences(f, x: np.ndarray, h: float = 1e-6) -> np.ndarray:
-    grad = np.empty_like(x)
-    for j in range(x.size):
-        e = np.zeros_like(x)
-        e[j] = h
-        grad[j] = (f(x + e) - f(x - e)) / (2 * h)
-    return grad
-
-
 def _double_mlp(outputs: int):
     return lambda: nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, outputs)).double()
 
@@ -86,7 +78,7 @@ def test_sums_over_any_split_add_up_to_torchs_objective_and_its_finite_differenc
     rows = (huber if loss == "callable" else reference)(module(torch.as_tensor(X)), torch.as_tensor(y)).detach()
     weights = sum(float((p.detach() ** 2).sum()) for p in module.parameters() if p.dim() == 2)
     assert f == pytest.approx(float((rows * torch.as_tensor(w)).sum()) / w.sum() + 0.05 * weights, rel=1e-12)
-    np.testing.assert_allclose(grad, _central_differences(lambda p: model.objective(p, X, y, w)[0], x),
+    np.testing.assert_allclose(grad, central_differences(lambda p: model.objective(p, X, y, w)[0], x),
                                rtol=1e-6, atol=1e-8)
     # sums over a split of the rows (blocks of 7 inside each) add up to the whole's
     parts = [model.loss_grad_sum(x, X[a:b], y[a:b], w[a:b]) for a, b in ((0, 13), (13, 29), (29, 40))]
