@@ -221,6 +221,18 @@ def _errors():
         (lambda: TorchModel(nn.Linear(6, 3), loss="hinge"), ConfigurationError, r"loss must be one of"),
         (lambda: TorchModel(nn.Linear(6, 1), loss=lambda o, y: o), ConfigurationError,
          r"a callable loss needs task="),
+        (lambda: TorchModel(nn.Sequential(nn.ReLU())), ConfigurationError, r"the torch module has no parameters"),
+        (lambda: TorchModel(nn.Sequential(nn.Linear(6, 4), nn.Linear(4, 2).double())), ConfigurationError,
+         r"the module's parameters mix dtypes \['torch.float32', 'torch.float64'\]; give it one"),
+        (lambda: TorchModel(nn.Sequential(nn.Embedding(10, 3, sparse=True), nn.Flatten(), nn.Linear(3, 2)),
+                            input_shape=(1,)), ConfigurationError, r"nn.Embedding\(sparse=True\) is not taken yet"),
+        (lambda: TorchModel(nn.Linear(6, 3), loss="reconstruction_mse"), ConfigurationError,
+         r"'reconstruction_mse' needs a module with as many outputs per row as its input has features \(6\), "
+         r"this one has 3"),
+        (lambda: TorchModel(nn.Linear(6, 1), loss="mse", task="classification"), ConfigurationError,
+         r"loss 'mse' is for regression, not task='classification'"),
+        (lambda: TorchModel(nn.Sequential(nn.Linear(6, 4), nn.Unflatten(1, (2, 2)))), ConfigurationError,
+         r"must return \(rows, outputs\) or \(rows,\); on input \(1, 6\) it returned shape \(1, 2, 2\)"),
     ]
 
 
