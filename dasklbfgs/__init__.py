@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         EASGDOptions,
         GossipOptions,
         NeighbourOptions,
+        NewtonSolverOptions,
         Result,
         SandblasterOptions,
         SyncOptions,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
         minimize,
         neighbour_sgd,
         sandblaster_lbfgs,
+        sandblaster_newton,
         solver_names,
         sync_sgd,
     )
@@ -43,8 +45,9 @@ if TYPE_CHECKING:
 __all__ = [
     # solvers and their options
     "minimize", "solver_names", "Result", "Status",
-    "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd",
-    "SandblasterOptions", "DownpourOptions", "SyncOptions", "EASGDOptions", "GossipOptions", "NeighbourOptions",
+    "sandblaster_lbfgs", "sandblaster_newton", "downpour_sgd", "sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd",
+    "SandblasterOptions", "NewtonSolverOptions", "DownpourOptions", "SyncOptions", "EASGDOptions", "GossipOptions",
+    "NeighbourOptions",
     # models, data, cluster
     "LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM",
     "ShardedDataset", "make_dataset", "connect", "errors",
@@ -54,8 +57,9 @@ __all__ = [
     "cached", "regularization_path", "cross_validated_path",
 ]
 
-_SOLVER_NAMES = ("minimize", "solver_names", "Result", "sandblaster_lbfgs", "downpour_sgd", "sync_sgd", "easgd",
-                 "gossip_sgd", "neighbour_sgd", "SandblasterOptions", "DownpourOptions", "SyncOptions",
+_SOLVER_NAMES = ("minimize", "solver_names", "Result", "sandblaster_lbfgs", "sandblaster_newton", "downpour_sgd",
+                 "sync_sgd", "easgd", "gossip_sgd", "neighbour_sgd", "SandblasterOptions", "NewtonSolverOptions",
+                 "DownpourOptions", "SyncOptions",
                  "EASGDOptions", "GossipOptions", "NeighbourOptions")
 _MODEL_NAMES = ("LeastSquares", "Logistic", "Softmax", "MLP", "SparseAutoencoder", "LocalAutoencoder", "EmbeddingLM")
 

@@ -33,6 +33,7 @@ __all__ = [
     "DaskLBFGSWarning",
     "PerformanceWarning",
     "ConvergenceWarning",
+    "CollinearityWarning",
 ]
 
 
@@ -139,6 +140,13 @@ class ConvergenceWarning(DaskLBFGSWarning):
     """A replica method's run ended without success (it made no progress on its start, or
     diverged): the result is returned, ``result.success`` is False and the message says
     what happened and what to change. The estimators turn it into scikit-learn's."""
+
+
+class CollinearityWarning(DaskLBFGSWarning):
+    """The Hessian of an unpenalised model is singular at the start of a Newton run: some
+    columns are linear combinations of others (or hold no value), so their coefficients are
+    not unique. The warning names them; the run takes the least-squares step (statsmodels'
+    pseudo-inverse) and goes on."""
 
 
 class MetricsWarning(DaskLBFGSWarning):

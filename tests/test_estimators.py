@@ -271,7 +271,7 @@ def test_not_converging_warns(client) -> None:
     ("estimator", "match"),
     [
         (LogisticRegression(solver="lbfgs"),
-         r"solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), "
+         r"solver must be one of \('sandblaster', 'newton', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), "
          r"got 'lbfgs'"),
         (LogisticRegression(C=0), r"C must be a positive number, got 0"),
         (LogisticRegression(max_iter=0), r"max_iter must be an integer >= 1, got 0"),

@@ -168,7 +168,8 @@ BASE = {"pipeline": {"name": "p"}, "data": {"recipe": "wine"}, "model": {"name":
         ({"model": {}}, r"model.name is required"),
         ({"data": {"recipe": "wine", "train": "x"}}, r"exactly one of data.recipe .* or data.train"),
         ({"train": {"solver": "adam"}},
-         r"train.solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), "
+         r"train.solver must be one of \('sandblaster', 'newton', 'downpour', 'sync', 'easgd', 'gossip', "
+         r"'neighbours'\), "
          r"got 'adam'"),
         ({"model": [1]}, r"section 'model' must be a mapping, got list"),
         ({"data": {"train": "x", "path": "y"}}, r"data.path is where a recipe's datasets are written; it needs"),

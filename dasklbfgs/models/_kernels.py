@@ -213,3 +213,35 @@ def softmax_rows(z: np.ndarray) -> np.ndarray:
     z = z - z.max(axis=1, keepdims=True)
     p = np.exp(z)
     return p / p.sum(axis=1, keepdims=True)
+
+
+# -- curvatures: per row, the second derivative of a link's loss in z (the Newton procedure) --
+
+def logistic_curvature(z: np.ndarray) -> np.ndarray:
+    """``sigmoid(z) (1 - sigmoid(z)) = e^-|z| / (1 + e^-|z|)^2``: no overflow."""
+    e = np.exp(-np.abs(np.asarray(z, dtype=np.float64)))
+    return e / (1.0 + e) ** 2
+
+
+def tweedie_curvature(z: np.ndarray, y: np.ndarray, *, power: float) -> np.ndarray:
+    """:func:`tweedie_link`'s: ``(2 - p) mu^(2 - p) - (1 - p) y mu^(1 - p)`` (``e^z`` for
+    Poisson, ``y e^-z`` for Gamma); never negative for ``1 <= p <= 2`` and ``y >= 0``."""
+    z = np.asarray(z, dtype=np.float64)
+    if power == 1.0:
+        return np.exp(z)
+    if power == 2.0:
+        return y * np.exp(-z)
+    return (2.0 - power) * np.exp((2.0 - power) * z) - (1.0 - power) * y * np.exp((1.0 - power) * z)
+
+
+def negative_binomial_curvature(z: np.ndarray, y: np.ndarray, *, dispersion: float) -> np.ndarray:
+    """:func:`negative_binomial_link`'s: ``mu (1 + a y) / (1 + a mu)^2``; with ``t = z + log a``
+    (``a mu = e^t``) that is ``(1 + a y) / a * sigmoid(t) sigmoid(-t)``: no overflow."""
+    t = np.asarray(z, dtype=np.float64) + math.log(dispersion)
+    return (1.0 + dispersion * y) / dispersion * logistic_curvature(t)
+
+
+def gamma_inverse_curvature(z: np.ndarray) -> np.ndarray:
+    """:func:`gamma_inverse_link`'s: ``1 / z^2``."""
+    z = np.asarray(z, dtype=np.float64)
+    return 1.0 / (z * z)

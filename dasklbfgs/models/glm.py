@@ -23,9 +23,12 @@ import numpy as np
 from dasklbfgs._typing import Dataset
 from dasklbfgs.errors import ConfigurationError, ModelDataMismatchError
 from dasklbfgs.models._kernels import (
+    gamma_inverse_curvature,
     gamma_inverse_link,
+    negative_binomial_curvature,
     negative_binomial_dispersion_link,
     negative_binomial_link,
+    tweedie_curvature,
     tweedie_link,
 )
 from dasklbfgs.models.base import first_bad_label
@@ -167,6 +170,9 @@ class Tweedie(_MeanRegression):
     def link(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> tuple[float, np.ndarray]:
         return tweedie_link(z, y, w, power=self.power)
 
+    def curvature(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return tweedie_curvature(z, y, power=self.power)
+
     def _check_labels(self, data: Dataset) -> None:
         low, _ = data.label_range
         if self.power >= 2 and low <= 0:
@@ -259,6 +265,11 @@ class Gamma(_OnePower):
             return gamma_inverse_link(z, y, w)
         return super().link(z, y, w)
 
+    def curvature(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if self.link_name == "inverse":
+            return gamma_inverse_curvature(z)
+        return super().curvature(z, y)
+
     def mean_of(self, z: np.ndarray) -> np.ndarray:
         """``exp(z)``, or ``1 / z`` with the inverse link."""
         return 1.0 / z if self.link_name == "inverse" else super().mean_of(z)
@@ -326,6 +337,12 @@ class NegativeBinomial(EstimatedNuisance, _MeanRegression):
     def link_and_derivative(self, z: np.ndarray, y: np.ndarray, w: np.ndarray | None, value: float
                             ) -> tuple[float, np.ndarray, float]:
         return negative_binomial_dispersion_link(z, y, w, dispersion=value)
+
+    def curvature(self, z: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """At the fixed dispersion; None when it is estimated (a parameter the Hessian does not cover)."""
+        if self.dispersion is None:
+            return None
+        return negative_binomial_curvature(z, y, dispersion=self.dispersion)
 
     def _check_labels(self, data: Dataset) -> None:
         self._refuse_negative_labels(data)

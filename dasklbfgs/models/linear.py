@@ -31,9 +31,17 @@ from dasklbfgs._checks import check_int
 from dasklbfgs._typing import Dataset, is_sparse
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.models import schema
-from dasklbfgs.models._kernels import block_rows, logistic_link, softmax_link, squared_link
+from dasklbfgs.models._kernels import (
+    block_rows,
+    logistic_curvature,
+    logistic_link,
+    softmax_link,
+    softmax_rows,
+    squared_link,
+)
 from dasklbfgs.models.base import Model, Scored, SoftmaxOutput, check_l2
 from dasklbfgs.models.compact_rows import CompactColumns
+from dasklbfgs.models.gram import weighted_gram
 from dasklbfgs.models.sums import SparseSum, index_dtype
 from dasklbfgs.optim.vectors import add_scaled
 
@@ -358,6 +366,39 @@ class LinearModel(Model):
         weights[: self.n_coef] = self.l1
         return weights
 
+    # -- second order: the Newton procedure ----------------------------------------------
+
+    def curvature(self, z: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+        """Per row, the second derivative of the loss in the decision value at ``z`` against
+        labels ``y`` (float64, unweighted); None: the model has none (a scale or dispersion
+        estimated beside the coefficients), and Newton's method is refused for it."""
+        return None
+
+    @property
+    def has_hessian(self) -> bool:
+        """Whether :meth:`hessian_sum` is defined (Newton's method trains the model)."""
+        return self.n_extra == 0 and type(self).curvature is not LinearModel.curvature
+
+    def hessian_sum(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+                    offset: np.ndarray | None = None) -> np.ndarray:
+        """Sum over the rows of the loss's Hessian in the parameters, weighted as
+        :meth:`loss_grad_sum` (no penalty): ``Xa^T diag(w h) Xa``, ``h`` the rows'
+        :meth:`curvature` and ``Xa`` the rows with a column of ones for the intercept
+        (:func:`~dasklbfgs.models.gram.weighted_gram`), ``n_params`` square."""
+        X = X.to_csr() if isinstance(X, CompactColumns) else X
+        y = np.asarray(y, dtype=np.float64)
+        h = self.curvature(np.asarray(self.decision_function(params, X, offset), dtype=np.float64), y)
+        if h is None:
+            raise TypeError(f"{self!r} has no Hessian (has_hessian is False)")
+        weights = self.row_weights(y, w)
+        return weighted_gram(X, h if weights is None else h * weights, self.fit_intercept)
+
+    def penalty_curvature(self) -> np.ndarray:
+        """The diagonal of the penalty's Hessian: ``l2`` on the coefficients, 0 elsewhere."""
+        diagonal = np.zeros(self.n_params)
+        diagonal[: self.n_coef] = self.l2
+        return diagonal
+
     # -- prediction -----------------------------------------------------------------------
 
     def decision_function(self, params: np.ndarray, X: Any, offset: np.ndarray | None = None) -> np.ndarray:
@@ -417,6 +458,10 @@ class LeastSquares(LinearModel):
     def predict(self, params: np.ndarray, X: np.ndarray, offset: np.ndarray | None = None) -> np.ndarray:
         return self.decision_function(params, X, offset)
 
+    def curvature(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """1 a row: the Hessian is the weighted Gram matrix itself."""
+        return np.ones_like(z)
+
 
 class Logistic(LinearModel):
     """Binary logistic regression, labels 0/1: per-sample loss log(1 + e^z) - y z."""
@@ -453,6 +498,10 @@ class Logistic(LinearModel):
         np.subtract(1.0, proba[:, 1], out=proba[:, 0])
         return proba, (z > 0).astype(np.int64)
 
+    def curvature(self, z: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """``p (1 - p)``, ``p = sigmoid(z)``."""
+        return logistic_curvature(z)
+
     def _check_labels(self, data: Dataset) -> None:
         self._check_class_labels(data, 2)
 
@@ -486,6 +535,31 @@ class Softmax(SoftmaxOutput, LinearModel):
     @property
     def n_classes(self) -> int:
         return self.n_outputs
+
+    @property
+    def has_hessian(self) -> bool:
+        return True
+
+    def hessian_sum(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+                    offset: np.ndarray | None = None) -> np.ndarray:
+        """Per pair of classes ``(k, l)``, ``Xa^T diag(w p_k (delta_kl - p_l)) Xa``, laid out as the
+        parameters are (feature-major, the intercepts as a last feature). Without a penalty the
+        matrix is singular: adding one number to every class's scores changes nothing."""
+        X = X.to_csr() if isinstance(X, CompactColumns) else X
+        p = softmax_rows(np.asarray(self.decision_function(params, X), dtype=np.float64))
+        weights = self.row_weights(y, w)
+        weights = np.ones(p.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)
+        K, m = self.n_outputs, self.n_features + (1 if self.fit_intercept else 0)
+        hessian = np.empty((m, K, m, K))
+        for k in range(K):
+            for other in range(k, K):
+                h = -p[:, k] * p[:, other]
+                if other == k:
+                    h += p[:, k]
+                gram = weighted_gram(X, weights * h, self.fit_intercept)
+                hessian[:, k, :, other] = gram
+                hessian[:, other, :, k] = gram
+        return hessian.reshape(m * K, m * K)
 
     def _config(self) -> dict[str, Any]:
         return {"n_features": self.n_features, "n_classes": self.n_classes, **{

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import partial
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
 
@@ -167,11 +167,43 @@ def lbfgs_minimize(
                           started=started)
 
 
-def run_iterations(space: Any, state: LBFGSState, opts: LBFGSOptions,
-                   iterate: Callable[[Any, LBFGSState, LBFGSOptions], tuple[Status, str] | None], *,
+class IterationState(Protocol):
+    """What :func:`run_iterations` reads and keeps of a run's state (:class:`LBFGSState`, the
+    Newton method's :class:`~dasklbfgs.optim.newton.NewtonState`)."""
+
+    f: float
+    nit: int
+    nfev: int
+    previous_f: float
+    last_step: float
+    history: list[dict[str, Any]]
+
+
+class StoppingRules(Protocol):
+    """The options the shared stopping rules read (:class:`LBFGSOptions`, the Newton method's)."""
+
+    @property
+    def gtol(self) -> float: ...
+
+    @property
+    def ftol(self) -> float: ...
+
+    @property
+    def maxiter(self) -> int: ...
+
+    @property
+    def maxfun(self) -> int: ...
+
+
+S = TypeVar("S", bound=IterationState)
+O = TypeVar("O", bound=StoppingRules)
+
+
+def run_iterations(space: Any, state: S, opts: O,
+                   iterate: Callable[[Any, S, O], tuple[Status, str] | None], *,
                    callback: Callable[[OptimizeResult], Any] | None = None,
-                   on_iteration: Callable[[LBFGSState], str | None] | None = None,
-                   started: float | None = None) -> tuple[OptimizeResult, LBFGSState]:
+                   on_iteration: Callable[[S], str | None] | None = None,
+                   started: float | None = None) -> tuple[OptimizeResult, S]:
     """The loop every quasi-Newton method here shares: ``iterate`` until it or the stopping
     rules say stop, with the history, callbacks and the scipy-style result.
 
@@ -294,13 +326,13 @@ class LocalSpace(LocalVectors):
         return self._g.copy()
 
 
-def _check_gradient(space: Any, opts: LBFGSOptions):
+def _check_gradient(space: Any, opts: StoppingRules):
     if space.gmax() <= opts.gtol:
         return Status.CONVERGED, MSG_GTOL
     return None, ""
 
 
-def _check_convergence(space: Any, state: LBFGSState, opts: LBFGSOptions):
+def _check_convergence(space: Any, state: IterationState, opts: StoppingRules):
     f_old, f_new = state.previous_f, state.f
     if (f_old - f_new) <= opts.ftol * max(abs(f_old), abs(f_new), 1.0):
         return Status.CONVERGED, MSG_FTOL
@@ -317,7 +349,7 @@ def inverse_hessian_scale(basis: GramMatrix) -> float | None:
     return float(gram[k - 1, 2 * k - 1] / gram[2 * k - 1, 2 * k - 1])
 
 
-def check_limits(state: LBFGSState, opts: LBFGSOptions) -> tuple[Status, str] | None:
+def check_limits(state: IterationState, opts: StoppingRules) -> tuple[Status, str] | None:
     """``(LIMIT, message)`` once the iterations or evaluations are used up."""
     if state.nit >= opts.maxiter:
         return Status.LIMIT, MSG_MAXITER

@@ -17,9 +17,9 @@ import numpy as np
 
 from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data.rows import Rows, aligned_rows
+from dasklbfgs.models.gram import weighted_gram
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
 from dasklbfgs.scoring.glm_family import Family, family_of
-from dasklbfgs.scoring.information_matrix import information
 from dasklbfgs.scoring.summaries import Moments
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def shard_sums(model: LinearModel, params: np.ndarray, X: Any, y: np.ndarray, w:
     family = family_of(model)
     y, z, mu, weight = _predicted(model, family, params, X, y, w, offset)
     loglike = family.unit_loglike(y, z, mu)
-    return Sums(int(y.shape[0]), information(X, weight * family.working_weights(mu), model.fit_intercept),
+    return Sums(int(y.shape[0]), weighted_gram(X, weight * family.working_weights(mu), model.fit_intercept),
                 Moments.of(y, weight), float(weight @ family.label_terms(y)),
                 float(weight @ family.unit_deviance(y, z, mu)),
                 float(weight @ ((y - mu) ** 2 / family.variance(mu))),

@@ -1,54 +1,26 @@
-"""The Fisher information of a linear GLM's parameters, ``Xa^T diag(weights) Xa`` of a block
-of rows (:func:`information`), the diagonal of its inverse and its rank
+"""The Fisher information of a linear GLM's parameters (``Xa^T diag(weights) Xa``,
+:func:`~dasklbfgs.models.gram.weighted_gram`): the diagonal of its inverse and its rank
 (:func:`inverse_diagonal`), and the size :func:`~dasklbfgs.scoring.inference.inference`
 allows it (:func:`check_width`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dasklbfgs._format import human_bytes
-from dasklbfgs._typing import is_sparse
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.scoring.glm_family import EPS
 
 if TYPE_CHECKING:
     from dasklbfgs.models.linear import LinearModel
 
-__all__ = ["BLOCK_BYTES", "INFORMATION_LIMIT_BYTES", "check_width", "information", "inverse_diagonal"]
+__all__ = ["INFORMATION_LIMIT_BYTES", "check_width", "inverse_diagonal"]
 
 #: the largest information matrix (``n_params^2`` float64) :func:`inference` forms: each task
 #: holds one, and this process one and its factor
 INFORMATION_LIMIT_BYTES = 2 * 2**30
-
-#: rows of a dense shard multiplied at once for its information matrix (float64 copies of them)
-BLOCK_BYTES = 32 * 2**20
-
-
-def information(X: Any, weights: np.ndarray, intercept: bool) -> np.ndarray:
-    """``Xa^T diag(weights) Xa``, ``Xa`` being ``X`` with a column of ones appended when
-    ``intercept`` (last, as in the parameters), in float64: a sparse ``X`` by sparse products
-    (the ``d x d`` result densified), a dense one a block of rows at a time."""
-    d = X.shape[1]
-    if is_sparse(X):
-        X = X.tocsr()
-        gram = np.asarray((X.T @ X.multiply(weights[:, None]).tocsr()).toarray(), dtype=np.float64)
-        column = np.asarray(X.T @ weights, dtype=np.float64)
-    else:
-        gram, column = np.zeros((d, d)), np.zeros(d)
-        step = max(1, BLOCK_BYTES // (8 * max(d, 1)))
-        for start in range(0, X.shape[0], step):
-            block = np.asarray(X[start : start + step], dtype=np.float64)
-            scaled = block * weights[start : start + step, None]
-            gram += block.T @ scaled
-            column += scaled.sum(axis=0)
-    if not intercept:
-        return gram
-    full = np.empty((d + 1, d + 1))
-    full[:d, :d], full[:d, d], full[d, :d], full[d, d] = gram, column, column, weights.sum()
-    return full
 
 
 def inverse_diagonal(information: np.ndarray) -> tuple[np.ndarray, int]:

@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 from dasklbfgs._lazy import lazy_exports
 
 # Imported in registration order (the order front ends list the solvers in).
-from dasklbfgs.solvers.sandblaster import SandblasterOptions, sandblaster_lbfgs  # isort: skip
+from dasklbfgs.solvers.sandblaster import (  # isort: skip
+    NewtonSolverOptions, SandblasterOptions, sandblaster_lbfgs, sandblaster_newton,
+)
 from dasklbfgs.solvers.downpour import DownpourOptions, downpour_sgd  # isort: skip
 from dasklbfgs.solvers.peers import (  # isort: skip
     EASGDOptions, GossipOptions, NeighbourOptions, SyncOptions, easgd, gossip_sgd, neighbour_sgd, sync_sgd,
@@ -28,9 +30,10 @@ if TYPE_CHECKING:
     from dasklbfgs.solvers.result import Result
 
 __all__ = [
-    "DownpourOptions", "EASGDOptions", "Result", "GossipOptions", "NeighbourOptions", "SandblasterOptions", "Solver",
-    "SyncOptions", "connect", "downpour_sgd", "easgd", "get_solver", "gossip_sgd", "minimize", "neighbour_sgd",
-    "options_table", "register", "sandblaster_lbfgs", "solver_names", "sync_sgd",
+    "DownpourOptions", "EASGDOptions", "Result", "GossipOptions", "NeighbourOptions", "NewtonSolverOptions",
+    "SandblasterOptions", "Solver", "SyncOptions", "connect", "downpour_sgd", "easgd", "get_solver", "gossip_sgd",
+    "minimize", "neighbour_sgd", "options_table", "register", "sandblaster_lbfgs", "sandblaster_newton",
+    "solver_names", "sync_sgd",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, {"Result": "dasklbfgs.solvers.result"})

@@ -61,7 +61,7 @@ def test_the_help_lists_the_exit_codes() -> None:
     (["data", "mak", "logistic", "p"], "dasklbfgs data: error: unknown command 'mak'; did you mean 'make'?"),
     (["train", "--data", "d", "--solver", "sandblastr"],
      "dasklbfgs train: error: argument --solver: invalid choice: 'sandblastr'; did you mean 'sandblaster'? "
-     "(choose from 'sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours')"),
+     "(choose from 'sandblaster', 'newton', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours')"),
 ])
 def test_an_unknown_flag_is_one_line_with_the_closest_flag(capsys, argv, message) -> None:
     with pytest.raises(SystemExit) as stopped:

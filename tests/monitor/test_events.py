@@ -40,7 +40,8 @@ def test_every_logged_step_reaches_the_scheduler(client, datasets, solver) -> No
     """One event per history entry (iteration or progress poll), plus the replica methods'
     final one: none refused by Dask's serialization on the way. Every solver's result has
     one shape, and its callback sees each entry with the parameters."""
-    options = {"maxiter": 5} if solver == "sandblaster" else {"epochs": 2, "batch_size": 20, "poll_interval": 0.01}
+    batch = get_solver(solver).unit == "iteration"  # Sandblaster's procedures, L-BFGS's and Newton's
+    options = {"maxiter": 5} if batch else {"epochs": 2, "batch_size": 20, "poll_interval": 0.01}
     seen = []
     result = minimize(Softmax(8, 3), datasets["multinomial"], solver, client=client,
                       callback=lambda intermediate: seen.append((intermediate, intermediate.x)), **options)

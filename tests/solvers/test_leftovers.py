@@ -18,7 +18,7 @@ from dasklbfgs.solvers.registry import solver_names
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-SHORT = {"sandblaster": {"maxiter": 3}}  # the replica methods: one epoch
+SHORT = {"sandblaster": {"maxiter": 3}, "newton": {"maxiter": 3}}  # the replica methods: one epoch
 # Every solver, plus Sandblaster with its L-BFGS vectors on parameter-shard actors.
 CASES = [(name, SHORT.get(name, {"epochs": 1, "batch_size": 64})) for name in solver_names()] + [
     ("sandblaster", {"maxiter": 3, "state": "sharded"})]

@@ -90,7 +90,8 @@ def test_every_option_reaches_the_api_the_cli_and_yaml(solver, name, default, sp
 def test_the_solver_functions_have_the_options_as_keyword_arguments() -> None:
     for solver in solver_names():
         module = __import__("dasklbfgs", fromlist=["x"])
-        function = {"sandblaster": "sandblaster_lbfgs", "downpour": "downpour_sgd", "sync": "sync_sgd",
+        function = {"sandblaster": "sandblaster_lbfgs", "newton": "sandblaster_newton",
+                    "downpour": "downpour_sgd", "sync": "sync_sgd",
                     "easgd": "easgd", "gossip": "gossip_sgd", "neighbours": "neighbour_sgd"}[solver]
         parameters = inspect.signature(getattr(module, function)).parameters
         for name, default, _ in get_solver(solver).options.items():
@@ -134,7 +135,8 @@ def test_older_spellings_still_work() -> None:
     (lambda: DownpourOptions.from_mapping({"replicas": 2, "n_replicas": 3}), ConfigurationError,
      r"option n_replicas given twice"),
     (lambda: minimize(None, None, "lbfgs"), ConfigurationError,
-     r"solver must be one of \('sandblaster', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), got 'lbfgs'"),
+     r"solver must be one of \('sandblaster', 'newton', 'downpour', 'sync', 'easgd', 'gossip', 'neighbours'\), "
+     r"got 'lbfgs'"),
     (lambda: minimize(None, None, "sync", DownpourOptions()), ConfigurationError,
      r"options for solver 'sync' must be SyncOptions, got DownpourOptions"),
     (lambda: minimize(None, None, "sync", [1]), ConfigurationError,
@@ -195,5 +197,5 @@ def test_the_peers_refuse_a_model_with_l1_even_with_ftrl(name) -> None:
     with pytest.raises(ConfigurationError, match=rf"solver '{name}' does not minimise an l1 penalty, and "
                        r"Logistic\(.*\) "
                        r"has one; train it with another solver or set l1=0 \(l1 is minimised by solver 'sandblaster' "
-                       r"or 'downpour' with optimizer='ftrl'\)"):
+                       r"or 'newton' or 'downpour' with optimizer='ftrl'\)"):
         minimize(Logistic(3, l1=0.1), "no-data-needed", name, optimizer="ftrl")

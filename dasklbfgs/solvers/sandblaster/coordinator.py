@@ -17,7 +17,6 @@ import numpy as np
 from distributed import Client
 from scipy.optimize import OptimizeResult
 
-from dasklbfgs._format import human_bytes
 from dasklbfgs.checkpoint_store import checkpoint_exists
 from dasklbfgs.data.location import Location
 from dasklbfgs.errors import ConfigurationError, NonFiniteObjectiveError
@@ -40,7 +39,7 @@ from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     save_state,
 )
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
-from dasklbfgs.solvers.sandblaster.portions import shards_fit
+from dasklbfgs.solvers.sandblaster.shard_cache import choose_cache
 from dasklbfgs.solvers.sandblaster.shard_passes import column_moments_by_shard, online_start, read_positions_by_shard
 from dasklbfgs.solvers.sandblaster.sharded_space import ShardedSpace
 from dasklbfgs.solvers.sandblaster.standardize import Standardizer, combine_moments
@@ -129,7 +128,7 @@ class SandblasterRun:
         self.context.start_cadences(0 if self.saved is None else self.saved.nit)
         if self.partitioned is not None:
             self.replicas = PartitionedReplicas(client, self.partitioned, started)
-        cache = self._cache(client)
+        cache = choose_cache(client, self.options.cache, self.dataset, self.context.cached)
         given = self.context.cached  # dasklbfgs.cached(...): the shards are in the workers' memory already
         self.evaluator = MegaBatchEvaluator(client, self.model, self.dataset, portion_rows=opts.portion_rows,
                                             backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
@@ -165,18 +164,6 @@ class SandblasterRun:
         assert self.replicas is not None, "set as the evaluator's on_restart only with partitioned replicas"
         self.replicas.recover()
         self.evaluator.portion_model = self.replicas.portion_model
-
-    def _cache(self, client: Client) -> bool:
-        if isinstance(self.options.cache, bool):  # else "auto" (the option's kind allows no other value)
-            return self.options.cache
-        if self.context.cached is not None:  # cached already: nothing to decide
-            return True
-        limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-        cache = shards_fit(self.dataset.nbytes_in_memory, limits)
-        logger.info("%s the dataset (%s in memory; worker memory limits %s)", "caching" if cache else "streaming",
-                    human_bytes(self.dataset.nbytes_in_memory),
-                    ", ".join(human_bytes(n) if n else "none" for n in limits))
-        return cache
 
     def _minimize(self, client: Client) -> OptimizeResult:
         opts = self.options

@@ -56,7 +56,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from distributed import Client, Future
@@ -64,7 +64,6 @@ from distributed import Client, Future
 from dasklbfgs._typing import Dataset
 from dasklbfgs._wire import INLINE_PARAMS_BYTES
 from dasklbfgs.errors import WorkerLostError
-from dasklbfgs.models.base import Model
 from dasklbfgs.models.sums import reduce_in_blocks
 from dasklbfgs.solvers.sandblaster.active import ActiveParameters
 from dasklbfgs.solvers.sandblaster.collection import Collection, EvaluationLost
@@ -76,9 +75,23 @@ from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
 
-__all__ = ["EvaluatorStats", "MegaBatchEvaluator"]
+__all__ = ["EvaluatorStats", "MegaBatchEvaluator", "PortionModel"]
 
 GATHER_TIMEOUT_SECONDS = 5.0
+
+
+class PortionModel(Protocol):
+    """What an evaluation asks of the model its portions compute with: a
+    :class:`~dasklbfgs.models.base.Model`, or Newton's
+    :class:`~dasklbfgs.models.second_order.WithHessian` around one."""
+
+    @property
+    def n_params(self) -> int: ...
+
+    def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+                              offset: np.ndarray | None = None) -> tuple[float, Any]: ...
+
+    def compact_positions(self, X: Any) -> np.ndarray | None: ...
 
 
 @dataclass
@@ -131,7 +144,7 @@ class MegaBatchEvaluator:
     def __init__(
         self,
         client: Client,
-        model: Model,
+        model: PortionModel,
         data: Dataset,
         *,
         portion_rows: int | None = None,

@@ -1,4 +1,5 @@
-"""Sandblaster L-BFGS's options: the L-BFGS limits plus how the mega-batch is computed."""
+"""The options of Sandblaster's procedures: how the mega-batch is computed (:class:`MegaBatchOptions`),
+with L-BFGS's limits (:class:`SandblasterOptions`) or Newton's (:class:`NewtonSolverOptions`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import ClassVar
 
 from dasklbfgs.errors import ConfigurationError
 from dasklbfgs.optim.lbfgs import LBFGSOptions
-from dasklbfgs.options import PlannedWork, option, override
+from dasklbfgs.optim.newton import NewtonOptions
+from dasklbfgs.options import Options, PlannedWork, option, override
 from dasklbfgs.solvers.common_options import (
     CheckpointOptions,
     HeldOutOptions,
@@ -17,12 +19,30 @@ from dasklbfgs.solvers.common_options import (
 )
 from dasklbfgs.solvers.sandblaster.portions import DEFAULT_PORTIONS
 
-__all__ = ["SandblasterOptions"]
+__all__ = ["MegaBatchOptions", "NewtonSolverOptions", "SandblasterOptions"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOptions, HeldOutOptions, RunNameOptions,
-                         LBFGSOptions):
+class MegaBatchOptions(Options):
+    """How a Sandblaster procedure's evaluations are computed: the portions, their backups and
+    the cached shards (L-BFGS's and Newton's alike)."""
+
+    portion_rows: int | None = option(
+        None, "rows per portion, the unit of work of one task", "int", minimum=1, nullable=True,
+        none_means=f"the data cut into about {DEFAULT_PORTIONS} portions of at most a shard (streaming: one "
+        "per shard), whatever the cluster, so the bits are too")
+    backup_tasks: bool = option(True, "copy the outstanding portions of straggling workers to idle ones and "
+                                "take the first result", "bool")
+    backup_slack: float = option(1.5, "a worker is a straggler when it progresses this many times slower than "
+                                 "the fastest finished one", "float", minimum=1)
+    cache: bool | str = option("auto", "keep shards in worker memory (True), stream them from Zarr every "
+                               "evaluation (False), or cache when they fit in half the workers' memory "
+                               "('auto')", "bool_or_auto")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandblasterOptions(MegaBatchOptions, ModelPartitionOptions, CheckpointOptions, ParamShardOptions,
+                         HeldOutOptions, RunNameOptions, LBFGSOptions):
     solver: ClassVar[str] = "sandblaster"
 
     # Every iteration is a pass over the whole dataset on the cluster: a run that has not
@@ -35,22 +55,11 @@ class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOpt
     n_param_shards: int | None = override(  # type: ignore[assignment]
         ParamShardOptions, "n_param_shards", default=None, nullable=True,
         none_means=f"{ParamShardOptions.default('n_param_shards')} with state='sharded'")
-    portion_rows: int | None = option(
-        None, "rows per portion, the unit of work of one task", "int", minimum=1, nullable=True,
-        none_means=f"the data cut into about {DEFAULT_PORTIONS} portions of at most a shard (streaming: one "
-        "per shard), whatever the cluster, so the bits are too")
-    backup_tasks: bool = option(True, "copy the outstanding portions of straggling workers to idle ones and "
-                                "take the first result", "bool")
-    backup_slack: float = option(1.5, "a worker is a straggler when it progresses this many times slower than "
-                                 "the fastest finished one", "float", minimum=1)
     standardize: bool = option(False, "optimise in standardised feature coordinates (linear models; the "
                                "objective and its minimiser are unchanged)", "bool")
     state: str = option("local", "where the L-BFGS vectors live: in the coordinator ('local') or in slices "
                         "on n_param_shards actors ('sharded'; the coordinator keeps only scalars)", "choice",
                         choices=("local", "sharded"))
-    cache: bool | str = option("auto", "keep shards in worker memory (True), stream them from Zarr every "
-                               "evaluation (False), or cache when they fit in half the workers' memory "
-                               "('auto')", "bool_or_auto")
 
     online_passes: int = option(0, "passes of Adagrad over the shards before L-BFGS starts: each shard's rows "
                                 "from the same point, the results averaged, L-BFGS (or OWL-QN) from there "
@@ -81,3 +90,16 @@ class SandblasterOptions(ModelPartitionOptions, CheckpointOptions, ParamShardOpt
     def param_shards(self) -> int:
         """How many parameter shards hold the L-BFGS vectors with ``state='sharded'``."""
         return ParamShardOptions.default("n_param_shards") if self.n_param_shards is None else self.n_param_shards
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewtonSolverOptions(MegaBatchOptions, HeldOutOptions, RunNameOptions, NewtonOptions):
+    """Sandblaster's Newton procedure: Newton's limits, and the evaluations as L-BFGS's."""
+
+    solver: ClassVar[str] = "newton"
+
+    eval_every: int | None = override(HeldOutOptions, "eval_every", default=1)
+
+    def planned_work(self, n_samples: int) -> PlannedWork:
+        """``maxiter``: a limit, which a converging run stops well short of."""
+        return PlannedWork(self.maxiter, None, True)

@@ -26,6 +26,7 @@ loading its batch again.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import CancelledError
@@ -34,10 +35,12 @@ from typing import Any
 from dask.typing import Key
 from distributed import Client, Future, wait
 
+from dasklbfgs._format import human_bytes
 from dasklbfgs._typing import Dataset
 from dasklbfgs.data.location import has_scheme
 from dasklbfgs.data.rows import aligned_rows
 from dasklbfgs.errors import WorkerLostError
+from dasklbfgs.solvers.sandblaster.portions import shards_fit
 from dasklbfgs.solvers.sandblaster.tasks import (
     compact_positions,
     load_cached_shard,
@@ -45,7 +48,9 @@ from dasklbfgs.solvers.sandblaster.tasks import (
     shard_of,
 )
 
-__all__ = ["ShardCache", "MAX_ATTEMPTS", "BATCH_BYTES"]
+__all__ = ["ShardCache", "MAX_ATTEMPTS", "BATCH_BYTES", "choose_cache"]
+
+logger = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 3
 #: the in-memory bytes of the shards one load task reads at once from an object store: enough
@@ -225,3 +230,18 @@ class ShardCache:
         copies = [f for c in self.copies.values() for f in c.values()]
         self.client.cancel(self.shards + list(self.moving.values()) + copies)
         self.shards, self.copies, self.moving = [], {}, {}
+
+
+def choose_cache(client: Client, option: bool | str, data: Dataset, given: Any) -> bool:
+    """Whether a run caches ``data``'s shards in the workers' memory: its ``cache`` option when
+    True or False; with ``"auto"``, yes when shards are ``given`` cached already
+    (:func:`dasklbfgs.cached`) or fit in half the workers' memory limits, else streaming."""
+    if isinstance(option, bool):  # else "auto" (the option's kind allows no other value)
+        return option
+    if given is not None:  # cached already: nothing to decide
+        return True
+    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    cache = shards_fit(data.nbytes_in_memory, limits)
+    logger.info("%s the dataset (%s in memory; worker memory limits %s)", "caching" if cache else "streaming",
+                human_bytes(data.nbytes_in_memory), ", ".join(human_bytes(n) if n else "none" for n in limits))
+    return cache

@@ -19,7 +19,7 @@ from dasklbfgs.errors import (
     PerformanceWarning,
 )
 from dasklbfgs.models import LeastSquares, Logistic, Softmax
-from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs
+from dasklbfgs.sandblaster import MegaBatchEvaluator, sandblaster_lbfgs, sandblaster_newton
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
 from tests._torch import TORCH_TESTS, torch_classifier
 from tests.solvers.sandblaster.conftest import load_all
@@ -433,7 +433,8 @@ def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_e
 
 def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
     """Without portion_rows the plan comes from the data alone (about 8 portions, at most a
-    shard each), so one single-thread worker and three two-thread workers agree bitwise."""
+    shard each), so one single-thread worker and three two-thread workers agree bitwise: L-BFGS's
+    iterates, a torch module's, and Newton's iterates and Hessians."""
     data = datasets["multinomial"]
     models = [Softmax(data.n_features, 3, l2=1e-2)]
     if TORCH_TESTS:  # a user's torch module too: one intra-op thread per block, whatever the worker's
@@ -442,6 +443,9 @@ def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
     for runs_here, (n_workers, threads) in zip(runs, ((1, 1), (3, 2))):
         with connect(n_workers=n_workers, threads_per_worker=threads, dashboard_address=None) as cluster:
             runs_here.extend(sandblaster_lbfgs(model, data, client=cluster, maxiter=15) for model in models)
+            # Newton's procedure: the Hessian sums added in the same portion order
+            runs_here.append(sandblaster_newton(models[0], data, client=cluster, gtol=1e-12))
+    np.testing.assert_array_equal(runs[0][-1].hess, runs[1][-1].hess)
     for one, many in zip(*runs):
         assert one.stats["n_portions"] == many.stats["n_portions"] == 12  # 6000 rows / 8 -> 750; 6 shards in 2 each
         assert one.nit == many.nit
