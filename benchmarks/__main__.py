@@ -57,6 +57,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "online_start": ("online-start", ["--rows", "50000", "--features", "262144"]),
     "coordinator": ("coordinator", ["--params", "1048576", "--repeats", "3"]),
     "wide_evaluation": ("wide-evaluation", ["--rows", "50000", "--features", "262144", "--repeats", "3"]),
+    "newton": ("newton", ["--rows", "100000"]),
     "path": ("path", ["--rows", "50000", "--features", "20", "--n-alphas", "10", "--sklearn-rows", "10000",
                       "--strong-rows", "10000"]),
 }

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from dasklbfgs._typing import Dataset
     from dasklbfgs.models.base import Model
 
-__all__ = ["chosen_metrics", "evaluate", "evaluated", "held_out_metrics"]
+__all__ = ["HeldOutSummaries", "chosen_metrics", "evaluate", "evaluated", "held_out_metrics", "metrics_of"]
 
 T = TypeVar("T")
 
@@ -109,6 +109,37 @@ def evaluated(model: Model, params: Any, data: Dataset, names: tuple[str, ...], 
         rows, weight, loss, sums, found = _finished([_ranked_part(summaries_here, index, parts)
                                                      for index in range(parts)], names, curves)
     return {"objective": model.objective_value(params, loss, sums, weight), "n_samples": rows, **found}
+
+
+def metrics_of(model: Model, params: np.ndarray, summaries: Sequence[Summary], names: tuple[str, ...]
+               ) -> dict[str, Any]:
+    """The metrics ``names`` (no ranking metric) and the objective at ``params`` of the rows
+    ``summaries`` summarise, merged in their order (:func:`merged_in_a_tree`)."""
+    rows, weight, loss, sums, found = _finished([_ranked_part(summaries, 0, 1)], names, False)
+    return {"objective": model.objective_value(params, loss, sums, weight), "n_samples": rows, **found}
+
+
+class HeldOutSummaries:
+    """A portion model whose result for some rows is ``(0.0, their Summary)`` for the metrics
+    ``names``: a Sandblaster run's held-out scoring by its evaluator's direct calls
+    (:mod:`dasklbfgs.solvers.sandblaster.held_out`), the summaries merged by
+    :func:`metrics_of`. Runs on the workers."""
+
+    def __init__(self, model: Model, names: tuple[str, ...]) -> None:
+        self.model, self.names = model, names
+
+    @property
+    def n_params(self) -> int:
+        return int(self.model.n_params)
+
+    def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
+                              offset: np.ndarray | None = None) -> tuple[float, Summary]:
+        rows = X.to_csr() if hasattr(X, "to_csr") else X  # compact sparse rows as CSR again
+        return 0.0, summarize(self.model, params, rows, y, w, self.names, offset=offset)
+
+    def compact_positions(self, X: Any) -> None:
+        """Every parameter, for any rows (the direct calls send the whole vector)."""
+        return None
 
 
 def chosen_metrics(task: str, metrics: Sequence[str] | None) -> tuple[str, ...]:

@@ -116,6 +116,9 @@ class RunContext:
         # the datasets given as dasklbfgs.cached(...): their shards already in the workers' memory
         self.cached, self.eval_cached = cached, eval_cached
         self.scoring = scoring  # score the data with every metric at the end (result.scores)
+        #: how a solver with a faster way scores the held-out data (Sandblaster's direct calls,
+        #: :mod:`dasklbfgs.solvers.sandblaster.held_out`); None: :func:`held_out_metrics`
+        self.held_out: Callable[[np.ndarray], dict[str, Any]] | None = None
         self.score_seconds = 0.0  # what that took (result.stats["score_seconds"])
         self.score_curves: dict[str, dict[str, Any]] = {}  # by split, what the score figures draw
         self.stop_rules: list[StopRule] = []
@@ -241,6 +244,8 @@ class RunContext:
         """Held-out metrics of ``params`` (``eval_*`` keys): by the run's workers when the
         solver leaves them idle between steps (``by_workers``), else in this process."""
         assert self.eval_set is not None, "scored only with held-out data"
+        if by_workers and self.held_out is not None:
+            return self.held_out(params)
         if not by_workers:
             return held_out_metrics(self.model, params, self.eval_set)
         return held_out_metrics(self.model, params, self.eval_set, self.client, self._shards_of(self.eval_cached))

@@ -32,6 +32,7 @@ from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.active import active_parameters
 from dasklbfgs.solvers.sandblaster.coordinates import Coordinates
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.solvers.sandblaster.held_out import held_out_scorer
 from dasklbfgs.solvers.sandblaster.lbfgs_checkpoint import (
     load_sharded_state,
     load_state,
@@ -137,7 +138,9 @@ class SandblasterRun:
                                             shards=given.shard_cache(client) if cache and given else None)
         if self.replicas is not None:
             self.evaluator.on_restart = self._recover_replicas
+        scorer = None
         try:
+            scorer = held_out_scorer(self.context, client)
             result = self._minimize(client)
             if self.context.scoring:  # on the cached shards, before they are released
                 # a partitioned run's portions use partitioned replicas: the whole model scores from the store
@@ -147,6 +150,9 @@ class SandblasterRun:
             bytes_received = self.space.bytes_received if self.space is not None else None
             partitions = self.replicas.stats() if self.replicas is not None else None
         finally:
+            if scorer is not None:
+                scorer.close()
+                self.context.held_out = None
             if self.space is not None:
                 self.space.close()
             self.evaluator.close()

@@ -222,23 +222,10 @@ class MegaBatchEvaluator:
     # -- evaluation ----------------------------------------------------------------------
 
     def evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        """Loss and gradient sums over all rows at parameters ``x``.
-
-        If a worker dies with results this evaluation still needed (a finished portion's
-        sums, or the scattered parameters), the evaluation starts over with fresh tasks;
-        the sums are the same, since they are added in portion order whoever computes them.
-        """
+        """Loss and gradient sums over all rows at parameters ``x``: :meth:`portion_results`
+        added in portion order."""
         started = time.perf_counter()
-        for _attempt in range(MAX_ATTEMPTS):
-            try:
-                results = self._evaluate_once(x)
-                break
-            except EvaluationLost:
-                self.stats.restarts += 1
-                if self.on_restart is not None:
-                    self.on_restart()
-        else:
-            raise WorkerLostError(f"an evaluation lost workers {MAX_ATTEMPTS} times in a row; giving up")
+        results = self.portion_results(x)
         adding = time.perf_counter()
         self.stats.evaluations += 1
         self.stats.eval_seconds.append(adding - started)  # the sums are in; adding them is this process's work
@@ -247,7 +234,25 @@ class MegaBatchEvaluator:
         self.stats.adding_seconds += time.perf_counter() - adding
         return loss, sums
 
-    def _evaluate_once(self, x: np.ndarray) -> list[tuple[float, np.ndarray]]:
+    def portion_results(self, x: np.ndarray) -> list[Any]:
+        """What every portion's ``portion_loss_grad_sum`` returned at parameters ``x``, in portion
+        order, not added: for a portion model whose results are not sums to add (held-out
+        summaries, :mod:`.held_out`).
+
+        If a worker dies with results this evaluation still needed (a finished portion's
+        sums, or the scattered parameters), the evaluation starts over with fresh tasks;
+        the sums are the same, since they are added in portion order whoever computes them.
+        """
+        for _attempt in range(MAX_ATTEMPTS):
+            try:
+                return self._evaluate_once(x)
+            except EvaluationLost:
+                self.stats.restarts += 1
+                if self.on_restart is not None:
+                    self.on_restart()
+        raise WorkerLostError(f"an evaluation lost workers {MAX_ATTEMPTS} times in a row; giving up")
+
+    def _evaluate_once(self, x: np.ndarray) -> list[Any]:
         client = self.client
         started = time.perf_counter()
         direct = self._call_direct(x, started) if self.direct is not None else DirectCalls()

@@ -32,6 +32,7 @@ from dasklbfgs.optim.owlqn import constraints_of
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
+from dasklbfgs.solvers.sandblaster.held_out import held_out_scorer
 from dasklbfgs.solvers.sandblaster.options import NewtonSolverOptions
 from dasklbfgs.solvers.sandblaster.shard_cache import choose_cache
 from dasklbfgs.solvers.stats import SandblasterStats
@@ -90,7 +91,9 @@ class NewtonRun:
         self.evaluator = MegaBatchEvaluator(client, self.portion_model, self.dataset, portion_rows=opts.portion_rows,
                                             backup_tasks=opts.backup_tasks, backup_slack=opts.backup_slack,
                                             cache=cache, shards=given.shard_cache(client) if cache and given else None)
+        scorer = None
         try:
+            scorer = held_out_scorer(context, client)
             try:
                 result, final = newton_minimize(self._evaluate, self.x_start, opts, constraints=self.constraints,
                                                 on_iteration=self._on_iteration)
@@ -102,6 +105,9 @@ class NewtonRun:
                 cached = self.evaluator.cached.shards if self.evaluator.cached is not None else None
                 result["scores"] = context.final_scores(result.x, cached)
         finally:
+            if scorer is not None:
+                scorer.close()
+                context.held_out = None
             self.evaluator.close()
         return self._finish(result, final)
 

@@ -8,7 +8,7 @@ import time
 import cloudpickle
 import numpy as np
 import pytest
-from distributed import get_worker
+from distributed import get_task_stream, get_worker
 from scipy.optimize import minimize
 
 from dasklbfgs import ShardedDataset, connect
@@ -429,6 +429,33 @@ def test_held_out_scores_at_the_end_whatever_eval_every(client, datasets, eval_e
 
     assert result.history[-1]["eval_objective"] == pytest.approx(
         evaluate(model, result.x, held_out)["objective"], rel=1e-12)
+
+
+def test_held_out_data_is_cached_and_scored_by_direct_calls(client, datasets) -> None:
+    """Every eval_every: the held-out shards are cached for the run and scored by the
+    evaluator's direct calls (no task reads them from the store, none summarises them), with
+    the figures dasklbfgs.evaluate gives at each iterate; and released at the end."""
+    from dasklbfgs.scoring import evaluate
+
+    model, held_out = Softmax(8, 3, l2=1e-2), datasets["multinomial-ill"]
+    iterates = {}
+    keys_before = set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks)))
+    with get_task_stream(client=client) as stream:
+        result = sandblaster_lbfgs(model, datasets["multinomial"], client=client, eval_data=held_out, maxiter=12,
+                                   callback=lambda intermediate: iterates.update({intermediate.step: intermediate.x}))
+    assert len(result.history) >= 5 and all("eval_accuracy" in entry for entry in result.history)
+    for entry in (result.history[3], result.history[-1]):
+        expected = evaluate(model, iterates[entry["step"]], held_out)
+        assert entry["eval_objective"] == pytest.approx(expected["objective"], rel=1e-12)
+        assert entry["eval_accuracy"] == pytest.approx(expected["accuracy"], rel=1e-12)
+    tasks = [str(task["key"]) for task in stream.data]
+    assert not [key for key in tasks if "summary" in key or "ranked" in key], tasks
+    left = set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))) - keys_before
+    deadline = time.monotonic() + 10
+    while left and time.monotonic() < deadline:  # releases are asynchronous
+        time.sleep(0.1)
+        left = set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.tasks))) - keys_before
+    assert not left
 
 
 def test_the_default_run_is_bitwise_the_same_on_any_cluster(datasets) -> None:
