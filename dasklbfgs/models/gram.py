@@ -48,15 +48,18 @@ def _dense_syrk(X: Any, root: np.ndarray, intercept: bool) -> np.ndarray:
     n, d = X.shape
     width = d + (1 if intercept else 0)
     step = max(1, BLOCK_BYTES // (8 * max(width, 1)))
+    from scipy.linalg.blas import dsyrk
+
     buffer = np.empty((min(step, max(n, 1)), width))
-    total = np.zeros((width, width))
+    total = np.zeros((width, width), order="F")  # its upper triangle accumulated in place
     for start in range(0, n, step):
         rows = min(step, n - start)
         block = buffer[:rows]
         np.multiply(X[start : start + rows], root[start : start + rows, None], out=block[:, :d])
         if intercept:
             block[:, d] = root[start : start + rows]
-        total += block.T @ block  # the same buffer transposed: numpy hands it to syrk
+        # block^T block: the block's transpose is a Fortran-ordered width x rows matrix, no copy
+        total = dsyrk(1.0, block.T, beta=1.0, c=total, trans=0, lower=0, overwrite_c=1)
     return np.triu(total) + np.triu(total, 1).T
 
 

@@ -54,7 +54,8 @@ from dasklbfgs.options import Options, override
 if TYPE_CHECKING:
     from scipy.optimize import OptimizeResult
 
-__all__ = ["NewtonOptions", "NewtonState", "dependent_coordinates", "newton_minimize", "newton_step", "quadratic_step"]
+__all__ = ["NewtonOptions", "NewtonState", "dependent_coordinates", "newton_minimize", "newton_step", "optimality",
+           "quadratic_step"]
 
 #: ``evaluate(x) -> (f, g, H)``: the objective, its gradient and its Hessian at ``x``
 EvaluateWithHessian = Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray]]
@@ -66,14 +67,20 @@ SUFFICIENT_DECREASE = 1e-4
 #: ill-conditioned problem come from the exactly recomputed gradient, not from ``F``).
 NEAR = 1e-10
 MSG_ROUNDING = "CONVERGENCE: NEITHER F NOR ITS GRADIENT IMPROVES BEYOND THEIR ROUNDING"
-#: The damping ``mu`` of the retries after a failed line search, relative to the Hessian's
-#: largest diagonal entry: the step turns from Newton's towards the gradient's.
-DAMPING = (1e-6, 1e-3, 1.0)
+#: The damping ``mu`` of the retries after a line search's halvings fail, relative to the
+#: Hessian's largest diagonal entry: the step turns from Newton's towards the gradient's.
+#: Newton's step is halved up to ``max_line_search`` times, each damped one a share of that.
+DAMPING = (1e-4, 1e-2, 1.0)
 #: Coordinate descent's sweeps of the quadratic model, and the change that ends them
 #: (relative to the step's largest component).
-SWEEPS = 500
+SWEEPS = 200
 SWEEP_TOLERANCE = 1e-12
+#: Rounds of coordinate descent and Newton's step on the face it finds, at most.
+FACE_ROUNDS = 5
 EPS = float(np.finfo(np.float64).eps)
+#: How far ``F`` may move and still be within its rounding (relative to ``max(|F|, 1)``): an
+#: objective summed over many rows rounds far above machine epsilon.
+SLACK = 1e4 * EPS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,8 +122,7 @@ class _Space:
         self.state, self.constraints = state, constraints
 
     def gmax(self) -> float:
-        state, constraints = self.state, self.constraints
-        return max_abs(state.g if constraints is None else constraints.pseudo_gradient(state.x, state.g))
+        return optimality(self.state.x, self.state.g, self.constraints)
 
     def x(self) -> np.ndarray:
         return self.state.x.copy()
@@ -162,46 +168,58 @@ def _iteration(evaluate: EvaluateWithHessian, state: NewtonState, opts: NewtonOp
     if (limit := check_limits(state, opts)) is not None:
         return limit
     scale = max(float(np.max(np.abs(np.diag(state.H)), initial=0.0)), EPS)
-    measure = _Space(state, constraints).gmax()
-    saw_non_finite = False
+    size = max(abs(state.f), 1.0)
+    measure = optimality(state.x, state.g, constraints)
+    damped_halvings = max(1, opts.max_line_search // (len(DAMPING) + 1))  # per damping level
+    l1_now = 0.0 if constraints is None else constraints.l1_term(state.x)
+    saw_non_finite = descent = False
     for mu in (0.0, *(scale * d for d in DAMPING)):
         p = newton_step(state.H, state.g, state.x, constraints, mu)
-        l1_now = 0.0 if constraints is None else constraints.l1_term(state.x)
         predicted = float(state.g @ p) + (0.0 if constraints is None else constraints.l1_term(state.x + p) - l1_now)
-        if not predicted < 0:  # no descent in this model: a damped one, unless the gradient is (numerically) zero
-            if mu == scale * DAMPING[-1]:
-                return Status.CONVERGED, MSG_PREDICTED
+        if not predicted < 0:  # no descent in this model (NaN included): a damped one
+            saw_non_finite |= not math.isfinite(predicted)
             continue
-        if -predicted <= opts.ftol * max(abs(state.f), 1.0):
+        descent = True
+        if -predicted <= opts.ftol * size:
             return Status.CONVERGED, MSG_PREDICTED
-        near = -predicted <= NEAR * max(abs(state.f), 1.0)
+        near = -predicted <= NEAR * size
         alpha = 1.0
-        for _ in range(opts.max_line_search):
+        for _ in range(opts.max_line_search if mu == 0.0 else damped_halvings):
             x_trial = state.x + alpha * p
             f, g, H = evaluate(x_trial)
             state.nfev += 1
             total = float(f) + (0.0 if constraints is None else constraints.l1_term(x_trial))
-            finite = math.isfinite(total) and bool(np.all(np.isfinite(g)))
+            finite = math.isfinite(total) and bool(np.all(np.isfinite(g))) and bool(np.all(np.isfinite(H)))
             saw_non_finite |= not finite
-            decreased = finite and total <= state.f + SUFFICIENT_DECREASE * alpha * predicted
-            # Near the optimum F no longer resolves the steps: a whole step is judged by its gradient
-            whole_near = finite and near and alpha == 1.0
-            refined = whole_near and _Space(NewtonState(x=x_trial, f=total, g=g, H=H), constraints).gmax() < measure
-            if decreased or refined:
-                state.previous_f = state.f if decreased else math.nan  # (nan: no decrease test for this step)
-                state.f, state.x, state.g, state.H = total, x_trial, g, H
-                state.nit += 1
-                state.last_step, state.damping = alpha * float(np.linalg.norm(p)), mu
-                return None
-            if whole_near:  # neither F nor the gradient improves beyond their rounding
-                return Status.CONVERGED, MSG_ROUNDING
+            if finite:
+                decreased = total <= state.f + SUFFICIENT_DECREASE * alpha * predicted
+                # Near the optimum F's rounding hides what a step gains: a whole step is judged by its
+                # gradient, as long as F does not rise beyond its rounding
+                flat = near and alpha == 1.0 and total <= state.f + SLACK * size
+                sharper = flat and optimality(x_trial, g, constraints) < measure
+                if decreased or sharper:
+                    state.previous_f = state.f if decreased else math.nan  # (nan: no decrease test for this step)
+                    state.f, state.x, state.g, state.H = total, x_trial, g, H
+                    state.nit += 1
+                    state.last_step, state.damping = alpha * float(np.linalg.norm(p)), mu
+                    return None
+                if flat and abs(total - state.f) <= SLACK * size:
+                    return Status.CONVERGED, MSG_ROUNDING  # neither F nor the gradient improves: the rounding's floor
             if state.nfev >= opts.maxfun:
                 return check_limits(state, opts)
             alpha *= 0.5
+    if not descent and not saw_non_finite:  # the model, however damped, sees no descent: a zero (sub)gradient
+        return Status.CONVERGED, MSG_PREDICTED
     if saw_non_finite:
-        return Status.NON_FINITE, ("ABNORMAL: the objective became non-finite along every damped Newton step; x is "
-                                   "the last finite iterate")
+        return Status.NON_FINITE, ("ABNORMAL: the objective, its gradient or its Hessian became non-finite along "
+                                   "every damped Newton step; x is the last finite iterate")
     return Status.LINE_SEARCH_FAILED, "ABNORMAL_TERMINATION_IN_LNSRCH: no damped Newton step decreased the objective"
+
+
+def optimality(x: np.ndarray, g: np.ndarray, constraints: Constraints | None) -> float:
+    """The largest component of the gradient ``g`` at ``x``, projected on the bounds and taken as
+    the L1 term's least subgradient (:meth:`Constraints.pseudo_gradient`): 0 at a minimum."""
+    return max_abs(g if constraints is None else constraints.pseudo_gradient(x, g))
 
 
 def newton_step(H: np.ndarray, g: np.ndarray, x: np.ndarray, constraints: Constraints | None,
@@ -210,15 +228,20 @@ def newton_step(H: np.ndarray, g: np.ndarray, x: np.ndarray, constraints: Constr
     term at ``x + p`` and the box, when ``constraints`` has them) (module docstring)."""
     if constraints is not None:
         return quadratic_step(H, g, x, constraints, mu)
+    return _solve(H, -g, mu)
+
+
+def _solve(H: np.ndarray, b: np.ndarray, mu: float = 0.0) -> np.ndarray:
+    """``(H + mu I)^-1 b`` with ``H`` scaled to a unit diagonal first (:func:`_solve_scaled`); a
+    coordinate whose diagonal is 0 (a parameter no row moves and no penalty holds) gets 0."""
     diagonal = np.abs(np.diag(H) + mu)
-    live = diagonal > 0  # a parameter no row moves and no penalty holds keeps its value
+    live = diagonal > 0
     unit = np.zeros_like(diagonal)
     unit[live] = 1.0 / np.sqrt(diagonal[live])
     A = H[np.ix_(live, live)] * unit[live][:, None] * unit[live][None, :]
     A[np.diag_indices_from(A)] += mu * unit[live] ** 2
-    b = -g[live] * unit[live]
-    p = np.zeros_like(g)
-    p[live] = _solve_scaled(A, b) * unit[live]
+    p = np.zeros_like(b)
+    p[live] = _solve_scaled(A, b[live] * unit[live]) * unit[live]
     return p
 
 
@@ -238,26 +261,119 @@ def _solve_scaled(A: np.ndarray, b: np.ndarray) -> np.ndarray:
             return np.asarray(cho_solve(factor, b, check_finite=False))
     except LinAlgError:
         pass
+    if not np.all(np.isfinite(A)):
+        return np.full_like(b, np.nan)
     values, vectors = eigh(A, check_finite=False)
     size = np.abs(values)
     kept = size > n * EPS * size.max()
     return np.asarray(vectors[:, kept] @ ((vectors[:, kept].T @ b) / size[kept]))
 
 
+def _positive_definite(H: np.ndarray) -> np.ndarray:
+    """``H`` where it is positive definite; otherwise ``V |Lambda| V^T`` with its eigenvalues
+    taken by their size and lifted to ``n eps`` of the largest (the matrix the unconstrained
+    step's eigenvalue path inverts)."""
+    from scipy.linalg import LinAlgError, cho_factor, eigh
+
+    try:
+        cho_factor(H, lower=False, check_finite=False)
+        return H
+    except LinAlgError:
+        pass
+    if not np.all(np.isfinite(H)):
+        return H
+    values, vectors = eigh(H, check_finite=False)
+    size = np.abs(values)
+    size = np.maximum(size, H.shape[0] * EPS * size.max())
+    modified = (vectors * size) @ vectors.T
+    return (modified + modified.T) / 2
+
+
 def quadratic_step(H: np.ndarray, g: np.ndarray, x: np.ndarray, constraints: Constraints,
                    mu: float = 0.0) -> np.ndarray:
-    """``u - x`` for the ``u`` that minimises ``g.(u - x) + (u - x).(H + mu I)(u - x) / 2 +
-    sum_j l1_j |u_j|`` over the box, by cyclic coordinate descent from ``u = x``: each
-    coordinate's exact minimiser, soft-thresholded and clipped, sweeping the coordinates that
-    moved or left zero until they settle, then every coordinate once more (glmnet's active
-    set). A coordinate with no curvature is left where it is."""
+    """``u - x`` for the ``u`` that minimises the quadratic model ``q(u) = g.(u - x) +
+    (u - x).A(u - x) / 2 + sum_j l1_j |u_j|`` over the box, ``A`` being ``H + mu I`` made
+    positive definite (:func:`_positive_definite`). Without an L1 term the unconstrained
+    minimiser, where it lies in the box. Otherwise cyclic coordinate descent from ``u = x``
+    (each coordinate's exact minimiser, soft-thresholded and clipped; glmnet's active set)
+    finds the face (the coordinates at zero or on a bound), and Newton's step on that face,
+    a solve of the free coordinates' system, gives the minimiser to the solve's accuracy,
+    which coordinate descent alone reaches slowly on an ill-conditioned ``A``; the face's
+    step is kept where its signs and bounds hold and it lowers ``q``, then checked by a sweep."""
     n = x.size
+    A = _positive_definite(H)
+    if mu:
+        A = A + mu * np.eye(n)
     l1 = np.zeros(n) if constraints.weights is None else constraints.weights
     lower = np.full(n, -np.inf) if constraints.lower is None else constraints.lower
     upper = np.full(n, np.inf) if constraints.upper is None else constraints.upper
-    curvature = np.diag(H) + mu
-    u = x.copy()
-    moved = np.zeros(n)  # (H + mu I)(u - x), kept as u moves
+    if constraints.weights is None:
+        p = _solve(A, -g)
+        if np.all(x + p >= lower) and np.all(x + p <= upper):
+            return p
+    u = _coordinate_descent(A, g, x, x.copy(), l1, lower, upper)
+    for _ in range(FACE_ROUNDS):
+        faced = _on_the_face(A, g, x, u, l1, lower, upper)
+        swept = _coordinate_descent(A, g, x, faced.copy(), l1, lower, upper)
+        if np.array_equal(swept, faced) or _model_value(A, g, x, swept, l1) >= _model_value(A, g, x, u, l1):
+            return (faced if _model_value(A, g, x, faced, l1) <= _model_value(A, g, x, u, l1) else u) - x
+        u = swept  # the sweep left the face (a held coordinate moved): that face next
+    return u - x
+
+
+def _model_value(A: np.ndarray, g: np.ndarray, x: np.ndarray, u: np.ndarray, l1: np.ndarray) -> float:
+    step = u - x
+    return float(g @ step + step @ A @ step / 2 + l1 @ np.abs(u))
+
+
+def _on_the_face(A: np.ndarray, g: np.ndarray, x: np.ndarray, u: np.ndarray, l1: np.ndarray, lower: np.ndarray,
+                 upper: np.ndarray) -> np.ndarray:
+    """The minimiser of the quadratic model on the face of ``u`` (its coordinates at zero where
+    penalised, or on a bound, held there; the others' signs kept), by an active-set search:
+    solve the free coordinates' system; where that point leaves the face, go as far towards
+    it as the face allows, hold the coordinates that reach zero or a bound, and solve again.
+    The model falls along the way (it is convex on the face, the solve its minimiser)."""
+    u = u.copy()
+    held = ((l1 > 0) & (u == 0)) | (u <= lower) | (u >= upper)
+    for _ in range(u.size + 1):
+        free = np.flatnonzero(~held)
+        if free.size == 0:
+            return u
+        signs = np.sign(u[free])
+        fixed = np.flatnonzero(held)
+        rhs = -(g[free] + A[np.ix_(free, fixed)] @ (u[fixed] - x[fixed]) + l1[free] * signs)
+        target = x[free] + _solve(A[np.ix_(free, free)], rhs)
+        if not np.all(np.isfinite(target)):
+            return u
+        here = u[free]
+        # how far towards the target each free coordinate may go: to zero (penalised, with a sign) or a bound
+        reach = np.ones(free.size)
+        change = target - here
+        crossing = (l1[free] > 0) & (signs != 0) & (np.sign(target) != signs)
+        reach[crossing] = here[crossing] / (here[crossing] - target[crossing])
+        low, high = lower[free], upper[free]
+        below, above = target < low, target > high
+        reach[below] = np.minimum(reach[below], (low[below] - here[below]) / change[below])
+        reach[above] = np.minimum(reach[above], (high[above] - here[above]) / change[above])
+        t = float(np.clip(reach.min(), 0.0, 1.0))
+        if t >= 1.0:
+            u[free] = target
+            return u
+        stops = free[reach <= t]
+        u[free] = here + t * change
+        for j in stops:  # exactly on zero or the bound it reached
+            u[j] = lower[j] if u[j] <= lower[j] else upper[j] if u[j] >= upper[j] else 0.0
+        held[stops] = True
+    return u
+
+
+def _coordinate_descent(A: np.ndarray, g: np.ndarray, x: np.ndarray, u: np.ndarray, l1: np.ndarray,
+                        lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Cyclic coordinate descent on the quadratic model from ``u`` (in place; returned),
+    sweeping the coordinates off zero until they settle (moves within SWEEP_TOLERANCE of the
+    step's size), then every coordinate to confirm. A coordinate with no curvature stays."""
+    curvature = np.diag(A)
+    moved = A @ (u - x)  # A (u - x), kept as u moves
     everything = np.flatnonzero(curvature > 0)
     coordinates = everything
     for _ in range(SWEEPS):
@@ -265,32 +381,29 @@ def quadratic_step(H: np.ndarray, g: np.ndarray, x: np.ndarray, constraints: Con
         for j in coordinates:
             a = curvature[j]
             centre = u[j] - (g[j] + moved[j]) / a
-            threshold = l1[j] / a
-            new = math.copysign(max(abs(centre) - threshold, 0.0), centre)
+            new = math.copysign(max(abs(centre) - l1[j] / a, 0.0), centre)
             new = min(max(new, lower[j]), upper[j])
             delta = new - u[j]
             if delta != 0.0:
                 u[j] = new
-                moved += delta * H[:, j]
-                moved[j] += delta * mu
+                moved += delta * A[j]  # (A is symmetric: its row is its column, contiguous)
                 largest = max(largest, abs(delta))
-        settled = largest <= SWEEP_TOLERANCE * max(float(np.max(np.abs(u - x), initial=0.0)), 1.0)
+        settled = largest <= SWEEP_TOLERANCE * float(np.max(np.abs(u - x), initial=0.0))
         if settled and coordinates is everything:
             break
-        # the coordinates off zero (and off the bounds they sit on), or every one to confirm
         coordinates = everything if settled else everything[(u[everything] != 0) | (x[everything] != 0)]
-    return u - x
+    return u
 
 
 def dependent_coordinates(H: np.ndarray) -> np.ndarray:
-    """The coordinates a symmetric positive semi-definite ``H`` cannot tell apart from the
-    others, sorted: those with a zero diagonal, and, with ``H`` scaled to a unit diagonal,
-    those a pivoted QR leaves past its numerical rank (pivots within ``n eps`` of the first)."""
+    """The coordinates a symmetric ``H`` cannot tell apart from the others, sorted: those with a
+    zero diagonal, and, with ``H`` scaled to a unit diagonal (by its entries' sizes), those a
+    pivoted QR leaves past its numerical rank (pivots within ``n eps`` of the first)."""
     from scipy.linalg import qr
 
-    diagonal = np.diag(H)
+    diagonal = np.abs(np.diag(H))
     live = np.flatnonzero(diagonal > 0)
-    dead = np.flatnonzero(~(diagonal > 0))
+    dead = np.flatnonzero(diagonal == 0)
     if live.size == 0:
         return dead
     unit = 1.0 / np.sqrt(diagonal[live])

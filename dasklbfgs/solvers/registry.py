@@ -198,7 +198,7 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
     if model.l1_weights() is not None and not chosen.minimises_l1(resolved):
         _refuse_l1(chosen, resolved, model)
     if model.bounds() is not None and not chosen.takes_bounds:
-        able = " or ".join(repr(known.name) for known in _load().values() if known.takes_bounds)
+        able = _in_words([repr(known.name) for known in _load().values() if known.takes_bounds])
         raise ConfigurationError(f"solver {chosen.name!r} does not keep bounds on the parameters, and {model!r} "
                                  f"has them (on its coefficients, or a scale it estimates); train it with solver "
                                  f"{able}, or without bounds")
@@ -219,7 +219,7 @@ def minimize(model: Model, data: DatasetLike, solver: str = "sandblaster",
 
 def _refuse_l1(chosen: Solver, options: Options, model: Model) -> None:
     """The error for a model with l1 given to a solver (or optimizer) that ignores it."""
-    able = " or ".join(c for known in _load().values() for c in known.l1_combinations)
+    able = _in_words([c for known in _load().values() for c in known.l1_combinations])
     given = f" with optimizer={getattr(options, 'optimizer', None)!r}" if chosen.l1_optimizers else ""
     fix = f"pass optimizer={chosen.l1_optimizers[0]!r}" if chosen.l1_optimizers else "train it with another solver"
     raise ConfigurationError(
@@ -227,6 +227,11 @@ def _refuse_l1(chosen: Solver, options: Options, model: Model) -> None:
         f"l1=0 (l1 is minimised by solver {able})",
         parameters=("optimizer",),  # not l1: the model's repr holds one
     )
+
+
+def _in_words(choices: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return choices[0] if len(choices) == 1 else f"{', '.join(choices[:-1])} or {choices[-1]}"
 
 
 _RUN_INPUTS = ("client", "x0", "callback", "eval_data", "score")  # minimize's other keywords, all default None

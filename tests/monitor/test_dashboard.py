@@ -93,7 +93,8 @@ def test_page_is_served_and_shows_each_run(datasets) -> None:
         assert not page.plots["eval_rmse"].visible and not page.plots["eval_r2"].visible  # not this task's
         last = evaluate(Logistic(8, l2=1e-3), result.x, held_out)
         assert result.history[-1]["eval_accuracy"] == last["accuracy"]
-        assert result.history[-1]["eval_objective"] == last["objective"]
+        # (the run's scoring adds the rows' sums by portions, evaluate's by shards: the last bits differ)
+        assert result.history[-1]["eval_objective"] == pytest.approx(last["objective"], rel=1e-12)
         # ... and the latest values by name, at the last iteration
         latest = _table(page.held_out, "value", "step")
         assert list(latest) == ["held-out objective", "held-out accuracy"] and page.held_out_table.visible

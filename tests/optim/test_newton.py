@@ -9,7 +9,7 @@ from scipy.optimize import minimize, rosen, rosen_der, rosen_hess
 from dasklbfgs.errors import NonFiniteObjectiveError
 from dasklbfgs.models.linear import LeastSquares, Logistic
 from dasklbfgs.optim.lbfgs import MSG_GTOL, Status
-from dasklbfgs.optim.newton import NewtonOptions, dependent_coordinates, newton_minimize
+from dasklbfgs.optim.newton import NewtonOptions, dependent_coordinates, newton_minimize, optimality
 from dasklbfgs.optim.owlqn import constraints_of
 
 
@@ -149,3 +149,60 @@ def test_limits_end_the_run() -> None:
     result, _ = newton_minimize(lambda x: (rosen(x), rosen_der(x), rosen_hess(x)), np.array([-1.2, 1.0]),
                                 NewtonOptions(maxiter=2))
     assert result.status == Status.LIMIT and result.nit == 2 and "ITERATIONS" in result.message
+
+
+def test_constraints_that_never_bind_keep_newtons_digits() -> None:
+    """A box no coefficient reaches, or a negligible l1 term, takes Newton's own step on the
+    face coordinate descent finds: Longley's digits as without them, in as many passes."""
+    import statsmodels.api as sm
+
+    data = sm.datasets.longley.load_pandas()
+    X, y = data.exog.to_numpy(float), data.endog.to_numpy(float)
+    evaluate = mean_objective(LeastSquares(6), X, y)
+    free, _ = newton_minimize(evaluate, np.zeros(7), NewtonOptions(gtol=0.0))
+    for constraints in (constraints_of(None, 7, lower=np.r_[np.full(6, -1e9), -np.inf]), constraints_of(1e-12, 7)):
+        result, _ = newton_minimize(evaluate, np.zeros(7), NewtonOptions(gtol=0.0), constraints=constraints)
+        assert result.success and result.nfev <= free.nfev + 1
+        np.testing.assert_allclose(result.x, free.x, rtol=1e-8)
+
+
+def test_constraints_with_an_indefinite_hessian_reach_a_minimum() -> None:
+    """A double well from its concave middle: the constrained step is taken on the Hessian made
+    positive definite, so it moves off the hump to x = 1 rather than calling the start converged."""
+    def well(x):
+        return -x[0] ** 2 / 2 + x[0] ** 4 / 4, np.array([-x[0] + x[0] ** 3]), np.array([[-1 + 3 * x[0] ** 2]])
+
+    for constraints in (constraints_of(1e-3, 1), constraints_of(None, 1, lower=-5.0, upper=5.0)):
+        result, _ = newton_minimize(well, np.array([0.1]), NewtonOptions(gtol=1e-10), constraints=constraints)
+        assert result.success and result.x[0] == pytest.approx(1.0, abs=1e-3)
+        assert optimality(result.x, result.jac, constraints) <= 1e-10
+
+
+def test_a_large_constant_in_the_objective_does_not_end_the_run() -> None:
+    """F = 1e12 + a pseudo-Huber term: its steps predict decreases far below 1e-10 of F yet F
+    resolves them; the run backtracks and reaches the minimum rather than stopping at x0."""
+    def f(x):
+        root = np.sqrt(1 + x[0] ** 2)
+        return 1e12 + 0.05 * (root - 1), np.array([0.05 * x[0] / root]), np.array([[0.05 / root ** 3]])
+
+    result, _ = newton_minimize(f, np.array([10.0]), NewtonOptions(gtol=1e-10))
+    assert result.success and abs(result.x[0]) < 1e-6
+
+
+def test_a_hessian_that_turns_non_finite_is_never_a_success() -> None:
+    def f(x):
+        H = np.array([[np.inf, np.nan], [np.nan, 2.0]]) if abs(x[0] - 1.0) < 0.6 else 2.0 * np.eye(2)
+        return ((x[0] - 1) ** 2 + (x[1] - 2) ** 2 + 0.1 * x[0] ** 4,
+                np.array([2 * (x[0] - 1) + 0.4 * x[0] ** 3, 2 * (x[1] - 2)]), H)
+
+    result, _ = newton_minimize(f, np.zeros(2), NewtonOptions(gtol=1e-10, maxfun=60))
+    assert not result.success and result.status in (Status.NON_FINITE, Status.LIMIT)
+    assert np.all(np.isfinite(result.x))
+
+
+def test_dependent_coordinates_of_an_indefinite_full_rank_hessian_are_none() -> None:
+    H = np.diag([-2.0, -1.0, 3.0])
+    H[0, 2] = H[2, 0] = 0.5
+    assert dependent_coordinates(H).size == 0
+    singular = np.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(dependent_coordinates(singular), [1, 2])

@@ -196,6 +196,6 @@ def test_the_peers_refuse_a_model_with_l1_even_with_ftrl(name) -> None:
 
     with pytest.raises(ConfigurationError, match=rf"solver '{name}' does not minimise an l1 penalty, and "
                        r"Logistic\(.*\) "
-                       r"has one; train it with another solver or set l1=0 \(l1 is minimised by solver 'sandblaster' "
-                       r"or 'newton' or 'downpour' with optimizer='ftrl'\)"):
+                       r"has one; train it with another solver or set l1=0 \(l1 is minimised by solver 'sandblaster', "
+                       r"'newton' or 'downpour' with optimizer='ftrl'\)"):
         minimize(Logistic(3, l1=0.1), "no-data-needed", name, optimizer="ftrl")

@@ -140,7 +140,7 @@ class SandblasterRun:
             self.evaluator.on_restart = self._recover_replicas
         scorer = None
         try:
-            scorer = held_out_scorer(self.context, client)
+            scorer = held_out_scorer(self.context, client, cache)
             result = self._minimize(client)
             if self.context.scoring:  # on the cached shards, before they are released
                 # a partitioned run's portions use partitioned replicas: the whole model scores from the store
@@ -150,12 +150,14 @@ class SandblasterRun:
             bytes_received = self.space.bytes_received if self.space is not None else None
             partitions = self.replicas.stats() if self.replicas is not None else None
         finally:
-            if scorer is not None:
-                scorer.close()
-                self.context.held_out = None
-            if self.space is not None:
-                self.space.close()
-            self.evaluator.close()
+            self.context.held_out = None
+            try:
+                if scorer is not None:
+                    scorer.close()
+                if self.space is not None:
+                    self.space.close()
+            finally:
+                self.evaluator.close()
             if self.replicas is not None:
                 self.replicas.close()
         result = self._finish(result, started, bytes_received)

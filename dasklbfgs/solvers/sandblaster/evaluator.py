@@ -71,7 +71,7 @@ from dasklbfgs.solvers.sandblaster.direct_calls import DirectCalls, DirectPath, 
 from dasklbfgs.solvers.sandblaster.launcher import ClusterWorkers, TaskLauncher
 from dasklbfgs.solvers.sandblaster.options import SandblasterOptions
 from dasklbfgs.solvers.sandblaster.placement import Speeds
-from dasklbfgs.solvers.sandblaster.portions import Portion, default_portion_rows, plan_portions, warn_if_many
+from dasklbfgs.solvers.sandblaster.portions import Portion, planned_portions, warn_if_many
 from dasklbfgs.solvers.sandblaster.shard_cache import MAX_ATTEMPTS, ShardCache
 from dasklbfgs.solvers.sandblaster.stragglers import StragglerPolicy
 
@@ -176,13 +176,9 @@ class MegaBatchEvaluator:
 
         self.cache = cache
         workers = self.workers.live()
-        given = portion_rows is not None
-        if portion_rows is None:
-            # Streaming, a portion decodes the whole Zarr chunk it reads from: one per shard.
-            shard_rows = max((stop - start for start, stop in data.shard_bounds), default=1)
-            portion_rows = default_portion_rows(data.n_samples, shard_rows) if cache else shard_rows
-        self.portions: list[Portion] = plan_portions(data.shard_bounds, portion_rows)
-        if given:  # the default plan never has more portions than shards: nothing to blame on it
+        # (streaming, a portion decodes the whole Zarr chunk it reads from: one per shard)
+        self.portions: list[Portion] = planned_portions(data, portion_rows, cache)
+        if portion_rows is not None:  # the default plan never has more portions than shards: nothing to blame on it
             warn_if_many(self.portions, portion_rows)
         self.cached: ShardCache | None = None
         #: The fast path (module docstring): cached shards of a whole model, and a client that

@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 from distributed import Client
 
+from dasklbfgs.data.masked import FoldDataset
 from dasklbfgs.scoring.evaluation import HeldOutSummaries, metrics_of
 from dasklbfgs.scoring.names import held_out_names
 from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
-from dasklbfgs.solvers.sandblaster.shard_cache import choose_cache
+from dasklbfgs.solvers.sandblaster.options import MegaBatchOptions
+from dasklbfgs.solvers.sandblaster.portions import shards_fit
 
 __all__ = ["HeldOutScorer", "held_out_scorer"]
 
@@ -30,10 +32,11 @@ class HeldOutScorer:
     """Scores ``model`` on the held-out shards cached by its own evaluator (``shards``: cached
     already by ``dasklbfgs.cached``, left cached)."""
 
-    def __init__(self, client: Client, model: Any, eval_set: Any, shards: Any = None) -> None:
+    def __init__(self, client: Client, model: Any, eval_set: Any, shards: Any = None, *, backup_tasks: bool = True,
+                 backup_slack: float = MegaBatchOptions.default("backup_slack")) -> None:
         self.model, self.names = model, held_out_names(model)
         self.evaluator = MegaBatchEvaluator(client, HeldOutSummaries(model, self.names), eval_set, cache=True,
-                                            shards=shards)
+                                            shards=shards, backup_tasks=backup_tasks, backup_slack=backup_slack)
 
     def __call__(self, params: np.ndarray) -> dict[str, Any]:
         """The held-out figures at ``params`` (``eval_`` keys, as :func:`held_out_metrics`')."""
@@ -45,17 +48,27 @@ class HeldOutScorer:
         self.evaluator.close()
 
 
-def held_out_scorer(context: RunContext, client: Client) -> HeldOutScorer | None:
+def held_out_scorer(context: RunContext, client: Client, training_cached: bool) -> HeldOutScorer | None:
     """A :class:`HeldOutScorer` for ``context``'s held-out data, set as the context's way to
-    score (:meth:`RunContext.score`); None without held-out data, or when it is not to be
-    cached (its ``cache`` option, or ``"auto"`` and too big for the workers' memory: then the
-    tasks read it from its store each time)."""
-    if context.eval_set is None or getattr(context.options, "eval_every", None) is None:
-        return None  # (scored once, at the end: not worth caching)
-    given = context.eval_cached
-    if not choose_cache(client, getattr(context.options, "cache", "auto"), context.eval_set, given):
+    score (:meth:`RunContext.score`); None (the tasks read the store each time) without
+    held-out data or ``eval_every`` (scored once, at the end), for a validation split (a mask
+    over the training shards: caching it would hold every row again), with ``cache=False``,
+    or when it does not fit the workers' memory beside the training shards
+    (``training_cached``) under ``cache="auto"``'s rule. Shards given cached
+    (``dasklbfgs.cached``) are used as they are."""
+    eval_set, options, given = context.eval_set, context.options, context.eval_cached
+    if eval_set is None or getattr(options, "eval_every", None) is None or isinstance(eval_set, FoldDataset):
         return None
-    scorer = HeldOutScorer(client, context.model, context.eval_set,
-                           given.shard_cache(client) if given is not None else None)
+    option = getattr(options, "cache", "auto")
+    if given is None:
+        if option is False:
+            return None
+        held = eval_set.nbytes_in_memory + (context.dataset.nbytes_in_memory if training_cached else 0)
+        limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+        if option == "auto" and not shards_fit(held, limits):
+            return None
+    scorer = HeldOutScorer(client, context.model, eval_set, given.shard_cache(client) if given is not None else None,
+                           backup_tasks=getattr(options, "backup_tasks", True),
+                           backup_slack=getattr(options, "backup_slack", MegaBatchOptions.default("backup_slack")))
     context.held_out = scorer
     return scorer

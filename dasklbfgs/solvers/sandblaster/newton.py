@@ -34,16 +34,19 @@ from dasklbfgs.solvers.result import Result
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.held_out import held_out_scorer
 from dasklbfgs.solvers.sandblaster.options import NewtonSolverOptions
+from dasklbfgs.solvers.sandblaster.portions import planned_portions
 from dasklbfgs.solvers.sandblaster.shard_cache import choose_cache
 from dasklbfgs.solvers.stats import SandblasterStats
 
-__all__ = ["MAX_HESSIAN_BYTES", "NewtonRun", "plan_newton"]
+__all__ = ["MAX_HESSIANS_BYTES", "MAX_HESSIAN_BYTES", "NewtonRun", "plan_newton"]
 
 logger = logging.getLogger(__name__)
 
 #: The largest Hessian (``n_params^2`` float64) a Newton run forms: each portion returns one,
 #: and the coordinator adds them and factors their total. 256 MiB: about 5,800 parameters.
 MAX_HESSIAN_BYTES = 256 * 2**20
+#: The Hessians of every portion of an evaluation, which the coordinator holds before adding them.
+MAX_HESSIANS_BYTES = 2 * 2**30
 #: Named in the warning about dependent columns, at most.
 NAMED_COLUMNS = 10
 
@@ -63,9 +66,9 @@ class NewtonRun:
         self.model, self.options, self.dataset = model, options, context.dataset
         if not getattr(model, "has_hessian", False):
             raise ConfigurationError(
-                f"solver 'newton' needs the Hessian of the model's loss, and {model!r} has none (a neural model, or "
-                "a scale or dispersion estimated beside the coefficients); train it with solver 'sandblaster' "
-                "(L-BFGS), or fix the scale or dispersion")
+                f"solver 'newton' needs the Hessian of the model's loss, and {model!r} has none (a neural model, "
+                "Huber's loss, or a scale or dispersion estimated beside the coefficients); train it with solver "
+                "'sandblaster' (L-BFGS), or fix the dispersion")
         n = model.n_params
         if n * n * 8 > MAX_HESSIAN_BYTES:
             raise ConfigurationError(
@@ -73,6 +76,13 @@ class NewtonRun:
                 f"({human_bytes(n * n * 8)}) per portion, more than the {human_bytes(MAX_HESSIAN_BYTES)} it allows: "
                 "too wide for Newton's method; train it with solver 'sandblaster' (L-BFGS, memory linear in the "
                 "parameters)")
+        portions = len(planned_portions(self.dataset, options.portion_rows, options.cache is not False))
+        if portions * n * n * 8 > MAX_HESSIANS_BYTES:
+            raise ConfigurationError(
+                f"solver 'newton' receives a {n} x {n} Hessian from each of the {portions} portions of "
+                f"{self.dataset.url!r} before adding them, {human_bytes(portions * n * n * 8)} in all, more than the "
+                f"{human_bytes(MAX_HESSIANS_BYTES)} it allows: give larger portions (portion_rows), fewer shards, or "
+                "train it with solver 'sandblaster' (L-BFGS)", parameters=("portion_rows",))
         self.portion_model = WithHessian(model)
         bounds = model.bounds()
         lower, upper = (None, None) if bounds is None else bounds
@@ -93,7 +103,7 @@ class NewtonRun:
                                             cache=cache, shards=given.shard_cache(client) if cache and given else None)
         scorer = None
         try:
-            scorer = held_out_scorer(context, client)
+            scorer = held_out_scorer(context, client, cache)
             try:
                 result, final = newton_minimize(self._evaluate, self.x_start, opts, constraints=self.constraints,
                                                 on_iteration=self._on_iteration)
@@ -105,10 +115,12 @@ class NewtonRun:
                 cached = self.evaluator.cached.shards if self.evaluator.cached is not None else None
                 result["scores"] = context.final_scores(result.x, cached)
         finally:
-            if scorer is not None:
-                scorer.close()
-                context.held_out = None
-            self.evaluator.close()
+            context.held_out = None
+            try:
+                if scorer is not None:
+                    scorer.close()
+            finally:
+                self.evaluator.close()
         return self._finish(result, final)
 
     def _evaluate(self, x: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
@@ -138,8 +150,8 @@ class NewtonRun:
             f"the Hessian of {self.model!r} on {self.dataset.url!r} is singular: {', '.join(names)}{more} "
             f"{'is a linear combination' if dependent.size == 1 else 'are linear combinations'} of the other columns "
             f"(or {'holds' if dependent.size == 1 else 'hold'} no value), "
-            "so the coefficients are not unique; newton takes the least-squares step. Drop or merge those columns, "
-            "or set l2 > 0", CollinearityWarning, stacklevel=2)
+            f"so the coefficients are not unique{'' if self.constraints else '; newton takes the least-squares step'}"
+            ". Drop or merge those columns, or set l2 > 0", CollinearityWarning, stacklevel=2)
 
     def _parameter_name(self, j: int) -> str:
         """Parameter ``j`` by its column: ``column 3 ('age')``, or ``the intercept``."""

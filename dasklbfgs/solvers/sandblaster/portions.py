@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from dasklbfgs.errors import ConfigurationError, PerformanceWarning
 
@@ -72,3 +72,12 @@ def shards_fit(data_bytes: int, memory_limits: list[int], fraction: float = CACH
     if not memory_limits or any(limit <= 0 for limit in memory_limits):
         return True
     return data_bytes <= fraction * sum(memory_limits)
+
+
+def planned_portions(data: Any, portion_rows: int | None, cache: bool) -> list[Portion]:
+    """The portions an evaluator cuts ``data`` into (``portion_rows``: the option; None, the
+    default plan: cached, :func:`default_portion_rows`; streaming, one per shard)."""
+    if portion_rows is None:
+        shard_rows = max((stop - start for start, stop in data.shard_bounds), default=1)
+        portion_rows = default_portion_rows(data.n_samples, shard_rows) if cache else shard_rows
+    return plan_portions(data.shard_bounds, portion_rows)

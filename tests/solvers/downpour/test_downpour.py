@@ -204,7 +204,7 @@ def test_ftrl_minimises_the_models_l1_with_exact_zeros_and_resumes(client, logis
     [
         ({"optimizer": "adagrad"}, r"solver 'downpour' does not minimise an l1 penalty with optimizer='adagrad', "
          r"and Logistic\(.*l1=0.1.*\) has one; pass optimizer='ftrl' or set l1=0 \(l1 is minimised by solver "
-         r"'sandblaster' or 'downpour' with optimizer='ftrl'\)"),
+         r"'sandblaster', 'newton' or 'downpour' with optimizer='ftrl'\)"),
         ({"optimizer": "ftrl", "optimizer_options": {"l1": 0.5}},
          r"downpour: FTRL takes its l1 from the model.*l1=0.5"),
         ({"optimizer": "ftrl", "optimizer_options": {"beta": 0}}, r"beta must be a positive number, got 0"),
