@@ -58,6 +58,7 @@ SUITE: dict[str, tuple[str, list[str]]] = {
     "coordinator": ("coordinator", ["--params", "1048576", "--repeats", "3"]),
     "wide_evaluation": ("wide-evaluation", ["--rows", "50000", "--features", "262144", "--repeats", "3"]),
     "newton": ("newton", ["--rows", "100000"]),
+    "iteration_costs": ("iteration-costs", ["--repeats", "5"]),
     "path": ("path", ["--rows", "50000", "--features", "20", "--n-alphas", "10", "--sklearn-rows", "10000",
                       "--strong-rows", "10000"]),
 }

@@ -289,8 +289,8 @@ def test_not_converging_warns(client) -> None:
         (ElasticNet(l1_ratio=-0.1), r"l1_ratio must be a number in \[0, 1\] .* got -0.1"),
         (Lasso(alpha=-1), r"alpha must be a number >= 0, got -1"),
         (ElasticNet(solver="sync"), r"solver 'sync' does not minimise an l1 penalty, .* train it with another "
-                                      r"solver or set l1=0 \(l1 is minimised by solver 'sandblaster', 'newton' or 'downpour' "
-                                      r"with optimizer='ftrl'\)"),
+                                      r"solver or set l1=0 \(l1 is minimised by solver 'sandblaster', 'newton' or "
+                                      r"'downpour' with optimizer='ftrl'\)"),
         (LogisticRegression(l1_ratio=0.5, solver="easgd"), r"solver 'easgd' does not minimise an l1 penalty"),
         (LogisticRegression(class_weight="even"), r"class_weight must be None, 'balanced' or a dict \{label: weight\}, "
                                                   r"got 'even'"),
