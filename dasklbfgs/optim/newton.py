@@ -25,9 +25,9 @@ LINE_SEARCH_FAILED. Every trial evaluates ``f``, ``g`` and ``H`` at once: an acc
 (nearly every one) needs no second pass over the data for its Hessian.
 
 Near the optimum a step predicts a decrease ``F``'s rounding hides (below NEAR): it is taken
-whole when it lowers the gradient's norm, and when it lowers neither that nor ``F`` the run
-has converged (MSG_ROUNDING): the refinement of an ill-conditioned problem's last digits
-comes from the exactly recomputed gradient, not from ``F``. Stopping is
+whole when ``F`` stays within its rounding (SLACK), a refinement step: the last digits of an
+ill-conditioned problem come from the exactly recomputed gradient, not from ``F`` (iterative
+refinement). After REFINEMENTS of them in a row the run has converged (MSG_ROUNDING). Stopping is
 L-BFGS's (:func:`~dasklbfgs.optim.lbfgs.run_iterations`): ``max |v| <= gtol`` (``v`` the
 gradient, projected on the bounds and taken as the L1 term's least subgradient:
 :meth:`Constraints.pseudo_gradient`), a relative decrease of ``F`` within ``ftol`` (by default
@@ -66,7 +66,10 @@ SUFFICIENT_DECREASE = 1e-4
 #: whole when it lowers the gradient's norm (iterative refinement: the last digits of an
 #: ill-conditioned problem come from the exactly recomputed gradient, not from ``F``).
 NEAR = 1e-10
-MSG_ROUNDING = "CONVERGENCE: NEITHER F NOR ITS GRADIENT IMPROVES BEYOND THEIR ROUNDING"
+#: Refinement steps taken in a row, at most: iterative refinement gains its digits in one or two
+#: (the gradient at its rounding's floor no longer tells one step from the next)
+REFINEMENTS = 3
+MSG_ROUNDING = "CONVERGENCE: F NO LONGER RESOLVES THE STEPS (REFINEMENT STEPS TAKEN)"
 #: The damping ``mu`` of the retries after a line search's halvings fail, relative to the
 #: Hessian's largest diagonal entry: the step turns from Newton's towards the gradient's.
 #: Newton's step is halved up to ``max_line_search`` times, each damped one a share of that.
@@ -112,6 +115,7 @@ class NewtonState:
     previous_f: float = math.nan
     last_step: float = 0.0
     damping: float = 0.0  # the last accepted step's mu (0: Newton's own)
+    refinements: int = 0  # refinement steps taken in a row (steps that left F within its rounding)
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -169,7 +173,6 @@ def _iteration(evaluate: EvaluateWithHessian, state: NewtonState, opts: NewtonOp
         return limit
     scale = max(float(np.max(np.abs(np.diag(state.H)), initial=0.0)), EPS)
     size = max(abs(state.f), 1.0)
-    measure = optimality(state.x, state.g, constraints)
     damped_halvings = max(1, opts.max_line_search // (len(DAMPING) + 1))  # per damping level
     l1_now = 0.0 if constraints is None else constraints.l1_term(state.x)
     saw_non_finite = descent = False
@@ -193,18 +196,19 @@ def _iteration(evaluate: EvaluateWithHessian, state: NewtonState, opts: NewtonOp
             saw_non_finite |= not finite
             if finite:
                 decreased = total <= state.f + SUFFICIENT_DECREASE * alpha * predicted
-                # Near the optimum F's rounding hides what a step gains: a whole step is judged by its
-                # gradient, as long as F does not rise beyond its rounding
+                # Near the optimum F's rounding hides what a step gains: a whole step that leaves F
+                # within its rounding is a refinement, taken REFINEMENTS times in a row at most
                 flat = near and alpha == 1.0 and total <= state.f + SLACK * size
-                sharper = flat and optimality(x_trial, g, constraints) < measure
-                if decreased or sharper:
-                    state.previous_f = state.f if decreased else math.nan  # (nan: no decrease test for this step)
+                if decreased or flat:
+                    refining = near and not total < state.f - SLACK * size  # F did not move beyond its rounding
+                    if refining and state.refinements >= REFINEMENTS:
+                        return Status.CONVERGED, MSG_ROUNDING
+                    state.previous_f = math.nan if refining else state.f  # (nan: no decrease test for this step)
+                    state.refinements = state.refinements + 1 if refining else 0
                     state.f, state.x, state.g, state.H = total, x_trial, g, H
                     state.nit += 1
                     state.last_step, state.damping = alpha * float(np.linalg.norm(p)), mu
                     return None
-                if flat and abs(total - state.f) <= SLACK * size:
-                    return Status.CONVERGED, MSG_ROUNDING  # neither F nor the gradient improves: the rounding's floor
             if state.nfev >= opts.maxfun:
                 return check_limits(state, opts)
             alpha *= 0.5
