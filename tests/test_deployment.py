@@ -21,6 +21,7 @@ import dask
 import numpy as np
 import pytest
 
+import dasklbfgs
 from dasklbfgs import Logistic, ShardedDataset, connect, make_dataset, predict, sandblaster_lbfgs
 from dasklbfgs.cli.cluster_args import dashboard_line
 from tests._s3 import storage_flags
@@ -195,6 +196,15 @@ def test_python_api_and_environment_variable(deployment, monkeypatch) -> None:
     with connect(n_workers=1, dashboard_address=None) as embedded:
         local = sandblaster_lbfgs(Logistic(5, l2=1e-3), splits["train"], client=embedded)
     np.testing.assert_array_equal(result.x, local.x)
+    # A client made as Dask users make one (direct_to_workers=None) keeps the direct calls on the
+    # `dask worker` processes, for Newton's procedure too
+    from distributed import Client
+
+    with Client(scheduler_file=str(scheduler_file)) as plain:
+        assert plain.direct_to_workers is None
+        newton = dasklbfgs.minimize(Logistic(5, l2=1e-3), splits["train"], "newton", client=plain, gtol=1e-10)
+    assert newton.success and newton.stats["evaluations_direct"] == newton.stats["evaluations"] == newton.nfev
+    assert newton.fun <= local.fun and newton.nfev <= 8
 
 
 def test_a_scheduler_that_is_not_there_fails_fast(tmp_path) -> None:
