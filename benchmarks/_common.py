@@ -43,6 +43,17 @@ def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1,
     return statistics.median(times)
 
 
+def timed_quietly(fit: Callable[[], Any]) -> tuple[float, Any]:
+    """``fit()``'s seconds and result, its warnings silenced (a peer library's convergence notes)."""
+    import warnings
+
+    started = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = fit()
+    return time.perf_counter() - started, out
+
+
 def machine() -> dict[str, Any]:
     versions = {}
     for dist in ("dasklbfgs", "numpy", "scipy", "dask", "distributed", "zarr", "dask-glm"):

@@ -39,14 +39,12 @@ import argparse
 import contextlib
 import shlex
 import sys
-import time
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from benchmarks._common import OUT, machine, publish, report_header
+from benchmarks._common import OUT, machine, publish, report_header, timed_quietly
 
 FAMILIES = {"poisson": 1.0, "tweedie 1.5": 1.5}
 
@@ -68,14 +66,6 @@ def objective(X: np.ndarray, y: np.ndarray, offset: np.ndarray, coef: np.ndarray
     return tweedie_link(X @ coef + intercept + offset, y, power=power)[0] / len(y)
 
 
-def _timed(fit: Any) -> tuple[float, Any]:
-    started = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = fit()
-    return time.perf_counter() - started, out
-
-
 def _in_process(X: np.ndarray, y: np.ndarray, offset: np.ndarray, power: float) -> dict[str, dict[str, Any]]:
     from glum import GeneralizedLinearRegressor, TweedieDistribution
     from sklearn.linear_model import PoissonRegressor, TweedieRegressor
@@ -95,7 +85,7 @@ def _in_process(X: np.ndarray, y: np.ndarray, offset: np.ndarray, power: float) 
             "scikit-learn lbfgs": lambda: sklearn("lbfgs").fit(X, rate, sample_weight=rate_weight),
             "scikit-learn newton-cholesky": lambda: sklearn("newton-cholesky").fit(X, rate, sample_weight=rate_weight)}
     for name, fit in fits.items():
-        seconds, fitted = _timed(fit)
+        seconds, fitted = timed_quietly(fit)
         methods[name] = {"seconds": seconds, "coef": np.ravel(fitted.coef_), "intercept": float(fitted.intercept_)}
         print(f"{family} {name}: {seconds:.1f} s", flush=True)
     try:
@@ -105,7 +95,7 @@ def _in_process(X: np.ndarray, y: np.ndarray, offset: np.ndarray, power: float) 
     else:
         family_of = sm.families.Poisson() if power == 1.0 else sm.families.Tweedie(var_power=power,
                                                                                    link=sm.families.links.Log())
-        seconds, fitted = _timed(lambda: sm.GLM(y, sm.add_constant(X, prepend=False), family=family_of,
+        seconds, fitted = timed_quietly(lambda: sm.GLM(y, sm.add_constant(X, prepend=False), family=family_of,
                                                 offset=offset).fit())
         methods["statsmodels (IRLS)"] = {"seconds": seconds, "coef": np.asarray(fitted.params[:-1]),
                                          "intercept": float(fitted.params[-1]), "fitted": fitted}
@@ -135,7 +125,8 @@ def _h2o() -> Iterator[Callable[[np.ndarray, np.ndarray, np.ndarray, float], dic
         options = {"family": "poisson"} if power == 1.0 else {"family": "tweedie", "tweedie_variance_power": power,
                                                                "tweedie_link_power": 0}
         model = H2OGeneralizedLinearEstimator(lambda_=0.0, standardize=False, offset_column="offset", **options)
-        seconds, _ = _timed(lambda: model.train(x=[f"x{j}" for j in range(X.shape[1])], y="y", training_frame=frame))
+        columns = [f"x{j}" for j in range(X.shape[1])]
+        seconds, _ = timed_quietly(lambda: model.train(x=columns, y="y", training_frame=frame))
         coefficients = model.coef()
         print(f"h2o power {power}: {seconds:.1f} s", flush=True)
         return {"seconds": seconds, "coef": np.array([coefficients[f"x{j}"] for j in range(X.shape[1])]),
@@ -181,7 +172,7 @@ def _spark(X: np.ndarray, y: np.ndarray, offset: np.ndarray
                                                                   "linkPower": 0.0}
             estimator = GeneralizedLinearRegression(labelCol="y", offsetCol="offset", regParam=0.0, maxIter=100,
                                                     tol=1e-8, solver="irls", **family)
-            seconds, fitted = _timed(lambda: estimator.fit(rows))
+            seconds, fitted = timed_quietly(lambda: estimator.fit(rows))
             print(f"spark power {power}: {seconds:.1f} s", flush=True)
             return {"seconds": seconds, "coef": fitted.coefficients.toArray(), "intercept": float(fitted.intercept)}
 
@@ -197,7 +188,7 @@ def _inference(train: Any, client: Any, reference: Any) -> dict[str, Any]:
     from dasklbfgs.models import Poisson
 
     params = np.asarray(reference.params)
-    seconds, found = _timed(lambda: inference(Poisson(train.n_features), params, train, client=client))
+    seconds, found = timed_quietly(lambda: inference(Poisson(train.n_features), params, train, client=client))
     return {"seconds": seconds,
             "std_err_gap": float(np.max(np.abs(found.std_err - reference.bse) / reference.bse)),
             "loglike_gap": abs(found.loglike - reference.llf) / abs(reference.llf)}
@@ -222,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
         client.wait_for_workers(2)
         for power in FAMILIES.values():
             model = Poisson(d) if power == 1.0 else Tweedie(d, power=power)
-            seconds, result = _timed(lambda model=model: minimize(model, train, client=client, gtol=1e-6))
+            seconds, result = timed_quietly(lambda model=model: minimize(model, train, client=client, gtol=1e-6))
             ours[power] = {"seconds": seconds, "coef": result.x[:d], "intercept": float(result.x[d]),
                            "iterations": int(result.nit), "evaluations": int(result.nfev),
                            "load_seconds": float(result.stats.get("load_seconds", 0.0))}

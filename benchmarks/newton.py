@@ -35,14 +35,12 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks._common import HERE, machine, publish, report_header
+from benchmarks._common import HERE, machine, publish, report_header, timed_quietly
 
 SHARDS = 8
 GTOL = 1e-10
@@ -81,14 +79,6 @@ def stored(problem: dict[str, Any], root: Path, name: str) -> Any:
                                  shard_rows=-(-rows // SHARDS), overwrite=True)
 
 
-def _timed(fit: Any) -> tuple[float, Any]:
-    started = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = fit()
-    return time.perf_counter() - started, out
-
-
 def in_process(problem: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """statsmodels, scikit-learn and glum on the rows in memory: seconds, iterations, coefficients."""
     import statsmodels.api as sm
@@ -98,16 +88,16 @@ def in_process(problem: dict[str, Any]) -> dict[str, dict[str, Any]]:
     X, y, offset, family = problem["X"], problem["y"], problem["offset"], problem["family"]
     out: dict[str, dict[str, Any]] = {}
     sm_family = sm.families.Binomial() if family == "binomial" else sm.families.Poisson()
-    seconds, fit = _timed(lambda: sm.GLM(y, sm.add_constant(X, prepend=False), family=sm_family,
+    seconds, fit = timed_quietly(lambda: sm.GLM(y, sm.add_constant(X, prepend=False), family=sm_family,
                                          offset=offset).fit(tol=GTOL))
     out["statsmodels"] = {"seconds": seconds, "passes": int(fit.fit_history["iteration"]),
                           "x": np.asarray(fit.params)}
     if family == "binomial":
-        seconds, fit = _timed(lambda: LogisticRegression(C=np.inf, solver="newton-cholesky", tol=GTOL,
+        seconds, fit = timed_quietly(lambda: LogisticRegression(C=np.inf, solver="newton-cholesky", tol=GTOL,
                                                          max_iter=100).fit(X, y))
         out["scikit-learn"] = {"seconds": seconds, "passes": int(fit.n_iter_[0]),
                                "x": np.r_[fit.coef_.ravel(), fit.intercept_]}
-    seconds, fit = _timed(lambda: GeneralizedLinearRegressor(family=family, alpha=0, gradient_tol=GTOL,
+    seconds, fit = timed_quietly(lambda: GeneralizedLinearRegressor(family=family, alpha=0, gradient_tol=GTOL,
                                                              max_iter=100).fit(X, y, offset=offset))
     out["glum"] = {"seconds": seconds, "passes": int(fit.n_iter_), "x": np.r_[fit.coef_, fit.intercept_]}
     return out

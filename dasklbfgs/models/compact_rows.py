@@ -27,7 +27,7 @@ from dasklbfgs.models.sums import renumber
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["CompactColumns"]
+__all__ = ["CompactColumns", "plain_rows"]
 
 
 @dataclass(frozen=True)
@@ -71,3 +71,9 @@ class CompactColumns:
 
         local = self.local
         return sp.csr_array((local.data, self.columns[local.indices], local.indptr), shape=self.shape)
+
+
+def plain_rows(X: Any) -> Any:
+    """``X`` as numpy or scipy rows: compact ones (a cached sparse shard's) as CSR again on
+    their original columns, any others as they are."""
+    return X.to_csr() if isinstance(X, CompactColumns) else X

@@ -40,7 +40,7 @@ from dasklbfgs.models._kernels import (
     squared_link,
 )
 from dasklbfgs.models.base import Model, Scored, SoftmaxOutput, check_l2
-from dasklbfgs.models.compact_rows import CompactColumns
+from dasklbfgs.models.compact_rows import CompactColumns, plain_rows
 from dasklbfgs.models.gram import weighted_gram
 from dasklbfgs.models.sums import SparseSum, index_dtype
 from dasklbfgs.optim.vectors import add_scaled
@@ -385,7 +385,7 @@ class LinearModel(Model):
         :meth:`loss_grad_sum` (no penalty): ``Xa^T diag(w h) Xa``, ``h`` the rows'
         :meth:`curvature` and ``Xa`` the rows with a column of ones for the intercept
         (:func:`~dasklbfgs.models.gram.weighted_gram`), ``n_params`` square."""
-        X = X.to_csr() if isinstance(X, CompactColumns) else X
+        X = plain_rows(X)
         y = np.asarray(y, dtype=np.float64)
         h = self.curvature(np.asarray(self.decision_function(params, X, offset), dtype=np.float64), y)
         if h is None:
@@ -545,7 +545,7 @@ class Softmax(SoftmaxOutput, LinearModel):
         """Per pair of classes ``(k, l)``, ``Xa^T diag(w p_k (delta_kl - p_l)) Xa``, laid out as the
         parameters are (feature-major, the intercepts as a last feature). Without a penalty the
         matrix is singular: adding one number to every class's scores changes nothing."""
-        X = X.to_csr() if isinstance(X, CompactColumns) else X
+        X = plain_rows(X)
         p = softmax_rows(np.asarray(self.decision_function(params, X), dtype=np.float64))
         weights = self.row_weights(y, w)
         weights = np.ones(p.shape[0]) if weights is None else np.asarray(weights, dtype=np.float64)

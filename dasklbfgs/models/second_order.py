@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from dasklbfgs.models.compact_rows import CompactColumns
+from dasklbfgs.models.compact_rows import plain_rows
 
 __all__ = ["WithHessian"]
 
@@ -28,7 +28,7 @@ class WithHessian:
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
                               offset: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-        rows = X.to_csr() if isinstance(X, CompactColumns) else X
+        rows = plain_rows(X)
         loss, grad = self.model.sums_of(params, rows, y, w, offset)
         hessian = self.model.hessian_sum(params, rows, y, w, offset)
         return loss, np.concatenate([grad, hessian.ravel()])

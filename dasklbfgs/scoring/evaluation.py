@@ -20,6 +20,7 @@ from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data._client import active_client
 from dasklbfgs.data.rows import Rows, aligned_rows
 from dasklbfgs.errors import ConfigurationError
+from dasklbfgs.models.compact_rows import plain_rows
 from dasklbfgs.models.contract import as_model
 from dasklbfgs.scoring.ranking import PARTS, RankedPart
 from dasklbfgs.scoring.summaries import METRICS, RANKING, Summary, summarize
@@ -134,8 +135,7 @@ class HeldOutSummaries:
 
     def portion_loss_grad_sum(self, params: np.ndarray, X: Any, y: np.ndarray, w: np.ndarray | None = None,
                               offset: np.ndarray | None = None) -> tuple[float, Summary]:
-        rows = X.to_csr() if hasattr(X, "to_csr") else X  # compact sparse rows as CSR again
-        return 0.0, summarize(self.model, params, rows, y, w, self.names, offset=offset)
+        return 0.0, summarize(self.model, params, plain_rows(X), y, w, self.names, offset=offset)
 
     def compact_positions(self, X: Any) -> None:
         """Every parameter, for any rows (the direct calls send the whole vector)."""
@@ -189,8 +189,7 @@ def _rows_summary(model: Model, params: np.ndarray, shard: Rows, names: tuple[st
     parameters that came over the wire aligned (:func:`~dasklbfgs._wire.aligned`: numpy hands
     only aligned arrays to BLAS; its own loop is about 3x slower)."""
     X, y, w, offset = aligned_rows(shard)
-    X = shard.X.to_csr() if hasattr(shard.X, "to_csr") else X
-    return summarize(model, aligned(params), X, y, w, names, curves=curves, offset=offset)
+    return summarize(model, aligned(params), plain_rows(X), y, w, names, curves=curves, offset=offset)
 
 
 def _merged(a: Summary, b: Summary) -> Summary:

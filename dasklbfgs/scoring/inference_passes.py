@@ -17,6 +17,7 @@ import numpy as np
 
 from dasklbfgs._wire import INLINE_PARAMS_BYTES, aligned
 from dasklbfgs.data.rows import Rows, aligned_rows
+from dasklbfgs.models.compact_rows import plain_rows
 from dasklbfgs.models.gram import weighted_gram
 from dasklbfgs.scoring.evaluation import merged_in_a_tree
 from dasklbfgs.scoring.glm_family import Family, family_of
@@ -145,4 +146,4 @@ def _rows_work(work: Callable[..., T], model: LinearModel, params: np.ndarray, s
     """Task: ``work`` of a shard's rows (compact sparse rows as CSR again), rows and parameters
     that came over the wire aligned (:func:`~dasklbfgs._wire.aligned`)."""
     X, y, w, offset = aligned_rows(shard)
-    return work(model, aligned(params), shard.X.to_csr() if hasattr(shard.X, "to_csr") else X, y, w, offset, *args)
+    return work(model, aligned(params), plain_rows(X), y, w, offset, *args)

@@ -24,6 +24,7 @@ from dasklbfgs.solvers.context import RunContext
 from dasklbfgs.solvers.sandblaster.evaluator import MegaBatchEvaluator
 from dasklbfgs.solvers.sandblaster.options import MegaBatchOptions
 from dasklbfgs.solvers.sandblaster.portions import shards_fit
+from dasklbfgs.solvers.sandblaster.shard_cache import worker_memory_limits
 
 __all__ = ["HeldOutScorer", "held_out_scorer"]
 
@@ -64,8 +65,7 @@ def held_out_scorer(context: RunContext, client: Client, training_cached: bool) 
         if option is False:
             return None
         held = eval_set.nbytes_in_memory + (context.dataset.nbytes_in_memory if training_cached else 0)
-        limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
-        if option == "auto" and not shards_fit(held, limits):
+        if option == "auto" and not shards_fit(held, worker_memory_limits(client)):
             return None
     scorer = HeldOutScorer(client, context.model, eval_set, given.shard_cache(client) if given is not None else None,
                            backup_tasks=getattr(options, "backup_tasks", True),

@@ -48,7 +48,7 @@ from dasklbfgs.solvers.sandblaster.tasks import (
     shard_of,
 )
 
-__all__ = ["ShardCache", "MAX_ATTEMPTS", "BATCH_BYTES", "choose_cache"]
+__all__ = ["ShardCache", "MAX_ATTEMPTS", "BATCH_BYTES", "choose_cache", "worker_memory_limits"]
 
 logger = logging.getLogger(__name__)
 
@@ -232,6 +232,11 @@ class ShardCache:
         self.shards, self.copies, self.moving = [], {}, {}
 
 
+def worker_memory_limits(client: Client) -> list[int]:
+    """Each worker's memory limit in bytes (0: none), what :func:`.portions.shards_fit` weighs."""
+    return [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+
+
 def choose_cache(client: Client, option: bool | str, data: Dataset, given: Any) -> bool:
     """Whether a run caches ``data``'s shards in the workers' memory: its ``cache`` option when
     True or False; with ``"auto"``, yes when shards are ``given`` cached already
@@ -240,7 +245,7 @@ def choose_cache(client: Client, option: bool | str, data: Dataset, given: Any) 
         return option
     if given is not None:  # cached already: nothing to decide
         return True
-    limits = [w.get("memory_limit") or 0 for w in client.scheduler_info(n_workers=-1)["workers"].values()]
+    limits = worker_memory_limits(client)
     cache = shards_fit(data.nbytes_in_memory, limits)
     logger.info("%s the dataset (%s in memory; worker memory limits %s)", "caching" if cache else "streaming",
                 human_bytes(data.nbytes_in_memory), ", ".join(human_bytes(n) if n else "none" for n in limits))
