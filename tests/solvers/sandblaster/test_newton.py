@@ -125,6 +125,12 @@ def test_what_newton_cannot_train_is_refused_before_any_work(client, datasets, c
                        r"LeastSquares\(.*\) \(6001 parameters\), 288096008 bytes .* more than the 256.0 MiB it "
                        r"allows.*solver 'sandblaster'"):
         sandblaster_newton(LeastSquares(6000), wide, client=client)
+    many = ShardedDataset.create(tmp_path / "many", sp.random(22, 4999, density=0.001, format="csr", random_state=2),
+                                 np.arange(22.0), shard_rows=2)
+    with pytest.raises(ConfigurationError, match=r"solver 'newton' receives a 5000 x 5000 Hessian from each of the 11 "
+                       r"portions of .*many.* before adding them, 2.0 GiB in all, more than the 2.0 GiB it allows: "
+                       r"give larger portions \(portion_rows\), fewer shards"):
+        sandblaster_newton(LeastSquares(4999), many, client=client)
     with pytest.raises(ConfigurationError, match=r"newton option maxiter must be an integer >= 1, got 0"):
         sandblaster_newton(LeastSquares(8), datasets["regression"], client=client, maxiter=0)
 
